@@ -4,4 +4,9 @@
 //! (wasmtime, knows nothing of routing), `world` (the on-disk layout), `broker` (routing,
 //! mailboxes, supervision, requests), and the native actors `console` and `cargo`.
 
+pub mod broker;
+pub mod console;
 pub mod fs;
+pub mod message;
+pub mod runtime;
+pub mod world;

@@ -1,0 +1,59 @@
+//! `crasher` fails on demand, to exercise the supervisor.
+//! - At start, unless `SAUSAGE_CANDIDATE` is set: if `/actor/<SAUSAGE_ACTOR>/source/crash_after_ms`
+//!   exists, it sleeps that many milliseconds and panics (traps) before reading any message. A
+//!   candidate under test never does this, so a version carrying the file passes its tests and
+//!   then crashes in service (the crash loop that triggers a rollback).
+//! - `{"type":"crash"}` panics; `{"type":"exit","code":N}` exits with N; `{"type":"ping"}` →
+//!   `{"type":"pong"}`.
+//! - `{"type":"ignore_shutdown"}`: later shutdowns and EOF are met with a busy loop, so the host
+//!   has to kill the instance.
+//!
+//! Anything else → `{"type":"error","reason":..}`. Otherwise exits 0 on shutdown or EOF.
+
+use serde_json::json;
+use std::time::Duration;
+use std::{env, fs, process, thread};
+
+fn main() {
+    if env::var_os("SAUSAGE_CANDIDATE").is_none() {
+        let actor = env::var("SAUSAGE_ACTOR").unwrap_or_default();
+        let path = format!("/actor/{actor}/source/crash_after_ms");
+        if let Ok(text) = fs::read_to_string(&path) {
+            let ms: u64 = text
+                .trim()
+                .parse()
+                .unwrap_or_else(|e| panic!("{path}: {e}; it must hold a number of milliseconds"));
+            eprintln!("{path}: crashing in {ms} ms");
+            thread::sleep(Duration::from_millis(ms));
+            panic!("crash_after_ms: crashing after {ms} ms as asked");
+        }
+    }
+
+    let mut ignore_shutdown = false;
+    loop {
+        let msg = match proto::read() {
+            Some(msg) if msg.kind() != "shutdown" => msg,
+            _ if ignore_shutdown => {
+                eprintln!("ignoring shutdown (or EOF) as asked: busy-looping until killed");
+                loop {
+                    std::hint::spin_loop();
+                }
+            }
+            _ => return,
+        };
+        match msg.kind() {
+            "crash" => panic!("crash requested by {}", msg.from),
+            "exit" => {
+                let code = msg.body["code"].as_i64().unwrap_or(0);
+                eprintln!("exiting with {code} as asked by {}", msg.from);
+                process::exit(code as i32);
+            }
+            "ping" => proto::reply(&msg, json!({"type": "pong"})),
+            "ignore_shutdown" => ignore_shutdown = true,
+            other => proto::reply_error(
+                &msg,
+                &format!("unknown type {other:?}; known: crash, exit, ping, ignore_shutdown"),
+            ),
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! `pingpong` measures the broker: round trips, and floods with an order check.
+//! - `{"type":"ping","n":K}` → `{"type":"pong","n":K}`.
+//! - `{"type":"run","peer":P,"rounds":R}`: R sequential round trips with P. Round k sends
+//!   `{"type":"ping","n":k}` with id `p<k>` and waits for the reply whose `reply_to` is
+//!   `<self>/p<k>` (the broker publishes an actor-chosen id under the sender's name); pings that
+//!   arrive meanwhile are answered, anything else is ignored. Then replies
+//!   `{"type":"stats","rounds":R,"p50_us":..,"p99_us":..,"per_sec":..}`, or an `error` when the
+//!   peer answers a ping with something other than a pong (say, `undeliverable`).
+//! - `{"type":"flood","to":T,"count":N}` sends `{"type":"seq","n":i}` for i in 1..=N to T as fast
+//!   as it can (one flush at the end), then replies `{"type":"flooded","count":N}`.
+//! - As a consumer, counts `seq` messages and checks each is `n` = previous + 1 (from 1);
+//!   `{"type":"report"}` → `{"type":"report","received":..,"in_order":..,"last":..}`.
+//!
+//! Anything else → `{"type":"error","reason":..}`. Exits 0 on shutdown or EOF, also mid-run.
+
+use proto::{Message, Outgoing};
+use serde_json::{Value, json};
+use std::env;
+use std::time::{Duration, Instant};
+
+fn main() {
+    let me = env::var("SAUSAGE_ACTOR").unwrap_or_default();
+    let (mut received, mut last, mut in_order) = (0u64, 0u64, true);
+    for msg in proto::messages() {
+        match msg.kind() {
+            "ping" => pong(&msg),
+            "run" => {
+                let (Some(peer), Some(rounds)) =
+                    (msg.body["peer"].as_str(), msg.body["rounds"].as_u64())
+                else {
+                    proto::reply_error(&msg, "run needs a string `peer` and a number `rounds`");
+                    continue;
+                };
+                let body = match run(&me, peer, rounds) {
+                    Ok(stats) => stats,
+                    Err(reason) => json!({"type": "error", "reason": reason}),
+                };
+                proto::reply(&msg, body);
+            }
+            "flood" => {
+                let (Some(to), Some(count)) = (msg.body["to"].as_str(), msg.body["count"].as_u64())
+                else {
+                    proto::reply_error(&msg, "flood needs a string `to` and a number `count`");
+                    continue;
+                };
+                proto::send_all(
+                    (1..=count).map(|n| Outgoing::to(to, json!({"type": "seq", "n": n}))),
+                );
+                proto::reply(&msg, json!({"type": "flooded", "count": count}));
+            }
+            "seq" => {
+                let n = msg.body["n"].as_u64().unwrap_or(0);
+                received += 1;
+                in_order &= n == last + 1;
+                last = n;
+            }
+            "report" => proto::reply(
+                &msg,
+                json!({"type": "report", "received": received, "in_order": in_order, "last": last}),
+            ),
+            other => proto::reply_error(
+                &msg,
+                &format!("unknown type {other:?}; known: ping, run, flood, seq, report"),
+            ),
+        }
+    }
+}
+
+fn pong(ping: &Message) {
+    proto::reply(ping, json!({"type": "pong", "n": ping.body["n"]}));
+}
+
+/// Plays `rounds` round trips with `peer` and returns the `stats` body, or why it stopped.
+fn run(me: &str, peer: &str, rounds: u64) -> Result<Value, String> {
+    let mut times = Vec::new();
+    let started = Instant::now();
+    for k in 1..=rounds {
+        let sent = Instant::now();
+        proto::send(Outgoing::to(peer, json!({"type": "ping", "n": k})).with_id(&format!("p{k}")));
+        let answer = wait_for_reply(&format!("{me}/p{k}"));
+        times.push(sent.elapsed());
+        if answer.kind() != "pong" {
+            return Err(format!(
+                "round {k}: the ping to {peer} was answered with {}",
+                answer.body
+            ));
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    times.sort();
+    Ok(json!({
+        "type": "stats",
+        "rounds": rounds,
+        "p50_us": percentile(&times, 50),
+        "p99_us": percentile(&times, 99),
+        "per_sec": if elapsed > 0.0 { rounds as f64 / elapsed } else { 0.0 },
+    }))
+}
+
+/// Reads until the reply to `id` comes, answering pings and ignoring everything else. A shutdown
+/// or EOF meanwhile ends the program with 0, as it would at any other time.
+fn wait_for_reply(id: &str) -> Message {
+    loop {
+        let Some(msg) = proto::read().filter(|msg| msg.kind() != "shutdown") else {
+            eprintln!("shutdown while waiting for the reply to {id}");
+            std::process::exit(0);
+        };
+        if msg.reply_to.as_deref() == Some(id) {
+            return msg;
+        }
+        if msg.kind() == "ping" {
+            pong(&msg);
+        } else {
+            eprintln!("ignoring {} from {} during a run", msg.body, msg.from);
+        }
+    }
+}
+
+/// The nearest-rank percentile of sorted durations, in microseconds; 0 when there are none.
+fn percentile(sorted: &[Duration], p: usize) -> u128 {
+    match sorted.len() {
+        0 => 0,
+        len => sorted[(len * p).div_ceil(100).max(1) - 1].as_micros(),
+    }
+}

@@ -1,0 +1,359 @@
+//! One actor's mailbox: the messages the broker accepted for it, in order, and the stdin its
+//! running instance reads them from.
+//!
+//! The mailbox *is* the instance's stdin: a guest's read takes the next message straight from
+//! the queue, so messages never sit in a buffer that a crash would lose. Between instances
+//! (stopped, restarting, upgrading) the queue keeps accepting up to [`MAILBOX_CAPACITY`].
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::Notify;
+
+use crate::message::Envelope;
+use crate::runtime::stdio::{BoxFuture, GuestInput};
+
+/// Messages a mailbox holds. While it is full, senders wait (a WASM sender's stdout is not
+/// read); a message still blocked after [`FULL_MAILBOX_TIMEOUT`] becomes `undeliverable`.
+pub const MAILBOX_CAPACITY: usize = 1000;
+
+/// How long a sender waits on a full mailbox before its message becomes `undeliverable`.
+pub const FULL_MAILBOX_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The bytes of queued messages that count as already written into a running instance's stdin,
+/// as a pipe buffer would hold them. A message beyond this window is "being written".
+pub const STDIN_PIPE_BYTES: usize = 64 * 1024;
+
+/// A message being written into a running instance's stdin (beyond [`STDIN_PIPE_BYTES`]) that
+/// the guest leaves unread this long is dropped, with a note in the actor's log.
+pub const STDIN_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct Mailbox {
+    state: Mutex<Inner>,
+    /// Wakes the one reader (the running instance's stdin, or a native actor's loop) when a
+    /// message arrives or the input closes. `notify_one` keeps a permit if nobody waits yet.
+    arrived: Notify,
+    /// Wakes every sender blocked on a full mailbox when a message is taken out.
+    space: Notify,
+}
+
+struct Inner {
+    queue: VecDeque<Arc<Envelope>>,
+    input: Input,
+    /// The line the instance is part-way through reading.
+    partial: Option<Bytes>,
+    /// The message the instance took last: it is parked if the instance crashes.
+    last_taken: Option<Arc<Envelope>>,
+    /// When the instance last took bytes, for [`STDIN_WRITE_TIMEOUT`].
+    last_read: Instant,
+}
+
+/// Who reads the queue now.
+enum Input {
+    /// No instance: messages wait.
+    Detached,
+    /// An instance reads its stdin from the queue.
+    Open,
+    /// A graceful stop: the instance reads this shutdown line, then end of input.
+    Closing(Option<Bytes>),
+}
+
+/// A push that found the mailbox full; it gives the message back.
+pub struct Full(pub Arc<Envelope>);
+
+impl Default for Mailbox {
+    fn default() -> Self {
+        Mailbox {
+            state: Mutex::new(Inner {
+                queue: VecDeque::new(),
+                input: Input::Detached,
+                partial: None,
+                last_taken: None,
+                last_read: Instant::now(),
+            }),
+            arrived: Notify::new(),
+            space: Notify::new(),
+        }
+    }
+}
+
+impl Mailbox {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding this lock is a bug elsewhere; the queue itself stays
+        // consistent, so keep serving rather than poisoning every actor that writes here.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends a message unless the mailbox is full.
+    pub fn try_push(&self, envelope: Arc<Envelope>) -> Result<(), Full> {
+        let mut inner = self.lock();
+        if inner.queue.len() >= MAILBOX_CAPACITY {
+            return Err(Full(envelope));
+        }
+        inner.queue.push_back(envelope);
+        drop(inner);
+        self.arrived.notify_one();
+        Ok(())
+    }
+
+    /// Appends a message, waiting while the mailbox is full, at most [`FULL_MAILBOX_TIMEOUT`].
+    pub async fn push(&self, mut envelope: Arc<Envelope>) -> Result<(), Full> {
+        let deadline = tokio::time::Instant::now() + FULL_MAILBOX_TIMEOUT;
+        loop {
+            let space = self.space.notified();
+            tokio::pin!(space);
+            // Registered before the check, so a take between the check and the wait wakes us.
+            space.as_mut().enable();
+            match self.try_push(envelope) {
+                Ok(()) => return Ok(()),
+                Err(Full(back)) => envelope = back,
+            }
+            if tokio::time::timeout_at(deadline, space).await.is_err() {
+                return Err(Full(envelope));
+            }
+        }
+    }
+
+    /// Puts messages back at the front, in order, ahead of everything queued (a parked message
+    /// after an upgrade). They may take the mailbox over its capacity for a moment.
+    pub fn push_front(&self, envelope: Arc<Envelope>) {
+        self.lock().queue.push_front(envelope);
+        self.arrived.notify_one();
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().queue.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// For native actors: waits for the next message and takes it.
+    pub async fn recv(&self) -> Arc<Envelope> {
+        loop {
+            let arrived = self.arrived.notified();
+            if let Some(envelope) = self.take() {
+                return envelope;
+            }
+            arrived.await;
+        }
+    }
+
+    fn take(&self) -> Option<Arc<Envelope>> {
+        let envelope = self.lock().queue.pop_front()?;
+        self.space.notify_waiters();
+        Some(envelope)
+    }
+
+    /// Opens the mailbox as the stdin of a new instance.
+    pub fn attach(self: &Arc<Self>) -> Arc<dyn GuestInput> {
+        let mut inner = self.lock();
+        inner.input = Input::Open;
+        inner.partial = None;
+        inner.last_taken = None;
+        inner.last_read = Instant::now();
+        drop(inner);
+        Arc::new(MailboxInput(self.clone()))
+    }
+
+    /// Starts a graceful stop: the instance reads `shutdown`, then end of input. Queued
+    /// messages stay for the next instance.
+    pub fn close_input(&self, shutdown: Vec<u8>) {
+        self.lock().input = Input::Closing(Some(shutdown.into()));
+        self.arrived.notify_one();
+    }
+
+    /// Ends the instance's stdin after it exited. Returns the message it took last, which the
+    /// supervisor parks if the instance crashed.
+    pub fn detach(&self) -> Option<Arc<Envelope>> {
+        let mut inner = self.lock();
+        inner.input = Input::Detached;
+        inner.partial = None;
+        inner.last_taken.take()
+    }
+
+    /// Enforces [`STDIN_WRITE_TIMEOUT`]: when the instance has read nothing for that long and a
+    /// message lies beyond the [`STDIN_PIPE_BYTES`] window, that message is dropped and returned
+    /// (the caller notes it in the log). The clock restarts after each drop.
+    pub fn drop_stalled_write(&self, now: Instant) -> Option<Arc<Envelope>> {
+        let mut inner = self.lock();
+        if !matches!(inner.input, Input::Open)
+            || now.duration_since(inner.last_read) < STDIN_WRITE_TIMEOUT
+        {
+            return None;
+        }
+        let mut in_pipe = inner.partial.as_ref().map_or(0, Bytes::len);
+        let blocked = inner.queue.iter().position(|envelope| {
+            in_pipe += envelope.line_len();
+            in_pipe > STDIN_PIPE_BYTES
+        })?;
+        inner.last_read = now;
+        let dropped = inner.queue.remove(blocked);
+        drop(inner);
+        self.space.notify_waiters();
+        dropped
+    }
+}
+
+/// A running instance's view of its mailbox.
+struct MailboxInput(Arc<Mailbox>);
+
+impl GuestInput for MailboxInput {
+    fn read(&self, max: usize) -> Option<Bytes> {
+        let mailbox = &self.0;
+        let mut inner = mailbox.lock();
+        if inner.partial.is_none() {
+            let next = match &mut inner.input {
+                Input::Closing(shutdown) => Some(shutdown.take()?),
+                Input::Detached => None,
+                Input::Open => inner.queue.pop_front().map(|envelope| {
+                    let line = Bytes::from(envelope.to_line());
+                    inner.last_taken = Some(envelope);
+                    mailbox.space.notify_waiters();
+                    line
+                }),
+            };
+            inner.partial = next;
+        }
+        let Some(partial) = inner.partial.as_mut() else {
+            return Some(Bytes::new());
+        };
+        let chunk = partial.split_to(max.min(partial.len()));
+        if partial.is_empty() {
+            inner.partial = None;
+        }
+        inner.last_read = Instant::now();
+        Some(chunk)
+    }
+
+    fn readable(&self) -> BoxFuture<'_> {
+        Box::pin(async move {
+            loop {
+                let arrived = self.0.arrived.notified();
+                {
+                    let inner = self.0.lock();
+                    let ready = inner.partial.is_some()
+                        || match inner.input {
+                            Input::Open => !inner.queue.is_empty(),
+                            Input::Closing(_) | Input::Detached => true,
+                        };
+                    if ready {
+                        // Another reader may be waiting too (a guest can poll stdin from two
+                        // streams); pass the wake-up on.
+                        self.0.arrived.notify_one();
+                        return;
+                    }
+                }
+                arrived.await;
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{ActorId, raw};
+
+    fn message(n: usize) -> Arc<Envelope> {
+        Arc::new(Envelope {
+            id: format!("m-{n}"),
+            from: ActorId::parse("test").unwrap(),
+            reply_to: None,
+            body: raw(&serde_json::json!({"type": "n", "n": n})),
+        })
+    }
+
+    fn read_line(input: &dyn GuestInput) -> Option<String> {
+        let mut line = Vec::new();
+        loop {
+            let chunk = input.read(7)?;
+            if chunk.is_empty() {
+                return (!line.is_empty()).then(|| String::from_utf8(line).unwrap());
+            }
+            line.extend_from_slice(&chunk);
+            if line.ends_with(b"\n") {
+                return Some(String::from_utf8(line).unwrap());
+            }
+        }
+    }
+
+    #[test]
+    fn a_full_mailbox_refuses_and_keeps_order() {
+        let mailbox = Mailbox::default();
+        for n in 0..MAILBOX_CAPACITY {
+            assert!(mailbox.try_push(message(n)).is_ok());
+        }
+        let Err(Full(back)) = mailbox.try_push(message(9999)) else {
+            panic!("a full mailbox accepted a message");
+        };
+        assert_eq!(back.id, "m-9999");
+        assert_eq!(mailbox.len(), MAILBOX_CAPACITY);
+    }
+
+    #[tokio::test]
+    async fn a_blocked_sender_gets_in_when_the_reader_takes() {
+        let mailbox = Arc::new(Mailbox::default());
+        for n in 0..MAILBOX_CAPACITY {
+            mailbox.try_push(message(n)).ok().unwrap();
+        }
+        let sender = tokio::spawn({
+            let mailbox = mailbox.clone();
+            async move { mailbox.push(message(5000)).await.is_ok() }
+        });
+        assert_eq!(mailbox.recv().await.id, "m-0");
+        assert!(sender.await.unwrap());
+        assert_eq!(mailbox.len(), MAILBOX_CAPACITY);
+    }
+
+    #[test]
+    fn stdin_reads_lines_in_order_and_shutdown_then_eof() {
+        let mailbox = Arc::new(Mailbox::default());
+        mailbox.try_push(message(1)).ok().unwrap();
+        let input = mailbox.attach();
+        mailbox.try_push(message(2)).ok().unwrap();
+        assert!(read_line(&*input).unwrap().contains("\"m-1\""));
+        assert!(read_line(&*input).unwrap().contains("\"m-2\""));
+        assert_eq!(input.read(10), Some(Bytes::new()), "nothing ready yet");
+        mailbox.try_push(message(3)).ok().unwrap();
+        mailbox.close_input(b"{\"shutdown\"}\n".to_vec());
+        assert_eq!(read_line(&*input).unwrap(), "{\"shutdown\"}\n");
+        assert_eq!(input.read(10), None, "end of input after the shutdown");
+        assert_eq!(
+            mailbox.detach().unwrap().id,
+            "m-2",
+            "the last message taken"
+        );
+        assert_eq!(mailbox.len(), 1, "m-3 waits for the next instance");
+    }
+
+    #[test]
+    fn a_stalled_write_beyond_the_pipe_is_dropped() {
+        let mailbox = Arc::new(Mailbox::default());
+        let _input = mailbox.attach();
+        let big = |n: usize| {
+            Arc::new(Envelope {
+                id: format!("m-{n:04}"),
+                from: ActorId::parse("test").unwrap(),
+                reply_to: None,
+                body: raw(&serde_json::json!({"type": "big", "pad": "x".repeat(1000)})),
+            })
+        };
+        let fit = STDIN_PIPE_BYTES / big(0).line_len();
+        for n in 0..fit + 3 {
+            mailbox.try_push(big(n)).ok().unwrap();
+        }
+        let now = Instant::now();
+        assert!(mailbox.drop_stalled_write(now).is_none(), "too early");
+        let later = now + STDIN_WRITE_TIMEOUT + Duration::from_secs(1);
+        let dropped = mailbox.drop_stalled_write(later).unwrap();
+        assert_eq!(dropped.id, format!("m-{fit:04}"));
+        assert!(
+            mailbox.drop_stalled_write(later).is_none(),
+            "the clock restarts"
+        );
+    }
+}

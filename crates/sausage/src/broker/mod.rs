@@ -1,0 +1,248 @@
+//! The broker (DESIGN §3): the native actor that routes messages, owns the mailboxes, runs
+//! every WASM actor under a supervisor, and answers requests sent to `broker`.
+//!
+//! It accepts `.wasm` files and knows no source language. Operations on one actor never run
+//! at once: each takes that actor's operation lock first.
+
+mod candidate;
+pub mod mailbox;
+mod requests;
+pub mod router;
+pub mod stdio;
+pub mod supervisor;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result};
+use tokio::task::JoinSet;
+
+use crate::message::{ActorId, Envelope, NATIVE_ACTORS};
+use crate::runtime::{Program, Runtime};
+use crate::world::{Registry, World};
+use mailbox::Mailbox;
+use router::Router;
+use supervisor::{ActorHandle, Supervisor};
+
+/// The native actors that run in this version of the host, with their mailboxes.
+pub const RUNNING_NATIVES: [&str; 2] = ["broker", "console"];
+
+pub struct Broker {
+    pub world: World,
+    pub runtime: Arc<Runtime>,
+    pub router: Arc<Router>,
+    /// The registry as last saved; every change goes through [`Broker::update_registry`].
+    registry: tokio::sync::Mutex<Registry>,
+    /// Supervisors of the WASM actors.
+    actors: Mutex<HashMap<ActorId, ActorHandle>>,
+    /// One lock per actor id: an operation on an actor holds it from start to reply.
+    operations: Mutex<HashMap<ActorId, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Broker {
+    /// Opens a world: cleans what a crashed host left, compiles every registered actor and
+    /// starts the ones that were running.
+    pub async fn start(world: World, runtime: Arc<Runtime>) -> Result<Arc<Broker>> {
+        let registry = world.load_registry()?;
+        for dir in ["actor", "private", "broker"] {
+            crate::fs::clean_temporaries(&world.root().join(dir)).with_context(|| {
+                format!("{}: cannot clean temporary files", world.root().display())
+            })?;
+        }
+        clear_dir(&world.scratch_dir())?;
+
+        let router = Arc::new(Router::new(world.clone(), world.load_next_message_id()));
+        for native in RUNNING_NATIVES {
+            router.add(&ActorId::parse(native).expect("native ids are valid"));
+        }
+        let broker = Arc::new(Broker {
+            world,
+            runtime,
+            router,
+            registry: tokio::sync::Mutex::new(registry.clone()),
+            actors: Mutex::default(),
+            operations: Mutex::default(),
+        });
+        broker.apply_subscriptions(&registry);
+
+        // Compile every actor in parallel before any starts.
+        let mut compiling = JoinSet::new();
+        for (id, entry) in &registry.actors {
+            let id = ActorId::parse(id)
+                .map_err(|e| anyhow::anyhow!("{REGISTRY_NAME}: {e}; fix the registry"))?;
+            let wasm = broker
+                .world
+                .version_dir(&id, entry.version)
+                .join("actor.wasm");
+            let runtime = broker.runtime.clone();
+            let (version, running) = (entry.version, entry.running);
+            compiling.spawn_blocking(move || {
+                let program = std::fs::read(&wasm)
+                    .map_err(anyhow::Error::from)
+                    .and_then(|bytes| runtime.compile(&bytes))
+                    .with_context(|| format!("actor {id}: {}", wasm.display()));
+                (id, version, running, program)
+            });
+        }
+        while let Some(done) = compiling.join_next().await {
+            let (id, version, running, program) = done.context("compiling an actor")?;
+            match program {
+                Ok(program) => broker.supervise(&id, version, program, running),
+                Err(e) => eprintln!("sausage: {e:#}; it stays stopped"),
+            }
+        }
+        Ok(broker)
+    }
+
+    /// Serves requests to `broker` until the host stops.
+    pub async fn serve(self: &Arc<Self>) {
+        let mailbox = self
+            .router
+            .mailbox(&ActorId::broker())
+            .expect("the broker has a mailbox");
+        loop {
+            let request = mailbox.recv().await;
+            let broker = self.clone();
+            tokio::spawn(async move { broker.answer(request).await });
+        }
+    }
+
+    /// Stops every WASM actor gracefully, all at once, and waits for them. Their registry
+    /// entries keep `running`, so the next run starts them again.
+    pub async fn shutdown(&self) {
+        let handles: Vec<ActorHandle> = self
+            .actors
+            .lock()
+            .expect("actors lock")
+            .values()
+            .cloned()
+            .collect();
+        let mut stopping = JoinSet::new();
+        for handle in handles {
+            stopping.spawn(async move { handle.stop().await });
+        }
+        while stopping.join_next().await.is_some() {}
+    }
+
+    fn supervise(&self, id: &ActorId, version: u32, program: Program, running: bool) {
+        let mailbox = self.router.add(id);
+        let handle = Supervisor {
+            id: id.clone(),
+            version,
+            program,
+            runtime: self.runtime.clone(),
+            router: self.router.clone(),
+            world: self.world.clone(),
+            mailbox,
+        }
+        .spawn(running);
+        self.actors
+            .lock()
+            .expect("actors lock")
+            .insert(id.clone(), handle);
+    }
+
+    fn handle(&self, id: &ActorId) -> Option<ActorHandle> {
+        self.actors.lock().expect("actors lock").get(id).cloned()
+    }
+
+    fn operation_lock(&self, id: &ActorId) -> Arc<tokio::sync::Mutex<()>> {
+        let mut operations = self.operations.lock().expect("operations lock");
+        operations.entry(id.clone()).or_default().clone()
+    }
+
+    /// Changes the registry and saves it before anyone sees the change.
+    async fn update_registry<R>(&self, change: impl FnOnce(&mut Registry) -> R) -> Result<R> {
+        let mut registry = self.registry.lock().await;
+        let mut changed = registry.clone();
+        let result = change(&mut changed);
+        self.world.save_registry(&changed)?;
+        self.apply_subscriptions(&changed);
+        *registry = changed;
+        Ok(result)
+    }
+
+    async fn registry(&self) -> Registry {
+        self.registry.lock().await.clone()
+    }
+
+    fn apply_subscriptions(&self, registry: &Registry) {
+        let mut subscriptions = HashMap::new();
+        for (publisher, subscribers) in &registry.subscriptions {
+            let (Ok(publisher), subscribers) = (
+                ActorId::parse(publisher),
+                subscribers
+                    .iter()
+                    .filter_map(|s| ActorId::parse(s).ok())
+                    .collect(),
+            ) else {
+                continue;
+            };
+            subscriptions.insert(publisher, subscribers);
+        }
+        self.router.set_subscriptions(subscriptions);
+    }
+
+    /// Every actor the world knows: registered WASM actors and running natives.
+    async fn known_actors(&self) -> BTreeMap<String, &'static str> {
+        let mut known: BTreeMap<String, &'static str> = self
+            .registry()
+            .await
+            .actors
+            .keys()
+            .map(|id| (id.clone(), "wasm"))
+            .collect();
+        for native in NATIVE_ACTORS {
+            if self
+                .router
+                .mailbox(&ActorId::parse(native).expect("valid"))
+                .is_some()
+            {
+                known.insert(native.to_string(), "native");
+            }
+        }
+        known
+    }
+
+    /// The mailbox of a native actor other than the broker, for its own loop.
+    pub fn native_mailbox(&self, id: &str) -> Arc<Mailbox> {
+        let id = ActorId::parse(id).expect("native ids are valid");
+        self.router.add(&id)
+    }
+
+    /// Sends a message as `from` (a native actor), waiting on back-pressure.
+    pub async fn send(&self, from: &ActorId, out: crate::message::Outgoing) -> String {
+        self.router.send(from, out).await
+    }
+}
+
+const REGISTRY_NAME: &str = crate::world::REGISTRY;
+
+/// Removes everything inside `dir` (creating it if missing).
+fn clear_dir(dir: &std::path::Path) -> Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).with_context(|| format!("{}: cannot empty", dir.display()))?;
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))
+}
+
+/// Copies a folder tree (files and folders; anything else is refused).
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let target = to.join(entry.file_name());
+        if kind.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else if kind.is_file() {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+/// An envelope's sender, for replies.
+fn requester(envelope: &Envelope) -> &ActorId {
+    &envelope.from
+}

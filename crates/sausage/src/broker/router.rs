@@ -1,0 +1,350 @@
+//! Routing: who gets a message, under which id, and what the sender hears when it cannot be
+//! delivered.
+//!
+//! The router owns the table of mailboxes and the subscriptions as routing sees them. It never
+//! parses a body: a message is delivered as the raw JSON its sender wrote. Back-pressure lives
+//! here: a delivery to a full mailbox waits (up to `FULL_MAILBOX_TIMEOUT`) before it fails.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use serde_json::json;
+
+use super::mailbox::{Full, MAILBOX_CAPACITY, Mailbox};
+use crate::message::{ActorId, Envelope, Outgoing, raw};
+use crate::world::{MESSAGE_ID_BLOCK, World};
+
+pub struct Router {
+    mailboxes: RwLock<HashMap<ActorId, Arc<Mailbox>>>,
+    /// Publisher → subscribers, mirrored from the registry by the broker.
+    subscribers: RwLock<HashMap<ActorId, Vec<ActorId>>>,
+    ids: MessageIds,
+}
+
+/// A message on its way: its envelope and the recipients it has not reached yet.
+pub struct Delivery {
+    envelope: Arc<Envelope>,
+    recipients: VecDeque<ActorId>,
+}
+
+impl Router {
+    pub fn new(world: World, first_message_id: u64) -> Router {
+        Router {
+            mailboxes: RwLock::default(),
+            subscribers: RwLock::default(),
+            ids: MessageIds::new(world, first_message_id),
+        }
+    }
+
+    /// Adds an actor's mailbox (or returns the one it has).
+    pub fn add(&self, id: &ActorId) -> Arc<Mailbox> {
+        let mut mailboxes = self.mailboxes.write().expect("router lock");
+        mailboxes.entry(id.clone()).or_default().clone()
+    }
+
+    /// Removes an actor's mailbox: later messages to it are undeliverable.
+    pub fn remove(&self, id: &ActorId) -> Option<Arc<Mailbox>> {
+        self.mailboxes.write().expect("router lock").remove(id)
+    }
+
+    pub fn mailbox(&self, id: &ActorId) -> Option<Arc<Mailbox>> {
+        self.mailboxes.read().expect("router lock").get(id).cloned()
+    }
+
+    pub fn set_subscriptions(&self, subscriptions: HashMap<ActorId, Vec<ActorId>>) {
+        *self.subscribers.write().expect("router lock") = subscriptions;
+    }
+
+    /// A fresh `m-<n>` id, unique within the world across restarts.
+    pub fn next_id(&self) -> String {
+        format!("m-{}", self.ids.next())
+    }
+
+    /// Gives a message written by `from` its id and recipients: `to`, or every subscriber of
+    /// `from` when `to` is absent.
+    pub fn accept(&self, from: &ActorId, out: Outgoing) -> Delivery {
+        let id = match out.id {
+            Some(own) => format!("{from}/{own}"),
+            None => self.next_id(),
+        };
+        let recipients = match out.to {
+            Some(to) => match ActorId::parse(&to) {
+                Ok(to) => VecDeque::from([to]),
+                Err(reason) => {
+                    let envelope = Envelope {
+                        id,
+                        from: from.clone(),
+                        reply_to: out.reply_to,
+                        body: out.body,
+                    };
+                    self.undeliverable(&envelope, &to, &reason);
+                    return Delivery {
+                        envelope: Arc::new(envelope),
+                        recipients: VecDeque::new(),
+                    };
+                }
+            },
+            None => self
+                .subscribers
+                .read()
+                .expect("router lock")
+                .get(from)
+                .map(|subs| subs.iter().cloned().collect())
+                .unwrap_or_default(),
+        };
+        Delivery {
+            envelope: Arc::new(Envelope {
+                id,
+                from: from.clone(),
+                reply_to: out.reply_to,
+                body: out.body,
+            }),
+            recipients,
+        }
+    }
+
+    /// Delivers to every recipient whose mailbox has room, in order, without waiting. Returns
+    /// true when the delivery is done; false when it must wait for the next recipient's space.
+    pub fn try_deliver(&self, delivery: &mut Delivery) -> bool {
+        while let Some(to) = delivery.recipients.front() {
+            let Some(mailbox) = self.mailbox(to) else {
+                let to = delivery.recipients.pop_front().expect("front exists");
+                self.undeliverable(&delivery.envelope, to.as_str(), &self.unknown(&to));
+                continue;
+            };
+            if mailbox.try_push(delivery.envelope.clone()).is_err() {
+                return false;
+            }
+            delivery.recipients.pop_front();
+        }
+        true
+    }
+
+    /// Delivers to every recipient, waiting on full mailboxes; a mailbox that stays full past
+    /// its timeout makes the message undeliverable to that recipient.
+    pub async fn deliver(&self, mut delivery: Delivery) {
+        while !self.try_deliver(&mut delivery) {
+            let to = delivery
+                .recipients
+                .pop_front()
+                .expect("a blocked recipient");
+            let Some(mailbox) = self.mailbox(&to) else {
+                continue;
+            };
+            if let Err(Full(_)) = mailbox.push(delivery.envelope.clone()).await {
+                let reason = format!(
+                    "the mailbox of `{to}` stayed full ({MAILBOX_CAPACITY} messages) for 30 s; \
+                     `{to}` is not keeping up"
+                );
+                self.undeliverable(&delivery.envelope, to.as_str(), &reason);
+            }
+        }
+    }
+
+    /// Routes one message from `from` to the end, waiting as needed.
+    pub async fn send(&self, from: &ActorId, out: Outgoing) -> String {
+        let delivery = self.accept(from, out);
+        let id = delivery.envelope.id.clone();
+        self.deliver(delivery).await;
+        id
+    }
+
+    /// Tells the sender its message did not reach `to`. Never waits and never reports on a
+    /// report, so two actors cannot bounce notices forever.
+    fn undeliverable(&self, failed: &Envelope, to: &str, reason: &str) {
+        let broker = ActorId::broker();
+        if failed.from == broker {
+            return;
+        }
+        let Some(sender) = self.mailbox(&failed.from) else {
+            return;
+        };
+        let notice = Envelope {
+            id: self.next_id(),
+            from: broker,
+            reply_to: Some(failed.id.clone()),
+            body: raw(&json!({"type": "undeliverable", "reason": reason, "to": to})),
+        };
+        // Dropping the notice when the sender's own mailbox is full is right: waiting here
+        // could deadlock two actors that flood each other.
+        let _ = sender.try_push(Arc::new(notice));
+    }
+
+    fn unknown(&self, to: &ActorId) -> String {
+        let mailboxes = self.mailboxes.read().expect("router lock");
+        let mut known: Vec<&str> = mailboxes.keys().map(ActorId::as_str).collect();
+        known.sort_unstable();
+        format!("no actor `{to}`; known actors: {}", known.join(", "))
+    }
+}
+
+impl Delivery {
+    pub fn id(&self) -> &str {
+        &self.envelope.id
+    }
+}
+
+/// Hands out message numbers, reserving them in blocks of [`MESSAGE_ID_BLOCK`] on disk first,
+/// so a number is never handed out twice, even after a hard kill.
+struct MessageIds {
+    next: AtomicU64,
+    /// The end of the block saved on disk; numbers below it may be used.
+    reserved: Mutex<u64>,
+    world: World,
+}
+
+impl MessageIds {
+    fn new(world: World, first: u64) -> MessageIds {
+        MessageIds {
+            next: AtomicU64::new(first),
+            reserved: Mutex::new(first),
+            world,
+        }
+    }
+
+    fn next(&self) -> u64 {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut reserved = self.reserved.lock().expect("id lock");
+        if n >= *reserved {
+            let end = n + MESSAGE_ID_BLOCK;
+            if let Err(e) = self.world.save_next_message_id(end) {
+                // Ids stay unique within this run; only a hard kill could then reuse some.
+                eprintln!("sausage: cannot reserve message ids: {e:#}");
+            }
+            *reserved = end;
+        }
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(s: &str) -> ActorId {
+        ActorId::parse(s).unwrap()
+    }
+
+    fn out(line: &str) -> Outgoing {
+        Outgoing::parse(line.as_bytes()).unwrap()
+    }
+
+    fn router() -> (tempfile::TempDir, Router) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("broker")).unwrap();
+        let router = Router::new(World::new(dir.path()), 1);
+        (dir, router)
+    }
+
+    /// Lines in, messages out: every message each mailbox holds, as `(id, from, reply_to,
+    /// body)`.
+    fn drain(router: &Router, who: &str) -> Vec<serde_json::Value> {
+        let mailbox = router.mailbox(&id(who)).unwrap();
+        let input = mailbox.attach();
+        let mut lines = Vec::new();
+        let mut text = Vec::new();
+        while let Some(chunk) = input.read(1 << 16) {
+            if chunk.is_empty() {
+                break;
+            }
+            text.extend_from_slice(&chunk);
+        }
+        mailbox.detach();
+        for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            lines.push(serde_json::from_slice(line).unwrap());
+        }
+        lines
+    }
+
+    #[tokio::test]
+    async fn ids_are_assigned_or_prefixed_with_the_sender() {
+        let (_dir, r) = router();
+        r.add(&id("a"));
+        r.add(&id("b"));
+        r.send(&id("a"), out(r#"{"to":"b","body":{"type":"x"}}"#))
+            .await;
+        r.send(
+            &id("a"),
+            out(r#"{"to":"b","id":"q1","reply_to":"m-9","body":{"type":"y"}}"#),
+        )
+        .await;
+        let got = drain(&r, "b");
+        assert_eq!(got[0]["id"], "m-1");
+        assert_eq!(got[0]["from"], "a");
+        assert!(got[0].get("reply_to").is_none());
+        assert_eq!(got[1]["id"], "a/q1");
+        assert_eq!(got[1]["reply_to"], "m-9");
+        assert_eq!(got[1]["body"]["type"], "y");
+    }
+
+    #[tokio::test]
+    async fn publish_goes_to_every_subscriber() {
+        let (_dir, r) = router();
+        for a in ["pub", "s1", "s2"] {
+            r.add(&id(a));
+        }
+        r.set_subscriptions(HashMap::from([(id("pub"), vec![id("s1"), id("s2")])]));
+        r.send(&id("pub"), out(r#"{"body":{"type":"news"}}"#)).await;
+        let (s1, s2) = (drain(&r, "s1"), drain(&r, "s2"));
+        assert_eq!(s1.len(), 1);
+        assert_eq!(s1, s2, "one message, one id, for every subscriber");
+        assert!(drain(&r, "pub").is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_unknown_recipient_makes_the_message_undeliverable() {
+        let (_dir, r) = router();
+        r.add(&id("a"));
+        let sent = r
+            .send(&id("a"), out(r#"{"to":"ghost","body":{"type":"x"}}"#))
+            .await;
+        r.send(&id("a"), out(r#"{"to":"Bad Id","body":{"type":"x"}}"#))
+            .await;
+        let got = drain(&r, "a");
+        assert_eq!(got[0]["from"], "broker");
+        assert_eq!(got[0]["reply_to"], sent.as_str());
+        assert_eq!(got[0]["body"]["type"], "undeliverable");
+        assert_eq!(got[0]["body"]["to"], "ghost");
+        let reason = got[0]["body"]["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("no actor `ghost`") && reason.contains("a"),
+            "{reason}"
+        );
+        assert!(
+            got[1]["body"]["reason"]
+                .as_str()
+                .unwrap()
+                .contains("character")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_full_mailbox_blocks_the_sender_until_there_is_room() {
+        let (_dir, r) = router();
+        r.add(&id("a"));
+        let b = r.add(&id("b"));
+        for _ in 0..MAILBOX_CAPACITY {
+            r.send(&id("a"), out(r#"{"to":"b","body":{"type":"x"}}"#))
+                .await;
+        }
+        let mut blocked = r.accept(&id("a"), out(r#"{"to":"b","body":{"type":"last"}}"#));
+        assert!(
+            !r.try_deliver(&mut blocked),
+            "a full mailbox must not take more"
+        );
+        b.recv().await;
+        assert!(r.try_deliver(&mut blocked));
+        assert_eq!(b.len(), MAILBOX_CAPACITY);
+    }
+
+    #[test]
+    fn message_ids_are_reserved_on_disk_before_use() {
+        let (dir, r) = router();
+        assert_eq!(r.next_id(), "m-1");
+        let world = World::new(dir.path());
+        assert_eq!(world.load_next_message_id(), 1 + MESSAGE_ID_BLOCK);
+        let again = Router::new(world.clone(), world.load_next_message_id());
+        assert_eq!(again.next_id(), format!("m-{}", 1 + MESSAGE_ID_BLOCK));
+    }
+}

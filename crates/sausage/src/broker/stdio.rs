@@ -1,0 +1,193 @@
+//! What a WASM actor writes: stdout lines routed as messages, stderr appended to its log.
+//!
+//! A stdout line is routed as soon as its newline arrives. When a recipient's mailbox is full
+//! the stdout stops taking bytes (capacity 0) until the message is in, so a fast producer is
+//! slowed down, never dropped, and its later lines keep their order.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::Write;
+use std::sync::Arc;
+
+use super::router::{Delivery, Router};
+use crate::message::{ActorId, Outgoing};
+use crate::runtime::stdio::{BoxFuture, GuestOutput};
+use crate::world::World;
+
+/// Longest stdout line that is routed. A longer one is skipped up to its newline, with a note
+/// in the log; the host never holds more than this of it.
+pub const MAX_LINE_BYTES: usize = 1024 * 1024;
+
+/// How much a guest may write in one go while nothing blocks.
+const WRITE_CHUNK: usize = 64 * 1024;
+
+/// How much of a bad line the log note quotes.
+const NOTE_QUOTE_CHARS: usize = 200;
+
+/// A WASM actor's stdout: lines in, deliveries out.
+pub struct RoutedStdout {
+    from: ActorId,
+    router: Arc<Router>,
+    world: World,
+    line: Vec<u8>,
+    /// The current line passed [`MAX_LINE_BYTES`]: skip to its newline.
+    overlong: bool,
+    /// Deliveries waiting for a full mailbox, oldest first; while any waits, capacity is 0.
+    blocked: VecDeque<Delivery>,
+}
+
+impl RoutedStdout {
+    pub fn new(from: ActorId, router: Arc<Router>, world: World) -> RoutedStdout {
+        RoutedStdout {
+            from,
+            router,
+            world,
+            line: Vec::new(),
+            overlong: false,
+            blocked: VecDeque::new(),
+        }
+    }
+
+    fn end_line(&mut self) {
+        if std::mem::take(&mut self.overlong) {
+            self.world.log_note(
+                &self.from,
+                &format!("a stdout line longer than {MAX_LINE_BYTES} bytes was not routed"),
+            );
+            return;
+        }
+        let line = std::mem::take(&mut self.line);
+        let line = line.strip_suffix(b"\r").unwrap_or(&line);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        match Outgoing::parse(line) {
+            Ok(out) => {
+                let mut delivery = self.router.accept(&self.from, out);
+                if !self.blocked.is_empty() || !self.router.try_deliver(&mut delivery) {
+                    self.blocked.push_back(delivery);
+                }
+            }
+            Err(reason) => {
+                let text = String::from_utf8_lossy(line);
+                let quote: String = text.chars().take(NOTE_QUOTE_CHARS).collect();
+                let more = if quote.len() < text.len() { "…" } else { "" };
+                self.world.log_note(
+                    &self.from,
+                    &format!("stdout line not routed ({reason}): {quote}{more}"),
+                );
+            }
+        }
+    }
+}
+
+impl GuestOutput for RoutedStdout {
+    fn capacity(&mut self) -> usize {
+        if self.blocked.is_empty() {
+            WRITE_CHUNK
+        } else {
+            0
+        }
+    }
+
+    fn write(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let (part, rest, ends) = match bytes.iter().position(|b| *b == b'\n') {
+                Some(n) => (&bytes[..n], &bytes[n + 1..], true),
+                None => (bytes, &[][..], false),
+            };
+            if !self.overlong {
+                if self.line.len() + part.len() > MAX_LINE_BYTES {
+                    self.overlong = true;
+                    self.line = Vec::new();
+                } else {
+                    self.line.extend_from_slice(part);
+                }
+            }
+            if ends {
+                self.end_line();
+            }
+            bytes = rest;
+        }
+    }
+
+    fn writable(&mut self) -> BoxFuture<'_> {
+        Box::pin(async move {
+            while let Some(delivery) = self.blocked.pop_front() {
+                self.router.deliver(delivery).await;
+            }
+        })
+    }
+}
+
+/// A guest's stderr, appended to its `stderr.log` (or, for candidates, kept in memory).
+pub struct LogOutput {
+    file: Option<File>,
+}
+
+impl LogOutput {
+    pub fn append_to(path: &std::path::Path) -> LogOutput {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path);
+        if let Err(e) = &file {
+            eprintln!("sausage: {}: cannot open the log: {e}", path.display());
+        }
+        LogOutput { file: file.ok() }
+    }
+}
+
+impl GuestOutput for LogOutput {
+    fn capacity(&mut self) -> usize {
+        WRITE_CHUNK
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        if let Some(file) = &mut self.file
+            && let Err(e) = file.write_all(bytes)
+        {
+            eprintln!("sausage: cannot append to an actor's stderr.log: {e}");
+        }
+    }
+
+    fn writable(&mut self) -> BoxFuture<'_> {
+        Box::pin(async {})
+    }
+}
+
+/// Output kept in memory, up to a bound (a candidate's stdout and stderr under test).
+#[derive(Clone, Default)]
+pub struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+/// How much of a candidate's output is kept: enough for a useful tail in an error.
+const CAPTURE_BYTES: usize = 64 * 1024;
+
+impl Captured {
+    /// The last `max` characters, for an error message.
+    pub fn tail(&self, max: usize) -> String {
+        let bytes = self.0.lock().expect("capture lock");
+        let text = String::from_utf8_lossy(&bytes);
+        let start = text.len().saturating_sub(max);
+        text[text.ceil_char_boundary(start)..].trim().to_string()
+    }
+}
+
+impl GuestOutput for Captured {
+    fn capacity(&mut self) -> usize {
+        WRITE_CHUNK
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut kept = self.0.lock().expect("capture lock");
+        kept.extend_from_slice(bytes);
+        if kept.len() > CAPTURE_BYTES {
+            let cut = kept.len() - CAPTURE_BYTES;
+            kept.drain(..cut);
+        }
+    }
+
+    fn writable(&mut self) -> BoxFuture<'_> {
+        Box::pin(async {})
+    }
+}

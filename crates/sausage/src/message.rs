@@ -1,0 +1,252 @@
+//! Messages as they cross the broker (DESIGN §1): actor ids, the line an actor writes, and the
+//! envelope the broker delivers.
+//!
+//! Bodies are kept as raw JSON text from the line that carried them: routing checks that a body
+//! is an object and passes it on without parsing it into values or serialising it again.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// Longest actor id (DESIGN §1).
+pub const MAX_ACTOR_ID_LEN: usize = 64;
+
+/// The broker's own id: requests are messages to it, and it signs every notice it sends.
+pub const BROKER: &str = "broker";
+
+/// Native actors run inside the host; no WASM actor may take their ids.
+pub const NATIVE_ACTORS: [&str; 5] = ["broker", "console", "cargo", "web", "scheduler"];
+
+/// A valid actor id: `a-z`, `0-9`, `-`, `_`, 1 to 64 characters. Cheap to clone.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ActorId(Arc<str>);
+
+impl ActorId {
+    /// Checks `id` against the rules of DESIGN §1; the error says what is wrong.
+    pub fn parse(id: &str) -> Result<ActorId, String> {
+        if id.is_empty() {
+            return Err("an actor id cannot be empty".into());
+        }
+        if id.len() > MAX_ACTOR_ID_LEN {
+            return Err(format!(
+                "actor id `{}…` is {} characters long; the limit is {MAX_ACTOR_ID_LEN}",
+                &id[..id.floor_char_boundary(16)],
+                id.len()
+            ));
+        }
+        if let Some(bad) = id
+            .chars()
+            .find(|c| !matches!(c, 'a'..='z' | '0'..='9' | '-' | '_'))
+        {
+            return Err(format!(
+                "actor id `{id}` has the character {bad:?}; use only a-z, 0-9, `-` and `_`"
+            ));
+        }
+        Ok(ActorId(id.into()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_native(&self) -> bool {
+        NATIVE_ACTORS.contains(&self.as_str())
+    }
+
+    pub fn broker() -> ActorId {
+        ActorId(BROKER.into())
+    }
+}
+
+impl fmt::Display for ActorId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for ActorId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", &*self.0)
+    }
+}
+
+/// What an actor writes: `{"to": "notes", "id": "x1", "reply_to": "m-17", "body": {...}}`.
+/// Only `body` is required; unknown fields are ignored.
+#[derive(Deserialize)]
+pub struct Outgoing {
+    #[serde(default)]
+    pub to: Option<String>,
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub reply_to: Option<String>,
+    pub body: Box<RawValue>,
+}
+
+impl Outgoing {
+    /// Parses one line an actor wrote. The error says why the line is not a message.
+    pub fn parse(line: &[u8]) -> Result<Outgoing, String> {
+        let out: Outgoing = serde_json::from_slice(line).map_err(|e| {
+            if e.is_data() {
+                format!("not a message: {e} (a message is a JSON object with a `body` object)")
+            } else {
+                format!("not JSON: {e}")
+            }
+        })?;
+        if !out.body.get().starts_with('{') {
+            return Err("the `body` must be a JSON object with a `type` field".into());
+        }
+        Ok(out)
+    }
+
+    /// A message whose body is built by the host.
+    pub fn new(to: &ActorId, body: &serde_json::Value) -> Outgoing {
+        Outgoing {
+            to: Some(to.to_string()),
+            id: None,
+            reply_to: None,
+            body: raw(body),
+        }
+    }
+
+    pub fn replying_to(mut self, id: Option<&str>) -> Outgoing {
+        self.reply_to = id.map(str::to_owned);
+        self
+    }
+}
+
+/// A message as the broker delivers it:
+/// `{"id": "m-17", "from": "console", "reply_to": "agent/a3", "body": {...}}`.
+#[derive(Debug)]
+pub struct Envelope {
+    pub id: String,
+    pub from: ActorId,
+    pub reply_to: Option<String>,
+    pub body: Box<RawValue>,
+}
+
+impl Envelope {
+    /// The line written to a guest's stdin, newline included.
+    pub fn to_line(&self) -> Vec<u8> {
+        let body = self.body.get();
+        let mut line = Vec::with_capacity(body.len() + self.id.len() + 64);
+        line.extend_from_slice(b"{\"id\":");
+        push_json_string(&mut line, &self.id);
+        line.extend_from_slice(b",\"from\":\"");
+        // Actor ids contain no character JSON would escape.
+        line.extend_from_slice(self.from.as_str().as_bytes());
+        line.push(b'"');
+        if let Some(reply_to) = &self.reply_to {
+            line.extend_from_slice(b",\"reply_to\":");
+            push_json_string(&mut line, reply_to);
+        }
+        line.extend_from_slice(b",\"body\":");
+        line.extend_from_slice(body.as_bytes());
+        line.extend_from_slice(b"}\n");
+        line
+    }
+
+    /// The length of [`Envelope::to_line`] without rendering it (escapes in ids not counted).
+    pub fn line_len(&self) -> usize {
+        const FRAME: usize = r#"{"id":"","from":"","body":}"#.len() + 1;
+        const REPLY_FRAME: usize = r#","reply_to":"""#.len();
+        self.body.get().len()
+            + self.id.len()
+            + self.from.as_str().len()
+            + self.reply_to.as_ref().map_or(0, |r| r.len() + REPLY_FRAME)
+            + FRAME
+    }
+
+    /// The body parsed into a value, for the native actors that read it.
+    pub fn body_value(&self) -> serde_json::Value {
+        // A body is always valid JSON: it came through `RawValue` or from a `Value`.
+        serde_json::from_str(self.body.get()).expect("a routed body is valid JSON")
+    }
+
+    /// The body's `type`, if it has a string one.
+    pub fn body_type(&self) -> Option<String> {
+        #[derive(Deserialize)]
+        struct Typed {
+            #[serde(rename = "type")]
+            kind: Option<String>,
+        }
+        serde_json::from_str::<Typed>(self.body.get())
+            .ok()
+            .and_then(|t| t.kind)
+    }
+}
+
+/// Serialises a host-built body once, for routing.
+pub fn raw(body: &serde_json::Value) -> Box<RawValue> {
+    // Serialising a `Value` cannot fail: its keys are strings.
+    serde_json::value::to_raw_value(body).expect("a JSON value serialises")
+}
+
+fn push_json_string(out: &mut Vec<u8>, s: &str) {
+    // Serialising a string into a Vec cannot fail.
+    serde_json::to_writer(&mut *out, s).expect("a string serialises");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actor_ids_follow_the_rules() {
+        for good in ["a", "echo", "notes-2", "x_y", &"a".repeat(64)] {
+            assert!(ActorId::parse(good).is_ok(), "{good}");
+        }
+        for bad in ["", "Echo", "a b", "a/b", "..", "é", &"a".repeat(65), "a\n"] {
+            let err = ActorId::parse(bad).unwrap_err();
+            assert!(!err.is_empty(), "{bad}");
+        }
+        assert!(ActorId::parse("caf\u{e9}").unwrap_err().contains("'é'"));
+    }
+
+    #[test]
+    fn outgoing_lines_need_an_object_body() {
+        let ok = Outgoing::parse(br#"{"to":"a","id":"x","body":{"type":"t"},"extra":1}"#).unwrap();
+        assert_eq!(ok.to.as_deref(), Some("a"));
+        assert_eq!(ok.body.get(), r#"{"type":"t"}"#);
+        for bad in [
+            &b"not json"[..],
+            b"[1,2]",
+            br#"{"to":"a"}"#,
+            br#"{"body":3}"#,
+            br#"{"body":"text"}"#,
+            br#"{"to":5,"body":{}}"#,
+            b"\xff\xfe",
+        ] {
+            assert!(
+                Outgoing::parse(bad).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn envelope_lines_are_json_with_the_body_verbatim() {
+        let env = Envelope {
+            id: "a/q".into(),
+            from: ActorId::parse("echo").unwrap(),
+            reply_to: Some("m-1".into()),
+            body: RawValue::from_string(r#"{ "type" : "t" }"#.into()).unwrap(),
+        };
+        let line = env.to_line();
+        assert!(line.ends_with(b"}\n"));
+        let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(v["id"], "a/q");
+        assert_eq!(v["from"], "echo");
+        assert_eq!(v["reply_to"], "m-1");
+        assert_eq!(v["body"]["type"], "t");
+        assert!(
+            String::from_utf8(line)
+                .unwrap()
+                .contains(r#"{ "type" : "t" }"#)
+        );
+        assert_eq!(env.body_type().as_deref(), Some("t"));
+    }
+}

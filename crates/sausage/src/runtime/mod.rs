@@ -1,0 +1,297 @@
+//! The runtime: one wasmtime engine, one linker, and instances of `wasi:cli/run` components.
+//!
+//! It runs a component with the mounts, environment and stdio it is given and reports how the
+//! run ended. It knows nothing of routing, actors or versions. Only this module and its
+//! children name wasmtime types.
+
+pub mod stdio;
+pub mod wasi_fs;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use wasmtime::component::{Component, HasData, Linker, ResourceTable};
+use wasmtime::{Config, Engine, Store};
+use wasmtime_wasi::filesystem::WasiFilesystemView;
+use wasmtime_wasi::p2::bindings::CommandPre;
+use wasmtime_wasi::{I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
+
+use crate::fs::Mount;
+use stdio::{GuestInput, GuestOutput, Stdin, Stdout};
+use wasi_fs::{FsState, FsView};
+
+/// How often every guest is interrupted so that it yields to the others: one busy actor can
+/// hold a worker thread for at most this long.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// A compiled component, linked and ready to instantiate. Cheap to clone.
+#[derive(Clone)]
+pub struct Program {
+    pre: CommandPre<Guest>,
+}
+
+/// Everything one instance gets from its host.
+pub struct InstanceConfig {
+    pub env: Vec<(String, String)>,
+    pub mounts: Vec<Mount>,
+    pub stdin: Arc<dyn GuestInput>,
+    pub stdout: Stdout,
+    pub stderr: Stdout,
+    /// Outgoing `wasi:http`; candidates under test run without it.
+    pub http: bool,
+}
+
+impl InstanceConfig {
+    pub fn output(output: impl GuestOutput) -> Stdout {
+        Stdout::new(output)
+    }
+}
+
+/// How an instance ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exit {
+    /// `run` returned success, or the guest called `exit(0)`.
+    Clean,
+    /// The guest exited with this non-zero code (`run` returning an error counts as 1).
+    Code(i32),
+    /// The guest trapped (a panic, an out-of-bounds access, …) or could not be instantiated.
+    Trap(String),
+    /// The host stopped it: a graceful stop ran out of time, or the host is going away.
+    Killed,
+}
+
+impl Exit {
+    pub fn is_clean(&self) -> bool {
+        *self == Exit::Clean
+    }
+}
+
+impl fmt::Display for Exit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Exit::Clean => f.write_str("exited cleanly"),
+            Exit::Code(code) => write!(f, "exited with code {code}"),
+            Exit::Trap(message) => write!(f, "trapped: {message}"),
+            Exit::Killed => f.write_str("killed"),
+        }
+    }
+}
+
+/// The engine and linker shared by every instance of the world.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<Guest>,
+}
+
+impl Runtime {
+    /// Builds the engine and starts the thread that ticks its epoch every [`EPOCH_TICK`].
+    pub fn new() -> Result<Arc<Runtime>> {
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        config.epoch_interruption(true);
+        let engine = Engine::new(&config)?;
+        let linker = link(&engine)?;
+
+        let ticker = engine.weak();
+        std::thread::Builder::new()
+            .name("sausage-epoch".into())
+            .spawn(move || {
+                while let Some(engine) = ticker.upgrade() {
+                    engine.increment_epoch();
+                    drop(engine);
+                    std::thread::sleep(EPOCH_TICK);
+                }
+            })
+            .context("cannot start the epoch thread")?;
+        Ok(Arc::new(Runtime { engine, linker }))
+    }
+
+    /// Compiles and links a component. The error says why the bytes cannot run as an actor.
+    pub fn compile(&self, wasm: &[u8]) -> Result<Program> {
+        if wasm.starts_with(b"\0asm\x01\0\0\0") {
+            anyhow::bail!(
+                "this is a core WebAssembly module, not a component; build it for the \
+                 `wasm32-wasip2` target"
+            );
+        }
+        if !wasm.starts_with(b"\0asm") {
+            anyhow::bail!("this is not a WebAssembly file (no `\\0asm` header)");
+        }
+        let component = Component::new(&self.engine, wasm)
+            .map_err(|e| anyhow::anyhow!("not a valid component: {e:#}"))?;
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| anyhow::anyhow!("cannot link the component: {e:#}"))?;
+        let pre = CommandPre::new(pre)
+            .map_err(|e| anyhow::anyhow!("the component does not export `wasi:cli/run`: {e:#}"))?;
+        Ok(Program { pre })
+    }
+
+    /// Runs one instance to its end. Dropping the future kills the instance: its uncommitted
+    /// writes are discarded with its store.
+    pub async fn run(&self, program: &Program, config: InstanceConfig) -> Exit {
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdin(Stdin(config.stdin))
+            .stdout(config.stdout)
+            .stderr(config.stderr)
+            .envs(&config.env)
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
+        // TEMP until fs lands: wasmtime-wasi's own filesystem.
+        for m in &config.mounts {
+            let perms = if m.writable {
+                wasmtime_wasi::FsPerms::ReadWrite
+            } else {
+                wasmtime_wasi::FsPerms::ReadOnly
+            };
+            let _ = wasi.preopened_dir(&m.host, &m.guest, perms);
+        }
+        let guest = Guest {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            http: WasiHttpCtx::new(),
+            hooks: HttpHooks {
+                allowed: config.http,
+            },
+            fs: FsState::new(config.mounts),
+        };
+        let mut store = Store::new(&self.engine, guest);
+        store.epoch_deadline_async_yield_and_update(1);
+
+        let result = match program.pre.instantiate_async(&mut store).await {
+            Ok(command) => command.wasi_cli_run().call_run(&mut store).await,
+            Err(e) => Err(e),
+        };
+        let exit = match result {
+            Ok(Ok(())) => Exit::Clean,
+            Ok(Err(())) => Exit::Code(1),
+            Err(e) => match e.downcast_ref::<I32Exit>() {
+                Some(I32Exit(0)) => Exit::Clean,
+                Some(I32Exit(code)) => Exit::Code(*code),
+                None => Exit::Trap(trap_message(&e)),
+            },
+        };
+        if matches!(exit, Exit::Clean | Exit::Code(_)) {
+            // Process exit closes files: a normal exit commits what is still open.
+            store.data_mut().fs.commit_open_files();
+        }
+        exit
+    }
+}
+
+/// The message of a trap, without wasmtime's multi-line backtrace.
+fn trap_message(e: &wasmtime::Error) -> String {
+    let text = format!("{e:#}");
+    let first = text.lines().next().unwrap_or("unknown trap");
+    match e.downcast_ref::<wasmtime::Trap>() {
+        Some(trap) if !first.contains(&trap.to_string()) => format!("{first}: {trap}"),
+        _ => first.to_string(),
+    }
+}
+
+/// The state of one instance's store.
+pub struct Guest {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    http: WasiHttpCtx,
+    hooks: HttpHooks,
+    fs: FsState,
+}
+
+impl WasiView for Guest {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for Guest {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            hooks: &mut self.hooks,
+            table: &mut self.table,
+            ctx: &mut self.http,
+        }
+    }
+}
+
+/// Outgoing HTTP: the host does TLS; a candidate under test gets none.
+struct HttpHooks {
+    allowed: bool,
+}
+
+impl WasiHttpHooks for HttpHooks {
+    fn is_supported_scheme(&mut self, scheme: &http::uri::Scheme) -> bool {
+        self.allowed && (*scheme == http::uri::Scheme::HTTP || *scheme == http::uri::Scheme::HTTPS)
+    }
+}
+
+/// `wasi:io` bindings take the resource table alone.
+struct HasIo;
+
+impl HasData for HasIo {
+    type Data<'a> = &'a mut ResourceTable;
+}
+
+/// Links every WASI 0.2 interface a Rust `wasm32-wasip2` program may import: wasmtime-wasi's
+/// own for everything but the filesystem, ours for the filesystem (commit on close), and
+/// `wasi:http`. Sockets are linked so that programs importing them start, but the context
+/// denies every socket.
+fn link(engine: &Engine) -> Result<Linker<Guest>> {
+    use wasmtime_wasi::cli::{WasiCli, WasiCliView};
+    use wasmtime_wasi::clocks::{WasiClocks, WasiClocksView};
+    use wasmtime_wasi::p2::bindings::{cli, clocks, random, sockets};
+    use wasmtime_wasi::random::WasiRandom;
+    use wasmtime_wasi::sockets::{WasiSockets, WasiSocketsView};
+    use wasmtime_wasi_io::bindings::wasi::io;
+
+    let mut linker = Linker::new(engine);
+    let l = &mut linker;
+    io::error::add_to_linker::<Guest, HasIo>(l, |g| &mut g.table)?;
+    io::poll::add_to_linker::<Guest, HasIo>(l, |g| &mut g.table)?;
+    io::streams::add_to_linker::<Guest, HasIo>(l, |g| &mut g.table)?;
+    clocks::wall_clock::add_to_linker::<Guest, WasiClocks>(l, |g| g.clocks())?;
+    clocks::monotonic_clock::add_to_linker::<Guest, WasiClocks>(l, |g| g.clocks())?;
+    random::random::add_to_linker::<Guest, WasiRandom>(l, |g| g.wasi.random())?;
+    random::insecure::add_to_linker::<Guest, WasiRandom>(l, |g| g.wasi.random())?;
+    random::insecure_seed::add_to_linker::<Guest, WasiRandom>(l, |g| g.wasi.random())?;
+    cli::exit::add_to_linker::<Guest, WasiCli>(l, |g| g.cli())?;
+    cli::environment::add_to_linker::<Guest, WasiCli>(l, |g| g.cli())?;
+    cli::stdin::add_to_linker::<Guest, WasiCli>(l, |g| g.cli())?;
+    cli::stdout::add_to_linker::<Guest, WasiCli>(l, |g| g.cli())?;
+    cli::stderr::add_to_linker::<Guest, WasiCli>(l, |g| g.cli())?;
+    cli::terminal_input::add_to_linker::<Guest, WasiCli>(l, |g| g.cli())?;
+    cli::terminal_output::add_to_linker::<Guest, WasiCli>(l, |g| g.cli())?;
+    cli::terminal_stdin::add_to_linker::<Guest, WasiCli>(l, |g| g.cli())?;
+    cli::terminal_stdout::add_to_linker::<Guest, WasiCli>(l, |g| g.cli())?;
+    cli::terminal_stderr::add_to_linker::<Guest, WasiCli>(l, |g| g.cli())?;
+    sockets::tcp_create_socket::add_to_linker::<Guest, WasiSockets>(l, |g| g.sockets())?;
+    sockets::instance_network::add_to_linker::<Guest, WasiSockets>(l, |g| g.sockets())?;
+    sockets::network::add_to_linker::<Guest, WasiSockets>(l, &Default::default(), |g| g.sockets())?;
+    sockets::ip_name_lookup::add_to_linker::<Guest, WasiSockets>(l, |g| g.sockets())?;
+    sockets::tcp::add_to_linker::<Guest, WasiSockets>(l, |g| g.sockets())?;
+    sockets::udp::add_to_linker::<Guest, WasiSockets>(l, |g| g.sockets())?;
+    sockets::udp_create_socket::add_to_linker::<Guest, WasiSockets>(l, |g| g.sockets())?;
+    // TEMP until fs lands.
+    wasmtime_wasi::p2::bindings::filesystem::types::add_to_linker::<
+        Guest,
+        wasmtime_wasi::filesystem::WasiFilesystem,
+    >(l, |g| g.filesystem())?;
+    wasmtime_wasi::p2::bindings::filesystem::preopens::add_to_linker::<
+        Guest,
+        wasmtime_wasi::filesystem::WasiFilesystem,
+    >(l, |g| g.filesystem())?;
+    wasi_fs::add_to_linker(l, |g| FsView {
+        table: &mut g.table,
+        state: &mut g.fs,
+    })?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(l)?;
+    Ok(linker)
+}

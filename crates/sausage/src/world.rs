@@ -1,0 +1,380 @@
+//! The world on disk (DESIGN §7): the one place that knows which folder is whose.
+//!
+//! It owns the layout, the registry `sausage.json`, each actor's `status.json`, and the lock
+//! that allows one `sausage run` per world. Every file it writes is replaced atomically, so a
+//! hard kill of the host leaves the old or the new content, never a mix.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+use crate::fs::{Mount, write_atomically};
+use crate::message::{ActorId, NATIVE_ACTORS};
+
+/// The registry file's name at the root of a world.
+pub const REGISTRY: &str = "sausage.json";
+
+/// Message ids are reserved in blocks of this many: `broker/next-message-id` records the end
+/// of the current block, so ids stay unique across a hard kill at the cost of a gap.
+pub const MESSAGE_ID_BLOCK: u64 = 100_000;
+
+/// A world folder.
+#[derive(Clone, Debug)]
+pub struct World {
+    root: PathBuf,
+}
+
+/// `sausage.json`: the registry of WASM actors and subscriptions.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Registry {
+    /// WASM actors by id.
+    pub actors: BTreeMap<String, ActorEntry>,
+    /// Publisher id → the subscribers that get what it publishes.
+    pub subscriptions: BTreeMap<String, Vec<String>>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ActorEntry {
+    /// The version installed in `actor/<id>/source` and run.
+    pub version: u32,
+    /// The number the next upgrade will get.
+    pub next_version: u32,
+    /// Whether the actor should run: `stop` clears it, a host shutdown does not.
+    pub running: bool,
+}
+
+/// `actor/<id>/status.json`, kept current by the supervisor.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Status {
+    pub state: State,
+    pub version: u32,
+    pub restarts: u32,
+    pub last_exit: Option<String>,
+    pub parked: Option<String>,
+    pub previous_version: Option<u32>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    Starting,
+    Running,
+    Restarting,
+    #[default]
+    Stopped,
+    Broken,
+}
+
+impl World {
+    pub fn new(root: impl Into<PathBuf>) -> World {
+        World { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn registry_path(&self) -> PathBuf {
+        self.root.join(REGISTRY)
+    }
+
+    /// `actor/<id>/`: what every actor may read of `id`.
+    pub fn actor_dir(&self, id: &ActorId) -> PathBuf {
+        self.root.join("actor").join(id.as_str())
+    }
+
+    pub fn public_dir(&self, id: &ActorId) -> PathBuf {
+        self.actor_dir(id).join("public")
+    }
+
+    pub fn source_dir(&self, id: &ActorId) -> PathBuf {
+        self.actor_dir(id).join("source")
+    }
+
+    pub fn status_path(&self, id: &ActorId) -> PathBuf {
+        self.actor_dir(id).join("status.json")
+    }
+
+    pub fn log_path(&self, id: &ActorId) -> PathBuf {
+        self.actor_dir(id).join("stderr.log")
+    }
+
+    /// `private/<id>/data/`: the actor's `/data`.
+    pub fn data_dir(&self, id: &ActorId) -> PathBuf {
+        self.root.join("private").join(id.as_str()).join("data")
+    }
+
+    /// `broker/versions/<id>/<n>/`.
+    pub fn version_dir(&self, id: &ActorId, version: u32) -> PathBuf {
+        self.root
+            .join("broker/versions")
+            .join(id.as_str())
+            .join(version.to_string())
+    }
+
+    /// `broker/scratch/`: candidate test folders, emptied at start.
+    pub fn scratch_dir(&self) -> PathBuf {
+        self.root.join("broker/scratch")
+    }
+
+    pub fn archive_dir(&self) -> PathBuf {
+        self.root.join("archive")
+    }
+
+    /// The mounts of an instance of `id` (DESIGN §2): its `/data` and `/public`, and every
+    /// actor's folder read-only under `/actor`.
+    pub fn mounts(&self, id: &ActorId) -> Vec<Mount> {
+        self.mounts_with(self.data_dir(id), self.public_dir(id))
+    }
+
+    /// The mounts of a candidate, whose `/data` and `/public` are scratch copies.
+    pub fn mounts_with(&self, data: PathBuf, public: PathBuf) -> Vec<Mount> {
+        vec![
+            Mount {
+                guest: "/data".into(),
+                host: data,
+                writable: true,
+            },
+            Mount {
+                guest: "/public".into(),
+                host: public,
+                writable: true,
+            },
+            Mount {
+                guest: "/actor".into(),
+                host: self.root.join("actor"),
+                writable: false,
+            },
+        ]
+    }
+
+    /// Resolves a path named in a request from `sender` (DESIGN §3): `/actor/...` is global,
+    /// `/public/...` and `/data/...` are the sender's own; native senders may also name
+    /// absolute host paths. `..` is rejected everywhere.
+    pub fn resolve_request_path(&self, sender: &ActorId, path: &str) -> Result<PathBuf, String> {
+        let p = Path::new(path);
+        if p.components().any(|c| c == std::path::Component::ParentDir) {
+            return Err(format!(
+                "path `{path}` contains `..`; name the file directly"
+            ));
+        }
+        let under = |prefix: &str| -> Option<&str> {
+            let rest = path.strip_prefix(prefix)?;
+            (rest.is_empty() || rest.starts_with('/')).then(|| rest.trim_start_matches('/'))
+        };
+        if let Some(rest) = under("/actor") {
+            return Ok(self.root.join("actor").join(rest));
+        }
+        if let Some(rest) = under("/public") {
+            return Ok(self.public_dir(sender).join(rest));
+        }
+        if let Some(rest) = under("/data") {
+            return Ok(self.data_dir(sender).join(rest));
+        }
+        if sender.is_native() && p.is_absolute() {
+            return Ok(p.to_path_buf());
+        }
+        Err(format!(
+            "path `{path}` is outside your namespace; use `/actor/...`, `/public/...` or `/data/...`"
+        ))
+    }
+
+    /// Creates a new world: the registry (with `console` subscribed to `agent`) and the
+    /// folders of the native actors. Fails if `sausage.json` already exists.
+    pub fn create(&self) -> Result<()> {
+        if self.registry_path().exists() {
+            bail!(
+                "{}: a world already exists here; run it with `sausage run {}`",
+                self.root.display(),
+                self.root.display()
+            );
+        }
+        for dir in [
+            "actor",
+            "private",
+            "broker/versions",
+            "broker/scratch",
+            "archive",
+        ] {
+            std::fs::create_dir_all(self.root.join(dir))
+                .with_context(|| format!("{}: cannot create {dir}", self.root.display()))?;
+        }
+        for native in NATIVE_ACTORS.iter().take(3) {
+            let id = ActorId::parse(native).expect("native ids are valid");
+            self.create_actor_dirs(&id)?;
+            self.write_status(&id, &Status::default())?;
+        }
+        let mut registry = Registry::default();
+        registry
+            .subscriptions
+            .insert("agent".into(), vec!["console".into()]);
+        self.save_registry(&registry)
+    }
+
+    /// The folders every actor has: `actor/<id>/public` and `private/<id>/data`.
+    pub fn create_actor_dirs(&self, id: &ActorId) -> Result<()> {
+        for dir in [self.public_dir(id), self.data_dir(id)] {
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("actor {id}: cannot create {}", dir.display()))?;
+        }
+        Ok(())
+    }
+
+    pub fn load_registry(&self) -> Result<Registry> {
+        let path = self.registry_path();
+        let text = match std::fs::read(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => bail!(
+                "{}: no world here; create one with `sausage init {}`",
+                self.root.display(),
+                self.root.display()
+            ),
+            Err(e) => return Err(e).with_context(|| format!("{}", path.display())),
+        };
+        serde_json::from_slice(&text).with_context(|| {
+            format!(
+                "{}: the registry is not valid; fix the JSON or restore it",
+                path.display()
+            )
+        })
+    }
+
+    pub fn save_registry(&self, registry: &Registry) -> Result<()> {
+        let text = serde_json::to_vec_pretty(registry).expect("the registry serialises");
+        write_atomically(&self.registry_path(), &text)
+            .with_context(|| format!("{}: cannot write the registry", self.root.display()))
+    }
+
+    pub fn write_status(&self, id: &ActorId, status: &Status) -> Result<()> {
+        let text = serde_json::to_vec_pretty(status).expect("a status serialises");
+        write_atomically(&self.status_path(id), &text)
+            .with_context(|| format!("actor {id}: cannot write status.json"))
+    }
+
+    /// The first message number the next run may use (1 in a new world).
+    pub fn load_next_message_id(&self) -> u64 {
+        std::fs::read_to_string(self.root.join("broker/next-message-id"))
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .unwrap_or(1)
+    }
+
+    pub fn save_next_message_id(&self, next: u64) -> Result<()> {
+        write_atomically(
+            &self.root.join("broker/next-message-id"),
+            next.to_string().as_bytes(),
+        )
+        .with_context(|| format!("{}: cannot reserve message ids", self.root.display()))
+    }
+
+    pub fn read_status(&self, id: &ActorId) -> Option<Status> {
+        let text = std::fs::read(self.status_path(id)).ok()?;
+        serde_json::from_slice(&text).ok()
+    }
+
+    /// Appends a note of the host's to the actor's `stderr.log`.
+    pub fn log_note(&self, id: &ActorId, note: &str) {
+        use std::io::Write;
+        let line = format!("[sausage] {note}\n");
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(id))
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = written {
+            eprintln!("sausage: actor {id}: cannot write stderr.log: {e}");
+        }
+    }
+
+    /// Takes the world's lock for this process; it is released when the process ends, even
+    /// by a hard kill. Fails when another `sausage run` holds it.
+    pub fn lock(&self) -> Result<std::fs::File> {
+        use std::os::fd::AsRawFd;
+        let path = self.root.join("broker/lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("{}: cannot open the lock file", path.display()))?;
+        // SAFETY: flock on a descriptor we own; it has no memory effects.
+        let taken = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+        if !taken {
+            bail!(
+                "{}: another `sausage run` is using this world; stop it first",
+                self.root.display()
+            );
+        }
+        Ok(file)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(s: &str) -> ActorId {
+        ActorId::parse(s).unwrap()
+    }
+
+    #[test]
+    fn request_paths_stay_in_the_senders_namespace() {
+        let w = World::new("/w");
+        let notes = id("notes");
+        let ok = |p: &str| w.resolve_request_path(&notes, p).unwrap();
+        assert_eq!(
+            ok("/actor/cargo/public/b.wasm"),
+            Path::new("/w/actor/cargo/public/b.wasm")
+        );
+        assert_eq!(
+            ok("/public/x.wasm"),
+            Path::new("/w/actor/notes/public/x.wasm")
+        );
+        assert_eq!(ok("/data/x"), Path::new("/w/private/notes/data/x"));
+        for bad in [
+            "/data/../../etc",
+            "/etc/passwd",
+            "relative",
+            "/datax/y",
+            "/actor/../x",
+        ] {
+            let err = w.resolve_request_path(&notes, bad).unwrap_err();
+            assert!(err.contains(bad), "{err}");
+        }
+        let console = id("console");
+        assert_eq!(
+            w.resolve_request_path(&console, "/tmp/a.wasm").unwrap(),
+            Path::new("/tmp/a.wasm")
+        );
+        assert!(w.resolve_request_path(&console, "/tmp/../a").is_err());
+    }
+
+    #[test]
+    fn a_new_world_has_the_layout_and_the_console_subscription() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = World::new(dir.path().join("w"));
+        w.create().unwrap();
+        let registry = w.load_registry().unwrap();
+        assert_eq!(registry.subscriptions["agent"], vec!["console"]);
+        for native in ["broker", "console", "cargo"] {
+            assert!(w.public_dir(&id(native)).is_dir());
+            assert_eq!(w.read_status(&id(native)).unwrap().state, State::Stopped);
+        }
+        let again = w.create().unwrap_err().to_string();
+        assert!(again.contains("already exists"), "{again}");
+    }
+
+    #[test]
+    fn one_lock_per_world() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = World::new(dir.path());
+        w.create().unwrap();
+        let held = w.lock().unwrap();
+        assert!(w.lock().unwrap_err().to_string().contains("another"));
+        drop(held);
+        w.lock().unwrap();
+    }
+}
