@@ -5,16 +5,26 @@
 //!   then crashes in service (the crash loop that triggers a rollback).
 //! - `{"type":"crash"}` panics; `{"type":"exit","code":N}` exits with N; `{"type":"ping"}` →
 //!   `{"type":"pong"}`.
+//! - `{"type":"say","line":L}` writes `L` to stdout as it is (not a message, unless it is one);
+//!   `{"type":"say_big","bytes":N}` writes one line of `N` bytes and then a real `pong` reply.
+//! - `{"type":"connect","addr":"127.0.0.1:80"}` tries a raw TCP connection and replies
+//!   `{"type":"connect","ok":bool,"error":..}` (the host denies raw sockets).
+//! - An actor whose id starts with `doomed` panics at once when it starts: a candidate that
+//!   fails its smoke test.
 //! - `{"type":"ignore_shutdown"}`: later shutdowns and EOF are met with a busy loop, so the host
 //!   has to kill the instance.
 //!
 //! Anything else → `{"type":"error","reason":..}`. Otherwise exits 0 on shutdown or EOF.
 
 use serde_json::json;
+use std::io::Write;
 use std::time::Duration;
 use std::{env, fs, process, thread};
 
 fn main() {
+    if env::var("SAUSAGE_ACTOR").is_ok_and(|id| id.starts_with("doomed")) {
+        panic!("this actor is doomed: it panics as soon as it starts");
+    }
     if env::var_os("SAUSAGE_CANDIDATE").is_none() {
         let actor = env::var("SAUSAGE_ACTOR").unwrap_or_default();
         let path = format!("/actor/{actor}/source/crash_after_ms");
@@ -50,9 +60,40 @@ fn main() {
             }
             "ping" => proto::reply(&msg, json!({"type": "pong"})),
             "ignore_shutdown" => ignore_shutdown = true,
+            "say" => {
+                let line = msg.body["line"].as_str().unwrap_or_default();
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{line}");
+                let _ = out.flush();
+            }
+            "say_big" => {
+                let bytes = msg.body["bytes"].as_u64().unwrap_or(0) as usize;
+                let mut out = std::io::stdout().lock();
+                let chunk = vec![b'x'; 64 * 1024];
+                let mut left = bytes;
+                while left > 0 {
+                    let n = left.min(chunk.len());
+                    let _ = out.write_all(&chunk[..n]);
+                    left -= n;
+                }
+                let _ = out.write_all(b"\n");
+                let _ = out.flush();
+                drop(out);
+                proto::reply(&msg, json!({"type": "pong"}));
+            }
+            "connect" => {
+                let addr = msg.body["addr"].as_str().unwrap_or("127.0.0.1:80");
+                let result = std::net::TcpStream::connect(addr);
+                proto::reply(
+                    &msg,
+                    json!({"type": "connect", "ok": result.is_ok(), "error": result.err().map(|e| e.to_string())}),
+                );
+            }
             other => proto::reply_error(
                 &msg,
-                &format!("unknown type {other:?}; known: crash, exit, ping, ignore_shutdown"),
+                &format!(
+                    "unknown type {other:?}; known: crash, exit, ping, say, say_big, connect, ignore_shutdown"
+                ),
             ),
         }
     }

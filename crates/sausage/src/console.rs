@@ -230,10 +230,13 @@ fn render(message: &Envelope) -> String {
             && text.contains('\n')
         {
             blocks.push_str(&format!("\n  {field}:"));
+            let mut lines = 0;
             for line in text.lines() {
                 blocks.push_str(&format!("\n    {line}"));
+                lines += 1;
             }
-            body[field] = json!("(below)");
+            // The count tells a reader (a person or a script) where the message ends.
+            body[field] = json!(format!("({lines} lines below)"));
         }
     }
     format!("{head} {body}{blocks}")
@@ -340,7 +343,7 @@ mod tests {
         ));
         assert_eq!(
             shown,
-            "[echo] (reply) {\"reason\":\"(below)\",\"type\":\"error\"}\n  reason:\n    line one\n    line two"
+            "[echo] (reply) {\"reason\":\"(2 lines below)\",\"type\":\"error\"}\n  reason:\n    line one\n    line two"
         );
     }
 }

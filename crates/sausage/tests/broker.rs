@@ -1,0 +1,321 @@
+//! The broker through the console: spawn, routing, publish, requests and their errors.
+
+mod support;
+
+use serde_json::json;
+use support::*;
+
+#[test]
+fn spawn_installs_version_one_and_the_actor_answers() {
+    let world = TestWorld::new();
+    let mut host = world.run();
+    let reply = host.request(json!({
+        "type": "spawn", "actor": "echo",
+        "wasm": wasm("echo"), "source": source("echo"), "built_by": "hand",
+    }));
+    assert_eq!(reply["type"], "spawned", "{reply}");
+    assert_eq!(reply["version"], 1);
+    assert_eq!(reply["tests"]["passed"], true);
+
+    host.tell("echo", json!({"type": "env"}));
+    let env = host.wait_type("echo", "env");
+    assert_eq!(
+        env,
+        json!({"type": "env", "actor": "echo", "version": "1", "candidate": null})
+    );
+
+    let meta = world.json("broker/versions/echo/1/meta.json");
+    assert_eq!(meta["version"], 1);
+    assert_eq!(meta["built_by"], "hand");
+    assert_eq!(meta["requested_by"], "console");
+    assert_eq!(meta["wasm"], wasm("echo").to_str().unwrap());
+    assert!(world.path("broker/versions/echo/1/actor.wasm").is_file());
+    assert!(
+        world
+            .path("broker/versions/echo/1/source/tests/echo.jsonl")
+            .is_file()
+    );
+    assert!(world.path("actor/echo/source/Cargo.toml").is_file());
+    assert!(world.path("actor/echo/public").is_dir());
+    assert!(world.path("private/echo/data").is_dir());
+    let registry = world.json("sausage.json");
+    assert_eq!(
+        registry["actors"]["echo"],
+        json!({"version": 1, "next_version": 2, "running": true})
+    );
+    assert_eq!(world.status("echo")["state"], "running");
+    assert!(
+        std::fs::read_dir(world.path("broker/scratch"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "the candidate's scratch folder is emptied"
+    );
+}
+
+#[test]
+fn spawn_rejects_wrong_requests_and_changes_nothing() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    let mut host = world.run();
+    let not_wasm = world.path("private/console/data/not.wasm");
+    std::fs::write(&not_wasm, b"hello").unwrap();
+    let core_module = world.path("private/console/data/core.wasm");
+    std::fs::write(&core_module, b"\0asm\x01\0\0\0").unwrap();
+    let echo = wasm("echo");
+    let cases = [
+        (
+            json!({"type": "spawn", "wasm": echo}),
+            "missing field `actor`",
+        ),
+        (
+            json!({"type": "spawn", "actor": "Bad Id", "wasm": echo}),
+            "character",
+        ),
+        (
+            json!({"type": "spawn", "actor": "cargo", "wasm": echo}),
+            "native",
+        ),
+        (
+            json!({"type": "spawn", "actor": "echo", "wasm": echo}),
+            "already exists",
+        ),
+        (
+            json!({"type": "spawn", "actor": "x"}),
+            "missing field `wasm`",
+        ),
+        (
+            json!({"type": "spawn", "actor": "x", "wasm": 5}),
+            "must be a string",
+        ),
+        (
+            json!({"type": "spawn", "actor": "x", "wasm": "/data/../../x.wasm"}),
+            "`..`",
+        ),
+        (
+            json!({"type": "spawn", "actor": "x", "wasm": "/data/none.wasm"}),
+            "cannot read",
+        ),
+        (
+            json!({"type": "spawn", "actor": "x", "wasm": "/data/not.wasm"}),
+            "not a WebAssembly file",
+        ),
+        (
+            json!({"type": "spawn", "actor": "x", "wasm": "/data/core.wasm"}),
+            "not a component",
+        ),
+        (
+            json!({"type": "spawn", "actor": "x", "wasm": echo, "source": "/nowhere"}),
+            "not a folder",
+        ),
+        (
+            json!({"type": "spawn", "actor": "doomed", "wasm": wasm("crasher")}),
+            "smoke test",
+        ),
+    ];
+    for (request, expected) in cases {
+        let reply = host.request(request.clone());
+        assert_eq!(reply["type"], "error", "{request} → {reply}");
+        assert_eq!(reply["request"], "spawn");
+        let reason = reply["reason"].as_str().unwrap();
+        assert!(reason.contains(expected), "{request} → {reason}");
+    }
+    let registry = world.json("sausage.json");
+    assert_eq!(
+        registry["actors"].as_object().unwrap().len(),
+        1,
+        "{registry}"
+    );
+    assert!(!world.path("broker/versions/x").exists());
+    assert!(!world.path("broker/versions/doomed").exists());
+    let doomed = host.request(json!({"type": "spawn", "actor": "doomed", "wasm": wasm("crasher")}));
+    let reason = doomed["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("doomed") && reason.contains("panic"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn unknown_and_malformed_requests_name_what_is_known() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    let mut host = world.run();
+    let reply = host.request(json!({"type": "frobnicate"}));
+    assert_eq!(reply["request"], "frobnicate");
+    let reason = reply["reason"].as_str().unwrap();
+    for known in ["spawn", "stop", "start", "subscribe", "unsubscribe", "list"] {
+        assert!(reason.contains(known), "{reason}");
+    }
+    let reply = host.request(json!({"kind": "list"}));
+    assert!(
+        reply["reason"].as_str().unwrap().contains("string `type`"),
+        "{reply}"
+    );
+    for request in ["stop", "start"] {
+        let reply = host.request(json!({"type": request}));
+        assert!(
+            reply["reason"]
+                .as_str()
+                .unwrap()
+                .contains("missing field `actor`")
+        );
+        let reply = host.request(json!({"type": request, "actor": "ghost"}));
+        let reason = reply["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("no actor `ghost`") && reason.contains("echo"),
+            "{reason}"
+        );
+        let reply = host.request(json!({"type": request, "actor": "console"}));
+        assert!(
+            reply["reason"].as_str().unwrap().contains("native"),
+            "{reply}"
+        );
+        let reply = host.request(json!({"type": request, "actor": "../x"}));
+        assert!(
+            reply["reason"].as_str().unwrap().contains("character"),
+            "{reply}"
+        );
+    }
+    let reply = host.request(json!({"type": "subscribe", "actor": "ghost"}));
+    assert!(
+        reply["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no actor `ghost`"),
+        "{reply}"
+    );
+}
+
+#[test]
+fn ids_from_and_undeliverable() {
+    let world = TestWorld::new();
+    world.install("crasher", "crasher");
+    let mut host = world.run();
+    // An actor-chosen id is published as `<sender>/<id>`; `from` is set by the broker.
+    host.tell(
+        "crasher",
+        json!({"type": "say", "line": r#"{"to":"console","id":"x1","from":"faker","body":{"type":"hello"}}"#}),
+    );
+    let hello = host.wait_for("hello", |m| m.body["type"] == "hello");
+    assert_eq!(hello.from, "crasher", "an actor cannot fake `from`");
+    // To nobody: the sender hears `undeliverable` with what is known.
+    host.tell(
+        "crasher",
+        json!({"type": "say", "line": r#"{"to":"ghost","id":"q","body":{"type":"x"}}"#}),
+    );
+    host.tell("crasher", json!({"type": "ping"}));
+    host.wait_type("crasher", "pong");
+    host.send("@ghost hello");
+    let notice = host.wait_type("broker", "undeliverable");
+    assert_eq!(notice["to"], "ghost");
+    let reason = notice["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("no actor `ghost`") && reason.contains("crasher"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn bad_stdout_lines_are_noted_in_the_log_and_not_routed() {
+    let world = TestWorld::new();
+    world.install("crasher", "crasher");
+    let mut host = world.run();
+    for line in [
+        "not json",
+        r#"{"to":"console"}"#,
+        r#"{"to":"console","body":"text"}"#,
+        "[1,2]",
+    ] {
+        host.tell("crasher", json!({"type": "say", "line": line}));
+    }
+    // A line over 1 MiB is skipped without taking the host's memory; the next line routes.
+    host.tell(
+        "crasher",
+        json!({"type": "say_big", "bytes": 2 * 1024 * 1024}),
+    );
+    host.wait_type("crasher", "pong");
+    eventually("the notes in the log", || {
+        let log = world.log("crasher");
+        log.contains("not JSON") && log.contains("longer than 1048576 bytes")
+    });
+    let log = world.log("crasher");
+    assert!(log.contains("stdout line not routed"), "{log}");
+    assert!(log.contains("not json"), "the note quotes the line: {log}");
+    assert_eq!(log.matches("stdout line not routed").count(), 4, "{log}");
+    assert!(host.take_all().is_empty(), "nothing bad was routed");
+}
+
+#[test]
+fn publish_reaches_subscribers_and_subscriptions_survive_a_restart() {
+    let world = TestWorld::new();
+    world.install("ticker", "ticker");
+    let mut host = world.run();
+    assert_eq!(
+        host.request(json!({"type": "subscribe", "actor": "ticker"}))["type"],
+        "subscribed"
+    );
+    host.tell(
+        "ticker",
+        json!({"type": "start", "count": 3, "interval_ms": 0}),
+    );
+    for n in 1..=3 {
+        let tick = host.wait_type("ticker", "tick");
+        assert_eq!(tick["n"], n);
+    }
+    host.wait_type("ticker", "done");
+    assert_eq!(
+        world.json("sausage.json")["subscriptions"]["ticker"],
+        json!(["console"])
+    );
+    assert!(host.quit().success());
+
+    let mut host = world.run();
+    host.tell(
+        "ticker",
+        json!({"type": "start", "count": 1, "interval_ms": 0}),
+    );
+    assert_eq!(host.wait_type("ticker", "tick")["n"], 1);
+    let list = host.request(json!({"type": "list"}));
+    assert_eq!(list["subscriptions"]["ticker"], json!(["console"]));
+    assert_eq!(
+        list["subscriptions"]["agent"],
+        json!(["console"]),
+        "a new world's subscription"
+    );
+    assert_eq!(
+        host.request(json!({"type": "unsubscribe", "actor": "ticker"}))["type"],
+        "unsubscribed"
+    );
+    host.tell(
+        "ticker",
+        json!({"type": "start", "count": 1, "interval_ms": 0}),
+    );
+    host.wait_type("ticker", "done");
+    assert!(
+        host.take_all().iter().all(|m| m.body["type"] != "tick"),
+        "no tick after unsubscribe"
+    );
+}
+
+#[test]
+fn list_shows_every_actor_with_kind_version_and_state() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    world.install("notes", "notes");
+    let mut host = world.run();
+    assert_eq!(
+        host.request(json!({"type": "stop", "actor": "notes"}))["type"],
+        "stopped"
+    );
+    let list = host.request(json!({"type": "list"}));
+    let actors = list["actors"].as_array().unwrap();
+    let find = |id: &str| actors.iter().find(|a| a["id"] == id).unwrap().clone();
+    assert_eq!(find("echo")["kind"], "wasm");
+    assert_eq!(find("echo")["version"], 1);
+    assert_eq!(find("echo")["state"], "running");
+    assert_eq!(find("notes")["running"], false);
+    assert_eq!(find("notes")["state"], "stopped");
+    assert_eq!(find("broker")["kind"], "native");
+    assert_eq!(find("console")["kind"], "native");
+}

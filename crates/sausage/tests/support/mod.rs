@@ -1,0 +1,367 @@
+//! The one helper every integration test drives Sausage through: real worlds on disk, the real
+//! `sausage` binary, and the test actors built once for the whole test run.
+//!
+//! Boundary: console lines in (`Host::send`), console messages out (`Host::wait_for`), files on
+//! disk checked directly. Tests never sleep a fixed time: they wait for a condition with a
+//! deadline.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// How long a test waits for anything before it fails.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// The folder of the built test actors: built once per test run, shared by every test binary
+/// through a lock file (cargo itself skips the work when nothing changed).
+pub fn actors_dir() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let target = repo().join("target/actors");
+        std::fs::create_dir_all(&target).unwrap();
+        let lock = std::fs::File::create(target.join(".build-lock")).unwrap();
+        lock.lock().unwrap();
+        let status = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "--release",
+                "--target",
+                "wasm32-wasip2",
+                "--manifest-path",
+            ])
+            .arg(repo().join("actors/Cargo.toml"))
+            .arg("--target-dir")
+            .arg(&target)
+            .status()
+            .expect("cargo runs");
+        assert!(
+            status.success(),
+            "building the test actors failed; is the wasm32-wasip2 target installed?"
+        );
+        target.join("wasm32-wasip2/release")
+    })
+}
+
+pub fn wasm(actor: &str) -> PathBuf {
+    actors_dir().join(format!("{actor}.wasm"))
+}
+
+pub fn source(actor: &str) -> PathBuf {
+    repo().join("actors").join(actor)
+}
+
+/// A world in a temporary folder, created by `sausage init`.
+pub struct TestWorld {
+    _dir: tempfile::TempDir,
+    pub root: PathBuf,
+}
+
+impl TestWorld {
+    pub fn new() -> TestWorld {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("world");
+        let out = Command::new(env!("CARGO_BIN_EXE_sausage"))
+            .arg("init")
+            .arg(&root)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "init: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        TestWorld { _dir: dir, root }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+
+    pub fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.path(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    }
+
+    pub fn json(&self, rel: &str) -> Value {
+        serde_json::from_str(&self.read(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    }
+
+    /// Installs a test actor as version 1, running, the way `spawn` leaves it on disk, without
+    /// its 2 s smoke test: for tests that are not about `spawn`.
+    pub fn install(&self, id: &str, actor: &str) {
+        let version = self.path(&format!("broker/versions/{id}/1"));
+        std::fs::create_dir_all(version.join("source")).unwrap();
+        std::fs::copy(wasm(actor), version.join("actor.wasm")).unwrap();
+        for dir in [
+            format!("actor/{id}/public"),
+            format!("actor/{id}/source"),
+            format!("private/{id}/data"),
+        ] {
+            std::fs::create_dir_all(self.path(&dir)).unwrap();
+        }
+        let mut registry = self.json("sausage.json");
+        registry["actors"][id] = json!({"version": 1, "next_version": 2, "running": true});
+        std::fs::write(self.path("sausage.json"), registry.to_string()).unwrap();
+    }
+
+    pub fn status(&self, id: &str) -> Value {
+        self.json(&format!("actor/{id}/status.json"))
+    }
+
+    pub fn log(&self, id: &str) -> String {
+        std::fs::read_to_string(self.path(&format!("actor/{id}/stderr.log"))).unwrap_or_default()
+    }
+
+    /// Starts `sausage run` on this world.
+    pub fn run(&self) -> Host {
+        Host::start(&self.root)
+    }
+}
+
+/// Waits until `check` holds, polling, or fails the test after [`PATIENCE`].
+pub fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// One message the console printed.
+#[derive(Debug, Clone)]
+pub struct Printed {
+    pub from: String,
+    pub reply: bool,
+    /// The body; a text body is `{"type":"text","text":...}`. Multi-line fields printed as
+    /// blocks are put back in place.
+    pub body: Value,
+}
+
+#[derive(Default)]
+struct Output {
+    /// Messages printed and not yet taken by a `wait_for`.
+    messages: Vec<Printed>,
+    stderr: String,
+    closed: bool,
+}
+
+/// A running `sausage run`, driven through its console.
+pub struct Host {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    output: Arc<(Mutex<Output>, Condvar)>,
+}
+
+impl Host {
+    pub fn start(world: &Path) -> Host {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sausage"))
+            .arg("run")
+            .arg(world)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let output: Arc<(Mutex<Output>, Condvar)> = Arc::default();
+        let stdout = child.stdout.take().unwrap();
+        let shared = output.clone();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+            while let Some(line) = lines.next() {
+                let Some(mut message) = parse_printed(&line) else {
+                    continue;
+                };
+                // Multi-line fields follow as blocks, each announced as "(N lines below)".
+                for field in ["errors", "warnings", "reason"] {
+                    let Some(n) = message.body[field].as_str().and_then(lines_below) else {
+                        continue;
+                    };
+                    lines.next(); // the `  field:` header
+                    let text: Vec<String> = (0..n)
+                        .filter_map(|_| lines.next())
+                        .map(|l| l.strip_prefix("    ").unwrap_or(&l).to_string())
+                        .collect();
+                    message.body[field] = json!(text.join("\n"));
+                }
+                let (lock, ready) = &*shared;
+                lock.lock().unwrap().messages.push(message);
+                ready.notify_all();
+            }
+            let (lock, ready) = &*shared;
+            lock.lock().unwrap().closed = true;
+            ready.notify_all();
+        });
+        let stderr = child.stderr.take().unwrap();
+        let shared = output.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let (lock, ready) = &*shared;
+                let mut out = lock.lock().unwrap();
+                out.stderr.push_str(&line);
+                out.stderr.push('\n');
+                ready.notify_all();
+            }
+        });
+        Host {
+            stdin: child.stdin.take(),
+            child,
+            output,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Types one console line.
+    pub fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Sends a JSON body to an actor through the console.
+    pub fn tell(&mut self, to: &str, body: Value) {
+        self.send(&format!("@{to} {body}"));
+    }
+
+    /// Sends a request to the broker and returns its reply's body.
+    pub fn request(&mut self, body: Value) -> Value {
+        let kind = body["type"].as_str().unwrap_or("").to_string();
+        self.tell("broker", body);
+        self.wait_for(&format!("the broker's reply to {kind}"), |m| {
+            m.from == "broker" && m.reply && m.body["type"] != "undeliverable"
+        })
+        .body
+    }
+
+    /// Waits for the first message not yet taken that matches, takes it and returns it.
+    pub fn wait_for(&mut self, what: &str, matches: impl Fn(&Printed) -> bool) -> Printed {
+        let deadline = Instant::now() + PATIENCE;
+        let (lock, ready) = &*self.output;
+        let mut out = lock.lock().unwrap();
+        loop {
+            if let Some(i) = out.messages.iter().position(&matches) {
+                return out.messages.remove(i);
+            }
+            let now = Instant::now();
+            if now >= deadline || out.closed {
+                let seen: Vec<String> = out
+                    .messages
+                    .iter()
+                    .map(|m| format!("[{}] {}", m.from, m.body))
+                    .collect();
+                panic!(
+                    "no message for {what} ({}); untaken messages:\n{}\nstderr:\n{}",
+                    if out.closed {
+                        "the host ended"
+                    } else {
+                        "timed out"
+                    },
+                    seen.join("\n"),
+                    out.stderr
+                );
+            }
+            out = ready.wait_timeout(out, deadline - now).unwrap().0;
+        }
+    }
+
+    /// Waits for a message from `from` whose body's type is `kind`.
+    pub fn wait_type(&mut self, from: &str, kind: &str) -> Value {
+        self.wait_for(&format!("`{kind}` from {from}"), |m| {
+            m.from == from && m.body["type"] == kind
+        })
+        .body
+    }
+
+    /// Messages printed and not taken yet, taking them.
+    pub fn take_all(&mut self) -> Vec<Printed> {
+        std::mem::take(&mut self.output.0.lock().unwrap().messages)
+    }
+
+    pub fn stderr(&self) -> String {
+        self.output.0.lock().unwrap().stderr.clone()
+    }
+
+    /// Ends input (like `/quit`) and waits for the host to exit.
+    pub fn quit(mut self) -> ExitStatus {
+        drop(self.stdin.take());
+        self.wait_exit()
+    }
+
+    /// Sends a signal to the host.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Kills the host hard (SIGKILL) and waits for it to be gone.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "the host did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        // A test that failed half-way must not leave a host behind.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `[from] (reply) {json}` or `[from] text`.
+fn parse_printed(line: &str) -> Option<Printed> {
+    let rest = line.strip_prefix('[')?;
+    let (from, rest) = rest.split_once(']')?;
+    let (reply, rest) = match rest.strip_prefix(" (reply)") {
+        Some(rest) => (true, rest),
+        None => (false, rest),
+    };
+    let rest = rest.strip_prefix(' ').unwrap_or(rest);
+    let body = match serde_json::from_str::<Value>(rest) {
+        Ok(body @ Value::Object(_)) => body,
+        _ => json!({"type": "text", "text": rest}),
+    };
+    Some(Printed {
+        from: from.to_string(),
+        reply,
+        body,
+    })
+}
+
+/// `(N lines below)` → N.
+fn lines_below(text: &str) -> Option<usize> {
+    text.strip_prefix('(')?
+        .strip_suffix(" lines below)")?
+        .parse()
+        .ok()
+}
