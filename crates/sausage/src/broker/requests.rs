@@ -246,7 +246,8 @@ impl Broker {
         Ok(json!({"type": kind, "actor": publisher.as_str()}))
     }
 
-    /// `list`: every actor with kind, version, running and state, and the subscriptions.
+    /// `list`: every actor with kind, version, running, state, restarts and the messages queued
+    /// in its mailbox; and the subscriptions.
     async fn list(&self) -> Value {
         let registry = self.registry().await;
         let mut actors = Vec::new();
@@ -261,6 +262,7 @@ impl Broker {
                 "running": entry.is_none_or(|e| e.running),
                 "state": if kind == "native" { json!("running") } else { json!(status.state) },
                 "restarts": status.restarts,
+                "queued": self.router.mailbox(&actor).map_or(0, |m| m.len()),
             }));
         }
         json!({"type": "actors", "actors": actors, "subscriptions": registry.subscriptions})

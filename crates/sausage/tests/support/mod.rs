@@ -250,7 +250,17 @@ impl Host {
 
     /// Waits for the first message not yet taken that matches, takes it and returns it.
     pub fn wait_for(&mut self, what: &str, matches: impl Fn(&Printed) -> bool) -> Printed {
-        let deadline = Instant::now() + PATIENCE;
+        self.wait_for_within(PATIENCE, what, matches)
+    }
+
+    /// [`Host::wait_for`] with a patience of its own, for waits the design makes long.
+    pub fn wait_for_within(
+        &mut self,
+        patience: Duration,
+        what: &str,
+        matches: impl Fn(&Printed) -> bool,
+    ) -> Printed {
+        let deadline = Instant::now() + patience;
         let (lock, ready) = &*self.output;
         let mut out = lock.lock().unwrap();
         loop {
