@@ -14,3 +14,6 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(tmp, path)
 }
+pub fn is_temporary_name(name: &std::ffi::OsStr) -> bool {
+    name.to_string_lossy().ends_with("sausage-tmp")
+}

@@ -1,0 +1,215 @@
+//! The host as a whole: the command line, the lock, stopping on signals and end of input, a
+//! hard kill, the console's script commands, epoch interruption and denied sockets.
+
+mod support;
+
+use std::process::{Command, Stdio};
+
+use serde_json::json;
+use support::*;
+
+fn sausage(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sausage"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn init_refuses_an_existing_world_and_run_refuses_a_missing_one() {
+    let world = TestWorld::new();
+    let root = world.root.to_str().unwrap();
+    let again = sausage(&["init", root]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
+    let missing = sausage(&["run", &format!("{root}/nope")]);
+    assert!(!missing.status.success());
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        err.contains("no world here") && err.contains("sausage init"),
+        "{err}"
+    );
+}
+
+#[test]
+fn one_run_per_world() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    let mut host = world.run();
+    host.tell("echo", json!({"type": "ping"}));
+    host.wait_type("echo", "ping");
+    let second = sausage(&["run", world.root.to_str().unwrap()]);
+    assert!(!second.status.success());
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(err.contains("another `sausage run`"), "{err}");
+    assert!(host.quit().success());
+}
+
+#[test]
+fn sigterm_and_ctrl_c_stop_every_actor_gracefully_and_the_next_run_starts_them() {
+    for signal in ["TERM", "INT"] {
+        let world = TestWorld::new();
+        world.install("echo", "echo");
+        world.install("notes", "notes");
+        let mut host = world.run();
+        host.tell("notes", json!({"type": "add", "text": "kept"}));
+        host.wait_type("notes", "added");
+        host.signal(signal);
+        assert!(host.wait_exit().success(), "SIG{signal}");
+        for id in ["echo", "notes"] {
+            let status = world.status(id);
+            assert_eq!(status["state"], "stopped", "{id} after SIG{signal}");
+            assert_eq!(
+                status["last_exit"], "exited cleanly",
+                "{id}: shutdown, then EOF"
+            );
+            assert_eq!(world.json("sausage.json")["actors"][id]["running"], true);
+        }
+        let mut host = world.run();
+        host.tell("notes", json!({"type": "count"}));
+        assert_eq!(host.wait_type("notes", "count")["count"], 1);
+        host.send("/quit");
+        assert!(host.wait_exit().success());
+    }
+}
+
+#[test]
+fn a_hard_kill_loses_no_committed_file_and_the_next_run_starts_everything() {
+    let world = TestWorld::new();
+    world.install("ticker", "ticker");
+    world.install("notes", "notes");
+    let mut host = world.run();
+    host.tell(
+        "ticker",
+        json!({"type": "start", "to": "notes", "count": 100000, "interval_ms": 0}),
+    );
+    eventually("notes being written", || {
+        std::fs::metadata(world.path("private/notes/data/notes.jsonl"))
+            .is_ok_and(|m| m.len() > 2000)
+    });
+    host.kill();
+
+    let whole = |text: &str| -> usize {
+        let mut n = 0;
+        for line in text.lines() {
+            n += 1;
+            let note: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("line {n} is not whole: {line:?}: {e}"));
+            assert_eq!(note["n"], n, "notes are contiguous");
+        }
+        assert!(text.ends_with('\n'), "the last line is whole");
+        n
+    };
+    let before = whole(&world.read("private/notes/data/notes.jsonl"));
+    assert!(before > 0);
+
+    let mut host = world.run();
+    // Leftover temporary files of the killed run are gone once the world is open again.
+    host.tell("notes", json!({"type": "count"}));
+    let count = host.wait_type("notes", "count")["count"].as_u64().unwrap() as usize;
+    assert_eq!(
+        count, before,
+        "the notes actor runs again with every committed note"
+    );
+    let leftovers = hidden_files(&world.root);
+    assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+    host.tell("ticker", json!({"type": "ping"}));
+    host.wait_type("ticker", "error");
+}
+
+/// Every file whose name marks it as a commit-on-close temporary.
+fn hidden_files(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if entry.file_type().unwrap().is_dir() {
+                dirs.push(path);
+            } else if sausage::fs::is_temporary_name(&entry.file_name()) {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn a_script_on_stdin_runs_and_a_failed_await_fails_the_run() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    let script = "/help\n@echo hello\n/await echo 20\n/sleep 0.1\n/frob\n@Bad x\n/list\n/await broker 20\n/await echo 0.3\n@echo never\n";
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sausage"))
+        .args(["run", world.root.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a failed /await fails the run");
+    assert!(
+        stdout.contains("/await <actor> <seconds>"),
+        "help: {stdout}"
+    );
+    assert!(stdout.contains("[echo] (reply) hello"), "{stdout}");
+    assert!(
+        stdout.contains(r#"[broker] (reply) {"actors":"#),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("never"),
+        "the script stops at the failed /await: {stdout}"
+    );
+    assert!(stderr.contains("unknown command `/frob`"), "{stderr}");
+    assert!(stderr.contains("@Bad"), "{stderr}");
+    assert!(
+        stderr.contains("/await echo: no message within 0.3 s"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_busy_actor_does_not_starve_the_others() {
+    let world = TestWorld::new();
+    world.install("spinner", "fsprobe");
+    world.install("echo", "echo");
+    let mut host = world.run();
+    host.tell("spinner", json!({"type": "spin"}));
+    host.tell("spinner", json!({"type": "spin"}));
+    eventually("the spinner to run", || {
+        std::fs::read_to_string(world.path("actor/spinner/status.json"))
+            .is_ok_and(|s| s.contains(r#""state": "running""#))
+    });
+    for n in 0..20 {
+        host.tell("echo", json!({"type": "n", "n": n}));
+        assert_eq!(host.wait_type("echo", "n")["n"], n);
+    }
+    // The spinner never reads its shutdown: the host kills it after the grace period.
+    let stopped = host.request(json!({"type": "stop", "actor": "spinner"}));
+    assert_eq!(stopped["exit"], "killed");
+}
+
+#[test]
+fn raw_sockets_are_denied() {
+    let world = TestWorld::new();
+    world.install("crasher", "crasher");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let mut host = world.run();
+    host.tell("crasher", json!({"type": "connect", "addr": addr}));
+    let reply = host.wait_type("crasher", "connect");
+    assert_eq!(reply["ok"], false, "{reply}");
+    listener.set_nonblocking(true).unwrap();
+    assert!(listener.accept().is_err(), "nothing connected");
+}
