@@ -115,6 +115,83 @@ impl World {
             .join(version.to_string())
     }
 
+    /// `broker/versions/<id>/<n>/snapshot/`: `/data` and `/public` as they were when the
+    /// version was last replaced.
+    pub fn snapshot_dir(&self, id: &ActorId, version: u32) -> PathBuf {
+        self.version_dir(id, version).join("snapshot")
+    }
+
+    /// The numbers of every stored version of `id`, ascending.
+    pub fn versions(&self, id: &ActorId) -> Vec<u32> {
+        let dir = self.root.join("broker/versions").join(id.as_str());
+        let mut versions: Vec<u32> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        versions.sort_unstable();
+        versions
+    }
+
+    /// Copies the actor's `/data` and `/public` into the snapshot of `version`, replacing an
+    /// older snapshot there.
+    pub fn snapshot(&self, id: &ActorId, version: u32) -> Result<()> {
+        let snapshot = self.snapshot_dir(id, version);
+        replace_with_copy(&self.data_dir(id), &snapshot.join("data"))
+            .and_then(|()| replace_with_copy(&self.public_dir(id), &snapshot.join("public")))
+            .with_context(|| {
+                format!("actor {id}: cannot snapshot its files into version {version}")
+            })
+    }
+
+    /// Puts the snapshot of `version` back as the actor's `/data` and `/public`. Returns false
+    /// (and changes nothing) when that version has no snapshot.
+    pub fn restore(&self, id: &ActorId, version: u32) -> Result<bool> {
+        let snapshot = self.snapshot_dir(id, version);
+        if !snapshot.is_dir() {
+            return Ok(false);
+        }
+        replace_with_copy(&snapshot.join("data"), &self.data_dir(id))
+            .and_then(|()| replace_with_copy(&snapshot.join("public"), &self.public_dir(id)))
+            .with_context(|| {
+                format!("actor {id}: cannot restore the snapshot of version {version}")
+            })?;
+        Ok(true)
+    }
+
+    /// Installs the source of `version` as the running source, `actor/<id>/source`.
+    pub fn install_source(&self, id: &ActorId, version: u32) -> Result<()> {
+        replace_with_copy(
+            &self.version_dir(id, version).join("source"),
+            &self.source_dir(id),
+        )
+        .with_context(|| format!("actor {id}: cannot install the source of version {version}"))
+    }
+
+    /// Moves every folder of the actor into a new `archive/<id>-<k>/` and returns it.
+    /// Nothing is deleted.
+    pub fn archive(&self, id: &ActorId) -> Result<PathBuf> {
+        let archive = (1..)
+            .map(|k| self.archive_dir().join(format!("{id}-{k}")))
+            .find(|dir| !dir.exists())
+            .expect("some archive number is free");
+        std::fs::create_dir_all(&archive)?;
+        for (from, name) in [
+            (self.actor_dir(id), "actor"),
+            (self.root.join("private").join(id.as_str()), "private"),
+            (
+                self.root.join("broker/versions").join(id.as_str()),
+                "versions",
+            ),
+        ] {
+            if from.exists() {
+                std::fs::rename(&from, archive.join(name))
+                    .with_context(|| format!("actor {id}: cannot archive {}", from.display()))?;
+            }
+        }
+        Ok(archive)
+    }
+
     /// `broker/scratch/`: candidate test folders, emptied at start.
     pub fn scratch_dir(&self) -> PathBuf {
         self.root.join("broker/scratch")
@@ -310,6 +387,34 @@ impl World {
         }
         Ok(file)
     }
+}
+
+/// Makes `to` a copy of the folder `from` (an empty folder if `from` is missing).
+fn replace_with_copy(from: &Path, to: &Path) -> io::Result<()> {
+    if to.exists() {
+        std::fs::remove_dir_all(to)?;
+    }
+    if from.is_dir() {
+        copy_tree(from, to)
+    } else {
+        std::fs::create_dir_all(to)
+    }
+}
+
+/// Copies a folder tree: folders and regular files (symlinks and others are left out).
+pub fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let target = to.join(entry.file_name());
+        if kind.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else if kind.is_file() {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,18 +1,22 @@
 //! Tests a candidate version before `spawn` or `upgrade` installs it (DESIGN §3).
 //!
-//! A candidate runs on scratch copies of the actor's `/data` and `/public`, without HTTP and
+//! Transcripts (`tests/*.jsonl` of the new source) run each in a fresh instance; without any,
+//! the candidate must pass the smoke test. A candidate runs on scratch copies of the actor's `/data` and `/public`, without HTTP and
 //! with `SAUSAGE_CANDIDATE=1`; nothing it writes reaches the real actor or any other.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use tokio::sync::mpsc;
 
 use super::mailbox::Mailbox;
-use super::stdio::Captured;
-use crate::message::ActorId;
-use crate::runtime::{InstanceConfig, Program, Runtime};
+use super::stdio::{Captured, Line, Lines, WRITE_CHUNK};
+use super::transcript::{self, EXPECT_TIMEOUT, StepKind, Transcript};
+use crate::message::{ActorId, Envelope, raw};
+use crate::runtime::stdio::{BoxFuture, GuestOutput};
+use crate::runtime::{Exit, InstanceConfig, Program, Runtime};
 use crate::world::World;
 
 /// A candidate without transcript tests must start and stay up this long.
@@ -37,7 +41,7 @@ impl Scratch {
         ] {
             let copy = scratch.root.join(name);
             if real.is_dir() {
-                super::copy_tree(&real, &copy)?;
+                crate::world::copy_tree(&real, &copy)?;
             } else {
                 std::fs::create_dir_all(&copy)?;
             }
@@ -53,9 +57,187 @@ impl Drop for Scratch {
     }
 }
 
-/// Runs the smoke test: the candidate must stay up for [`SMOKE_TEST`] without input.
+/// Tests a candidate: its transcripts if its source has `tests/*.jsonl`, else the smoke test.
 /// Returns the test report for the reply, or a reason a person can act on.
-pub async fn smoke_test(
+pub async fn test(
+    runtime: &Arc<Runtime>,
+    world: &World,
+    id: &ActorId,
+    version: u32,
+    program: &Program,
+    source: Option<&Path>,
+) -> Result<Value, String> {
+    let transcripts = match source {
+        Some(source) => transcript::load(source)?,
+        None => Vec::new(),
+    };
+    if transcripts.is_empty() {
+        return smoke_test(runtime, world, id, version, program).await;
+    }
+    let mut report = Vec::new();
+    for (n, transcript) in transcripts.iter().enumerate() {
+        let scratch = Scratch::new(world, id, &format!("{version}-{n}"))
+            .map_err(|e| format!("cannot prepare the scratch copy of its files: {e}"))?;
+        run_transcript(runtime, world, id, version, program, &scratch, transcript).await?;
+        report.push(json!({"file": transcript.name, "steps": transcript.steps.len()}));
+    }
+    Ok(json!({"transcripts": report, "passed": true}))
+}
+
+/// One candidate instance: its stdin, what it writes, and its stderr.
+struct Instance {
+    stdin: Arc<Mailbox>,
+    written: mpsc::UnboundedReceiver<Value>,
+    stderr: Captured,
+    run: tokio::task::JoinHandle<Exit>,
+}
+
+impl Instance {
+    fn start(
+        runtime: &Arc<Runtime>,
+        world: &World,
+        id: &ActorId,
+        version: u32,
+        program: &Program,
+        scratch: &Scratch,
+    ) -> Instance {
+        let stdin = Arc::new(Mailbox::default());
+        let stderr = Captured::default();
+        let (sent, written) = mpsc::unbounded_channel();
+        let config = InstanceConfig {
+            env: vec![
+                ("SAUSAGE_ACTOR".into(), id.to_string()),
+                ("SAUSAGE_VERSION".into(), version.to_string()),
+                ("SAUSAGE_CANDIDATE".into(), "1".into()),
+            ],
+            mounts: world.mounts_with(scratch.root.join("data"), scratch.root.join("public")),
+            stdin: stdin.attach(),
+            stdout: InstanceConfig::output(Written {
+                lines: Lines::default(),
+                sent,
+            }),
+            stderr: InstanceConfig::output(stderr.clone()),
+            http: false,
+        };
+        let (runtime, program) = (runtime.clone(), program.clone());
+        let run = tokio::spawn(async move { runtime.run(&program, config).await });
+        Instance {
+            stdin,
+            written,
+            stderr,
+            run,
+        }
+    }
+
+    /// Why a candidate that exited failed, with the tail of its stderr.
+    fn exited(&self, exit: &Exit) -> String {
+        let tail = self.stderr.tail(STDERR_TAIL_CHARS);
+        if tail.is_empty() {
+            format!("the candidate {exit} (stderr was empty)")
+        } else {
+            format!("the candidate {exit}; stderr ends with:\n{tail}")
+        }
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        // The test is over: kill the candidate; its writes go with the scratch folder.
+        self.run.abort();
+    }
+}
+
+async fn run_transcript(
+    runtime: &Arc<Runtime>,
+    world: &World,
+    id: &ActorId,
+    version: u32,
+    program: &Program,
+    scratch: &Scratch,
+    transcript: &Transcript,
+) -> Result<(), String> {
+    let mut instance = Instance::start(runtime, world, id, version, program, scratch);
+    for step in &transcript.steps {
+        let at = format!("{} line {}", transcript.name, step.line);
+        match &step.kind {
+            StepKind::Send { from, body } => {
+                let from = ActorId::parse(from).map_err(|e| format!("{at}: `from`: {e}"))?;
+                let envelope = Envelope {
+                    id: format!("t-{}", step.line),
+                    from,
+                    reply_to: None,
+                    body: raw(body),
+                };
+                if instance.stdin.try_push(Arc::new(envelope)).is_err() {
+                    return Err(format!("{at}: the candidate stopped reading its stdin"));
+                }
+            }
+            StepKind::Expect { to, body } => {
+                let wanted = match to {
+                    Some(to) => format!("{body} to `{to}`"),
+                    None => body.to_string(),
+                };
+                // Waits for: the candidate's next message, its exit, or the expect's timeout.
+                let got = tokio::select! {
+                    got = instance.written.recv() => got,
+                    exit = &mut instance.run => {
+                        let exit = exit.unwrap_or_else(|e| Exit::Trap(e.to_string()));
+                        return Err(format!("{at}: expected {wanted}, but {}", instance.exited(&exit)));
+                    }
+                    _ = tokio::time::sleep(EXPECT_TIMEOUT) => None,
+                };
+                let Some(got) = got else {
+                    return Err(format!(
+                        "{at}: expected {wanted}, but no message came within {} s",
+                        EXPECT_TIMEOUT.as_secs()
+                    ));
+                };
+                let to_ok = to.as_deref().is_none_or(|to| got["to"] == to);
+                if !to_ok || !transcript::matches(body, &got["body"]) {
+                    let came = match got.get("to") {
+                        Some(Value::String(to)) => format!("{} to `{to}`", got["body"]),
+                        _ => format!("{} (published, no `to`)", got["body"]),
+                    };
+                    return Err(format!("{at}: expected {wanted}, got {came}"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A candidate's stdout: every message it writes, parsed, for `expect` to judge. Lines that are
+/// not messages are skipped, as routing would skip them.
+struct Written {
+    lines: Lines,
+    sent: mpsc::UnboundedSender<Value>,
+}
+
+impl GuestOutput for Written {
+    fn capacity(&mut self) -> usize {
+        WRITE_CHUNK
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let sent = &self.sent;
+        self.lines.push(bytes, |line| {
+            if let Line::Whole(line) = line
+                && let Ok(message @ Value::Object(_)) = serde_json::from_slice::<Value>(line)
+                && message["body"].is_object()
+            {
+                // The test may be over already; then nobody needs the message.
+                let _ = sent.send(message);
+            }
+        });
+    }
+
+    fn writable(&mut self) -> BoxFuture<'_> {
+        Box::pin(async {})
+    }
+}
+
+/// Runs the smoke test: the candidate must stay up for [`SMOKE_TEST`] without input.
+async fn smoke_test(
     runtime: &Arc<Runtime>,
     world: &World,
     id: &ActorId,
@@ -64,37 +246,18 @@ pub async fn smoke_test(
 ) -> Result<Value, String> {
     let scratch = Scratch::new(world, id, &format!("{version}-smoke"))
         .map_err(|e| format!("cannot prepare the scratch copy of its files: {e}"))?;
-    let stderr = Captured::default();
-    let stdin = Arc::new(Mailbox::default());
-    let config = InstanceConfig {
-        env: vec![
-            ("SAUSAGE_ACTOR".into(), id.to_string()),
-            ("SAUSAGE_VERSION".into(), version.to_string()),
-            ("SAUSAGE_CANDIDATE".into(), "1".into()),
-        ],
-        mounts: world.mounts_with(scratch.root.join("data"), scratch.root.join("public")),
-        stdin: stdin.attach(),
-        stdout: InstanceConfig::output(Captured::default()),
-        stderr: InstanceConfig::output(stderr.clone()),
-        http: false,
-    };
-    let run = runtime.run(program, config);
-    match tokio::time::timeout(SMOKE_TEST, run).await {
-        // Up for the whole test: dropping the run kills it and discards its writes.
+    let mut instance = Instance::start(runtime, world, id, version, program, &scratch);
+    match tokio::time::timeout(SMOKE_TEST, &mut instance.run).await {
         Err(_) => Ok(json!({
             "smoke": format!("stayed up for {} s", SMOKE_TEST.as_secs()),
             "passed": true,
         })),
         Ok(exit) => {
-            let tail = stderr.tail(STDERR_TAIL_CHARS);
-            let tail = if tail.is_empty() {
-                "(stderr was empty)".to_string()
-            } else {
-                format!("stderr ends with:\n{tail}")
-            };
+            let exit = exit.unwrap_or_else(|e| Exit::Trap(e.to_string()));
             Err(format!(
-                "the candidate {exit} during its {} s smoke test (it has no tests/*.jsonl, so \
-                 it must start and keep reading stdin); {tail}",
+                "{} during its {} s smoke test (it has no tests/*.jsonl, so it must start \
+                 and keep reading stdin)",
+                instance.exited(&exit),
                 SMOKE_TEST.as_secs()
             ))
         }

@@ -123,6 +123,13 @@ impl Mailbox {
         self.arrived.notify_one();
     }
 
+    /// Takes every queued message out (the actor is being removed).
+    pub fn drain(&self) -> Vec<Arc<Envelope>> {
+        let drained = self.lock().queue.drain(..).collect();
+        self.space.notify_waiters();
+        drained
+    }
+
     pub fn len(&self) -> usize {
         self.lock().queue.len()
     }

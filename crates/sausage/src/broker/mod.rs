@@ -10,11 +10,13 @@ mod requests;
 pub mod router;
 pub mod stdio;
 pub mod supervisor;
+mod transcript;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::message::{ActorId, Envelope, NATIVE_ACTORS};
@@ -22,7 +24,7 @@ use crate::runtime::{Program, Runtime};
 use crate::world::{Registry, World};
 use mailbox::Mailbox;
 use router::Router;
-use supervisor::{ActorHandle, Supervisor};
+use supervisor::{ActorHandle, CrashLoop, Supervisor};
 
 /// The native actors that run in this version of the host, with their mailboxes.
 pub const RUNNING_NATIVES: [&str; 2] = ["broker", "console"];
@@ -37,6 +39,9 @@ pub struct Broker {
     actors: Mutex<HashMap<ActorId, ActorHandle>>,
     /// One lock per actor id: an operation on an actor holds it from start to reply.
     operations: Mutex<HashMap<ActorId, Arc<tokio::sync::Mutex<()>>>>,
+    /// Supervisors → broker: crash loops after upgrades. `serve` takes the receiver.
+    crash_loops: mpsc::UnboundedSender<CrashLoop>,
+    crash_loop_reports: Mutex<Option<mpsc::UnboundedReceiver<CrashLoop>>>,
 }
 
 impl Broker {
@@ -55,6 +60,7 @@ impl Broker {
         for native in RUNNING_NATIVES {
             router.add(&ActorId::parse(native).expect("native ids are valid"));
         }
+        let (crash_loops, reports) = mpsc::unbounded_channel();
         let broker = Arc::new(Broker {
             world,
             runtime,
@@ -62,6 +68,8 @@ impl Broker {
             registry: tokio::sync::Mutex::new(registry.clone()),
             actors: Mutex::default(),
             operations: Mutex::default(),
+            crash_loops,
+            crash_loop_reports: Mutex::new(Some(reports)),
         });
         broker.apply_subscriptions(&registry);
 
@@ -94,16 +102,31 @@ impl Broker {
         Ok(broker)
     }
 
-    /// Serves requests to `broker` until the host stops.
+    /// Serves requests to `broker`, and rolls back crash loops, until the host stops.
     pub async fn serve(self: &Arc<Self>) {
         let mailbox = self
             .router
             .mailbox(&ActorId::broker())
             .expect("the broker has a mailbox");
+        let mut crash_loops = self
+            .crash_loop_reports
+            .lock()
+            .expect("broker lock")
+            .take()
+            .expect("serve runs once");
         loop {
-            let request = mailbox.recv().await;
-            let broker = self.clone();
-            tokio::spawn(async move { broker.answer(request).await });
+            // Waits for: a request to the broker, or a supervisor's crash-loop report. Each is
+            // handled in its own task; operations on one actor queue on its lock.
+            tokio::select! {
+                request = mailbox.recv() => {
+                    let broker = self.clone();
+                    tokio::spawn(async move { broker.answer(request).await });
+                }
+                Some(report) = crash_loops.recv() => {
+                    let broker = self.clone();
+                    tokio::spawn(async move { broker.recover(report).await });
+                }
+            }
         }
     }
 
@@ -134,6 +157,7 @@ impl Broker {
             router: self.router.clone(),
             world: self.world.clone(),
             mailbox,
+            crash_loops: self.crash_loops.clone(),
         }
         .spawn(running);
         self.actors
@@ -224,22 +248,6 @@ fn clear_dir(dir: &std::path::Path) -> Result<()> {
         std::fs::remove_dir_all(dir).with_context(|| format!("{}: cannot empty", dir.display()))?;
     }
     std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))
-}
-
-/// Copies a folder tree (files and folders; anything else is refused).
-fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let kind = entry.file_type()?;
-        let target = to.join(entry.file_name());
-        if kind.is_dir() {
-            copy_tree(&entry.path(), &target)?;
-        } else if kind.is_file() {
-            std::fs::copy(entry.path(), &target)?;
-        }
-    }
-    Ok(())
 }
 
 /// An envelope's sender, for replies.

@@ -8,12 +8,35 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{Broker, candidate, copy_tree, requester};
+use std::path::PathBuf;
+
+use super::supervisor::{CRASH_LOOP_CRASHES, CRASH_LOOP_WINDOW, CrashLoop, Install, Upgraded};
+use super::{Broker, candidate, requester};
 use crate::message::{ActorId, Envelope, Outgoing};
+use crate::runtime::Program;
 use crate::world::ActorEntry;
 
+/// A version that passed its tests, ready to store and run.
+struct Candidate {
+    program: Program,
+    report: Value,
+    wasm_file: PathBuf,
+    source: Option<PathBuf>,
+    meta: Value,
+}
+
 /// The request types, as an unknown type's error lists them.
-pub const REQUESTS: [&str; 6] = ["spawn", "stop", "start", "subscribe", "unsubscribe", "list"];
+pub const REQUESTS: [&str; 9] = [
+    "spawn",
+    "upgrade",
+    "rollback",
+    "stop",
+    "start",
+    "remove",
+    "subscribe",
+    "unsubscribe",
+    "list",
+];
 
 /// A request failed: the reason goes back to the requester.
 type Answer = Result<Value, String>;
@@ -25,6 +48,9 @@ impl Broker {
         let kind = body.get("type").and_then(Value::as_str).unwrap_or("");
         let answer = match kind {
             "spawn" => self.spawn(&request, &body).await,
+            "upgrade" => self.upgrade(&request, &body).await,
+            "rollback" => self.rollback(&body).await,
+            "remove" => self.remove(&body).await,
             "stop" => self.stop(&body).await,
             "start" => self.start_actor(&body).await,
             "subscribe" => self.subscribe(&request, &body, true).await,
@@ -61,6 +87,244 @@ impl Broker {
                 "actor `{id}` already exists; send `upgrade` to install a new version"
             ));
         }
+        let version = 1;
+        let candidate = self.candidate(request, body, &id, version).await?;
+        self.store_version(&id, version, &candidate)
+            .and_then(|()| self.world.create_actor_dirs(&id))
+            .and_then(|()| self.world.install_source(&id, version))
+            .map_err(|e| format!("cannot install `{id}`: {e:#}"))?;
+        self.update_registry(|registry| {
+            registry.actors.insert(
+                id.to_string(),
+                ActorEntry {
+                    version,
+                    next_version: version + 1,
+                    running: true,
+                },
+            );
+        })
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+        self.supervise(&id, version, candidate.program, true);
+        Ok(json!({
+            "type": "spawned", "actor": id.as_str(), "version": version, "tests": candidate.report,
+        }))
+    }
+
+    /// `upgrade`: a new numbered version, tested on scratch copies of the actor's files, then
+    /// swapped in: hold the mailbox, stop gracefully, snapshot, install the source, start.
+    async fn upgrade(&self, request: &Envelope, body: &Value) -> Answer {
+        let id = actor_field(body)?;
+        let lock = self.operation_lock(&id);
+        let _held = lock.lock().await;
+        let handle = self.known_wasm_actor(&id).await?;
+        let entry = self.registry().await.actors[id.as_str()].clone();
+        let (previous, version) = (entry.version, entry.next_version);
+        let candidate = self.candidate(request, body, &id, version).await?;
+        self.store_version(&id, version, &candidate)
+            .map_err(|e| format!("cannot store version {version} of `{id}`: {e:#}"))?;
+
+        // The swap. From the stop on, messages wait in the mailbox until the new instance runs.
+        handle.stop().await;
+        let swapped = self
+            .world
+            .snapshot(&id, previous)
+            .and_then(|()| self.world.install_source(&id, version));
+        if let Err(e) = swapped {
+            // The old version is still installed: put it back to work.
+            if entry.running {
+                handle.start().await;
+            }
+            return Err(format!("{e:#}; version {previous} keeps running"));
+        }
+        self.update_registry(|registry| {
+            let entry = registry.actors.get_mut(id.as_str()).expect("checked above");
+            entry.version = version;
+            entry.next_version = version + 1;
+        })
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+        let upgraded = Upgraded {
+            requester: request.from.clone(),
+            request_id: request.id.clone(),
+            previous,
+        };
+        handle
+            .install(Install {
+                version,
+                program: candidate.program,
+                redeliver_parked: true,
+                watch: Some(upgraded),
+            })
+            .await;
+        if entry.running {
+            handle.start().await;
+        }
+        Ok(json!({
+            "type": "upgraded", "actor": id.as_str(), "version": version, "previous": previous,
+            "tests": candidate.report,
+        }))
+    }
+
+    /// `rollback`: to `version`, or to the highest older version.
+    async fn rollback(&self, body: &Value) -> Answer {
+        let id = actor_field(body)?;
+        let target = match body.get("version") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                v.as_u64()
+                    .and_then(|v| u32::try_from(v).ok())
+                    .ok_or_else(|| format!("`version` must be a version number, not {v}"))?,
+            ),
+        };
+        let lock = self.operation_lock(&id);
+        let _held = lock.lock().await;
+        self.roll_back(&id, target).await
+    }
+
+    /// Rolls `id` back (or forward) to `target`: snapshots the current state into the current
+    /// version first, so the move can be undone, then restores the target's snapshot. The
+    /// caller holds the actor's operation lock.
+    async fn roll_back(&self, id: &ActorId, target: Option<u32>) -> Answer {
+        let handle = self.known_wasm_actor(id).await?;
+        let entry = self.registry().await.actors[id.as_str()].clone();
+        let current = entry.version;
+        let stored = self.world.versions(id);
+        let target = match target {
+            Some(target) if target == current => {
+                return Err(format!("`{id}` already runs version {current}"));
+            }
+            Some(target) if stored.contains(&target) => target,
+            Some(target) => {
+                return Err(format!(
+                    "`{id}` has no version {target}; stored versions: {}",
+                    list_numbers(&stored)
+                ));
+            }
+            None => *stored.iter().rev().find(|v| **v < current).ok_or_else(|| {
+                format!("`{id}` has no version older than {current} to roll back to")
+            })?,
+        };
+        let wasm = self.world.version_dir(id, target).join("actor.wasm");
+        let program = self
+            .compile_file(&wasm)
+            .await
+            .map_err(|e| format!("version {target} of `{id}` cannot run: {e}"))?;
+
+        handle.stop().await;
+        let restored = self
+            .world
+            .snapshot(id, current)
+            .and_then(|()| self.world.restore(id, target))
+            .and_then(|restored| self.world.install_source(id, target).map(|()| restored));
+        let restored = match restored {
+            Ok(restored) => restored,
+            Err(e) => {
+                if entry.running {
+                    handle.start().await;
+                }
+                return Err(format!("{e:#}; version {current} keeps running"));
+            }
+        };
+        self.update_registry(|registry| {
+            registry
+                .actors
+                .get_mut(id.as_str())
+                .expect("checked above")
+                .version = target;
+        })
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+        handle
+            .install(Install {
+                version: target,
+                program,
+                redeliver_parked: false,
+                watch: None,
+            })
+            .await;
+        if entry.running {
+            handle.start().await;
+        }
+        Ok(json!({
+            "type": "rolled_back", "actor": id.as_str(), "from": current, "to": target,
+            "restored_state": restored,
+        }))
+    }
+
+    /// A crash loop after an upgrade: roll back to the previous version and tell whoever asked
+    /// for the upgrade.
+    pub(super) async fn recover(self: Arc<Self>, report: CrashLoop) {
+        let id = report.actor;
+        let lock = self.operation_lock(&id);
+        let held = lock.lock().await;
+        let reason = format!(
+            "version {} of `{id}` crashed {CRASH_LOOP_CRASHES} times within {} s of its upgrade \
+             (last: {})",
+            report.version,
+            CRASH_LOOP_WINDOW.as_secs(),
+            report.last_exit
+        );
+        let body = match self.roll_back(&id, Some(report.upgrade.previous)).await {
+            Ok(mut body) => {
+                body["reason"] = json!(reason);
+                body
+            }
+            Err(e) => json!({
+                "type": "error", "request": "upgrade",
+                "reason": format!("{reason}; rolling back failed: {e}"),
+            }),
+        };
+        drop(held);
+        self.world.log_note(&id, &format!("crash loop: {body}"));
+        let out = Outgoing::new(&report.upgrade.requester, &body)
+            .replying_to(Some(&report.upgrade.request_id));
+        self.send(&ActorId::broker(), out).await;
+    }
+
+    /// `remove`: stops the actor and moves every folder of it into `archive/`, with the
+    /// messages still in its mailbox. Nothing is deleted.
+    async fn remove(&self, body: &Value) -> Answer {
+        let id = actor_field(body)?;
+        let lock = self.operation_lock(&id);
+        let _held = lock.lock().await;
+        let handle = self.known_wasm_actor(&id).await?;
+        handle.stop().await;
+        self.actors.lock().expect("actors lock").remove(&id);
+        let mailbox = self.router.remove(&id);
+        let archive = self.world.archive(&id).map_err(|e| format!("{e:#}"))?;
+        if let Some(mailbox) = mailbox {
+            let waiting: Vec<u8> = mailbox.drain().iter().flat_map(|m| m.to_line()).collect();
+            if !waiting.is_empty() {
+                crate::fs::write_atomically(&archive.join("mailbox.jsonl"), &waiting)
+                    .map_err(|e| format!("actor {id}: cannot archive its mailbox: {e}"))?;
+            }
+        }
+        self.update_registry(|registry| {
+            registry.actors.remove(id.as_str());
+            registry.subscriptions.remove(id.as_str());
+            for subscribers in registry.subscriptions.values_mut() {
+                subscribers.retain(|s| s != id.as_str());
+            }
+        })
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+        let archive = archive
+            .strip_prefix(self.world.root())
+            .unwrap_or(&archive)
+            .display()
+            .to_string();
+        Ok(json!({"type": "removed", "actor": id.as_str(), "archive": archive}))
+    }
+
+    /// Reads, compiles and tests the version a `spawn` or `upgrade` names.
+    async fn candidate(
+        &self,
+        request: &Envelope,
+        body: &Value,
+        id: &ActorId,
+        version: u32,
+    ) -> Result<Candidate, String> {
         let wasm_path = string_field(body, "wasm")?;
         let wasm_file = self.world.resolve_request_path(&request.from, wasm_path)?;
         let source = match body.get("source") {
@@ -74,86 +338,69 @@ impl Broker {
             }
             Some(_) => return Err("`source` must be a string path to a folder".into()),
         };
-        let built_by = optional_string(body, "built_by")?;
-        let bytes =
-            std::fs::read(&wasm_file).map_err(|e| format!("cannot read `{wasm_path}`: {e}"))?;
-        let runtime = self.runtime.clone();
-        let program = tokio::task::spawn_blocking(move || runtime.compile(&bytes))
+        let built_by = optional_string(body, "built_by")?.map(str::to_owned);
+        let program = self
+            .compile_file(&wasm_file)
             .await
-            .map_err(|e| format!("host bug: compiling failed: {e}"))?
-            .map_err(|e| format!("`{wasm_path}`: {e:#}"))?;
-
-        let version = 1;
-        let report = candidate::smoke_test(&self.runtime, &self.world, &id, version, &program)
-            .await
-            .map_err(|reason| format!("version {version} of `{id}` was rejected: {reason}"))?;
-
-        self.install(
-            &id,
+            .map_err(|e| format!("`{wasm_path}`: {e}"))?;
+        let report = candidate::test(
+            &self.runtime,
+            &self.world,
+            id,
             version,
-            &wasm_file,
+            &program,
             source.as_deref(),
-            request,
-            wasm_path,
-            body,
-            built_by,
         )
-        .map_err(|e| format!("cannot install `{id}`: {e:#}"))?;
-        self.update_registry(|registry| {
-            registry.actors.insert(
-                id.to_string(),
-                ActorEntry {
-                    version,
-                    next_version: version + 1,
-                    running: true,
-                },
-            );
-        })
         .await
-        .map_err(|e| format!("{e:#}"))?;
-        self.supervise(&id, version, program, true);
-        Ok(json!({"type": "spawned", "actor": id.as_str(), "version": version, "tests": report}))
+        .map_err(|reason| format!("version {version} of `{id}` was rejected: {reason}"))?;
+        Ok(Candidate {
+            program,
+            report,
+            wasm_file,
+            source,
+            meta: json!({
+                "version": version,
+                "wasm": wasm_path,
+                "source": body.get("source"),
+                "built_by": built_by,
+                "requested_by": request.from.as_str(),
+                "time": now_rfc3339(),
+            }),
+        })
     }
 
-    /// Writes a version into the version store and its source into `actor/<id>/source`.
-    #[allow(clippy::too_many_arguments)]
-    fn install(
+    /// Reads and compiles a `.wasm` off the async threads.
+    async fn compile_file(&self, path: &Path) -> Result<Program, String> {
+        let bytes = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
+        let runtime = self.runtime.clone();
+        tokio::task::spawn_blocking(move || runtime.compile(&bytes))
+            .await
+            .map_err(|e| format!("host bug: compiling failed: {e}"))?
+            .map_err(|e| format!("{e:#}"))
+    }
+
+    /// Writes a tested version into the version store: `actor.wasm`, `source/`, `meta.json`.
+    fn store_version(
         &self,
         id: &ActorId,
         version: u32,
-        wasm_file: &Path,
-        source: Option<&Path>,
-        request: &Envelope,
-        wasm_as_given: &str,
-        body: &Value,
-        built_by: Option<&str>,
+        candidate: &Candidate,
     ) -> anyhow::Result<()> {
         let dir = self.world.version_dir(id, version);
-        std::fs::create_dir_all(&dir)?;
-        std::fs::copy(wasm_file, dir.join("actor.wasm"))?;
-        let version_source = dir.join("source");
-        match source {
-            Some(source) => copy_tree(source, &version_source)?,
-            None => std::fs::create_dir_all(&version_source)?,
+        if dir.exists() {
+            // A leftover of an attempt that failed after storing: the number was never used.
+            std::fs::remove_dir_all(&dir)?;
         }
-        let meta = json!({
-            "version": version,
-            "wasm": wasm_as_given,
-            "source": body.get("source"),
-            "built_by": built_by,
-            "requested_by": request.from.as_str(),
-            "time": now_rfc3339(),
-        });
+        std::fs::create_dir_all(&dir)?;
+        std::fs::copy(&candidate.wasm_file, dir.join("actor.wasm"))?;
+        match &candidate.source {
+            Some(source) => crate::world::copy_tree(source, &dir.join("source"))?,
+            None => std::fs::create_dir_all(dir.join("source"))?,
+        }
         crate::fs::write_atomically(
             &dir.join("meta.json"),
-            &serde_json::to_vec_pretty(&meta).expect("meta serialises"),
+            &serde_json::to_vec_pretty(&candidate.meta).expect("meta serialises"),
         )?;
-        self.world.create_actor_dirs(id)?;
-        let live_source = self.world.source_dir(id);
-        if live_source.exists() {
-            std::fs::remove_dir_all(&live_source)?;
-        }
-        copy_tree(&version_source, &live_source)?;
         Ok(())
     }
 
@@ -281,6 +528,15 @@ fn optional_string<'a>(body: &'a Value, name: &str) -> Result<Option<&'a str>, S
     match body.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(_) => string_field(body, name).map(Some),
+    }
+}
+
+fn list_numbers(numbers: &[u32]) -> String {
+    let names: Vec<String> = numbers.iter().map(u32::to_string).collect();
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(", ")
     }
 }
 

@@ -19,19 +19,62 @@ use crate::world::World;
 pub const MAX_LINE_BYTES: usize = 1024 * 1024;
 
 /// How much a guest may write in one go while nothing blocks.
-const WRITE_CHUNK: usize = 64 * 1024;
+pub const WRITE_CHUNK: usize = 64 * 1024;
 
 /// How much of a bad line the log note quotes.
 const NOTE_QUOTE_CHARS: usize = 200;
+
+/// Cuts a byte stream into lines of at most [`MAX_LINE_BYTES`].
+#[derive(Default)]
+pub struct Lines {
+    line: Vec<u8>,
+    /// The current line passed [`MAX_LINE_BYTES`]: skip to its newline.
+    overlong: bool,
+}
+
+/// One line out of [`Lines`].
+pub enum Line<'a> {
+    /// A whole line, without its newline (or a trailing `\r`).
+    Whole(&'a [u8]),
+    /// A line longer than [`MAX_LINE_BYTES`], dropped.
+    Overlong,
+}
+
+impl Lines {
+    /// Takes bytes and calls `each` for every line they complete.
+    pub fn push(&mut self, mut bytes: &[u8], mut each: impl FnMut(Line<'_>)) {
+        while !bytes.is_empty() {
+            let (part, rest, ends) = match bytes.iter().position(|b| *b == b'\n') {
+                Some(n) => (&bytes[..n], &bytes[n + 1..], true),
+                None => (bytes, &[][..], false),
+            };
+            if !self.overlong {
+                if self.line.len() + part.len() > MAX_LINE_BYTES {
+                    self.overlong = true;
+                    self.line = Vec::new();
+                } else {
+                    self.line.extend_from_slice(part);
+                }
+            }
+            if ends {
+                if std::mem::take(&mut self.overlong) {
+                    each(Line::Overlong);
+                } else {
+                    let line = std::mem::take(&mut self.line);
+                    each(Line::Whole(line.strip_suffix(b"\r").unwrap_or(&line)));
+                }
+            }
+            bytes = rest;
+        }
+    }
+}
 
 /// A WASM actor's stdout: lines in, deliveries out.
 pub struct RoutedStdout {
     from: ActorId,
     router: Arc<Router>,
     world: World,
-    line: Vec<u8>,
-    /// The current line passed [`MAX_LINE_BYTES`]: skip to its newline.
-    overlong: bool,
+    lines: Lines,
     /// Deliveries waiting for a full mailbox, oldest first; while any waits, capacity is 0.
     blocked: VecDeque<Delivery>,
 }
@@ -42,22 +85,19 @@ impl RoutedStdout {
             from,
             router,
             world,
-            line: Vec::new(),
-            overlong: false,
+            lines: Lines::default(),
             blocked: VecDeque::new(),
         }
     }
 
-    fn end_line(&mut self) {
-        if std::mem::take(&mut self.overlong) {
+    fn route(&mut self, line: Line<'_>) {
+        let Line::Whole(line) = line else {
             self.world.log_note(
                 &self.from,
                 &format!("a stdout line longer than {MAX_LINE_BYTES} bytes was not routed"),
             );
             return;
-        }
-        let line = std::mem::take(&mut self.line);
-        let line = line.strip_suffix(b"\r").unwrap_or(&line);
+        };
         if line.iter().all(u8::is_ascii_whitespace) {
             return;
         }
@@ -90,25 +130,10 @@ impl GuestOutput for RoutedStdout {
         }
     }
 
-    fn write(&mut self, mut bytes: &[u8]) {
-        while !bytes.is_empty() {
-            let (part, rest, ends) = match bytes.iter().position(|b| *b == b'\n') {
-                Some(n) => (&bytes[..n], &bytes[n + 1..], true),
-                None => (bytes, &[][..], false),
-            };
-            if !self.overlong {
-                if self.line.len() + part.len() > MAX_LINE_BYTES {
-                    self.overlong = true;
-                    self.line = Vec::new();
-                } else {
-                    self.line.extend_from_slice(part);
-                }
-            }
-            if ends {
-                self.end_line();
-            }
-            bytes = rest;
-        }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut lines = std::mem::take(&mut self.lines);
+        lines.push(bytes, |line| self.route(line));
+        self.lines = lines;
     }
 
     fn writable(&mut self) -> BoxFuture<'_> {

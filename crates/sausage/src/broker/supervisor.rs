@@ -27,6 +27,10 @@ pub const RESTART_RESET_UPTIME: Duration = Duration::from_secs(60);
 /// How long a stopping instance has to exit after its shutdown message and end of input
 /// before it is killed.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Crashes after an upgrade that count as a crash loop…
+pub const CRASH_LOOP_CRASHES: u32 = 3;
+/// …when they all happen within this time of the upgrade: the broker then rolls back.
+pub const CRASH_LOOP_WINDOW: Duration = Duration::from_secs(30);
 /// How often a running actor's stdin is checked for a write stalled past its timeout.
 const STALL_CHECK: Duration = Duration::from_secs(1);
 /// Commands queued for one supervisor; senders wait beyond it.
@@ -44,6 +48,35 @@ enum Command {
     Start(oneshot::Sender<()>),
     /// Stops the instance gracefully; answers with how it ended (`None` if none ran).
     Stop(oneshot::Sender<Option<Exit>>),
+    /// Makes `version` the one the next instance runs; sent while the actor is stopped.
+    Install(Install, oneshot::Sender<()>),
+}
+
+/// A version to run from now on.
+pub struct Install {
+    pub version: u32,
+    pub program: Program,
+    /// After an upgrade: deliver the parked message again, first.
+    pub redeliver_parked: bool,
+    /// After an upgrade: watch for a crash loop and report it.
+    pub watch: Option<Upgraded>,
+}
+
+/// Who asked for an upgrade and what it replaced, kept while the new version is watched.
+#[derive(Clone, Debug)]
+pub struct Upgraded {
+    pub requester: ActorId,
+    pub request_id: String,
+    pub previous: u32,
+}
+
+/// A crash loop after an upgrade, reported to the broker, which rolls back.
+#[derive(Debug)]
+pub struct CrashLoop {
+    pub actor: ActorId,
+    pub version: u32,
+    pub upgrade: Upgraded,
+    pub last_exit: Exit,
 }
 
 /// Why the supervisor restarts an instance, and when.
@@ -94,6 +127,20 @@ impl ActorHandle {
         self.commands.send(Command::Stop(done)).await.ok()?;
         wait.await.ok().flatten()
     }
+
+    /// Installs another version for the next start (stop the actor first).
+    pub async fn install(&self, install: Install) {
+        let (done, wait) = oneshot::channel();
+        if self
+            .commands
+            .send(Command::Install(install, done))
+            .await
+            .is_ok()
+        {
+            // The supervisor answers unless it is gone, and then nothing runs anyway.
+            let _ = wait.await;
+        }
+    }
 }
 
 /// The supervisor task's state.
@@ -105,6 +152,9 @@ pub struct Supervisor {
     pub router: Arc<Router>,
     pub world: World,
     pub mailbox: Arc<Mailbox>,
+    /// To the broker: crash loops after upgrades. The broker's receiver lives as long as the
+    /// host; a failed send means the host is shutting down.
+    pub crash_loops: mpsc::UnboundedSender<CrashLoop>,
 }
 
 impl Supervisor {
@@ -119,6 +169,7 @@ impl Supervisor {
                 want_running: running,
                 status,
                 parked: None,
+                watch: None,
             }
             .run(),
         );
@@ -133,6 +184,8 @@ struct Task {
     status: Status,
     /// The message the last crashed instance took; delivered again after an upgrade.
     parked: Option<Arc<Envelope>>,
+    /// After an upgrade: the upgrade, when the watch ends, and the crashes counted so far.
+    watch: Option<(Upgraded, Instant, u32)>,
 }
 
 /// How one instance's run ended, from the supervisor's side.
@@ -148,7 +201,9 @@ impl Task {
         let mut in_a_row = 0;
         loop {
             if !self.want_running {
-                self.set_state(State::Stopped);
+                if self.status.state != State::Broken {
+                    self.set_state(State::Stopped);
+                }
                 match self.commands.recv().await {
                     None => return,
                     Some(Command::Start(done)) => {
@@ -157,6 +212,10 @@ impl Task {
                     }
                     Some(Command::Stop(done)) => {
                         let _ = done.send(None);
+                    }
+                    Some(Command::Install(install, done)) => {
+                        self.install(install);
+                        let _ = done.send(());
                     }
                 }
                 continue;
@@ -171,6 +230,9 @@ impl Task {
                     let _ = done.send(Some(exit));
                 }
                 Ended::ByItself(exit) => {
+                    if self.crash_loop(&exit) {
+                        continue;
+                    }
                     let restart = restart_after(started.elapsed(), in_a_row);
                     in_a_row = restart.in_a_row;
                     self.status.restarts += 1;
@@ -188,6 +250,66 @@ impl Task {
                 }
             }
         }
+    }
+
+    fn install(&mut self, install: Install) {
+        if install.version != self.sup.version {
+            self.status.previous_version = Some(self.sup.version);
+        }
+        self.sup.version = install.version;
+        self.sup.program = install.program;
+        if install.redeliver_parked
+            && let Some(parked) = self.parked.take()
+        {
+            self.sup.mailbox.push_front(parked);
+            self.status.parked = None;
+        }
+        self.watch = install
+            .watch
+            .map(|upgrade| (upgrade, Instant::now() + CRASH_LOOP_WINDOW, 0));
+        self.status.version = install.version;
+        self.status.restarts = 0;
+        self.set_state(self.status.state);
+    }
+
+    /// Counts a crash against a watched upgrade. On the crash that makes a loop, reports it to
+    /// the broker, marks the actor broken and returns true: the broker rolls back.
+    fn crash_loop(&mut self, exit: &Exit) -> bool {
+        let Some((_, until, crashes)) = &mut self.watch else {
+            return false;
+        };
+        if Instant::now() > *until {
+            self.watch = None;
+            return false;
+        }
+        *crashes += 1;
+        if *crashes < CRASH_LOOP_CRASHES {
+            return false;
+        }
+        let (upgrade, _, _) = self.watch.take().expect("watched");
+        self.status.restarts += 1;
+        self.status.last_exit = Some(exit.to_string());
+        self.want_running = false;
+        self.sup.world.log_note(
+            &self.sup.id,
+            &format!(
+                "{exit}; {CRASH_LOOP_CRASHES} crashes within {} s of the upgrade to version {}: \
+                 rolling back to version {}",
+                CRASH_LOOP_WINDOW.as_secs(),
+                self.sup.version,
+                upgrade.previous
+            ),
+        );
+        self.set_state(State::Broken);
+        let report = CrashLoop {
+            actor: self.sup.id.clone(),
+            version: self.sup.version,
+            upgrade,
+            last_exit: exit.clone(),
+        };
+        // The broker outlives every supervisor but for the host's own shutdown.
+        let _ = self.sup.crash_loops.send(report);
+        true
     }
 
     /// Runs one instance until it exits or is stopped.
@@ -229,6 +351,12 @@ impl Task {
                     Some(Command::Stop(done)) => {
                         let exit = self.stop_instance(&mut instance).await;
                         break Ended::Stopped(exit, done);
+                    }
+                    Some(Command::Install(install, done)) => {
+                        // Only the broker installs, and it stops the actor first; should a
+                        // race bring one here, it takes effect at the next start.
+                        self.install(install);
+                        let _ = done.send(());
                     }
                     None => {
                         let exit = self.stop_instance(&mut instance).await;
@@ -296,6 +424,10 @@ impl Task {
                         self.want_running = false;
                         let _ = done.send(None);
                         return;
+                    }
+                    Some(Command::Install(install, done)) => {
+                        self.install(install);
+                        let _ = done.send(());
                     }
                     None => {
                         self.want_running = false;
