@@ -2,7 +2,7 @@
 //! every WASM actor under a supervisor, and answers requests sent to `broker`.
 //!
 //! It accepts `.wasm` files and knows no source language. Operations on one actor never run
-//! at once: each takes that actor's operation lock first.
+//! at once: they wait on that actor's operation queue, in arrival order.
 
 mod candidate;
 pub mod mailbox;
@@ -26,6 +26,9 @@ use mailbox::Mailbox;
 use router::Router;
 use supervisor::{ActorHandle, CrashLoop, Supervisor};
 
+/// An operation on one actor, waiting its turn.
+type Operation = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 /// The native actors that run in this version of the host, with their mailboxes.
 pub const RUNNING_NATIVES: [&str; 2] = ["broker", "console"];
 
@@ -37,8 +40,10 @@ pub struct Broker {
     registry: tokio::sync::Mutex<Registry>,
     /// Supervisors of the WASM actors.
     actors: Mutex<HashMap<ActorId, ActorHandle>>,
-    /// One lock per actor id: an operation on an actor holds it from start to reply.
-    operations: Mutex<HashMap<ActorId, Arc<tokio::sync::Mutex<()>>>>,
+    /// One operation queue per actor id: broker → that actor's operation task, which runs the
+    /// operations (spawn, upgrade, rollback, stop, start, remove, crash-loop recovery) one
+    /// after another in arrival order. The task ends when the host does.
+    operations: Mutex<HashMap<ActorId, mpsc::UnboundedSender<Operation>>>,
     /// Supervisors → broker: crash loops after upgrades. `serve` takes the receiver.
     crash_loops: mpsc::UnboundedSender<CrashLoop>,
     crash_loop_reports: Mutex<Option<mpsc::UnboundedReceiver<CrashLoop>>>,
@@ -119,12 +124,17 @@ impl Broker {
             // handled in its own task; operations on one actor queue on its lock.
             tokio::select! {
                 request = mailbox.recv() => {
-                    let broker = self.clone();
-                    tokio::spawn(async move { broker.answer(request).await });
+                    let body = request.body_value();
+                    let operand = requests::operand(&body);
+                    let job = Box::pin(self.clone().answer(request, body));
+                    match operand {
+                        Some(id) => self.queue_operation(&id, job),
+                        None => drop(tokio::spawn(job)),
+                    }
                 }
                 Some(report) = crash_loops.recv() => {
-                    let broker = self.clone();
-                    tokio::spawn(async move { broker.recover(report).await });
+                    let id = report.actor.clone();
+                    self.queue_operation(&id, Box::pin(self.clone().recover(report)));
                 }
             }
         }
@@ -170,9 +180,20 @@ impl Broker {
         self.actors.lock().expect("actors lock").get(id).cloned()
     }
 
-    fn operation_lock(&self, id: &ActorId) -> Arc<tokio::sync::Mutex<()>> {
+    /// Queues an operation on `id` behind the ones already queued.
+    fn queue_operation(&self, id: &ActorId, operation: Operation) {
         let mut operations = self.operations.lock().expect("operations lock");
-        operations.entry(id.clone()).or_default().clone()
+        let queue = operations.entry(id.clone()).or_insert_with(|| {
+            let (queue, mut queued) = mpsc::unbounded_channel::<Operation>();
+            tokio::spawn(async move {
+                while let Some(operation) = queued.recv().await {
+                    operation.await;
+                }
+            });
+            queue
+        });
+        // The task only ends when this sender is dropped, so the send cannot fail.
+        let _ = queue.send(operation);
     }
 
     /// Changes the registry and saves it before anyone sees the change.

@@ -25,6 +25,19 @@ struct Candidate {
     meta: Value,
 }
 
+/// The requests that operate on one actor: they run on that actor's operation queue, one
+/// after another, in the order they arrived.
+const OPERATIONS: [&str; 6] = ["spawn", "upgrade", "rollback", "stop", "start", "remove"];
+
+/// The actor a request operates on, when it is an operation with a valid `actor`.
+pub(super) fn operand(body: &Value) -> Option<ActorId> {
+    let kind = body.get("type")?.as_str()?;
+    if !OPERATIONS.contains(&kind) {
+        return None;
+    }
+    ActorId::parse(body.get("actor")?.as_str()?).ok()
+}
+
 /// The request types, as an unknown type's error lists them.
 pub const REQUESTS: [&str; 9] = [
     "spawn",
@@ -43,8 +56,7 @@ type Answer = Result<Value, String>;
 
 impl Broker {
     /// Answers one request; the reply is a message to the requester with `reply_to` set.
-    pub(super) async fn answer(self: Arc<Self>, request: Arc<Envelope>) {
-        let body = request.body_value();
+    pub(super) async fn answer(self: Arc<Self>, request: Arc<Envelope>, body: Value) {
         let kind = body.get("type").and_then(Value::as_str).unwrap_or("");
         let answer = match kind {
             "spawn" => self.spawn(&request, &body).await,
@@ -80,8 +92,6 @@ impl Broker {
                 "`{id}` is a native actor's id; choose another name"
             ));
         }
-        let lock = self.operation_lock(&id);
-        let _held = lock.lock().await;
         if self.registry().await.actors.contains_key(id.as_str()) {
             return Err(format!(
                 "actor `{id}` already exists; send `upgrade` to install a new version"
@@ -115,8 +125,6 @@ impl Broker {
     /// swapped in: hold the mailbox, stop gracefully, snapshot, install the source, start.
     async fn upgrade(&self, request: &Envelope, body: &Value) -> Answer {
         let id = actor_field(body)?;
-        let lock = self.operation_lock(&id);
-        let _held = lock.lock().await;
         let handle = self.known_wasm_actor(&id).await?;
         let entry = self.registry().await.actors[id.as_str()].clone();
         let (previous, version) = (entry.version, entry.next_version);
@@ -177,14 +185,12 @@ impl Broker {
                     .ok_or_else(|| format!("`version` must be a version number, not {v}"))?,
             ),
         };
-        let lock = self.operation_lock(&id);
-        let _held = lock.lock().await;
         self.roll_back(&id, target).await
     }
 
     /// Rolls `id` back (or forward) to `target`: snapshots the current state into the current
-    /// version first, so the move can be undone, then restores the target's snapshot. The
-    /// caller holds the actor's operation lock.
+    /// version first, so the move can be undone, then restores the target's snapshot. Runs on
+    /// the actor's operation queue.
     async fn roll_back(&self, id: &ActorId, target: Option<u32>) -> Answer {
         let handle = self.known_wasm_actor(id).await?;
         let entry = self.registry().await.actors[id.as_str()].clone();
@@ -256,8 +262,6 @@ impl Broker {
     /// for the upgrade.
     pub(super) async fn recover(self: Arc<Self>, report: CrashLoop) {
         let id = report.actor;
-        let lock = self.operation_lock(&id);
-        let held = lock.lock().await;
         let reason = format!(
             "version {} of `{id}` crashed {CRASH_LOOP_CRASHES} times within {} s of its upgrade \
              (last: {})",
@@ -275,7 +279,6 @@ impl Broker {
                 "reason": format!("{reason}; rolling back failed: {e}"),
             }),
         };
-        drop(held);
         self.world.log_note(&id, &format!("crash loop: {body}"));
         let out = Outgoing::new(&report.upgrade.requester, &body)
             .replying_to(Some(&report.upgrade.request_id));
@@ -286,8 +289,6 @@ impl Broker {
     /// messages still in its mailbox. Nothing is deleted.
     async fn remove(&self, body: &Value) -> Answer {
         let id = actor_field(body)?;
-        let lock = self.operation_lock(&id);
-        let _held = lock.lock().await;
         let handle = self.known_wasm_actor(&id).await?;
         handle.stop().await;
         self.actors.lock().expect("actors lock").remove(&id);
@@ -406,8 +407,6 @@ impl Broker {
 
     async fn stop(&self, body: &Value) -> Answer {
         let id = actor_field(body)?;
-        let lock = self.operation_lock(&id);
-        let _held = lock.lock().await;
         let handle = self.known_wasm_actor(&id).await?;
         self.set_running(&id, false).await?;
         let exit = handle.stop().await;
@@ -420,8 +419,6 @@ impl Broker {
 
     async fn start_actor(&self, body: &Value) -> Answer {
         let id = actor_field(body)?;
-        let lock = self.operation_lock(&id);
-        let _held = lock.lock().await;
         let handle = self.known_wasm_actor(&id).await?;
         self.set_running(&id, true).await?;
         handle.start().await;
