@@ -5,3 +5,4 @@
 //! mailboxes, supervision, requests), and the native actors `console` and `cargo`.
 
 pub mod fs;
+pub mod runtime;

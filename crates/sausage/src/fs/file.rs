@@ -167,7 +167,8 @@ impl File {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn deny_read(&self) -> FsResult<()> {
+    /// Fails unless this handle may read: `bad-descriptor` (as POSIX's `EBADF`).
+    pub fn check_readable(&self) -> FsResult<()> {
         if self.inner.readable {
             Ok(())
         } else {
@@ -175,7 +176,9 @@ impl File {
         }
     }
 
-    fn deny_write(&self) -> FsResult<()> {
+    /// Fails unless this handle may write: `read-only` on a read-only mount, `bad-descriptor`
+    /// when not opened for writing or already committed.
+    pub fn check_writable(&self) -> FsResult<()> {
         if !self.inner.mount_writable {
             Err(ErrorCode::ReadOnly)
         } else if !self.writable() {
@@ -188,7 +191,7 @@ impl File {
     /// Reads up to `len` bytes (at most [`MAX_READ_LEN`]) at `offset`; an empty result means
     /// end of file.
     pub fn read_at(&self, len: usize, offset: u64) -> FsResult<Vec<u8>> {
-        self.deny_read()?;
+        self.check_readable()?;
         let len = len.min(MAX_READ_LEN);
         let mut buffer = vec![0; len];
         let mut filled = 0;
@@ -212,7 +215,7 @@ impl File {
 
     /// Writes all of `bytes` at `offset` (into the temporary).
     pub fn write_at(&self, bytes: &[u8], offset: u64) -> FsResult<()> {
-        self.deny_write()?;
+        self.check_writable()?;
         offset
             .checked_add(bytes.len() as u64)
             .ok_or(ErrorCode::FileTooLarge)?;
@@ -221,13 +224,13 @@ impl File {
 
     /// Writes all of `bytes` at the current end of the file.
     pub fn append(&self, bytes: &[u8]) -> FsResult<()> {
-        self.deny_write()?;
+        self.check_writable()?;
         let end = self.inner.file.metadata()?.len();
         self.write_at(bytes, end)
     }
 
     pub fn set_size(&self, size: u64) -> FsResult<()> {
-        self.deny_write()?;
+        self.check_writable()?;
         Ok(self.inner.file.set_len(size)?)
     }
 
