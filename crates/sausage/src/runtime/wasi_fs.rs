@@ -659,3 +659,290 @@ impl OutputStream for FileWriter {
         Ok(STREAM_WRITE_PERMIT)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The adapter called as wasmtime would, without a guest: host trait methods on a table.
+    //! The rules themselves are tested in `fs`; these check the plumbing (descriptors, streams,
+    //! error codes, close on guest drop, discard on store drop) and the linking.
+
+    use super::*;
+    use types::{HostDescriptor, HostDirectoryEntryStream as _, OpenFlags};
+
+    struct Host {
+        table: ResourceTable,
+        state: FsState,
+        root: std::path::PathBuf,
+    }
+
+    impl Host {
+        fn new() -> Host {
+            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let root =
+                std::env::temp_dir().join(format!("sausage-wasi-fs-{}-{n}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&root);
+            for dir in ["data", "actor"] {
+                std::fs::create_dir_all(root.join(dir)).unwrap();
+            }
+            let mounts = vec![
+                Mount {
+                    guest: "/data".into(),
+                    host: root.join("data"),
+                    writable: true,
+                },
+                Mount {
+                    guest: "/actor".into(),
+                    host: root.join("actor"),
+                    writable: false,
+                },
+            ];
+            Host {
+                table: ResourceTable::new(),
+                state: FsState::new(mounts),
+                root,
+            }
+        }
+
+        fn view(&mut self) -> FsView<'_> {
+            FsView {
+                table: &mut self.table,
+                state: &mut self.state,
+            }
+        }
+
+        /// The preopen named `guest`.
+        async fn preopen(&mut self, guest: &str) -> Resource<Descriptor> {
+            let dirs = preopens::Host::get_directories(&mut self.view())
+                .await
+                .unwrap();
+            dirs.into_iter().find(|(_, name)| name == guest).unwrap().0
+        }
+
+        fn on_disk(&self, path: &str) -> Option<String> {
+            std::fs::read_to_string(self.root.join(path)).ok()
+        }
+
+        fn names_on_disk(&self, dir: &str) -> Vec<String> {
+            let mut names: Vec<String> = std::fs::read_dir(self.root.join(dir))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            names.sort();
+            names
+        }
+    }
+
+    impl Drop for Host {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
+
+    fn code<T>(result: FsResult<T>) -> ErrorCode {
+        match result {
+            Ok(_) => panic!("expected an error"),
+            Err(FsError::Code(code)) => error_code(code),
+            Err(FsError::Trap(trap)) => panic!("unexpected trap: {trap}"),
+        }
+    }
+
+    fn write_flags() -> (OpenFlags, DescriptorFlags) {
+        (
+            OpenFlags::CREATE | OpenFlags::TRUNCATE,
+            DescriptorFlags::WRITE,
+        )
+    }
+
+    async fn open(
+        host: &mut Host,
+        dir: &Resource<Descriptor>,
+        path: &str,
+        (open_flags, flags): (OpenFlags, DescriptorFlags),
+    ) -> FsResult<Resource<Descriptor>> {
+        let dir = Resource::new_borrow(dir.rep());
+        let follow = types::PathFlags::empty();
+        host.view()
+            .open_at(dir, follow, path.into(), open_flags, flags)
+            .await
+    }
+
+    /// Writes through `write-via-stream` as wasi-libc does, then drops the stream.
+    async fn write_stream(host: &mut Host, fd: &Resource<Descriptor>, text: &str) {
+        let fd = Resource::new_borrow(fd.rep());
+        let stream = host.view().write_via_stream(fd, 0).await.ok().unwrap();
+        let out = host.table.get_mut(&stream).unwrap();
+        assert!(out.check_write().unwrap() >= text.len());
+        out.write(Bytes::copy_from_slice(text.as_bytes())).unwrap();
+        out.flush().unwrap();
+        host.table.delete(stream).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_guest_drop_commits_and_a_store_drop_discards() {
+        let mut host = Host::new();
+        std::fs::write(host.root.join("data/kept.txt"), "old").unwrap();
+        let data = host.preopen("/data").await;
+
+        let fd = open(&mut host, &data, "new.txt", write_flags())
+            .await
+            .ok()
+            .unwrap();
+        write_stream(&mut host, &fd, "hello").await;
+        let borrowed = Resource::new_borrow(data.rep());
+        let missing = host
+            .view()
+            .stat_at(borrowed, types::PathFlags::empty(), "new.txt".into())
+            .await;
+        assert_eq!(code(missing), ErrorCode::NoEntry);
+        HostDescriptor::drop(&mut host.view(), fd).await.unwrap();
+        assert_eq!(host.on_disk("data/new.txt").as_deref(), Some("hello"));
+
+        let fd = open(&mut host, &data, "kept.txt", write_flags())
+            .await
+            .ok()
+            .unwrap();
+        write_stream(&mut host, &fd, "lost").await;
+        let Host { table, state, .. } = &mut host;
+        drop(std::mem::take(table));
+        drop(std::mem::replace(state, FsState::new(Vec::new())));
+        assert_eq!(host.on_disk("data/kept.txt").as_deref(), Some("old"));
+        assert_eq!(host.names_on_disk("data"), ["kept.txt", "new.txt"]);
+    }
+
+    #[tokio::test]
+    async fn commit_open_files_commits_what_the_guest_left_open() {
+        let mut host = Host::new();
+        let data = host.preopen("/data").await;
+        let fd = open(&mut host, &data, "left-open.txt", write_flags())
+            .await
+            .ok()
+            .unwrap();
+        let borrowed = Resource::new_borrow(fd.rep());
+        host.view()
+            .write(borrowed, b"kept".to_vec(), 0)
+            .await
+            .ok()
+            .unwrap();
+        host.state.commit_open_files();
+        assert_eq!(host.on_disk("data/left-open.txt").as_deref(), Some("kept"));
+    }
+
+    #[tokio::test]
+    async fn streams_read_append_and_report_error_codes() {
+        let mut host = Host::new();
+        std::fs::write(host.root.join("data/log.txt"), "one\n").unwrap();
+        let data = host.preopen("/data").await;
+        let flags = (
+            OpenFlags::empty(),
+            DescriptorFlags::READ | DescriptorFlags::WRITE,
+        );
+        let fd = open(&mut host, &data, "log.txt", flags).await.ok().unwrap();
+        let borrowed = Resource::new_borrow(fd.rep());
+        let stream = host.view().append_via_stream(borrowed).await.ok().unwrap();
+        let out = host.table.get_mut(&stream).unwrap();
+        out.write(Bytes::from_static(b"two\n")).unwrap();
+        host.table.delete(stream).unwrap();
+
+        let borrowed = Resource::new_borrow(fd.rep());
+        let stream = host.view().read_via_stream(borrowed, 0).await.ok().unwrap();
+        let input = host.table.get_mut(&stream).unwrap();
+        assert_eq!(&input.read(100).unwrap()[..], b"one\ntwo\n");
+        assert!(matches!(input.read(100), Err(StreamError::Closed)));
+        host.table.delete(stream).unwrap();
+        assert_eq!(host.on_disk("data/log.txt").as_deref(), Some("one\n"));
+        HostDescriptor::drop(&mut host.view(), fd).await.unwrap();
+        assert_eq!(host.on_disk("data/log.txt").as_deref(), Some("one\ntwo\n"));
+
+        // A read-only descriptor's write stream is refused; a stream error maps back to a code.
+        let flags = (OpenFlags::empty(), DescriptorFlags::READ);
+        let fd = open(&mut host, &data, "log.txt", flags).await.ok().unwrap();
+        let borrowed = Resource::new_borrow(fd.rep());
+        let refused = host.view().write_via_stream(borrowed, 0).await;
+        assert_eq!(code(refused), ErrorCode::BadDescriptor);
+        let error = host
+            .table
+            .push(wasmtime::Error::from(fs::ErrorCode::ReadOnly))
+            .unwrap();
+        let mapped = types::Host::filesystem_error_code(&mut host.view(), error)
+            .await
+            .unwrap();
+        assert_eq!(mapped, Some(ErrorCode::ReadOnly));
+    }
+
+    #[tokio::test]
+    async fn read_only_mounts_symlinks_and_listing_map_to_wasi_codes() {
+        let mut host = Host::new();
+        std::fs::write(host.root.join("actor/status.json"), "{}").unwrap();
+        let actor = host.preopen("/actor").await;
+        let refused = open(&mut host, &actor, "status.json", write_flags()).await;
+        assert_eq!(code(refused), ErrorCode::ReadOnly);
+        let borrowed = Resource::new_borrow(actor.rep());
+        let symlink = host
+            .view()
+            .symlink_at(borrowed, "/etc".into(), "etc".into())
+            .await;
+        assert_eq!(code(symlink), ErrorCode::NotPermitted);
+        let borrowed = Resource::new_borrow(actor.rep());
+        let escape = host
+            .view()
+            .stat_at(borrowed, types::PathFlags::empty(), "../data".into())
+            .await;
+        assert_eq!(code(escape), ErrorCode::NotPermitted);
+
+        let data = host.preopen("/data").await;
+        let _open_writer = open(&mut host, &data, "w.txt", write_flags())
+            .await
+            .ok()
+            .unwrap();
+        std::fs::create_dir(host.root.join("data/sub")).unwrap();
+        let borrowed = Resource::new_borrow(data.rep());
+        let entries = host.view().read_directory(borrowed).await.ok().unwrap();
+        let mut names = Vec::new();
+        loop {
+            let borrowed = Resource::new_borrow(entries.rep());
+            match host
+                .view()
+                .read_directory_entry(borrowed)
+                .await
+                .ok()
+                .unwrap()
+            {
+                Some(entry) => names.push((entry.name, entry.type_)),
+                None => break,
+            }
+        }
+        assert_eq!(names, [("sub".to_string(), DescriptorType::Directory)]);
+        assert_eq!(
+            host.names_on_disk("data").len(),
+            2,
+            "the writer's temporary is on disk"
+        );
+    }
+
+    #[test]
+    fn links_over_wasmtime_wasi_with_shadowing() {
+        struct State {
+            table: ResourceTable,
+            wasi: wasmtime_wasi::WasiCtx,
+            fs: FsState,
+        }
+        impl wasmtime_wasi::WasiView for State {
+            fn ctx(&mut self) -> wasmtime_wasi::WasiCtxView<'_> {
+                wasmtime_wasi::WasiCtxView {
+                    ctx: &mut self.wasi,
+                    table: &mut self.table,
+                }
+            }
+        }
+        let engine = wasmtime::Engine::default();
+        let mut linker = Linker::<State>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).unwrap();
+        linker.allow_shadowing(true);
+        add_to_linker(&mut linker, |s| FsView {
+            table: &mut s.table,
+            state: &mut s.fs,
+        })
+        .unwrap();
+    }
+}
