@@ -119,7 +119,8 @@ impl Stat {
         } else {
             Kind::Other
         };
-        // `ctime` has no portable accessor; a negative one (before 1970) is left out.
+        // `ctime` has no portable accessor; a negative one (before 1970) is left out. The
+        // nanoseconds are below 10^9, so the cast keeps them.
         let changed = u64::try_from(meta.ctime()).ok().and_then(|secs| {
             SystemTime::UNIX_EPOCH.checked_add(Duration::new(secs, meta.ctime_nsec() as u32))
         });
