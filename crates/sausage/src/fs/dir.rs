@@ -154,11 +154,6 @@ impl Dir {
         self.root.writable
     }
 
-    /// True when both are the same directory of the same mount (the same object for a guest).
-    pub fn same_as(&self, other: &Dir) -> bool {
-        Arc::ptr_eq(&self.root, &other.root) && self.rel == other.rel
-    }
-
     fn deny_read_only(&self) -> FsResult<()> {
         if self.root.writable {
             Ok(())
