@@ -1,19 +1,177 @@
-//! TEMPORARY stand-in until the commit-on-close filesystem lands from the `fs` branch.
-use std::path::{Path, PathBuf};
+//! Commit-on-close files for guests (DESIGN §2): mounts, guest path resolution, hidden temporary
+//! files, commit or discard of writers, and the clean-up of temporaries at start.
+//! It knows nothing of wasmtime, actors, messages or versions: it is given mounts and gives
+//! directories and files whose writes become visible only when the last handle is closed.
+//! Invariant: no guest path ever resolves outside its mount, through a symlink, or to a
+//! temporary name; every write of a guest goes to a temporary file until it is committed.
 
+mod dir;
+mod file;
+#[cfg(test)]
+mod tests;
+
+use std::ffi::OsStr;
+use std::fmt;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub use dir::{Dir, Entry, Kind, MAX_GUEST_PATH_LEN, OpenOptions, Opened, SetTime, Stat};
+pub use file::{File, MAX_READ_LEN, PendingCommit};
+
+/// One folder of the host shown to a guest under a path of its own.
+#[derive(Clone, Debug)]
 pub struct Mount {
+    /// Where the guest sees it, e.g. `/data`; also the name of its preopen.
     pub guest: String,
+    /// The host folder behind it; the guest can reach nothing outside it.
     pub host: PathBuf,
+    /// Without it every change (write, mkdir, rename, unlink, set-size, set-times) fails with
+    /// [`ErrorCode::ReadOnly`].
     pub writable: bool,
 }
-pub fn clean_temporaries(_root: &Path) -> std::io::Result<u64> {
-    Ok(0)
+
+/// What a guest is told when a filesystem operation fails. The names are those of
+/// `wasi:filesystem`'s `error-code`, so the adapter maps them one to one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorCode {
+    Access,
+    BadDescriptor,
+    Busy,
+    CrossDevice,
+    Exist,
+    FileTooLarge,
+    IllegalByteSequence,
+    InsufficientMemory,
+    InsufficientSpace,
+    Interrupted,
+    Invalid,
+    Io,
+    IsDirectory,
+    Loop,
+    NameTooLong,
+    NoEntry,
+    NotDirectory,
+    NotEmpty,
+    NotPermitted,
+    Quota,
+    ReadOnly,
+    TooManyLinks,
+    Unsupported,
 }
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("sausage-tmp");
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(tmp, path)
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
 }
-pub fn is_temporary_name(name: &std::ffi::OsStr) -> bool {
-    name.to_string_lossy().ends_with("sausage-tmp")
+
+impl std::error::Error for ErrorCode {}
+
+impl From<io::Error> for ErrorCode {
+    fn from(error: io::Error) -> Self {
+        use io::ErrorKind as K;
+        match error.kind() {
+            K::NotFound => Self::NoEntry,
+            K::AlreadyExists => Self::Exist,
+            K::NotADirectory => Self::NotDirectory,
+            K::IsADirectory => Self::IsDirectory,
+            K::DirectoryNotEmpty => Self::NotEmpty,
+            K::ReadOnlyFilesystem => Self::ReadOnly,
+            K::PermissionDenied => Self::Access,
+            K::InvalidInput => Self::Invalid,
+            K::InvalidFilename => Self::NameTooLong,
+            K::StorageFull => Self::InsufficientSpace,
+            K::QuotaExceeded => Self::Quota,
+            K::FileTooLarge => Self::FileTooLarge,
+            K::CrossesDevices => Self::CrossDevice,
+            K::ResourceBusy => Self::Busy,
+            K::TooManyLinks => Self::TooManyLinks,
+            K::Unsupported => Self::Unsupported,
+            K::OutOfMemory => Self::InsufficientMemory,
+            K::Interrupted => Self::Interrupted,
+            _ => Self::Io,
+        }
+    }
+}
+
+/// Results of guest-visible operations.
+pub type FsResult<T> = Result<T, ErrorCode>;
+
+/// Every temporary file starts with this. Guests can neither see nor create such names, so a
+/// guest file can never be mistaken for a temporary one (and removed at start).
+const TEMPORARY_PREFIX: &str = ".sausage-tmp-";
+
+/// How many names [`create_temporary`] tries before giving up. Names are unique within a run;
+/// a clash only comes from a leftover of a crashed run with the same pid, so a second try almost
+/// always succeeds and the limit only guards against a loop on a broken folder.
+const TEMPORARY_NAME_ATTEMPTS: u32 = 16;
+
+/// True for names the commit-on-close layer uses for temporary files (hidden from guests).
+pub fn is_temporary_name(name: &OsStr) -> bool {
+    name.as_encoded_bytes()
+        .starts_with(TEMPORARY_PREFIX.as_bytes())
+}
+
+/// Creates a new, empty temporary file in `dir` (opened for reading and writing) and returns it
+/// with its path. The name is unique: `create_new` refuses to reuse a leftover.
+fn create_temporary(dir: &Path) -> io::Result<(std::fs::File, PathBuf)> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let mut last_error = None;
+    for _ in 0..TEMPORARY_NAME_ATTEMPTS {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = dir.join(format!("{TEMPORARY_PREFIX}{}-{n}", std::process::id()));
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(file) => return Ok((file, path)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last_error = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    // The loop ran at least once and only continues after storing an error.
+    Err(last_error.expect("TEMPORARY_NAME_ATTEMPTS is not zero"))
+}
+
+/// Removes every hidden temporary file left under `root` by a crashed host; returns how many.
+/// Symlinks are not followed, so nothing outside `root` is touched.
+pub fn clean_temporaries(root: &Path) -> io::Result<u64> {
+    let mut removed = 0;
+    let mut folders = vec![root.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder)? {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                folders.push(entry.path());
+            } else if is_temporary_name(&entry.file_name()) {
+                std::fs::remove_file(entry.path())?;
+                removed += 1;
+            }
+        }
+    }
+    Ok(removed)
+}
+
+/// Host-side atomic write (temp file with the same hidden naming + rename): used by the host for
+/// status.json, the registry, etc. Readers see the old content or the new one, never a part.
+/// The data is synced before the rename, so even a power loss leaves one of the two whole.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let (mut file, temp) = create_temporary(dir)?;
+    let written = file
+        .write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .and_then(|()| std::fs::rename(&temp, path));
+    if written.is_err() {
+        // The write already failed; a temporary left behind would be cleaned at next start.
+        let _ = std::fs::remove_file(&temp);
+    }
+    written
 }

@@ -14,7 +14,6 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use wasmtime::component::{Component, HasData, Linker, ResourceTable};
 use wasmtime::{Config, Engine, Store};
-use wasmtime_wasi::filesystem::WasiFilesystemView;
 use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi::{I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
@@ -142,15 +141,6 @@ impl Runtime {
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false);
-        // TEMP until fs lands: wasmtime-wasi's own filesystem.
-        for m in &config.mounts {
-            let perms = if m.writable {
-                wasmtime_wasi::FsPerms::ReadWrite
-            } else {
-                wasmtime_wasi::FsPerms::ReadOnly
-            };
-            let _ = wasi.preopened_dir(&m.host, &m.guest, perms);
-        }
         let guest = Guest {
             wasi: wasi.build(),
             table: ResourceTable::new(),
@@ -279,15 +269,6 @@ fn link(engine: &Engine) -> Result<Linker<Guest>> {
     sockets::tcp::add_to_linker::<Guest, WasiSockets>(l, |g| g.sockets())?;
     sockets::udp::add_to_linker::<Guest, WasiSockets>(l, |g| g.sockets())?;
     sockets::udp_create_socket::add_to_linker::<Guest, WasiSockets>(l, |g| g.sockets())?;
-    // TEMP until fs lands.
-    wasmtime_wasi::p2::bindings::filesystem::types::add_to_linker::<
-        Guest,
-        wasmtime_wasi::filesystem::WasiFilesystem,
-    >(l, |g| g.filesystem())?;
-    wasmtime_wasi::p2::bindings::filesystem::preopens::add_to_linker::<
-        Guest,
-        wasmtime_wasi::filesystem::WasiFilesystem,
-    >(l, |g| g.filesystem())?;
     wasi_fs::add_to_linker(l, |g| FsView {
         table: &mut g.table,
         state: &mut g.fs,

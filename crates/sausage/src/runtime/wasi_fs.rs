@@ -1,23 +1,948 @@
-//! TEMPORARY stand-in until the commit-on-close filesystem lands from the `fs` branch.
-use crate::fs::Mount;
-use wasmtime::component::{Linker, ResourceTable};
+//! `wasi:filesystem/types` and `wasi:filesystem/preopens` (0.2.x) for guests, over [`crate::fs`].
+//! This is a thin adapter: it moves descriptors in and out of the resource table and converts
+//! types; every rule (paths, temporaries, commit-on-close, read-only mounts) lives in `fs`.
+//! Invariant: only a guest's explicit drop of a descriptor closes a file; dropping the store
+//! (a trap, a kill) drops handles without closing, so their writes are discarded.
 
-pub struct FsState {
-    pub mounts: Vec<Mount>,
+use crate::fs::{self, Mount, PendingCommit, SetTime};
+use std::time::{Duration, SystemTime};
+use wasmtime::component::{HasData, Linker, Resource, ResourceTable, ResourceTableError};
+use wasmtime_wasi_io::bytes::Bytes;
+use wasmtime_wasi_io::poll::Pollable;
+use wasmtime_wasi_io::streams::{
+    DynInputStream, DynOutputStream, InputStream, OutputStream, StreamError, StreamResult,
+};
+
+mod bindings {
+    wasmtime::component::bindgen!({
+        path: "wit",
+        world: "sausage:host/filesystem",
+        imports: { default: async | trappable },
+        trappable_error_type: {
+            "wasi:filesystem/types.error-code" => super::FsError,
+        },
+        with: {
+            // Streams, pollables and errors are wasmtime-wasi's own, so the rest of WASI (which
+            // the runtime links from wasmtime-wasi) reads and polls our file streams.
+            "wasi:io/poll": wasmtime_wasi_io::bindings::wasi::io::poll,
+            "wasi:io/streams": wasmtime_wasi_io::bindings::wasi::io::streams,
+            "wasi:io/error": wasmtime_wasi_io::bindings::wasi::io::error,
+            "wasi:clocks/wall-clock": wasmtime_wasi::p2::bindings::clocks::wall_clock,
+            "wasi:filesystem/types.descriptor": super::Descriptor,
+            "wasi:filesystem/types.directory-entry-stream": super::DirEntries,
+        },
+    });
 }
+
+use bindings::wasi::clocks::wall_clock::Datetime;
+use bindings::wasi::filesystem::{preopens, types};
+use types::{DescriptorFlags, DescriptorType, ErrorCode};
+
+/// Most bytes a guest may hand to one write of a file stream (`check-write`). It bounds what the
+/// host copies per call; a guest with more simply writes again.
+const STREAM_WRITE_PERMIT: usize = 1 << 20;
+
+/// The filesystem of one instance: its mounts and the writers it has not closed yet.
+pub struct FsState {
+    /// One root per mount, made once so that every descriptor of a mount shares it (renames
+    /// within a mount are told apart from renames between mounts by that sharing).
+    preopens: Vec<(fs::Dir, String)>,
+    /// Every writer opened by the guest, to commit at a normal exit; dead entries are pruned
+    /// on each open.
+    writers: Vec<PendingCommit>,
+}
+
 impl FsState {
     pub fn new(mounts: Vec<Mount>) -> Self {
-        FsState { mounts }
+        let preopens = mounts
+            .into_iter()
+            .map(|mount| (fs::Dir::root(&mount), mount.guest))
+            .collect();
+        FsState {
+            preopens,
+            writers: Vec::new(),
+        }
     }
-    pub fn commit_open_files(&mut self) {}
+
+    /// Normal exit: commit every file the guest still has open for writing.
+    /// A commit that fails (the folder was removed meanwhile) leaves the old file whole, as a
+    /// crash would; there is no guest left to tell.
+    pub fn commit_open_files(&mut self) {
+        for writer in self.writers.drain(..) {
+            let _ = writer.commit();
+        }
+    }
 }
+
+/// What the filesystem interfaces may touch of a store: the resource table shared with the rest
+/// of WASI (streams live there too) and this instance's [`FsState`].
 pub struct FsView<'a> {
     pub table: &'a mut ResourceTable,
     pub state: &'a mut FsState,
 }
+
+/// Links wasi:filesystem/types and wasi:filesystem/preopens (all versions 0.2.x a component may
+/// import; wasmtime's linker does semver matching).
+///
+/// wasmtime-wasi's `add_to_linker_async` links its own filesystem too: call it first, then
+/// `linker.allow_shadowing(true)` and this function, so these definitions replace its ones.
 pub fn add_to_linker<T: Send + 'static>(
-    _linker: &mut Linker<T>,
-    _get: fn(&mut T) -> FsView<'_>,
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> FsView<'_>,
 ) -> wasmtime::Result<()> {
+    types::add_to_linker::<T, HasFs>(linker, get)?;
+    preopens::add_to_linker::<T, HasFs>(linker, get)?;
     Ok(())
+}
+
+struct HasFs;
+
+impl HasData for HasFs {
+    type Data<'a> = FsView<'a>;
+}
+
+/// A guest's `descriptor`: a directory or an open file.
+pub enum Descriptor {
+    Dir(fs::Dir),
+    File(fs::File),
+}
+
+/// A guest's `directory-entry-stream`: the names listed when it was made.
+pub struct DirEntries(std::vec::IntoIter<fs::Entry>);
+
+/// What a filesystem call returns on failure: an error code for the guest, or a trap when a host
+/// invariant broke (a handle missing from the table).
+pub enum FsError {
+    Code(fs::ErrorCode),
+    Trap(wasmtime::Error),
+}
+
+type FsResult<T> = Result<T, FsError>;
+
+impl From<fs::ErrorCode> for FsError {
+    fn from(code: fs::ErrorCode) -> Self {
+        FsError::Code(code)
+    }
+}
+
+impl From<ResourceTableError> for FsError {
+    fn from(error: ResourceTableError) -> Self {
+        FsError::Trap(error.into())
+    }
+}
+
+fn error_code(code: fs::ErrorCode) -> ErrorCode {
+    use fs::ErrorCode as C;
+    match code {
+        C::Access => ErrorCode::Access,
+        C::BadDescriptor => ErrorCode::BadDescriptor,
+        C::Busy => ErrorCode::Busy,
+        C::CrossDevice => ErrorCode::CrossDevice,
+        C::Exist => ErrorCode::Exist,
+        C::FileTooLarge => ErrorCode::FileTooLarge,
+        C::IllegalByteSequence => ErrorCode::IllegalByteSequence,
+        C::InsufficientMemory => ErrorCode::InsufficientMemory,
+        C::InsufficientSpace => ErrorCode::InsufficientSpace,
+        C::Interrupted => ErrorCode::Interrupted,
+        C::Invalid => ErrorCode::Invalid,
+        C::Io => ErrorCode::Io,
+        C::IsDirectory => ErrorCode::IsDirectory,
+        C::Loop => ErrorCode::Loop,
+        C::NameTooLong => ErrorCode::NameTooLong,
+        C::NoEntry => ErrorCode::NoEntry,
+        C::NotDirectory => ErrorCode::NotDirectory,
+        C::NotEmpty => ErrorCode::NotEmpty,
+        C::NotPermitted => ErrorCode::NotPermitted,
+        C::Quota => ErrorCode::Quota,
+        C::ReadOnly => ErrorCode::ReadOnly,
+        C::TooManyLinks => ErrorCode::TooManyLinks,
+        C::Unsupported => ErrorCode::Unsupported,
+    }
+}
+
+fn datetime(time: Option<SystemTime>) -> Option<Datetime> {
+    let since = time?.duration_since(SystemTime::UNIX_EPOCH).ok()?;
+    Some(Datetime {
+        seconds: since.as_secs(),
+        nanoseconds: since.subsec_nanos(),
+    })
+}
+
+fn descriptor_stat(stat: fs::Stat) -> types::DescriptorStat {
+    types::DescriptorStat {
+        type_: match stat.kind {
+            fs::Kind::Directory => DescriptorType::Directory,
+            fs::Kind::File => DescriptorType::RegularFile,
+            fs::Kind::Symlink => DescriptorType::SymbolicLink,
+            fs::Kind::Other => DescriptorType::Unknown,
+        },
+        link_count: stat.links,
+        size: stat.size,
+        data_access_timestamp: datetime(stat.accessed),
+        data_modification_timestamp: datetime(stat.modified),
+        status_change_timestamp: datetime(stat.changed),
+    }
+}
+
+/// Device and inode identify an object; wasi-libc turns the pair into `st_dev` and `st_ino`.
+fn metadata_hash(stat: fs::Stat) -> types::MetadataHashValue {
+    types::MetadataHashValue {
+        lower: stat.inode,
+        upper: stat.device,
+    }
+}
+
+fn set_time(time: types::NewTimestamp) -> FsResult<SetTime> {
+    Ok(match time {
+        types::NewTimestamp::NoChange => SetTime::NoChange,
+        types::NewTimestamp::Now => SetTime::Now,
+        types::NewTimestamp::Timestamp(t) => SystemTime::UNIX_EPOCH
+            .checked_add(Duration::new(t.seconds, t.nanoseconds))
+            .map(SetTime::At)
+            .ok_or(fs::ErrorCode::Invalid)?,
+    })
+}
+
+impl FsView<'_> {
+    fn descriptor(&self, fd: &Resource<Descriptor>) -> FsResult<&Descriptor> {
+        Ok(self.table.get(fd)?)
+    }
+
+    fn dir(&self, fd: &Resource<Descriptor>) -> FsResult<&fs::Dir> {
+        match self.descriptor(fd)? {
+            Descriptor::Dir(dir) => Ok(dir),
+            Descriptor::File(_) => Err(fs::ErrorCode::NotDirectory.into()),
+        }
+    }
+
+    fn file(&self, fd: &Resource<Descriptor>) -> FsResult<&fs::File> {
+        match self.descriptor(fd)? {
+            Descriptor::File(file) => Ok(file),
+            Descriptor::Dir(_) => Err(fs::ErrorCode::IsDirectory.into()),
+        }
+    }
+
+    fn stat_of(&self, fd: &Resource<Descriptor>) -> FsResult<fs::Stat> {
+        Ok(match self.descriptor(fd)? {
+            Descriptor::Dir(dir) => dir.stat()?,
+            Descriptor::File(file) => file.stat()?,
+        })
+    }
+
+    fn push_output(
+        &mut self,
+        file: fs::File,
+        position: Option<u64>,
+    ) -> FsResult<Resource<DynOutputStream>> {
+        file.check_writable()?;
+        let stream: DynOutputStream = Box::new(FileWriter { file, position });
+        Ok(self.table.push(stream)?)
+    }
+}
+
+impl preopens::Host for FsView<'_> {
+    async fn get_directories(&mut self) -> wasmtime::Result<Vec<(Resource<Descriptor>, String)>> {
+        let mut directories = Vec::with_capacity(self.state.preopens.len());
+        for (dir, guest) in &self.state.preopens {
+            let fd = self.table.push(Descriptor::Dir(dir.clone()))?;
+            directories.push((fd, guest.clone()));
+        }
+        Ok(directories)
+    }
+}
+
+impl types::Host for FsView<'_> {
+    fn convert_error_code(&mut self, error: FsError) -> wasmtime::Result<ErrorCode> {
+        match error {
+            FsError::Code(code) => Ok(error_code(code)),
+            FsError::Trap(trap) => Err(trap),
+        }
+    }
+
+    async fn filesystem_error_code(
+        &mut self,
+        error: Resource<wasmtime::Error>,
+    ) -> wasmtime::Result<Option<ErrorCode>> {
+        let error = self.table.get(&error)?;
+        if let Some(code) = error.downcast_ref::<fs::ErrorCode>() {
+            return Ok(Some(error_code(*code)));
+        }
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            return Ok(Some(error_code(std::io::Error::from(io.kind()).into())));
+        }
+        Ok(None)
+    }
+}
+
+impl types::HostDescriptor for FsView<'_> {
+    async fn read_via_stream(
+        &mut self,
+        fd: Resource<Descriptor>,
+        offset: u64,
+    ) -> FsResult<Resource<DynInputStream>> {
+        let file = self.file(&fd)?.clone();
+        file.check_readable()?;
+        let stream: DynInputStream = Box::new(FileReader {
+            file,
+            position: offset,
+        });
+        Ok(self.table.push(stream)?)
+    }
+
+    async fn write_via_stream(
+        &mut self,
+        fd: Resource<Descriptor>,
+        offset: u64,
+    ) -> FsResult<Resource<DynOutputStream>> {
+        let file = self.file(&fd)?.clone();
+        self.push_output(file, Some(offset))
+    }
+
+    async fn append_via_stream(
+        &mut self,
+        fd: Resource<Descriptor>,
+    ) -> FsResult<Resource<DynOutputStream>> {
+        let file = self.file(&fd)?.clone();
+        self.push_output(file, None)
+    }
+
+    async fn advise(
+        &mut self,
+        fd: Resource<Descriptor>,
+        _offset: u64,
+        _length: u64,
+        _advice: types::Advice,
+    ) -> FsResult<()> {
+        // Advice is a hint; local files need none.
+        self.file(&fd)?;
+        Ok(())
+    }
+
+    async fn sync_data(&mut self, fd: Resource<Descriptor>) -> FsResult<()> {
+        self.sync(fd).await
+    }
+
+    async fn get_flags(&mut self, fd: Resource<Descriptor>) -> FsResult<DescriptorFlags> {
+        Ok(match self.descriptor(&fd)? {
+            Descriptor::Dir(dir) if dir.writable() => {
+                DescriptorFlags::READ | DescriptorFlags::MUTATE_DIRECTORY
+            }
+            Descriptor::Dir(_) => DescriptorFlags::READ,
+            Descriptor::File(file) => {
+                let mut flags = DescriptorFlags::empty();
+                if file.readable() {
+                    flags |= DescriptorFlags::READ;
+                }
+                if file.writable() {
+                    flags |= DescriptorFlags::WRITE;
+                }
+                flags
+            }
+        })
+    }
+
+    async fn get_type(&mut self, fd: Resource<Descriptor>) -> FsResult<DescriptorType> {
+        Ok(match self.descriptor(&fd)? {
+            Descriptor::Dir(_) => DescriptorType::Directory,
+            Descriptor::File(_) => DescriptorType::RegularFile,
+        })
+    }
+
+    async fn set_size(&mut self, fd: Resource<Descriptor>, size: u64) -> FsResult<()> {
+        Ok(self.file(&fd)?.set_size(size)?)
+    }
+
+    async fn set_times(
+        &mut self,
+        fd: Resource<Descriptor>,
+        accessed: types::NewTimestamp,
+        modified: types::NewTimestamp,
+    ) -> FsResult<()> {
+        let (accessed, modified) = (set_time(accessed)?, set_time(modified)?);
+        match self.descriptor(&fd)? {
+            Descriptor::Dir(dir) => dir.set_times(accessed, modified)?,
+            Descriptor::File(file) => file.set_times(accessed, modified)?,
+        }
+        Ok(())
+    }
+
+    async fn read(
+        &mut self,
+        fd: Resource<Descriptor>,
+        length: u64,
+        offset: u64,
+    ) -> FsResult<(Vec<u8>, bool)> {
+        let length = usize::try_from(length).unwrap_or(usize::MAX);
+        let bytes = self.file(&fd)?.read_at(length, offset)?;
+        let end = bytes.is_empty() && length > 0;
+        Ok((bytes, end))
+    }
+
+    async fn write(
+        &mut self,
+        fd: Resource<Descriptor>,
+        buffer: Vec<u8>,
+        offset: u64,
+    ) -> FsResult<u64> {
+        self.file(&fd)?.write_at(&buffer, offset)?;
+        Ok(buffer.len() as u64)
+    }
+
+    async fn read_directory(&mut self, fd: Resource<Descriptor>) -> FsResult<Resource<DirEntries>> {
+        let entries = self.dir(&fd)?.entries()?;
+        Ok(self.table.push(DirEntries(entries.into_iter()))?)
+    }
+
+    async fn sync(&mut self, fd: Resource<Descriptor>) -> FsResult<()> {
+        if let Descriptor::File(file) = self.descriptor(&fd)? {
+            file.sync()?;
+        }
+        Ok(())
+    }
+
+    async fn create_directory_at(
+        &mut self,
+        fd: Resource<Descriptor>,
+        path: String,
+    ) -> FsResult<()> {
+        Ok(self.dir(&fd)?.create_dir(&path)?)
+    }
+
+    async fn stat(&mut self, fd: Resource<Descriptor>) -> FsResult<types::DescriptorStat> {
+        Ok(descriptor_stat(self.stat_of(&fd)?))
+    }
+
+    async fn stat_at(
+        &mut self,
+        fd: Resource<Descriptor>,
+        _path_flags: types::PathFlags,
+        path: String,
+    ) -> FsResult<types::DescriptorStat> {
+        // `symlink-follow` changes nothing: symlinks are refused either way.
+        Ok(descriptor_stat(self.dir(&fd)?.stat_at(&path)?))
+    }
+
+    async fn set_times_at(
+        &mut self,
+        fd: Resource<Descriptor>,
+        _path_flags: types::PathFlags,
+        path: String,
+        accessed: types::NewTimestamp,
+        modified: types::NewTimestamp,
+    ) -> FsResult<()> {
+        let (accessed, modified) = (set_time(accessed)?, set_time(modified)?);
+        Ok(self.dir(&fd)?.set_times_at(&path, accessed, modified)?)
+    }
+
+    async fn link_at(
+        &mut self,
+        _fd: Resource<Descriptor>,
+        _old_path_flags: types::PathFlags,
+        _old_path: String,
+        _new_fd: Resource<Descriptor>,
+        _new_path: String,
+    ) -> FsResult<()> {
+        // A hard link would let one name's commit change another name's content.
+        Err(fs::ErrorCode::NotPermitted.into())
+    }
+
+    async fn open_at(
+        &mut self,
+        fd: Resource<Descriptor>,
+        _path_flags: types::PathFlags,
+        path: String,
+        open_flags: types::OpenFlags,
+        flags: DescriptorFlags,
+    ) -> FsResult<Resource<Descriptor>> {
+        // Synced writes are not offered: a write is durable only once committed by a close.
+        let sync_flags = DescriptorFlags::FILE_INTEGRITY_SYNC
+            | DescriptorFlags::DATA_INTEGRITY_SYNC
+            | DescriptorFlags::REQUESTED_WRITE_SYNC;
+        if flags.intersects(sync_flags) {
+            return Err(fs::ErrorCode::Unsupported.into());
+        }
+        let options = fs::OpenOptions {
+            create: open_flags.contains(types::OpenFlags::CREATE),
+            exclusive: open_flags.contains(types::OpenFlags::EXCLUSIVE),
+            truncate: open_flags.contains(types::OpenFlags::TRUNCATE),
+            directory: open_flags.contains(types::OpenFlags::DIRECTORY),
+            read: flags.contains(DescriptorFlags::READ),
+            write: flags.contains(DescriptorFlags::WRITE),
+        };
+        let descriptor = match self.dir(&fd)?.open(&path, options)? {
+            fs::Opened::Dir(dir) => Descriptor::Dir(dir),
+            fs::Opened::File(file) => {
+                if let Some(writer) = file.pending_commit() {
+                    self.state.writers.retain(PendingCommit::is_open);
+                    self.state.writers.push(writer);
+                }
+                Descriptor::File(file)
+            }
+        };
+        Ok(self.table.push(descriptor)?)
+    }
+
+    async fn readlink_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<String> {
+        // Symlinks are refused by resolution; anything else that exists is not a symlink.
+        self.dir(&fd)?.stat_at(&path)?;
+        Err(fs::ErrorCode::Invalid.into())
+    }
+
+    async fn remove_directory_at(
+        &mut self,
+        fd: Resource<Descriptor>,
+        path: String,
+    ) -> FsResult<()> {
+        Ok(self.dir(&fd)?.remove_dir(&path)?)
+    }
+
+    async fn rename_at(
+        &mut self,
+        fd: Resource<Descriptor>,
+        old_path: String,
+        new_fd: Resource<Descriptor>,
+        new_path: String,
+    ) -> FsResult<()> {
+        let new_dir = self.dir(&new_fd)?;
+        Ok(self.dir(&fd)?.rename(&old_path, new_dir, &new_path)?)
+    }
+
+    async fn symlink_at(
+        &mut self,
+        _fd: Resource<Descriptor>,
+        _old_path: String,
+        _new_path: String,
+    ) -> FsResult<()> {
+        // A symlink could point out of its mount; guests cannot make them.
+        Err(fs::ErrorCode::NotPermitted.into())
+    }
+
+    async fn unlink_file_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
+        Ok(self.dir(&fd)?.unlink(&path)?)
+    }
+
+    async fn is_same_object(
+        &mut self,
+        fd: Resource<Descriptor>,
+        other: Resource<Descriptor>,
+    ) -> wasmtime::Result<bool> {
+        let same = |this: &Self| -> FsResult<bool> {
+            let (a, b) = (this.stat_of(&fd)?, this.stat_of(&other)?);
+            Ok((a.device, a.inode) == (b.device, b.inode))
+        };
+        match same(self) {
+            Ok(same) => Ok(same),
+            // Two descriptors whose objects are gone cannot be compared: they are not the same.
+            Err(FsError::Code(_)) => Ok(false),
+            Err(FsError::Trap(trap)) => Err(trap),
+        }
+    }
+
+    async fn metadata_hash(
+        &mut self,
+        fd: Resource<Descriptor>,
+    ) -> FsResult<types::MetadataHashValue> {
+        Ok(metadata_hash(self.stat_of(&fd)?))
+    }
+
+    async fn metadata_hash_at(
+        &mut self,
+        fd: Resource<Descriptor>,
+        _path_flags: types::PathFlags,
+        path: String,
+    ) -> FsResult<types::MetadataHashValue> {
+        Ok(metadata_hash(self.dir(&fd)?.stat_at(&path)?))
+    }
+
+    /// The guest closed the descriptor: a file commits when its last stream is gone too. The
+    /// store dropping its table never comes here, which is what discards on a trap or a kill.
+    async fn drop(&mut self, fd: Resource<Descriptor>) -> wasmtime::Result<()> {
+        if let Descriptor::File(file) = self.table.delete(fd)? {
+            file.close();
+        }
+        Ok(())
+    }
+}
+
+impl types::HostDirectoryEntryStream for FsView<'_> {
+    async fn read_directory_entry(
+        &mut self,
+        stream: Resource<DirEntries>,
+    ) -> FsResult<Option<types::DirectoryEntry>> {
+        let entries = self.table.get_mut(&stream)?;
+        Ok(entries.0.next().map(|entry| types::DirectoryEntry {
+            type_: match entry.kind {
+                fs::Kind::Directory => DescriptorType::Directory,
+                fs::Kind::File => DescriptorType::RegularFile,
+                fs::Kind::Symlink => DescriptorType::SymbolicLink,
+                fs::Kind::Other => DescriptorType::Unknown,
+            },
+            name: entry.name,
+        }))
+    }
+
+    async fn drop(&mut self, stream: Resource<DirEntries>) -> wasmtime::Result<()> {
+        self.table.delete(stream)?;
+        Ok(())
+    }
+}
+
+/// An `input-stream` reading a file from a position. Local files never block, so it is always
+/// ready.
+struct FileReader {
+    file: fs::File,
+    position: u64,
+}
+
+/// An `output-stream` writing a file at a position, or at its end (`append-via-stream`) when
+/// `position` is `None`. Writes are synchronous, so it is always ready and flush has nothing to
+/// do; the bytes become visible to others only when the file is committed.
+struct FileWriter {
+    file: fs::File,
+    position: Option<u64>,
+}
+
+/// Failures of file streams carry the `fs` error code, which `filesystem-error-code` reads back.
+fn stream_error(code: fs::ErrorCode) -> StreamError {
+    StreamError::LastOperationFailed(wasmtime::Error::from(code))
+}
+
+#[wasmtime_wasi_io::async_trait]
+impl Pollable for FileReader {
+    async fn ready(&mut self) {}
+}
+
+#[wasmtime_wasi_io::async_trait]
+impl InputStream for FileReader {
+    fn read(&mut self, size: usize) -> StreamResult<Bytes> {
+        let bytes = self
+            .file
+            .read_at(size, self.position)
+            .map_err(stream_error)?;
+        if bytes.is_empty() && size > 0 {
+            return Err(StreamError::Closed);
+        }
+        self.position += bytes.len() as u64;
+        Ok(Bytes::from(bytes))
+    }
+}
+
+#[wasmtime_wasi_io::async_trait]
+impl Pollable for FileWriter {
+    async fn ready(&mut self) {}
+}
+
+#[wasmtime_wasi_io::async_trait]
+impl OutputStream for FileWriter {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        if bytes.len() > STREAM_WRITE_PERMIT {
+            return Err(StreamError::trap("write beyond the permit of check-write"));
+        }
+        match &mut self.position {
+            Some(position) => {
+                self.file
+                    .write_at(&bytes, *position)
+                    .map_err(stream_error)?;
+                *position += bytes.len() as u64;
+            }
+            None => self.file.append(&bytes).map_err(stream_error)?,
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        self.file.check_writable().map_err(stream_error)?;
+        Ok(STREAM_WRITE_PERMIT)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The adapter called as wasmtime would, without a guest: host trait methods on a table.
+    //! The rules themselves are tested in `fs`; these check the plumbing (descriptors, streams,
+    //! error codes, close on guest drop, discard on store drop) and the linking.
+
+    use super::*;
+    use types::{HostDescriptor, HostDirectoryEntryStream as _, OpenFlags};
+
+    struct Host {
+        table: ResourceTable,
+        state: FsState,
+        root: std::path::PathBuf,
+    }
+
+    impl Host {
+        fn new() -> Host {
+            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let root =
+                std::env::temp_dir().join(format!("sausage-wasi-fs-{}-{n}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&root);
+            for dir in ["data", "actor"] {
+                std::fs::create_dir_all(root.join(dir)).unwrap();
+            }
+            let mounts = vec![
+                Mount {
+                    guest: "/data".into(),
+                    host: root.join("data"),
+                    writable: true,
+                },
+                Mount {
+                    guest: "/actor".into(),
+                    host: root.join("actor"),
+                    writable: false,
+                },
+            ];
+            Host {
+                table: ResourceTable::new(),
+                state: FsState::new(mounts),
+                root,
+            }
+        }
+
+        fn view(&mut self) -> FsView<'_> {
+            FsView {
+                table: &mut self.table,
+                state: &mut self.state,
+            }
+        }
+
+        /// The preopen named `guest`.
+        async fn preopen(&mut self, guest: &str) -> Resource<Descriptor> {
+            let dirs = preopens::Host::get_directories(&mut self.view())
+                .await
+                .unwrap();
+            dirs.into_iter().find(|(_, name)| name == guest).unwrap().0
+        }
+
+        fn on_disk(&self, path: &str) -> Option<String> {
+            std::fs::read_to_string(self.root.join(path)).ok()
+        }
+
+        fn names_on_disk(&self, dir: &str) -> Vec<String> {
+            let mut names: Vec<String> = std::fs::read_dir(self.root.join(dir))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            names.sort();
+            names
+        }
+    }
+
+    impl Drop for Host {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
+
+    fn code<T>(result: FsResult<T>) -> ErrorCode {
+        match result {
+            Ok(_) => panic!("expected an error"),
+            Err(FsError::Code(code)) => error_code(code),
+            Err(FsError::Trap(trap)) => panic!("unexpected trap: {trap}"),
+        }
+    }
+
+    fn write_flags() -> (OpenFlags, DescriptorFlags) {
+        (
+            OpenFlags::CREATE | OpenFlags::TRUNCATE,
+            DescriptorFlags::WRITE,
+        )
+    }
+
+    async fn open(
+        host: &mut Host,
+        dir: &Resource<Descriptor>,
+        path: &str,
+        (open_flags, flags): (OpenFlags, DescriptorFlags),
+    ) -> FsResult<Resource<Descriptor>> {
+        let dir = Resource::new_borrow(dir.rep());
+        let follow = types::PathFlags::empty();
+        host.view()
+            .open_at(dir, follow, path.into(), open_flags, flags)
+            .await
+    }
+
+    /// Writes through `write-via-stream` as wasi-libc does, then drops the stream.
+    async fn write_stream(host: &mut Host, fd: &Resource<Descriptor>, text: &str) {
+        let fd = Resource::new_borrow(fd.rep());
+        let stream = host.view().write_via_stream(fd, 0).await.ok().unwrap();
+        let out = host.table.get_mut(&stream).unwrap();
+        assert!(out.check_write().unwrap() >= text.len());
+        out.write(Bytes::copy_from_slice(text.as_bytes())).unwrap();
+        out.flush().unwrap();
+        host.table.delete(stream).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_guest_drop_commits_and_a_store_drop_discards() {
+        let mut host = Host::new();
+        std::fs::write(host.root.join("data/kept.txt"), "old").unwrap();
+        let data = host.preopen("/data").await;
+
+        let fd = open(&mut host, &data, "new.txt", write_flags())
+            .await
+            .ok()
+            .unwrap();
+        write_stream(&mut host, &fd, "hello").await;
+        let borrowed = Resource::new_borrow(data.rep());
+        let missing = host
+            .view()
+            .stat_at(borrowed, types::PathFlags::empty(), "new.txt".into())
+            .await;
+        assert_eq!(code(missing), ErrorCode::NoEntry);
+        HostDescriptor::drop(&mut host.view(), fd).await.unwrap();
+        assert_eq!(host.on_disk("data/new.txt").as_deref(), Some("hello"));
+
+        let fd = open(&mut host, &data, "kept.txt", write_flags())
+            .await
+            .ok()
+            .unwrap();
+        write_stream(&mut host, &fd, "lost").await;
+        let Host { table, state, .. } = &mut host;
+        drop(std::mem::take(table));
+        drop(std::mem::replace(state, FsState::new(Vec::new())));
+        assert_eq!(host.on_disk("data/kept.txt").as_deref(), Some("old"));
+        assert_eq!(host.names_on_disk("data"), ["kept.txt", "new.txt"]);
+    }
+
+    #[tokio::test]
+    async fn commit_open_files_commits_what_the_guest_left_open() {
+        let mut host = Host::new();
+        let data = host.preopen("/data").await;
+        let fd = open(&mut host, &data, "left-open.txt", write_flags())
+            .await
+            .ok()
+            .unwrap();
+        let borrowed = Resource::new_borrow(fd.rep());
+        host.view()
+            .write(borrowed, b"kept".to_vec(), 0)
+            .await
+            .ok()
+            .unwrap();
+        host.state.commit_open_files();
+        assert_eq!(host.on_disk("data/left-open.txt").as_deref(), Some("kept"));
+    }
+
+    #[tokio::test]
+    async fn streams_read_append_and_report_error_codes() {
+        let mut host = Host::new();
+        std::fs::write(host.root.join("data/log.txt"), "one\n").unwrap();
+        let data = host.preopen("/data").await;
+        let flags = (
+            OpenFlags::empty(),
+            DescriptorFlags::READ | DescriptorFlags::WRITE,
+        );
+        let fd = open(&mut host, &data, "log.txt", flags).await.ok().unwrap();
+        let borrowed = Resource::new_borrow(fd.rep());
+        let stream = host.view().append_via_stream(borrowed).await.ok().unwrap();
+        let out = host.table.get_mut(&stream).unwrap();
+        out.write(Bytes::from_static(b"two\n")).unwrap();
+        host.table.delete(stream).unwrap();
+
+        let borrowed = Resource::new_borrow(fd.rep());
+        let stream = host.view().read_via_stream(borrowed, 0).await.ok().unwrap();
+        let input = host.table.get_mut(&stream).unwrap();
+        assert_eq!(&input.read(100).unwrap()[..], b"one\ntwo\n");
+        assert!(matches!(input.read(100), Err(StreamError::Closed)));
+        host.table.delete(stream).unwrap();
+        assert_eq!(host.on_disk("data/log.txt").as_deref(), Some("one\n"));
+        HostDescriptor::drop(&mut host.view(), fd).await.unwrap();
+        assert_eq!(host.on_disk("data/log.txt").as_deref(), Some("one\ntwo\n"));
+
+        // A read-only descriptor's write stream is refused; a stream error maps back to a code.
+        let flags = (OpenFlags::empty(), DescriptorFlags::READ);
+        let fd = open(&mut host, &data, "log.txt", flags).await.ok().unwrap();
+        let borrowed = Resource::new_borrow(fd.rep());
+        let refused = host.view().write_via_stream(borrowed, 0).await;
+        assert_eq!(code(refused), ErrorCode::BadDescriptor);
+        let error = host
+            .table
+            .push(wasmtime::Error::from(fs::ErrorCode::ReadOnly))
+            .unwrap();
+        let mapped = types::Host::filesystem_error_code(&mut host.view(), error)
+            .await
+            .unwrap();
+        assert_eq!(mapped, Some(ErrorCode::ReadOnly));
+    }
+
+    #[tokio::test]
+    async fn read_only_mounts_symlinks_and_listing_map_to_wasi_codes() {
+        let mut host = Host::new();
+        std::fs::write(host.root.join("actor/status.json"), "{}").unwrap();
+        let actor = host.preopen("/actor").await;
+        let refused = open(&mut host, &actor, "status.json", write_flags()).await;
+        assert_eq!(code(refused), ErrorCode::ReadOnly);
+        let borrowed = Resource::new_borrow(actor.rep());
+        let symlink = host
+            .view()
+            .symlink_at(borrowed, "/etc".into(), "etc".into())
+            .await;
+        assert_eq!(code(symlink), ErrorCode::NotPermitted);
+        let borrowed = Resource::new_borrow(actor.rep());
+        let escape = host
+            .view()
+            .stat_at(borrowed, types::PathFlags::empty(), "../data".into())
+            .await;
+        assert_eq!(code(escape), ErrorCode::NotPermitted);
+
+        let data = host.preopen("/data").await;
+        let _open_writer = open(&mut host, &data, "w.txt", write_flags())
+            .await
+            .ok()
+            .unwrap();
+        std::fs::create_dir(host.root.join("data/sub")).unwrap();
+        let borrowed = Resource::new_borrow(data.rep());
+        let entries = host.view().read_directory(borrowed).await.ok().unwrap();
+        let mut names = Vec::new();
+        loop {
+            let borrowed = Resource::new_borrow(entries.rep());
+            match host
+                .view()
+                .read_directory_entry(borrowed)
+                .await
+                .ok()
+                .unwrap()
+            {
+                Some(entry) => names.push((entry.name, entry.type_)),
+                None => break,
+            }
+        }
+        assert_eq!(names, [("sub".to_string(), DescriptorType::Directory)]);
+        assert_eq!(
+            host.names_on_disk("data").len(),
+            2,
+            "the writer's temporary is on disk"
+        );
+    }
+
+    #[test]
+    fn links_over_wasmtime_wasi_with_shadowing() {
+        struct State {
+            table: ResourceTable,
+            wasi: wasmtime_wasi::WasiCtx,
+            fs: FsState,
+        }
+        impl wasmtime_wasi::WasiView for State {
+            fn ctx(&mut self) -> wasmtime_wasi::WasiCtxView<'_> {
+                wasmtime_wasi::WasiCtxView {
+                    ctx: &mut self.wasi,
+                    table: &mut self.table,
+                }
+            }
+        }
+        let engine = wasmtime::Engine::default();
+        let mut linker = Linker::<State>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).unwrap();
+        linker.allow_shadowing(true);
+        add_to_linker(&mut linker, |s| FsView {
+            table: &mut s.table,
+            state: &mut s.fs,
+        })
+        .unwrap();
+    }
 }
