@@ -213,3 +213,34 @@ fn raw_sockets_are_denied() {
     listener.set_nonblocking(true).unwrap();
     assert!(listener.accept().is_err(), "nothing connected");
 }
+
+#[test]
+fn actors_reach_http_servers_through_wasi_http() {
+    use std::io::{BufRead, BufReader, Write};
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hello", server.local_addr().unwrap());
+    let serving = std::thread::spawn(move || {
+        let (stream, _) = server.accept().unwrap();
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut request = String::new();
+        reader.read_line(&mut request).unwrap();
+        let mut line = String::new();
+        while reader.read_line(&mut line).unwrap() > 2 {
+            line.clear();
+        }
+        let mut stream = stream;
+        stream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-test: yes\r\nconnection: close\r\n\r\nhowdy")
+            .unwrap();
+        request
+    });
+    let world = TestWorld::new();
+    world.install("fetcher", "fetcher");
+    let mut host = world.run();
+    host.tell("fetcher", json!({"type": "get", "url": url}));
+    let response = host.wait_type("fetcher", "response");
+    assert_eq!(response["status"], 200, "{response}");
+    assert_eq!(response["body"], "howdy");
+    assert_eq!(response["headers"]["x-test"], "yes");
+    assert_eq!(serving.join().unwrap().trim(), "GET /hello HTTP/1.1");
+}
