@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, oneshot};
 
 use crate::broker::Broker;
 use crate::message::{ActorId, Envelope, Outgoing};
@@ -20,6 +20,8 @@ pub const HELP: &str = "\
 @<actor> <json>     send that JSON object as the message body
 @<actor> <text>     send {\"type\":\"text\",\"text\":<text>}
 <text>              send text to the agent
+/deploy <actor> <dir>
+                    build the crate in <dir> with cargo, then spawn or upgrade <actor>
 /list               list the actors (asks the broker)
 /sleep <seconds>    wait (for scripts)
 /await <actor> <seconds>
@@ -45,16 +47,25 @@ pub async fn run(broker: Arc<Broker>, input: impl AsyncBufRead + Unpin) -> End {
     let me = ActorId::parse("console").expect("valid id");
     let mailbox = broker.native_mailbox("console");
     let arrivals = Arc::new(Arrivals::default());
+    let awaited = Arc::new(Awaited::default());
     let printer = tokio::spawn({
-        let arrivals = arrivals.clone();
+        let (arrivals, awaited) = (arrivals.clone(), awaited.clone());
         async move {
             loop {
                 let message = mailbox.recv().await;
+                let Some(message) = awaited.answer(message) else {
+                    continue;
+                };
                 print_message(&message);
                 arrivals.count(&message.from);
             }
         }
     });
+    let session = Session {
+        broker: broker.clone(),
+        me: me.clone(),
+        awaited,
+    };
 
     let mut lines = input.lines();
     let end = loop {
@@ -86,12 +97,128 @@ pub async fn run(broker: Arc<Broker>, input: impl AsyncBufRead + Unpin) -> End {
                     break End::AwaitFailed;
                 }
             }
+            Command::Deploy { actor, dir } => session.deploy(&actor, &dir).await,
             Command::Error(message) => eprintln!("console: {message}"),
         }
         flush();
     };
     printer.abort();
     end
+}
+
+/// Replies a console command waits for itself (by the id of its request): they go to the
+/// command instead of being printed.
+#[derive(Default)]
+struct Awaited {
+    waiting: std::sync::Mutex<HashMap<String, oneshot::Sender<Arc<Envelope>>>>,
+}
+
+impl Awaited {
+    /// Hands a reply to the command waiting for it; gives back any other message.
+    fn answer(&self, message: Arc<Envelope>) -> Option<Arc<Envelope>> {
+        let waiter = message
+            .reply_to
+            .as_ref()
+            .and_then(|id| self.waiting.lock().expect("awaited lock").remove(id));
+        match waiter {
+            // A command that gave up waiting no longer needs its reply.
+            Some(waiter) => waiter.send(message).err(),
+            None => Some(message),
+        }
+    }
+}
+
+/// What console commands that talk to other actors need.
+struct Session {
+    broker: Arc<Broker>,
+    me: ActorId,
+    awaited: Arc<Awaited>,
+}
+
+/// The longest a `/deploy` step waits for its reply: a build may take cargo's whole limit.
+const DEPLOY_STEP_LIMIT: Duration = Duration::from_secs(16 * 60);
+
+impl Session {
+    /// Sends a request and waits for its reply, which is not printed.
+    async fn ask(&self, to: &ActorId, body: Value) -> Result<Value, String> {
+        let (tx, rx) = oneshot::channel();
+        let delivery = self
+            .broker
+            .router
+            .accept(&self.me, Outgoing::new(to, &body));
+        self.awaited
+            .waiting
+            .lock()
+            .expect("awaited lock")
+            .insert(delivery.id().to_string(), tx);
+        self.broker.router.deliver(delivery).await;
+        match tokio::time::timeout(DEPLOY_STEP_LIMIT, rx).await {
+            Ok(Ok(reply)) => Ok(reply.body_value()),
+            _ => Err(format!("no reply from {to}")),
+        }
+    }
+
+    /// `/deploy <actor> <dir>`: build with `cargo`, then `spawn` or `upgrade`, printing each
+    /// step and the outcome.
+    async fn deploy(&self, actor: &ActorId, dir: &str) {
+        let dir = match std::path::absolute(dir) {
+            Ok(dir) => dir.display().to_string(),
+            Err(e) => return println!("deploy: `{dir}`: {e}"),
+        };
+        if let Err(reason) = self.try_deploy(actor, &dir).await {
+            println!("deploy: {actor} was not deployed: {reason}");
+        }
+    }
+
+    async fn try_deploy(&self, actor: &ActorId, dir: &str) -> Result<(), String> {
+        let cargo = ActorId::parse("cargo").expect("valid id");
+        println!("deploy: building {dir} …");
+        flush();
+        let built = self
+            .ask(&cargo, json!({"type": "build", "source": dir}))
+            .await?;
+        if built["type"] != "built" {
+            println!("{}", render_body("cargo", true, built.clone()));
+            return Err("the build failed".into());
+        }
+        println!(
+            "deploy: built {} in {} s",
+            built["wasm"].as_str().unwrap_or("?"),
+            built["seconds"]
+        );
+        if let Some(warnings) = built["warnings"].as_str().filter(|w| !w.is_empty()) {
+            println!("  warnings:");
+            for line in warnings.lines() {
+                println!("    {line}");
+            }
+        }
+        let list = self
+            .ask(&ActorId::broker(), json!({"type": "list"}))
+            .await?;
+        let exists = list["actors"]
+            .as_array()
+            .is_some_and(|actors| actors.iter().any(|a| a["id"] == actor.as_str()));
+        let kind = if exists { "upgrade" } else { "spawn" };
+        println!("deploy: {kind} {actor} …");
+        flush();
+        let reply = self
+            .ask(
+                &ActorId::broker(),
+                json!({
+                    "type": kind, "actor": actor.as_str(), "wasm": built["wasm"],
+                    "source": dir, "built_by": "cargo",
+                }),
+            )
+            .await?;
+        println!("{}", render_body("broker", true, reply.clone()));
+        match reply["type"].as_str() {
+            Some("spawned" | "upgraded") => {
+                println!("deploy: {actor} runs version {}", reply["version"]);
+                Ok(())
+            }
+            _ => Err(format!("the {kind} failed")),
+        }
+    }
 }
 
 /// Messages printed per sender and not yet taken by an `/await`, so that a reply printed
@@ -140,6 +267,7 @@ enum Command {
     Quit,
     Sleep(Duration),
     Await { from: ActorId, time: Duration },
+    Deploy { actor: ActorId, dir: String },
     Error(String),
 }
 
@@ -188,11 +316,18 @@ fn command(line: &str) -> Command {
             (Ok(from), Ok(time)) => Command::Await { from, time },
             (Err(e), _) | (_, Err(e)) => Command::Error(format!("/await: {e}")),
         },
-        ("sleep" | "await" | "help" | "quit" | "list", _) => {
+        ("deploy", [actor, dir]) => match ActorId::parse(actor) {
+            Ok(actor) => Command::Deploy {
+                actor,
+                dir: dir.to_string(),
+            },
+            Err(e) => Command::Error(format!("/deploy: {e}")),
+        },
+        ("sleep" | "await" | "help" | "quit" | "list" | "deploy", _) => {
             Command::Error(format!("/{name}: wrong arguments; usage:\n{HELP}"))
         }
         _ => Command::Error(format!(
-            "unknown command `/{name}`; commands: /list, /help, /quit, /sleep, /await"
+            "unknown command `/{name}`; commands: /deploy, /list, /help, /quit, /sleep, /await"
         )),
     }
 }
@@ -212,13 +347,16 @@ fn print_message(message: &Envelope) {
 }
 
 fn render(message: &Envelope) -> String {
-    let mut body = message.body_value();
-    let mark = if message.reply_to.is_some() {
-        " (reply)"
-    } else {
-        ""
-    };
-    let head = format!("[{}]{mark}", message.from);
+    render_body(
+        message.from.as_str(),
+        message.reply_to.is_some(),
+        message.body_value(),
+    )
+}
+
+fn render_body(from: &str, reply: bool, mut body: Value) -> String {
+    let mark = if reply { " (reply)" } else { "" };
+    let head = format!("[{from}]{mark}");
     if body["type"] == "text"
         && let Some(text) = body["text"].as_str()
     {
@@ -312,7 +450,8 @@ mod tests {
             ("/await echo", "usage"),
             ("/await ../x 1", "character"),
             ("/frobnicate", "unknown command `/frobnicate`"),
-            ("/deploy x y", "unknown command"),
+            ("/deploy x", "usage"),
+            ("/deploy X dir", "character"),
         ] {
             match command(line) {
                 Command::Error(e) => assert!(e.contains(expect), "{line}: {e}"),

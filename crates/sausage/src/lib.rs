@@ -5,6 +5,7 @@
 //! mailboxes, supervision, requests), and the native actors `console` and `cargo`.
 
 pub mod broker;
+pub mod cargo;
 pub mod console;
 pub mod fs;
 pub mod message;

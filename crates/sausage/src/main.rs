@@ -82,6 +82,7 @@ async fn run(dir: PathBuf) -> Result<ExitCode> {
         let broker = broker.clone();
         async move { broker.serve().await }
     });
+    let cargo = tokio::spawn(sausage::cargo::serve(broker.clone()));
 
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let stdin = BufReader::new(tokio::io::stdin());
@@ -95,6 +96,7 @@ async fn run(dir: PathBuf) -> Result<ExitCode> {
     eprintln!("sausage: stopping every actor");
     broker.shutdown().await;
     server.abort();
+    cargo.abort();
     Ok(match end {
         End::Quit => ExitCode::SUCCESS,
         End::AwaitFailed => ExitCode::FAILURE,

@@ -30,7 +30,7 @@ use supervisor::{ActorHandle, CrashLoop, Supervisor};
 type Operation = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// The native actors that run in this version of the host, with their mailboxes.
-pub const RUNNING_NATIVES: [&str; 2] = ["broker", "console"];
+pub const RUNNING_NATIVES: [&str; 3] = ["broker", "console", "cargo"];
 
 pub struct Broker {
     pub world: World,

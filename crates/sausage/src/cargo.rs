@@ -1,0 +1,475 @@
+//! `cargo`, the native actor that turns Rust crates into actors (DESIGN §4): it builds a source
+//! folder for `wasm32-wasip2` in release mode and publishes the `.wasm` under its `/public`.
+//!
+//! It is a client of the broker like any actor: requests come to its mailbox, replies go back
+//! through the router. Builds run one at a time and share one target folder, so a second build
+//! of a similar crate is fast. The broker never learns that Rust exists.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+
+use crate::broker::Broker;
+use crate::message::{ActorId, Envelope, Outgoing};
+use crate::world::World;
+
+/// A build still running after this long is killed and answered with `build_failed`.
+pub const BUILD_TIME_LIMIT: Duration = Duration::from_secs(15 * 60);
+
+/// The compilation target of every actor.
+pub const TARGET: &str = "wasm32-wasip2";
+
+/// Cargo's progress lines, dropped from diagnostics shown to people.
+const PROGRESS_WORDS: [&str; 14] = [
+    "Compiling",
+    "Checking",
+    "Downloading",
+    "Downloaded",
+    "Updating",
+    "Locking",
+    "Adding",
+    "Blocking",
+    "Finished",
+    "Fresh",
+    "Running",
+    "Building",
+    "Packaging",
+    "Removing",
+];
+
+/// Runs the `cargo` actor until the host stops: one request at a time, in order.
+pub async fn serve(broker: Arc<Broker>) {
+    let me = ActorId::parse("cargo").expect("valid id");
+    let mailbox = broker.native_mailbox("cargo");
+    let builder = Builder::new(broker.world.clone());
+    loop {
+        let request = mailbox.recv().await;
+        let body = request.body_value();
+        let reply = match body.get("type").and_then(Value::as_str) {
+            Some("build") => builder.build(&request, &body).await,
+            Some("undeliverable" | "shutdown") => continue,
+            other => json!({
+                "type": "error",
+                "request": other.unwrap_or(""),
+                "reason": "cargo knows one request: {\"type\": \"build\", \"source\": \"<folder with Cargo.toml>\"}",
+            }),
+        };
+        let out = Outgoing::new(&request.from, &reply).replying_to(Some(&request.id));
+        broker.send(&me, out).await;
+    }
+}
+
+/// Builds crates into the world's `cargo` folders.
+struct Builder {
+    world: World,
+    /// The one target folder every build shares.
+    target_dir: PathBuf,
+    /// Where crates are copied to be built on their own.
+    work_dir: PathBuf,
+    /// `actor/cargo/public/builds/`: one numbered folder per successful build.
+    builds_dir: PathBuf,
+}
+
+/// A crate's manifest, as far as building it needs.
+struct Crate {
+    /// The binary whose `.wasm` is the actor.
+    binary: String,
+}
+
+impl Builder {
+    fn new(world: World) -> Builder {
+        let cargo = ActorId::parse("cargo").expect("valid id");
+        let data = world.data_dir(&cargo);
+        Builder {
+            target_dir: data.join("target"),
+            work_dir: data.join("work"),
+            builds_dir: world.public_dir(&cargo).join("builds"),
+            world,
+        }
+    }
+
+    async fn build(&self, request: &Envelope, body: &Value) -> Value {
+        let given = match body.get("source") {
+            Some(Value::String(source)) => source.as_str(),
+            _ => {
+                return json!({
+                    "type": "error", "request": "build",
+                    "reason": "missing field `source` (a string): the folder with the crate's Cargo.toml",
+                });
+            }
+        };
+        match self.try_build(&request.from, given).await {
+            Ok(built) => built,
+            Err(Failure::Request(reason)) => {
+                json!({"type": "error", "request": "build", "reason": reason})
+            }
+            Err(Failure::Build(errors)) => {
+                json!({"type": "build_failed", "source": given, "errors": errors})
+            }
+        }
+    }
+
+    async fn try_build(&self, sender: &ActorId, given: &str) -> Result<Value, Failure> {
+        let started = Instant::now();
+        let source = self
+            .world
+            .resolve_request_path(sender, given)
+            .map_err(Failure::Request)?;
+        let manifest = source.join("Cargo.toml");
+        if !source.is_dir() {
+            return Err(Failure::Request(format!(
+                "source `{given}` is not a folder"
+            )));
+        }
+        let text = std::fs::read_to_string(&manifest).map_err(|_| {
+            Failure::Request(format!(
+                "`{given}` has no Cargo.toml; point `source` at the folder of a crate"
+            ))
+        })?;
+        let krate = read_manifest(&text, &source)
+            .map_err(|e| Failure::Request(format!("`{given}`: {e}")))?;
+
+        let work = self.work_dir.join(&krate.binary);
+        stage(&source, &text, &work)
+            .map_err(|e| Failure::Request(format!("cannot copy `{given}` to build it: {e}")))?;
+        let (artifact, warnings) = self.cargo_build(&work, &krate).await?;
+
+        let n = next_build_number(&self.builds_dir);
+        let dir = self.builds_dir.join(n.to_string());
+        let wasm_name = format!("{}.wasm", krate.binary);
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::copy(&artifact, dir.join(&wasm_name)).map(drop))
+            .map_err(|e| Failure::Request(format!("cannot publish the build: {e}")))?;
+        Ok(json!({
+            "type": "built",
+            "wasm": format!("/actor/cargo/public/builds/{n}/{wasm_name}"),
+            "source": given,
+            "built_by": "cargo",
+            "seconds": (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+            "warnings": warnings,
+        }))
+    }
+
+    /// Runs `cargo build`; returns the built `.wasm` and the rendered warnings.
+    async fn cargo_build(&self, work: &Path, krate: &Crate) -> Result<(PathBuf, String), Failure> {
+        let mut child = tokio::process::Command::new("cargo")
+            .args([
+                "build",
+                "--release",
+                "--color",
+                "never",
+                "--message-format",
+                "json",
+            ])
+            .args([
+                "--target",
+                TARGET,
+                "--bin",
+                &krate.binary,
+                "--manifest-path",
+            ])
+            .arg(work.join("Cargo.toml"))
+            .env("CARGO_TARGET_DIR", &self.target_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| Failure::Request(format!("cannot run cargo: {e}; is Rust installed?")))?;
+        let stdout = child.stdout.take().expect("piped");
+        let mut stderr = child.stderr.take().expect("piped");
+        let run = async {
+            let mut report = Report::default();
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                report.read(&line, &krate.binary);
+            }
+            let mut text = String::new();
+            // Unreadable stderr only loses detail; the exit status still tells the outcome.
+            let _ = stderr.read_to_string(&mut text).await;
+            (report, text, child.wait().await)
+        };
+        let (report, stderr, status) =
+            tokio::time::timeout(BUILD_TIME_LIMIT, run)
+                .await
+                .map_err(|_| {
+                    Failure::Build(format!(
+                        "the build ran longer than {} minutes and was stopped",
+                        BUILD_TIME_LIMIT.as_secs() / 60
+                    ))
+                })?;
+        let succeeded = status.is_ok_and(|s| s.success());
+        match report.artifact {
+            Some(artifact) if succeeded => Ok((artifact, report.warnings.join("\n"))),
+            _ if !report.errors.is_empty() => Err(Failure::Build(report.errors.join("\n"))),
+            _ => Err(Failure::Build(without_progress(&stderr))),
+        }
+    }
+}
+
+enum Failure {
+    /// The request cannot be built as asked: an `error` reply.
+    Request(String),
+    /// The compiler (or cargo) refused the crate: a `build_failed` reply.
+    Build(String),
+}
+
+/// What cargo's JSON messages said.
+#[derive(Default)]
+struct Report {
+    errors: Vec<String>,
+    warnings: Vec<String>,
+    artifact: Option<PathBuf>,
+}
+
+impl Report {
+    fn read(&mut self, line: &str, binary: &str) {
+        let Ok(message) = serde_json::from_str::<Value>(line) else {
+            return;
+        };
+        match message["reason"].as_str() {
+            Some("compiler-message") => {
+                let rendered = message["message"]["rendered"]
+                    .as_str()
+                    .unwrap_or("")
+                    .trim_end();
+                match message["message"]["level"].as_str() {
+                    Some("error" | "error: internal compiler error") => {
+                        self.errors.push(rendered.to_string())
+                    }
+                    Some("warning") => self.warnings.push(rendered.to_string()),
+                    _ => {}
+                }
+            }
+            Some("compiler-artifact") if message["target"]["name"] == binary => {
+                self.artifact = message["filenames"]
+                    .as_array()
+                    .and_then(|files| {
+                        files
+                            .iter()
+                            .filter_map(Value::as_str)
+                            .find(|f| f.ends_with(".wasm"))
+                    })
+                    .map(PathBuf::from);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Reads the package's binary name out of its manifest.
+fn read_manifest(text: &str, source: &Path) -> Result<Crate, String> {
+    let manifest: toml_edit::DocumentMut = text
+        .parse()
+        .map_err(|e| format!("Cargo.toml is not valid TOML: {e}"))?;
+    let package = manifest
+        .get("package")
+        .and_then(|p| p.get("name"))
+        .and_then(|n| n.as_str())
+        .ok_or("Cargo.toml has no [package] name; point `source` at a crate, not a workspace")?;
+    let bins: Vec<String> = manifest
+        .get("bin")
+        .and_then(|b| b.as_array_of_tables())
+        .map(|tables| {
+            tables
+                .iter()
+                .filter_map(|t| t.get("name")?.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let binary = match bins.as_slice() {
+        [] if source.join("src/main.rs").is_file() => package.to_string(),
+        [] => {
+            return Err(
+                "the crate has no binary (no src/main.rs and no [[bin]]); an actor is a program"
+                    .into(),
+            );
+        }
+        [one] => one.clone(),
+        many if many.iter().any(|b| b == package) => package.to_string(),
+        many => {
+            return Err(format!(
+                "the crate has several binaries ({}); keep one, or name one like the package",
+                many.join(", ")
+            ));
+        }
+    };
+    Ok(Crate { binary })
+}
+
+/// Copies the crate to `work` so it builds on its own: the copy's manifest gets an empty
+/// `[workspace]` (so no parent workspace claims it) and absolute paths for path dependencies.
+/// File times are kept, so an unchanged crate is not rebuilt.
+fn stage(source: &Path, manifest: &str, work: &Path) -> std::io::Result<()> {
+    if work.exists() {
+        std::fs::remove_dir_all(work)?;
+    }
+    copy_crate(source, work)?;
+    let mut doc: toml_edit::DocumentMut = manifest
+        .parse()
+        .map_err(|e| std::io::Error::other(format!("Cargo.toml: {e}")))?;
+    if !doc.contains_key("workspace") {
+        doc["workspace"] = toml_edit::table();
+    }
+    absolute_path_dependencies(doc.as_table_mut(), source);
+    if let Some(targets) = doc.get_mut("target").and_then(|t| t.as_table_like_mut()) {
+        for (_, target) in targets.iter_mut() {
+            if let Some(target) = target.as_table_like_mut() {
+                absolute_path_dependencies(target, source);
+            }
+        }
+    }
+    let staged = work.join("Cargo.toml");
+    let times = std::fs::metadata(source.join("Cargo.toml"))?.modified()?;
+    std::fs::write(&staged, doc.to_string())?;
+    std::fs::File::options()
+        .write(true)
+        .open(&staged)?
+        .set_modified(times)
+}
+
+/// Makes the `path` of every dependency in `table`'s dependency sections absolute, relative to
+/// the crate's real folder.
+fn absolute_path_dependencies(table: &mut dyn toml_edit::TableLike, source: &Path) {
+    for section in ["dependencies", "dev-dependencies", "build-dependencies"] {
+        let Some(deps) = table.get_mut(section).and_then(|d| d.as_table_like_mut()) else {
+            continue;
+        };
+        for (_, dep) in deps.iter_mut() {
+            let Some(dep) = dep.as_table_like_mut() else {
+                continue;
+            };
+            let Some(path) = dep.get("path").and_then(|p| p.as_str()) else {
+                continue;
+            };
+            let absolute = source.join(path);
+            dep.insert(
+                "path",
+                toml_edit::value(absolute.to_string_lossy().as_ref()),
+            );
+        }
+    }
+}
+
+/// Copies a crate's files, leaving out `target/` and hidden folders such as `.git`.
+fn copy_crate(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let kind = entry.file_type()?;
+        let target = to.join(&name);
+        if kind.is_dir() {
+            if name == "target" || name.to_string_lossy().starts_with('.') {
+                continue;
+            }
+            copy_crate(&entry.path(), &target)?;
+        } else if kind.is_file() {
+            std::fs::copy(entry.path(), &target)?;
+            let times = entry.metadata()?.modified()?;
+            std::fs::File::options()
+                .write(true)
+                .open(&target)?
+                .set_modified(times)?;
+        }
+    }
+    Ok(())
+}
+
+fn next_build_number(builds: &Path) -> u64 {
+    std::fs::read_dir(builds)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0)
+        + 1
+}
+
+/// Cargo's stderr without its progress lines.
+fn without_progress(stderr: &str) -> String {
+    stderr
+        .lines()
+        .filter(|line| {
+            let first = line.split_whitespace().next().unwrap_or("");
+            !(line.starts_with(' ') && PROGRESS_WORDS.contains(&first))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        .trim()
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_binary_comes_from_the_manifest() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path();
+        let read = |text: &str| read_manifest(text, src).map(|c| c.binary);
+        assert!(
+            read("[package]\nname = \"x\"")
+                .unwrap_err()
+                .contains("no binary")
+        );
+        std::fs::create_dir(src.join("src")).unwrap();
+        std::fs::write(src.join("src/main.rs"), "fn main() {}").unwrap();
+        assert_eq!(read("[package]\nname = \"x\"").unwrap(), "x");
+        assert_eq!(
+            read("[package]\nname = \"x\"\n[[bin]]\nname = \"y\"").unwrap(),
+            "y"
+        );
+        assert!(
+            read("[package]\nname = \"x\"\n[[bin]]\nname = \"y\"\n[[bin]]\nname = \"z\"")
+                .unwrap_err()
+                .contains("several binaries")
+        );
+        assert!(
+            read("[workspace]\nmembers = []")
+                .unwrap_err()
+                .contains("not a workspace")
+        );
+        assert!(read("not toml [").unwrap_err().contains("not valid TOML"));
+    }
+
+    #[test]
+    fn a_staged_crate_is_its_own_workspace_with_absolute_path_dependencies() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("crate");
+        std::fs::create_dir_all(source.join("src")).unwrap();
+        std::fs::create_dir_all(source.join("target/junk")).unwrap();
+        std::fs::write(source.join("src/main.rs"), "fn main() {}").unwrap();
+        let manifest = "[package]\nname = \"x\"\n[dependencies]\nproto = { path = \"../proto\" }\nserde = \"1\"\n[target.'cfg(unix)'.dependencies]\nlib = { path = \"lib\" }\n";
+        std::fs::write(source.join("Cargo.toml"), manifest).unwrap();
+        let work = dir.path().join("work");
+        stage(&source, manifest, &work).unwrap();
+        let staged = std::fs::read_to_string(work.join("Cargo.toml")).unwrap();
+        assert!(staged.contains("[workspace]"), "{staged}");
+        let proto = source.join("../proto");
+        assert!(
+            staged.contains(&format!("path = \"{}\"", proto.display())),
+            "{staged}"
+        );
+        assert!(
+            staged.contains(&format!("path = \"{}\"", source.join("lib").display())),
+            "{staged}"
+        );
+        assert!(work.join("src/main.rs").is_file());
+        assert!(!work.join("target").exists(), "target/ is not copied");
+    }
+
+    #[test]
+    fn progress_lines_are_removed() {
+        let stderr = "    Updating crates.io index\n   Compiling x v0.1.0\nerror: could not find `Cargo.toml`\n  Downloaded y\n";
+        assert_eq!(
+            without_progress(stderr),
+            "error: could not find `Cargo.toml`"
+        );
+    }
+}
