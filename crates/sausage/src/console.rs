@@ -38,12 +38,13 @@ const BLOCK_FIELDS: [&str; 3] = ["errors", "warnings", "reason"];
 pub enum End {
     /// `/quit` or end of input.
     Quit,
-    /// An `/await` ran out of time: a script failed.
-    AwaitFailed,
+    /// A script failed: an `/await` ran out of time, or a `/deploy` failed in a script.
+    Failed,
 }
 
-/// Runs the console on `input` until `/quit`, end of input, or a failed `/await`.
-pub async fn run(broker: Arc<Broker>, input: impl AsyncBufRead + Unpin) -> End {
+/// Runs the console on `input` until `/quit`, end of input, or a failed `/await`. When
+/// `script` is set (input is not a person at a terminal), a failed `/deploy` ends it too.
+pub async fn run(broker: Arc<Broker>, input: impl AsyncBufRead + Unpin, script: bool) -> End {
     let me = ActorId::parse("console").expect("valid id");
     let mailbox = broker.native_mailbox("console");
     let arrivals = Arc::new(Arrivals::default());
@@ -94,10 +95,14 @@ pub async fn run(broker: Arc<Broker>, input: impl AsyncBufRead + Unpin) -> End {
                         "console: /await {from}: no message within {} s",
                         time.as_secs_f64()
                     );
-                    break End::AwaitFailed;
+                    break End::Failed;
                 }
             }
-            Command::Deploy { actor, dir } => session.deploy(&actor, &dir).await,
+            Command::Deploy { actor, dir } => {
+                if !session.deploy(&actor, &dir).await && script {
+                    break End::Failed;
+                }
+            }
             Command::Error(message) => eprintln!("console: {message}"),
         }
         flush();
@@ -159,14 +164,21 @@ impl Session {
     }
 
     /// `/deploy <actor> <dir>`: build with `cargo`, then `spawn` or `upgrade`, printing each
-    /// step and the outcome.
-    async fn deploy(&self, actor: &ActorId, dir: &str) {
+    /// step and the outcome. Returns whether the actor runs the new version.
+    async fn deploy(&self, actor: &ActorId, dir: &str) -> bool {
         let dir = match std::path::absolute(dir) {
             Ok(dir) => dir.display().to_string(),
-            Err(e) => return println!("deploy: `{dir}`: {e}"),
+            Err(e) => {
+                println!("deploy: `{dir}`: {e}");
+                return false;
+            }
         };
-        if let Err(reason) = self.try_deploy(actor, &dir).await {
-            println!("deploy: {actor} was not deployed: {reason}");
+        match self.try_deploy(actor, &dir).await {
+            Ok(()) => true,
+            Err(reason) => {
+                println!("deploy: {actor} was not deployed: {reason}");
+                false
+            }
         }
     }
 

@@ -8,6 +8,7 @@ pub mod broker;
 pub mod cargo;
 pub mod console;
 pub mod fs;
+pub mod init;
 pub mod message;
 pub mod runtime;
 pub mod world;

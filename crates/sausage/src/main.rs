@@ -1,7 +1,9 @@
 //! The `sausage` command line (DESIGN §6): `init` creates a world, `run` runs it.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -9,6 +11,7 @@ use tokio::io::BufReader;
 
 use sausage::broker::Broker;
 use sausage::console::{self, End};
+use sausage::init::{self, AgentConfig};
 use sausage::runtime::Runtime;
 use sausage::world::World;
 
@@ -24,11 +27,20 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Create a new world.
+    /// Create a new world and build its agent.
     Init {
         /// The world's folder.
         #[arg(default_value = "world")]
         dir: PathBuf,
+        /// The model provider's API shape: openai-responses or anthropic-messages.
+        #[arg(long)]
+        api: Option<String>,
+        /// The provider's base URL, such as https://api.example.com (asked if missing).
+        #[arg(long)]
+        base_url: Option<String>,
+        /// The model to use (asked if missing).
+        #[arg(long)]
+        model: Option<String>,
     },
     /// Run a world: the broker, the console and every actor that was running.
     Run {
@@ -41,15 +53,21 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Init { dir } => init(dir),
-        Command::Run { dir } => tokio::runtime::Runtime::new()
-            .map_err(anyhow::Error::from)
-            .and_then(|rt| {
-                let result = rt.block_on(run(dir));
-                // The stdin reader may sit in a blocking read forever; do not wait for it.
-                rt.shutdown_background();
-                result
-            }),
+        Command::Init {
+            dir,
+            api,
+            base_url,
+            model,
+        } => {
+            let config = AgentConfig {
+                api,
+                base_url,
+                model,
+                token: None,
+            };
+            block_on(init(dir, config))
+        }
+        Command::Run { dir } => block_on(run(dir)),
     };
     match result {
         Ok(code) => code,
@@ -60,45 +78,86 @@ fn main() -> ExitCode {
     }
 }
 
-fn init(dir: PathBuf) -> Result<ExitCode> {
+fn block_on(job: impl Future<Output = Result<ExitCode>>) -> Result<ExitCode> {
+    let rt = tokio::runtime::Runtime::new()?;
+    let result = rt.block_on(job);
+    // The stdin reader may sit in a blocking read forever; do not wait for it.
+    rt.shutdown_background();
+    result
+}
+
+/// Creates the world, writes the agent's configuration, then builds and spawns the agent.
+async fn init(dir: PathBuf, config: AgentConfig) -> Result<ExitCode> {
     let world = World::new(&dir);
+    world.check_new()?;
+    let config = config.complete(&mut std::io::stdin().lock(), &mut std::io::stdout())?;
     world.create()?;
-    println!("Created the world `{}`.", dir.display());
-    println!("Run it with: sausage run {}", dir.display());
+    config.write(&world)?;
+    println!("Created the world `{}`. Building the agent…", dir.display());
+    let source = init::write_agent_source(&world)?;
+    let (broker, services) = open(&world).await?;
+    let script = BufReader::new(std::io::Cursor::new(init::deploy_script(&source)));
+    let end = console::run(broker.clone(), script, true).await;
+    close(&broker, services).await;
+    if end != End::Quit {
+        eprintln!(
+            "sausage: the agent was not deployed; fix the cause above, then type \
+             `/deploy agent {}` in `sausage run {}`",
+            source.display(),
+            dir.display()
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    println!();
+    println!("The world is ready. Start it with:");
+    println!("    sausage run {}", dir.display());
+    println!("then type what you want, for example: make me an actor that counts words");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The broker and native actors of an open world; stopping them is `close`.
+async fn open(world: &World) -> Result<(Arc<Broker>, [tokio::task::JoinHandle<()>; 2])> {
+    let runtime = Runtime::new()?;
+    let broker = Broker::start(world.clone(), runtime).await?;
+    let server = tokio::spawn({
+        let broker = broker.clone();
+        async move { broker.serve().await }
+    });
+    let cargo = tokio::spawn(sausage::cargo::serve(broker.clone()));
+    Ok((broker, [server, cargo]))
+}
+
+async fn close(broker: &Broker, services: [tokio::task::JoinHandle<()>; 2]) {
+    broker.shutdown().await;
+    for service in services {
+        service.abort();
+    }
 }
 
 async fn run(dir: PathBuf) -> Result<ExitCode> {
     let world = World::new(&dir);
     world.load_registry()?;
     let _lock = world.lock()?;
-    let runtime = Runtime::new()?;
-    let broker = Broker::start(world, runtime).await?;
+    let (broker, services) = open(&world).await?;
     eprintln!(
         "sausage: world `{}` is running; type /help for commands",
         dir.display()
     );
-    let server = tokio::spawn({
-        let broker = broker.clone();
-        async move { broker.serve().await }
-    });
-    let cargo = tokio::spawn(sausage::cargo::serve(broker.clone()));
 
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let stdin = BufReader::new(tokio::io::stdin());
     // Waits for: the console to end (`/quit`, end of input, a failed `/await`), Ctrl-C, or
     // SIGTERM. Each ends the run the same way: every actor is stopped gracefully.
+    let script = !std::io::stdin().is_terminal();
     let end = tokio::select! {
-        end = console::run(broker.clone(), stdin) => end,
+        end = console::run(broker.clone(), stdin, script) => end,
         _ = tokio::signal::ctrl_c() => End::Quit,
         _ = sigterm.recv() => End::Quit,
     };
     eprintln!("sausage: stopping every actor");
-    broker.shutdown().await;
-    server.abort();
-    cargo.abort();
+    close(&broker, services).await;
     Ok(match end {
         End::Quit => ExitCode::SUCCESS,
-        End::AwaitFailed => ExitCode::FAILURE,
+        End::Failed => ExitCode::FAILURE,
     })
 }

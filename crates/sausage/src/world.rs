@@ -262,13 +262,7 @@ impl World {
     /// Creates a new world: the registry (with `console` subscribed to `agent`) and the
     /// folders of the native actors. Fails if `sausage.json` already exists.
     pub fn create(&self) -> Result<()> {
-        if self.registry_path().exists() {
-            bail!(
-                "{}: a world already exists here; run it with `sausage run {}`",
-                self.root.display(),
-                self.root.display()
-            );
-        }
+        self.check_new()?;
         for dir in [
             "actor",
             "private",
@@ -289,6 +283,18 @@ impl World {
             .subscriptions
             .insert("agent".into(), vec!["console".into()]);
         self.save_registry(&registry)
+    }
+
+    /// Fails when a world already exists here.
+    pub fn check_new(&self) -> Result<()> {
+        if self.registry_path().exists() {
+            bail!(
+                "{}: a world already exists here; run it with `sausage run {}`",
+                self.root.display(),
+                self.root.display()
+            );
+        }
+        Ok(())
     }
 
     /// The folders every actor has: `actor/<id>/public` and `private/<id>/data`.

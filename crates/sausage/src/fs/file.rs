@@ -5,7 +5,11 @@
 
 use super::dir::{SetTime, Stat, set_file_times};
 use super::{ErrorCode, FsResult, create_temporary};
-use std::os::unix::fs::FileExt;
+use std::ffi::{CString, OsStr};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
@@ -46,26 +50,52 @@ struct Inner {
     pending: Mutex<Option<Pending>>,
 }
 
+/// An uncommitted write: the temporary and its target, both named in their folder.
 #[derive(Debug)]
 struct Pending {
-    temporary: PathBuf,
-    target: PathBuf,
+    /// The folder of the target, held open: the temporary moves with it when the guest renames
+    /// the folder (a directory operation takes effect at once), so the commit lands in the
+    /// folder's new place and a discard still finds the temporary. With paths, both would miss
+    /// and leave an invisible temporary that keeps the folder from being removed.
+    folder: std::fs::File,
+    temporary: CString,
+    target: CString,
 }
 
 impl Pending {
-    fn commit(self) -> std::io::Result<()> {
-        let renamed = std::fs::rename(&self.temporary, &self.target);
-        if renamed.is_err() {
+    fn commit(self) -> io::Result<()> {
+        let folder = self.folder.as_raw_fd();
+        // SAFETY: renameat only reads the two NUL-terminated names, which outlive the call, and
+        // `folder` is a descriptor this value owns.
+        let renamed = unsafe {
+            libc::renameat(
+                folder,
+                self.temporary.as_ptr(),
+                folder,
+                self.target.as_ptr(),
+            )
+        };
+        if renamed != 0 {
+            let error = io::Error::last_os_error();
             self.discard();
+            return Err(error);
         }
-        renamed
+        Ok(())
     }
 
     fn discard(self) {
-        // A temporary that cannot be removed now is invisible to guests and removed at the
-        // next start by `clean_temporaries`.
-        let _ = std::fs::remove_file(&self.temporary);
+        // SAFETY: as in `commit`: one name that outlives the call, a descriptor this value owns.
+        // A temporary that cannot be removed now is invisible to guests and removed at the next
+        // start by `clean_temporaries`, so the result is ignored.
+        let _ = unsafe { libc::unlinkat(self.folder.as_raw_fd(), self.temporary.as_ptr(), 0) };
     }
+}
+
+/// A name in a folder as C wants it: `invalid` without a name (a path ending in `..`) or with a
+/// NUL, neither of which `Dir::resolve` lets through.
+fn c_name(name: Option<&OsStr>) -> FsResult<CString> {
+    let name = name.ok_or(ErrorCode::Invalid)?;
+    CString::new(name.as_bytes()).map_err(|_| ErrorCode::Invalid)
 }
 
 impl Drop for Inner {
@@ -103,11 +133,24 @@ impl File {
         writable: bool,
     ) -> FsResult<File> {
         let dir = target.parent().ok_or(ErrorCode::Invalid)?;
+        let target_name = c_name(target.file_name())?;
+        // Opened before the temporary is made beside it, within one call of the guest, so
+        // nothing renames the folder in between (an instance makes one call at a time, and
+        // only its own instance changes an actor's mounts while it runs).
+        let folder = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY)
+            .open(dir)?;
         let (mut file, temporary) = create_temporary(dir)?;
-        let pending = Pending { temporary, target };
+        let pending = Pending {
+            folder,
+            // `create_temporary` names a file in `dir`, and the name is ours: ASCII, no NUL.
+            temporary: c_name(temporary.file_name()).expect("a temporary name is a C name"),
+            target: target_name,
+        };
         if keep_content {
-            let copied = std::fs::File::open(&pending.target).and_then(|mut old| {
-                std::io::copy(&mut old, &mut file)?;
+            let copied = std::fs::File::open(&target).and_then(|mut old| {
+                io::copy(&mut old, &mut file)?;
                 file.set_permissions(old.metadata()?.permissions())
             });
             if let Err(e) = copied {
@@ -205,7 +248,7 @@ impl File {
             {
                 Ok(0) => break,
                 Ok(n) => filled += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e.into()),
             }
         }
@@ -261,7 +304,7 @@ impl File {
 impl PendingCommit {
     /// Commits now if the file is still open and uncommitted; later writes through its handles
     /// fail with `bad-descriptor`. Returns whether there was something to commit.
-    pub fn commit(&self) -> std::io::Result<bool> {
+    pub fn commit(&self) -> io::Result<bool> {
         let Some(inner) = self.inner.upgrade() else {
             return Ok(false);
         };

@@ -501,6 +501,28 @@ fn a_writer_leaves_its_target_to_directory_operations() {
 }
 
 #[test]
+fn a_writer_follows_its_folder_when_the_folder_is_renamed() {
+    // The temporary moves with its folder, so the commit lands in the folder's new place, as
+    // a POSIX descriptor's writes would; a discard leaves no temporary behind either.
+    let after = run(
+        "data/d/a.txt = old\ndata/d/b.txt = old",
+        "
+        open w /data:d/a.txt wt
+        write w new
+        open t /data:d/b.txt w
+        append t never
+        rename /data:d /data:e
+        close w
+        cat /data:e/a.txt => new
+        stat /data:d => no-entry
+        drop t
+        cat /data:e/b.txt => old
+        ",
+    );
+    assert_eq!(after, "data/e/\ndata/e/a.txt = new\ndata/e/b.txt = old");
+}
+
+#[test]
 fn temporary_names_are_invisible_to_guests() {
     let before = "data/.sausage-tmp-9-9 = junk\ndata/d/.sausage-tmp-1-1/";
     let after = run(

@@ -63,7 +63,8 @@ pub fn source(actor: &str) -> PathBuf {
     repo().join("actors").join(actor)
 }
 
-/// A world in a temporary folder, created by `sausage init`.
+/// A world in a temporary folder, laid out as `sausage init` does but without an agent (tests
+/// that need one install it).
 pub struct TestWorld {
     _dir: tempfile::TempDir,
     pub root: PathBuf,
@@ -73,16 +74,7 @@ impl TestWorld {
     pub fn new() -> TestWorld {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("world");
-        let out = Command::new(env!("CARGO_BIN_EXE_sausage"))
-            .arg("init")
-            .arg(&root)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "init: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        sausage::world::World::new(&root).create().unwrap();
         TestWorld { _dir: dir, root }
     }
 

@@ -1,0 +1,161 @@
+//! `sausage init` (DESIGN §6): a new world, the agent's configuration, and the agent itself,
+//! built from the source this binary carries along the same path as any actor (`cargo`, then
+//! a `spawn` with its transcript test).
+//!
+//! The source of Sausage holds no endpoint and no token: both come from the person.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde_json::json;
+
+use crate::message::ActorId;
+use crate::world::World;
+
+include!(concat!(env!("OUT_DIR"), "/agent_source.rs"));
+
+/// The API shapes the agent speaks.
+pub const APIS: [&str; 2] = ["openai-responses", "anthropic-messages"];
+
+/// The environment variable that may hold the model token.
+pub const TOKEN_VARIABLE: &str = "SAUSAGE_API_TOKEN";
+
+/// Where in the world the carried agent source is written before it is built: the console's
+/// own files, since the console deploys it.
+const AGENT_SOURCE_DIR: &str = "agent-source";
+
+/// What the agent needs to reach its model.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct AgentConfig {
+    pub api: Option<String>,
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub token: Option<String>,
+}
+
+impl AgentConfig {
+    /// Asks on `input` for every value still missing, checking each answer.
+    pub fn complete(
+        mut self,
+        input: &mut impl BufRead,
+        out: &mut impl Write,
+    ) -> Result<AgentConfig> {
+        if self.token.is_none() {
+            self.token = std::env::var(TOKEN_VARIABLE).ok().filter(|t| !t.is_empty());
+        }
+        let mut ask = |question: &str,
+                       check: &dyn Fn(&str) -> Result<(), String>|
+         -> Result<String> {
+            loop {
+                write!(out, "{question}: ")?;
+                out.flush()?;
+                let mut line = String::new();
+                if input.read_line(&mut line)? == 0 {
+                    bail!(
+                        "no answer to \"{question}\"; give it as a flag (see `sausage init --help`)"
+                    );
+                }
+                let answer = line.trim().to_string();
+                match check(&answer) {
+                    Ok(()) => return Ok(answer),
+                    Err(problem) => writeln!(out, "{problem}")?,
+                }
+            }
+        };
+        if self.api.is_none() {
+            self.api = Some(ask(
+                &format!("API shape ({})", APIS.join(" or ")),
+                &check_api,
+            )?);
+        }
+        if self.base_url.is_none() {
+            self.base_url = Some(ask(
+                "Base URL of the model provider (https://…)",
+                &check_base_url,
+            )?);
+        }
+        if self.model.is_none() {
+            self.model = Some(ask("Model", &check_not_empty)?);
+        }
+        if self.token.is_none() {
+            self.token = Some(ask(
+                &format!("API token (or set {TOKEN_VARIABLE})"),
+                &check_not_empty,
+            )?);
+        }
+        for (value, check) in [
+            (&self.api, check_api as fn(&str) -> Result<(), String>),
+            (&self.base_url, check_base_url),
+            (&self.model, check_not_empty),
+        ] {
+            check(value.as_deref().unwrap_or("")).map_err(anyhow::Error::msg)?;
+        }
+        Ok(self)
+    }
+
+    /// The agent's `/data/config.json`.
+    pub fn write(&self, world: &World) -> Result<()> {
+        let agent = ActorId::parse("agent").expect("valid id");
+        world.create_actor_dirs(&agent)?;
+        let config = json!({
+            "api": self.api,
+            "base_url": self.base_url.as_deref().map(|u| u.trim_end_matches('/')),
+            "model": self.model,
+            "token": self.token,
+            "max_tokens": 16000,
+        });
+        crate::fs::write_atomically(
+            &world.data_dir(&agent).join("config.json"),
+            &serde_json::to_vec_pretty(&config).expect("config serialises"),
+        )
+        .context("cannot write the agent's configuration")
+    }
+}
+
+fn check_api(api: &str) -> Result<(), String> {
+    if APIS.contains(&api) {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{api}` is not an API shape Sausage speaks; choose {}",
+            APIS.join(" or ")
+        ))
+    }
+}
+
+fn check_base_url(url: &str) -> Result<(), String> {
+    if url.starts_with("https://") || url.starts_with("http://") {
+        Ok(())
+    } else {
+        Err(format!("`{url}` is not an http:// or https:// URL"))
+    }
+}
+
+fn check_not_empty(text: &str) -> Result<(), String> {
+    if text.is_empty() {
+        Err("an answer is needed".into())
+    } else {
+        Ok(())
+    }
+}
+
+/// Writes the carried agent source into the world and returns its folder.
+pub fn write_agent_source(world: &World) -> Result<PathBuf> {
+    if AGENT_SOURCE.is_empty() {
+        bail!("this sausage binary carries no agent source; it was built without `agent/`");
+    }
+    let console = ActorId::parse("console").expect("valid id");
+    let dir = world.data_dir(&console).join(AGENT_SOURCE_DIR);
+    for (relative, bytes) in AGENT_SOURCE {
+        let path = dir.join(relative);
+        std::fs::create_dir_all(path.parent().unwrap_or(&dir))?;
+        std::fs::write(&path, bytes).with_context(|| format!("{}", path.display()))?;
+    }
+    Ok(dir)
+}
+
+/// The console script that builds and spawns the agent: the same `/deploy` a person types.
+pub fn deploy_script(source: &Path) -> String {
+    format!("/deploy agent {}\n", source.display())
+}
