@@ -44,7 +44,9 @@ impl AgentConfig {
         if self.token.is_none() {
             self.token = std::env::var(TOKEN_VARIABLE).ok().filter(|t| !t.is_empty());
         }
+        // Asks until the answer passes `check`; `instead` says how to answer without a question.
         let mut ask = |question: &str,
+                       instead: &str,
                        check: &dyn Fn(&str) -> Result<(), String>|
          -> Result<String> {
             loop {
@@ -52,9 +54,7 @@ impl AgentConfig {
                 out.flush()?;
                 let mut line = String::new();
                 if input.read_line(&mut line)? == 0 {
-                    bail!(
-                        "no answer to \"{question}\"; give it as a flag (see `sausage init --help`)"
-                    );
+                    bail!("no answer to \"{question}\"; {instead}");
                 }
                 let answer = line.trim().to_string();
                 match check(&answer) {
@@ -66,21 +66,24 @@ impl AgentConfig {
         if self.api.is_none() {
             self.api = Some(ask(
                 &format!("API shape ({})", APIS.join(" or ")),
+                "give it with --api",
                 &check_api,
             )?);
         }
         if self.base_url.is_none() {
             self.base_url = Some(ask(
                 "Base URL of the model provider (https://…)",
+                "give it with --base-url",
                 &check_base_url,
             )?);
         }
         if self.model.is_none() {
-            self.model = Some(ask("Model", &check_not_empty)?);
+            self.model = Some(ask("Model", "give it with --model", &check_not_empty)?);
         }
         if self.token.is_none() {
             self.token = Some(ask(
                 &format!("API token (or set {TOKEN_VARIABLE})"),
+                &format!("set it in the environment variable {TOKEN_VARIABLE}"),
                 &check_not_empty,
             )?);
         }
@@ -158,4 +161,56 @@ pub fn write_agent_source(world: &World) -> Result<PathBuf> {
 /// The console script that builds and spawns the agent: the same `/deploy` a person types.
 pub fn deploy_script(source: &Path) -> String {
     format!("/deploy agent {}\n", source.display())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn complete(config: AgentConfig, answers: &str) -> (Result<AgentConfig>, String) {
+        let mut out = Vec::new();
+        let result = config.complete(&mut answers.as_bytes(), &mut out);
+        (result, String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn missing_values_are_asked_and_wrong_answers_asked_again() {
+        let given = AgentConfig {
+            token: Some("t".into()),
+            ..AgentConfig::default()
+        };
+        let (config, out) = complete(
+            given,
+            "soap\nanthropic-messages\nftp://x\nhttps://llm.example/\nbig\n",
+        );
+        let config = config.unwrap();
+        assert_eq!(config.api.as_deref(), Some("anthropic-messages"));
+        assert_eq!(config.base_url.as_deref(), Some("https://llm.example/"));
+        assert_eq!(config.model.as_deref(), Some("big"));
+        assert!(out.contains("`soap` is not an API shape"), "{out}");
+        assert!(
+            out.contains("`ftp://x` is not an http:// or https:// URL"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn flags_are_checked_and_a_missing_answer_says_how_to_give_it() {
+        let bad_flag = AgentConfig {
+            api: Some("soap".into()),
+            base_url: Some("https://x".into()),
+            model: Some("m".into()),
+            token: Some("t".into()),
+        };
+        let (result, _) = complete(bad_flag, "");
+        assert!(result.unwrap_err().to_string().contains("not an API shape"));
+        let (result, _) = complete(
+            AgentConfig {
+                token: Some("t".into()),
+                ..AgentConfig::default()
+            },
+            "",
+        );
+        assert!(result.unwrap_err().to_string().contains("--api"));
+    }
 }

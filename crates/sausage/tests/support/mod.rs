@@ -55,6 +55,32 @@ pub fn actors_dir() -> &'static Path {
     })
 }
 
+/// The agent, built once per test run from `agent/` (into `target/agent`), like the test actors.
+pub fn agent_wasm() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let target = repo().join("target/agent");
+        std::fs::create_dir_all(&target).unwrap();
+        let lock = std::fs::File::create(target.join(".build-lock")).unwrap();
+        lock.lock().unwrap();
+        let status = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "--release",
+                "--target",
+                "wasm32-wasip2",
+                "--manifest-path",
+            ])
+            .arg(repo().join("agent/Cargo.toml"))
+            .arg("--target-dir")
+            .arg(&target)
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building the agent failed");
+        target.join("wasm32-wasip2/release/agent.wasm")
+    })
+}
+
 pub fn wasm(actor: &str) -> PathBuf {
     actors_dir().join(format!("{actor}.wasm"))
 }
@@ -108,6 +134,43 @@ impl TestWorld {
         std::fs::write(self.path("sausage.json"), registry.to_string()).unwrap();
     }
 
+    /// Installs the agent (built from `agent/`, with its source) as version 1, with this
+    /// `/data/config.json` if one is given.
+    pub fn install_agent(&self, config: Option<Value>) {
+        let version = self.path("broker/versions/agent/1");
+        std::fs::create_dir_all(&version).unwrap();
+        std::fs::copy(agent_wasm(), version.join("actor.wasm")).unwrap();
+        copy_source(&repo().join("agent"), &version.join("source"));
+        copy_source(&repo().join("agent"), &self.path("actor/agent/source"));
+        std::fs::create_dir_all(self.path("actor/agent/public")).unwrap();
+        std::fs::create_dir_all(self.path("private/agent/data")).unwrap();
+        if let Some(config) = config {
+            std::fs::write(
+                self.path("private/agent/data/config.json"),
+                config.to_string(),
+            )
+            .unwrap();
+        }
+        let mut registry = self.json("sausage.json");
+        registry["actors"]["agent"] = json!({"version": 1, "next_version": 2, "running": true});
+        std::fs::write(self.path("sausage.json"), registry.to_string()).unwrap();
+    }
+
+    /// Gives the world's `cargo` a copy of the target folder the agent was built in, so a
+    /// build of the agent's source inside the world only compiles the agent itself.
+    pub fn warm_cargo_for_agent(&self) {
+        agent_wasm();
+        let to = self.path("private/cargo/data/target");
+        std::fs::create_dir_all(&to).unwrap();
+        let status = Command::new("cp")
+            .args(["-a", "--reflink=auto"])
+            .arg(repo().join("target/agent/."))
+            .arg(&to)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
     pub fn status(&self, id: &str) -> Value {
         self.json(&format!("actor/{id}/status.json"))
     }
@@ -119,6 +182,22 @@ impl TestWorld {
     /// Starts `sausage run` on this world.
     pub fn run(&self) -> Host {
         Host::start(&self.root)
+    }
+}
+
+/// Copies a crate's source, leaving out build output.
+fn copy_source(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let name = entry.file_name();
+        if name == "target" || name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        if entry.file_type().unwrap().is_dir() {
+            copy_source(&entry.path(), &to.join(&name));
+        } else {
+            std::fs::copy(entry.path(), to.join(&name)).unwrap();
+        }
     }
 }
 
