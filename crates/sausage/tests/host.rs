@@ -104,6 +104,9 @@ fn a_hard_kill_loses_no_committed_file_and_the_next_run_starts_everything() {
     let before = whole(&world.read("private/notes/data/notes.jsonl"));
     assert!(before > 0);
 
+    // Leftovers anywhere in the world, as a kill in the middle of a host write leaves them.
+    std::fs::write(world.path(".sausage-tmp-registry"), "half").unwrap();
+    std::fs::write(world.path("archive/.sausage-tmp-mailbox"), "half").unwrap();
     let mut host = world.run();
     // Leftover temporary files of the killed run are gone once the world is open again.
     host.tell("notes", json!({"type": "count"}));

@@ -54,11 +54,8 @@ impl Broker {
     /// starts the ones that were running.
     pub async fn start(world: World, runtime: Arc<Runtime>) -> Result<Arc<Broker>> {
         let registry = world.load_registry()?;
-        for dir in ["actor", "private", "broker"] {
-            crate::fs::clean_temporaries(&world.root().join(dir)).with_context(|| {
-                format!("{}: cannot clean temporary files", world.root().display())
-            })?;
-        }
+        crate::fs::clean_temporaries(world.root())
+            .with_context(|| format!("{}: cannot clean temporary files", world.root().display()))?;
         clear_dir(&world.scratch_dir())?;
 
         let router = Arc::new(Router::new(world.clone(), world.load_next_message_id()));

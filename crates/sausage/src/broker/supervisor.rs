@@ -201,7 +201,9 @@ impl Task {
         let mut in_a_row = 0;
         loop {
             if !self.want_running {
-                if self.status.state != State::Broken {
+                // A stopped or broken actor's status is already on disk; writing it again
+                // could race with the host's exit.
+                if !matches!(self.status.state, State::Broken | State::Stopped) {
                     self.set_state(State::Stopped);
                 }
                 match self.commands.recv().await {
