@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod fake_llm;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
