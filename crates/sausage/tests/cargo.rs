@@ -142,7 +142,7 @@ fn a_type_error_fails_the_build_with_the_compilers_diagnostics() {
     assert!(!errors.contains("Compiling"), "no progress lines: {errors}");
     host.send(&format!("/deploy broken {}", dir.display()));
     host.wait_type("cargo", "build_failed");
-    assert!(host.quit().success());
+    assert!(!host.quit().success(), "a failed /deploy fails a script");
     assert!(
         !world.path("broker/versions/broken").exists(),
         "nothing was spawned"
