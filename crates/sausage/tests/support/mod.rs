@@ -161,16 +161,7 @@ impl TestWorld {
     /// Gives the world's `cargo` a copy of the target folder the agent was built in, so a
     /// build of the agent's source inside the world only compiles the agent itself.
     pub fn warm_cargo_for_agent(&self) {
-        agent_wasm();
-        let to = self.path("private/cargo/data/target");
-        std::fs::create_dir_all(&to).unwrap();
-        let status = Command::new("cp")
-            .args(["-a", "--reflink=auto"])
-            .arg(repo().join("target/agent/."))
-            .arg(&to)
-            .status()
-            .unwrap();
-        assert!(status.success());
+        warm_cargo_for_agent(&self.root);
     }
 
     pub fn status(&self, id: &str) -> Value {
@@ -181,10 +172,29 @@ impl TestWorld {
         std::fs::read_to_string(self.path(&format!("actor/{id}/stderr.log"))).unwrap_or_default()
     }
 
+    /// A world made by `sausage init` itself, at `root`.
+    pub fn adopt(dir: tempfile::TempDir, root: PathBuf) -> TestWorld {
+        TestWorld { _dir: dir, root }
+    }
+
     /// Starts `sausage run` on this world.
     pub fn run(&self) -> Host {
         Host::start(&self.root)
     }
+}
+
+/// [`TestWorld::warm_cargo_for_agent`] for a world folder that may not exist yet.
+pub fn warm_cargo_for_agent(world: &Path) {
+    agent_wasm();
+    let to = world.join("private/cargo/data/target");
+    std::fs::create_dir_all(&to).unwrap();
+    let status = Command::new("cp")
+        .args(["-a", "--reflink=auto"])
+        .arg(repo().join("target/agent/."))
+        .arg(&to)
+        .status()
+        .unwrap();
+    assert!(status.success());
 }
 
 /// Copies a crate's source, leaving out build output.
