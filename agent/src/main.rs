@@ -1,0 +1,53 @@
+//! `agent`, the actor of a Sausage world that talks with a large language model (DESIGN §8).
+//!
+//! A text message without `reply_to` starts a turn: the agent sends the conversation to the
+//! configured model (`/data/config.json`), runs the tools the model calls (messages to other
+//! actors, files), and answers the sender with the model's final text. Everything else that
+//! arrives is kept and shown to the model at the next turn.
+//!
+//! Code map: `turn` (the main loop and one turn's state machine), `host` (the trait for stdin,
+//! stdout and HTTP; `wasi_host` implements it for the component), `provider` (requests and
+//! answers of each model API), `history` (the neutral conversation format), `tools`, `config`.
+//! The model's instructions are `prompt.md`.
+//!
+//! Build: `cargo build --release --target wasm32-wasip2`. Test natively: `cargo test` (the
+//! provider tests read recorded answers from `../shared/llm-fixtures/` and skip without them).
+
+// Natively only the unit tests drive this code; the program itself is the wasm32 component.
+#![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+
+mod config;
+mod history;
+mod host;
+mod provider;
+mod tools;
+mod turn;
+#[cfg(target_arch = "wasm32")]
+mod wasi_host;
+
+#[cfg(test)]
+mod testing;
+
+/// What the model is told at every step: the whole design of the world it works in.
+pub const PROMPT: &str = include_str!("prompt.md");
+
+#[cfg(target_arch = "wasm32")]
+fn main() {
+    let env = |name: &str| std::env::var(name).unwrap_or_default();
+    let candidate = !env("SAUSAGE_CANDIDATE").is_empty();
+    let actor = match env("SAUSAGE_ACTOR") {
+        actor if actor.is_empty() => "agent".to_string(),
+        actor => actor,
+    };
+    let host = wasi_host::WasiHost::new(candidate);
+    turn::Agent::new(host, "/data", &actor, &env("SAUSAGE_VERSION"), candidate).run();
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn main() {
+    eprintln!(
+        "agent: this is a Sausage actor; build it with `--target wasm32-wasip2` and run it in a \
+         world (`sausage init` does both)"
+    );
+    std::process::exit(2);
+}

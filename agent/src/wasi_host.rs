@@ -1,0 +1,263 @@
+//! The [`Host`] of the real component: stdin read through `wasi:cli/stdin` (so a wait can have a
+//! time limit and an HTTP call can notice a shutdown), stdout through std, and model calls through
+//! `wasi:http/outgoing-handler`, where the host does the connection and TLS.
+//! **Invariant:** stdin is read only here, into `queue`; no message read is ever dropped.
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use wasi::cli::stdin::get_stdin;
+use wasi::clocks::monotonic_clock::subscribe_duration;
+use wasi::http::outgoing_handler;
+use wasi::http::types::{Fields, Method, OutgoingBody, OutgoingRequest, RequestOptions, Scheme};
+use wasi::io::poll::poll;
+use wasi::io::streams::{InputStream, StreamError};
+
+use crate::host::{Event, Host, Incoming, Outgoing, Posted};
+use crate::provider::{HttpRequest, HttpResponse};
+
+/// Connecting to the provider may take this long before the call fails.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A model may think for minutes before its first byte, and pause between bytes as long: only
+/// after this much silence is the call given up.
+const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+const BETWEEN_BYTES_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+
+/// The largest model answer read; a bigger one is refused rather than filling the memory.
+const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+
+/// How many stdin bytes one read takes.
+const READ_CHUNK: u64 = 64 * 1024;
+
+/// `blocking-write-and-flush` takes at most 4096 bytes a call.
+const WRITE_CHUNK: usize = 4096;
+
+pub struct WasiHost {
+    stdin: InputStream,
+    /// Bytes of a line not yet complete.
+    partial: Vec<u8>,
+    /// Messages read but not yet returned by `receive`, in arrival order.
+    queue: VecDeque<Incoming>,
+    /// A shutdown or the end of stdin was seen; `receive` returns `Stop` once `queue` is empty.
+    stopped: bool,
+    /// A candidate under test runs without network: its calls fail at once, in words.
+    candidate: bool,
+}
+
+impl WasiHost {
+    pub fn new(candidate: bool) -> WasiHost {
+        WasiHost {
+            stdin: get_stdin(),
+            partial: Vec::new(),
+            queue: VecDeque::new(),
+            stopped: false,
+            candidate,
+        }
+    }
+
+    /// Takes whatever stdin has now, without waiting, and queues every whole line.
+    fn read_available(&mut self) {
+        if self.stopped {
+            return;
+        }
+        let ended = match self.stdin.read(READ_CHUNK) {
+            Ok(bytes) => {
+                self.partial.extend_from_slice(&bytes);
+                false
+            }
+            Err(StreamError::Closed) => true,
+            Err(StreamError::LastOperationFailed(e)) => {
+                eprintln!(
+                    "agent: stdin: {}; treating it as the end",
+                    e.to_debug_string()
+                );
+                true
+            }
+        };
+        while let Some(end) = self.partial.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=end).collect();
+            // After a shutdown only the end of input follows; nothing more is read.
+            if line.trim_ascii().is_empty() || self.stopped {
+                continue;
+            }
+            match serde_json::from_slice::<Incoming>(&line) {
+                Ok(message) if message.kind() == "shutdown" => self.stopped = true,
+                Ok(message) => self.queue.push_back(message),
+                Err(e) => eprintln!("agent: stdin: skipping a line that is not a message: {e}"),
+            }
+        }
+        self.stopped |= ended;
+    }
+}
+
+impl Host for WasiHost {
+    fn receive(&mut self, timeout: Option<Duration>) -> Event {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            if let Some(message) = self.queue.pop_front() {
+                return Event::Message(message);
+            }
+            if self.stopped {
+                return Event::Stop;
+            }
+            let readable = self.stdin.subscribe();
+            if let Some(deadline) = deadline {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let timer = subscribe_duration(left.as_nanos() as u64);
+                // Waits for: a byte on stdin (index 0) or the deadline (index 1).
+                if !poll(&[&readable, &timer]).contains(&0) {
+                    return Event::TimedOut;
+                }
+            } else {
+                readable.block();
+            }
+            self.read_available();
+        }
+    }
+
+    fn send(&mut self, message: &Outgoing) {
+        // Strings and JSON values always serialise.
+        let mut line = serde_json::to_vec(message).expect("a message serialises");
+        line.push(b'\n');
+        let mut out = std::io::stdout().lock();
+        if let Err(e) = out.write_all(&line).and_then(|()| out.flush()) {
+            // Nobody reads our stdout any more, so nothing we say could reach anyone: stop.
+            eprintln!("agent: stdout: {e}; the broker no longer reads, exiting");
+            std::process::exit(1);
+        }
+    }
+
+    fn post(&mut self, request: &HttpRequest) -> Posted {
+        if self.candidate {
+            return Posted::Failed(
+                "this instance is a candidate under test (SAUSAGE_CANDIDATE=1), which has no \
+                 network"
+                    .into(),
+            );
+        }
+        match self.try_post(request) {
+            Ok(Some(response)) => Posted::Answered(response),
+            Ok(None) => Posted::Stopped,
+            Err(e) => Posted::Failed(e),
+        }
+    }
+}
+
+impl WasiHost {
+    /// The POST itself; `Ok(None)` when a shutdown came before the answer.
+    fn try_post(&mut self, request: &HttpRequest) -> Result<Option<HttpResponse>, String> {
+        let (scheme, rest) = request.url.split_once("://").ok_or_else(|| {
+            format!(
+                "base_url must start with https:// or http:// ({})",
+                request.url
+            )
+        })?;
+        let scheme = match scheme.to_ascii_lowercase().as_str() {
+            "https" => Scheme::Https,
+            "http" => Scheme::Http,
+            other => Scheme::Other(other.to_string()),
+        };
+        let split = rest.find('/').unwrap_or(rest.len());
+        let (authority, path) = rest.split_at(split);
+
+        let headers = Fields::new();
+        let length = request.body.len().to_string();
+        let all = request
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()));
+        for (name, value) in all.chain([("content-length", length.as_str())]) {
+            headers
+                .append(name, value.as_bytes())
+                .map_err(|e| format!("header {name}: {e:?}"))?;
+        }
+        let outgoing = OutgoingRequest::new(headers);
+        let invalid = |what: &str| format!("the request's {what} is invalid ({})", request.url);
+        outgoing
+            .set_method(&Method::Post)
+            .map_err(|()| invalid("method"))?;
+        outgoing
+            .set_scheme(Some(&scheme))
+            .map_err(|()| invalid("scheme"))?;
+        outgoing
+            .set_authority(Some(authority))
+            .map_err(|()| invalid("host"))?;
+        outgoing
+            .set_path_with_query(Some(path))
+            .map_err(|()| invalid("path"))?;
+
+        let options = RequestOptions::new();
+        // A host that does not support a timeout keeps its own default; that is no reason to fail.
+        let _ = options.set_connect_timeout(Some(CONNECT_TIMEOUT.as_nanos() as u64));
+        let _ = options.set_first_byte_timeout(Some(FIRST_BYTE_TIMEOUT.as_nanos() as u64));
+        let _ = options.set_between_bytes_timeout(Some(BETWEEN_BYTES_TIMEOUT.as_nanos() as u64));
+
+        let body = outgoing
+            .body()
+            .map_err(|()| "the request body was already taken")?;
+        let future =
+            outgoing_handler::handle(outgoing, Some(options)).map_err(|e| format!("{e:?}"))?;
+        {
+            let stream = body
+                .write()
+                .map_err(|()| "the request stream was already taken")?;
+            for chunk in request.body.chunks(WRITE_CHUNK) {
+                stream
+                    .blocking_write_and_flush(chunk)
+                    .map_err(|e| format!("sending the request: {e:?}"))?;
+            }
+        } // The stream must be dropped before its body is finished.
+        OutgoingBody::finish(body, None).map_err(|e| format!("{e:?}"))?;
+
+        // Waits for: the answer's headers (index 0), or a message on stdin (index 1), which may be
+        // a shutdown: then the request is dropped, which cancels it.
+        loop {
+            let answered = future.subscribe();
+            let readable = self.stdin.subscribe();
+            if poll(&[&answered, &readable]).contains(&0) {
+                break;
+            }
+            self.read_available();
+            if self.stopped {
+                return Ok(None);
+            }
+        }
+        let response = match future.get() {
+            Some(Ok(Ok(response))) => response,
+            Some(Ok(Err(e))) => return Err(format!("{e:?}")),
+            Some(Err(())) => return Err("the answer was already taken".into()),
+            None => return Err("no answer after the host said it was ready".into()),
+        };
+        let status = response.status();
+        let incoming = response
+            .consume()
+            .map_err(|()| "the answer's body was already taken")?;
+        let mut bytes = Vec::new();
+        {
+            let stream = incoming
+                .stream()
+                .map_err(|()| "the answer's stream was already taken")?;
+            loop {
+                match stream.blocking_read(READ_CHUNK) {
+                    Ok(chunk) => bytes.extend_from_slice(&chunk),
+                    Err(StreamError::Closed) => break,
+                    Err(StreamError::LastOperationFailed(e)) => {
+                        return Err(format!("reading the answer: {}", e.to_debug_string()));
+                    }
+                }
+                if bytes.len() > MAX_RESPONSE_BYTES {
+                    return Err(format!(
+                        "the answer is larger than {} MiB",
+                        MAX_RESPONSE_BYTES / 1024 / 1024
+                    ));
+                }
+            }
+        } // The stream must be dropped before its body.
+        Ok(Some(HttpResponse {
+            status,
+            body: bytes,
+        }))
+    }
+}
