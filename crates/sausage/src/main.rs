@@ -117,7 +117,7 @@ async fn init(dir: PathBuf, config: AgentConfig) -> Result<ExitCode> {
 
 /// The broker and native actors of an open world; stopping them is `close`.
 async fn open(world: &World) -> Result<(Arc<Broker>, [tokio::task::JoinHandle<()>; 2])> {
-    let runtime = Runtime::new()?;
+    let runtime = Runtime::new(Some(world.cache_dir()))?;
     let broker = Broker::start(world.clone(), runtime).await?;
     let server = tokio::spawn({
         let broker = broker.clone();

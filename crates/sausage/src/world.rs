@@ -137,8 +137,8 @@ impl World {
     /// older snapshot there.
     pub fn snapshot(&self, id: &ActorId, version: u32) -> Result<()> {
         let snapshot = self.snapshot_dir(id, version);
-        replace_with_copy(&self.data_dir(id), &snapshot.join("data"))
-            .and_then(|()| replace_with_copy(&self.public_dir(id), &snapshot.join("public")))
+        replace_with_snapshot(&self.data_dir(id), &snapshot.join("data"))
+            .and_then(|()| replace_with_snapshot(&self.public_dir(id), &snapshot.join("public")))
             .with_context(|| {
                 format!("actor {id}: cannot snapshot its files into version {version}")
             })
@@ -151,8 +151,8 @@ impl World {
         if !snapshot.is_dir() {
             return Ok(false);
         }
-        replace_with_copy(&snapshot.join("data"), &self.data_dir(id))
-            .and_then(|()| replace_with_copy(&snapshot.join("public"), &self.public_dir(id)))
+        replace_with_snapshot(&snapshot.join("data"), &self.data_dir(id))
+            .and_then(|()| replace_with_snapshot(&snapshot.join("public"), &self.public_dir(id)))
             .with_context(|| {
                 format!("actor {id}: cannot restore the snapshot of version {version}")
             })?;
@@ -161,7 +161,7 @@ impl World {
 
     /// Installs the source of `version` as the running source, `actor/<id>/source`.
     pub fn install_source(&self, id: &ActorId, version: u32) -> Result<()> {
-        replace_with_copy(
+        replace_with_snapshot(
             &self.version_dir(id, version).join("source"),
             &self.source_dir(id),
         )
@@ -190,6 +190,11 @@ impl World {
             }
         }
         Ok(archive)
+    }
+
+    /// `broker/cache/`: compiled components, kept across runs.
+    pub fn cache_dir(&self) -> PathBuf {
+        self.root.join("broker/cache")
     }
 
     /// `broker/scratch/`: candidate test folders, emptied at start.
@@ -395,16 +400,36 @@ impl World {
     }
 }
 
-/// Makes `to` a copy of the folder `from` (an empty folder if `from` is missing).
-fn replace_with_copy(from: &Path, to: &Path) -> io::Result<()> {
+/// Makes `to` a snapshot of the folder `from` (an empty folder if `from` is missing), sharing
+/// the files by hard links: the cost does not grow with their size. This is safe because no
+/// file under `/data` or `/public` is ever changed in place: every guest write commits by
+/// rename, and so does every host write (`write_atomically`).
+fn replace_with_snapshot(from: &Path, to: &Path) -> io::Result<()> {
     if to.exists() {
         std::fs::remove_dir_all(to)?;
     }
     if from.is_dir() {
-        copy_tree(from, to)
+        link_tree(from, to)
     } else {
         std::fs::create_dir_all(to)
     }
+}
+
+/// Recreates a folder tree whose files are hard links to the originals (copies where a link
+/// cannot be made, such as across file systems). Symlinks and other kinds are left out.
+pub fn link_tree(from: &Path, to: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let target = to.join(entry.file_name());
+        if kind.is_dir() {
+            link_tree(&entry.path(), &target)?;
+        } else if kind.is_file() && std::fs::hard_link(entry.path(), &target).is_err() {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
 }
 
 /// Copies a folder tree: folders and regular files (symlinks and others are left out).

@@ -247,3 +247,32 @@ fn actors_reach_http_servers_through_wasi_http() {
     assert_eq!(response["headers"]["x-test"], "yes");
     assert_eq!(serving.join().unwrap().trim(), "GET /hello HTTP/1.1");
 }
+
+#[test]
+fn compiled_components_are_cached_across_runs() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    world.install("notes", "notes");
+    let mut host = world.run();
+    host.tell("echo", json!({"type": "ping"}));
+    host.wait_type("echo", "ping");
+    assert!(host.quit().success());
+    let entries = || -> Vec<(std::path::PathBuf, std::time::SystemTime)> {
+        let mut found: Vec<_> = std::fs::read_dir(world.path("broker/cache"))
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (e.path(), e.metadata().unwrap().modified().unwrap())
+            })
+            .collect();
+        found.sort();
+        found
+    };
+    let first = entries();
+    assert_eq!(first.len(), 2, "one entry per distinct component");
+    let mut host = world.run();
+    host.tell("echo", json!({"type": "ping"}));
+    host.wait_type("echo", "ping");
+    assert!(host.quit().success());
+    assert_eq!(entries(), first, "the second run compiled nothing");
+}

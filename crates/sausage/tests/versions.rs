@@ -234,10 +234,11 @@ fn a_crash_loop_after_an_upgrade_rolls_back_with_the_data_restored() {
         reply["type"], "upgraded",
         "the candidate does not crash: {reply}"
     );
-    // Version 2 writes over the data (as a bad version might) and then crashes in a loop.
-    std::fs::write(
-        world.path("private/crasher/data/marker"),
-        "ruined by version 2",
+    // Version 2 writes over the data (as a bad version might: by replacing the file, as every
+    // write in the world does) and then crashes in a loop.
+    sausage::fs::write_atomically(
+        &world.path("private/crasher/data/marker"),
+        b"ruined by version 2",
     )
     .unwrap();
     let rolled = host
@@ -281,6 +282,14 @@ fn rollback_restores_the_older_snapshot_and_roll_forward_the_newer() {
     host.wait_type("notes", "added");
 
     let back = host.request(json!({"type": "rollback", "actor": "notes"}));
+    // The restored files share their bytes with the snapshot (hard links): a snapshot costs the
+    // same whatever the size of the data.
+    use std::os::unix::fs::MetadataExt;
+    let inode = |p: &str| std::fs::metadata(world.path(p)).unwrap().ino();
+    assert_eq!(
+        inode("private/notes/data/notes.jsonl"),
+        inode("broker/versions/notes/1/snapshot/data/notes.jsonl")
+    );
     assert_eq!(
         back,
         json!({"type": "rolled_back", "actor": "notes", "from": 2, "to": 1, "restored_state": true})

@@ -31,7 +31,8 @@ struct Scratch {
 }
 
 impl Scratch {
-    /// Copies the actor's current `/data` and `/public` (empty for a new actor).
+    /// Snapshots the actor's current `/data` and `/public` by hard links (empty for a new
+    /// actor): a candidate's writes commit by rename, so the originals are never touched.
     fn new(world: &World, id: &ActorId, run: &str) -> std::io::Result<Scratch> {
         let root = world.scratch_dir().join(format!("{id}-{run}"));
         let scratch = Scratch { root };
@@ -41,7 +42,7 @@ impl Scratch {
         ] {
             let copy = scratch.root.join(name);
             if real.is_dir() {
-                crate::world::copy_tree(&real, &copy)?;
+                crate::world::link_tree(&real, &copy)?;
             } else {
                 std::fs::create_dir_all(&copy)?;
             }

@@ -4,10 +4,12 @@
 //! run ended. It knows nothing of routing, actors or versions. Only this module and its
 //! children name wasmtime types.
 
+pub mod cache;
 pub mod stdio;
 pub mod wasi_fs;
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +21,7 @@ use wasmtime_wasi::{I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
 
 use crate::fs::Mount;
+use cache::Cache;
 use stdio::{GuestInput, GuestOutput, Stdin, Stdout};
 use wasi_fs::{FsState, FsView};
 
@@ -83,11 +86,14 @@ impl fmt::Display for Exit {
 pub struct Runtime {
     engine: Engine,
     linker: Linker<Guest>,
+    /// Compiled components on disk; without it every start compiles.
+    cache: Option<Cache>,
 }
 
 impl Runtime {
     /// Builds the engine and starts the thread that ticks its epoch every [`EPOCH_TICK`].
-    pub fn new() -> Result<Arc<Runtime>> {
+    /// Compiled components are kept in `cache_dir` when one is given.
+    pub fn new(cache_dir: Option<PathBuf>) -> Result<Arc<Runtime>> {
         let mut config = Config::new();
         config.wasm_component_model(true);
         config.epoch_interruption(true);
@@ -105,7 +111,12 @@ impl Runtime {
                 }
             })
             .context("cannot start the epoch thread")?;
-        Ok(Arc::new(Runtime { engine, linker }))
+        let cache = cache_dir.map(|dir| Cache::new(dir, &engine));
+        Ok(Arc::new(Runtime {
+            engine,
+            linker,
+            cache,
+        }))
     }
 
     /// Compiles and links a component. The error says why the bytes cannot run as an actor.
@@ -119,8 +130,11 @@ impl Runtime {
         if !wasm.starts_with(b"\0asm") {
             anyhow::bail!("this is not a WebAssembly file (no `\\0asm` header)");
         }
-        let component = Component::new(&self.engine, wasm)
-            .map_err(|e| anyhow::anyhow!("not a valid component: {e:#}"))?;
+        let component = match &self.cache {
+            Some(cache) => cache.component(&self.engine, wasm).map(|(c, _)| c),
+            None => Component::new(&self.engine, wasm).map_err(anyhow::Error::from),
+        }
+        .map_err(|e| anyhow::anyhow!("not a valid component: {e:#}"))?;
         let pre = self
             .linker
             .instantiate_pre(&component)

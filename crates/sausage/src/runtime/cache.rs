@@ -1,0 +1,203 @@
+//! Compiled components on disk, so each distinct component is compiled once, ever.
+//!
+//! An entry is keyed by the SHA-256 of the component's bytes and of the engine's configuration
+//! (wasmtime's compatibility hash and version), and stored with the SHA-256 of the compiled
+//! bytes. An entry whose bytes do not match their checksum, or that wasmtime refuses, is
+//! compiled again and replaced: the cache is never trusted over the component.
+
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use sha2::{Digest, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+use crate::fs::write_atomically;
+
+/// Length of the checksum line stored before the compiled bytes.
+const CHECKSUM_LEN: usize = 64;
+
+pub struct Cache {
+    dir: PathBuf,
+    /// Hex digest of the engine's configuration: part of every key.
+    engine: String,
+}
+
+/// Where a component came from, for the benchmarks and the log.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Read from the cache.
+    Cached,
+    /// Compiled now (no entry yet, or the entry was bad and was replaced).
+    Compiled,
+}
+
+impl Cache {
+    pub fn new(dir: PathBuf, engine: &Engine) -> Cache {
+        let mut hasher = Sha256Hasher(Sha256::new());
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        hasher.0.update(env!("CARGO_PKG_VERSION").as_bytes());
+        Cache {
+            dir,
+            engine: hex(&hasher.0.finalize()),
+        }
+    }
+
+    fn entry(&self, wasm: &[u8]) -> PathBuf {
+        let mut key = Sha256::new();
+        key.update(self.engine.as_bytes());
+        key.update(wasm);
+        self.dir.join(format!("{}.cwasm", hex(&key.finalize())))
+    }
+
+    /// The compiled component for `wasm`, from the cache when a sound entry exists.
+    pub fn component(&self, engine: &Engine, wasm: &[u8]) -> Result<(Component, Origin)> {
+        let entry = self.entry(wasm);
+        if let Some(component) = self.load(engine, &entry) {
+            return Ok((component, Origin::Cached));
+        }
+        let component = Component::new(engine, wasm)?;
+        if let Err(e) = self.store(&component, &entry) {
+            // Only the next start pays for it: it compiles again.
+            eprintln!(
+                "sausage: cannot cache a compiled component in {}: {e:#}",
+                self.dir.display()
+            );
+        }
+        Ok((component, Origin::Compiled))
+    }
+
+    fn load(&self, engine: &Engine, entry: &Path) -> Option<Component> {
+        let stored = std::fs::read(entry).ok()?;
+        let (checksum, compiled) = stored.split_at_checked(CHECKSUM_LEN)?;
+        if checksum != hex(&Sha256::digest(compiled)).as_bytes() {
+            eprintln!(
+                "sausage: {}: corrupt cache entry; compiling again",
+                entry.display()
+            );
+            return None;
+        }
+        // SAFETY: these bytes are exactly what `store` wrote from `Component::serialize` (their
+        // checksum matches), for an engine with this configuration (the key includes it), and
+        // wasmtime checks its own compatibility header again before using them.
+        match unsafe { Component::deserialize(engine, compiled) } {
+            Ok(component) => Some(component),
+            Err(e) => {
+                eprintln!(
+                    "sausage: {}: stale cache entry ({e}); compiling again",
+                    entry.display()
+                );
+                None
+            }
+        }
+    }
+
+    fn store(&self, component: &Component, entry: &Path) -> Result<()> {
+        let compiled = component.serialize()?;
+        let mut stored = hex(&Sha256::digest(&compiled)).into_bytes();
+        stored.extend_from_slice(&compiled);
+        std::fs::create_dir_all(&self.dir)?;
+        write_atomically(entry, &stored)?;
+        Ok(())
+    }
+}
+
+/// Feeds `Hash` values into SHA-256, so the engine's hash is stable across runs.
+struct Sha256Hasher(Sha256);
+
+impl Hasher for Sha256Hasher {
+    fn finish(&self) -> u64 {
+        unreachable!("only the digest is used")
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The smallest valid component: the header of an empty one.
+    const EMPTY_COMPONENT: &[u8] = b"\0asm\x0d\0\x01\0";
+
+    fn engine() -> Engine {
+        Engine::new(wasmtime::Config::new().wasm_component_model(true)).unwrap()
+    }
+
+    fn entries(dir: &Path) -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect()
+    }
+
+    #[test]
+    fn a_component_is_compiled_once_and_then_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine();
+        let first = Cache::new(dir.path().into(), &engine);
+        assert_eq!(
+            first.component(&engine, EMPTY_COMPONENT).unwrap().1,
+            Origin::Compiled
+        );
+        // A new cache on the same folder (the next run) reads it back.
+        let again = Cache::new(dir.path().into(), &engine);
+        assert_eq!(
+            again.component(&engine, EMPTY_COMPONENT).unwrap().1,
+            Origin::Cached
+        );
+        assert_eq!(entries(dir.path()).len(), 1);
+    }
+
+    #[test]
+    fn a_corrupt_or_truncated_entry_is_compiled_again_and_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine();
+        let cache = Cache::new(dir.path().into(), &engine);
+        cache.component(&engine, EMPTY_COMPONENT).unwrap();
+        let entry = entries(dir.path()).remove(0);
+        let good = std::fs::read(&entry).unwrap();
+        let mut flipped = good.clone();
+        *flipped.last_mut().unwrap() ^= 1;
+        for bad in [flipped, good[..good.len() / 2].to_vec(), b"short".to_vec()] {
+            std::fs::write(&entry, bad).unwrap();
+            assert_eq!(
+                cache.component(&engine, EMPTY_COMPONENT).unwrap().1,
+                Origin::Compiled
+            );
+            assert_eq!(
+                std::fs::read(&entry).unwrap(),
+                good,
+                "the entry is replaced"
+            );
+        }
+    }
+
+    #[test]
+    fn another_engine_configuration_uses_another_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = engine();
+        Cache::new(dir.path().into(), &plain)
+            .component(&plain, EMPTY_COMPONENT)
+            .unwrap();
+        let other = Engine::new(
+            wasmtime::Config::new()
+                .wasm_component_model(true)
+                .epoch_interruption(true),
+        )
+        .unwrap();
+        let cache = Cache::new(dir.path().into(), &other);
+        assert_eq!(
+            cache.component(&other, EMPTY_COMPONENT).unwrap().1,
+            Origin::Compiled
+        );
+        assert_eq!(entries(dir.path()).len(), 2);
+    }
+}
