@@ -1,0 +1,354 @@
+//! Sausage's speed and memory figures, measured on real worlds: `cargo bench`.
+//!
+//! Builds its own actors, then measures each figure of the speed issue and prints a table with
+//! the machine's core count. Figures, not pass/fail: the targets are printed beside them.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use sausage::broker::Broker;
+use sausage::message::{ActorId, Outgoing};
+use sausage::runtime::Runtime;
+use sausage::world::World;
+
+/// One line of the table: what, the figure, the target.
+struct Figure {
+    what: String,
+    value: String,
+    target: &'static str,
+}
+
+fn main() {
+    let actors = build_actors();
+    let agent = build_agent();
+    let mut figures = Vec::new();
+    round_trips(&actors, &mut figures);
+    flood(&actors, &mut figures);
+    start_up(&actors, &mut figures);
+    memory(&actors, &mut figures);
+    for megabytes in [1, 100, 1024] {
+        upgrade(&actors, megabytes, &mut figures);
+    }
+    compile(
+        &actors.join("echo.wasm"),
+        "small actor (echo)",
+        "",
+        &mut figures,
+    );
+    compile(&agent, "the agent", "", &mut figures);
+
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!("\nSausage benchmarks — {cores} cores\n");
+    println!("| figure | measured | target |");
+    println!("| --- | --- | --- |");
+    for f in figures {
+        println!("| {} | {} | {} |", f.what, f.value, f.target);
+    }
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("the repository exists")
+}
+
+fn cargo_build(manifest: &str, target: &str) {
+    let status = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--manifest-path",
+        ])
+        .arg(repo().join(manifest))
+        .arg("--target-dir")
+        .arg(repo().join(target))
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "building {manifest} failed");
+}
+
+fn build_actors() -> PathBuf {
+    cargo_build("actors/Cargo.toml", "target/actors");
+    repo().join("target/actors/wasm32-wasip2/release")
+}
+
+fn build_agent() -> PathBuf {
+    cargo_build("agent/Cargo.toml", "target/agent");
+    repo().join("target/agent/wasm32-wasip2/release/agent.wasm")
+}
+
+/// A new world in a temporary folder with these actors installed as version 1, as `spawn`
+/// leaves them.
+fn world(actors: &Path, installs: &[(&str, &str)]) -> (tempfile::TempDir, World) {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let world = World::new(dir.path().join("world"));
+    world.create().expect("a new world");
+    let mut registry = world.load_registry().expect("its registry");
+    for (id, actor) in installs {
+        let id = ActorId::parse(id).expect("a valid id");
+        let version = world.version_dir(&id, 1);
+        std::fs::create_dir_all(version.join("source")).unwrap();
+        std::fs::copy(
+            actors.join(format!("{actor}.wasm")),
+            version.join("actor.wasm"),
+        )
+        .unwrap();
+        sausage::world::copy_tree(&repo().join("actors").join(actor), &version.join("source"))
+            .unwrap();
+        world.create_actor_dirs(&id).unwrap();
+        world.install_source(&id, 1).unwrap();
+        registry.actors.insert(
+            id.to_string(),
+            sausage::world::ActorEntry {
+                version: 1,
+                next_version: 2,
+                running: true,
+            },
+        );
+    }
+    world.save_registry(&registry).unwrap();
+    (dir, world)
+}
+
+/// `sausage run` on a world, driven through its console.
+struct Host {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Host {
+    fn start(world: &World) -> Host {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sausage"))
+            .arg("run")
+            .arg(world.root())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sausage runs");
+        let (tx, lines) = mpsc::channel();
+        let stdout = child.stdout.take().expect("piped");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take().expect("piped");
+        Host {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    fn tell(&mut self, to: &str, body: Value) {
+        writeln!(self.stdin, "@{to} {body}").expect("the console reads");
+        self.stdin.flush().expect("the console reads");
+    }
+
+    /// The body of the next printed message from `from` whose type is `kind`.
+    fn wait(&mut self, from: &str, kind: &str) -> Value {
+        let head = format!("[{from}] (reply) ");
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(600))
+                .unwrap_or_else(|_| panic!("no `{kind}` from {from}"));
+            if let Some(body) = line.strip_prefix(&head)
+                && let Ok(body) = serde_json::from_str::<Value>(body)
+                && body["type"] == kind
+            {
+                return body;
+            }
+        }
+    }
+
+    fn quit(mut self) {
+        drop(self.stdin);
+        let _ = self.child.wait();
+    }
+}
+
+fn round_trips(actors: &Path, figures: &mut Vec<Figure>) {
+    let (_dir, world) = world(actors, &[("ping", "pingpong"), ("pong", "pingpong")]);
+    let mut host = Host::start(&world);
+    host.tell(
+        "ping",
+        json!({"type": "run", "peer": "pong", "rounds": 2000}),
+    );
+    host.wait("ping", "stats");
+    host.tell(
+        "ping",
+        json!({"type": "run", "peer": "pong", "rounds": 50000}),
+    );
+    let stats = host.wait("ping", "stats");
+    host.quit();
+    figures.push(Figure {
+        what: "round trip between two actors, p50 / p99".into(),
+        value: format!("{} µs / {} µs", stats["p50_us"], stats["p99_us"]),
+        target: "p50 ≤ 10 µs",
+    });
+    figures.push(Figure {
+        what: "round trips a second".into(),
+        value: format!("{:.0}", stats["per_sec"].as_f64().unwrap_or(0.0)),
+        target: "≥ 90,000",
+    });
+}
+
+fn flood(actors: &Path, figures: &mut Vec<Figure>) {
+    const COUNT: u64 = 100_000;
+    let (_dir, world) = world(
+        actors,
+        &[("producer", "pingpong"), ("consumer", "pingpong")],
+    );
+    let mut host = Host::start(&world);
+    host.tell("consumer", json!({"type": "report"}));
+    host.wait("consumer", "report");
+    let started = Instant::now();
+    host.tell(
+        "producer",
+        json!({"type": "flood", "to": "consumer", "count": COUNT}),
+    );
+    let report = loop {
+        host.tell("consumer", json!({"type": "report"}));
+        let report = host.wait("consumer", "report");
+        if report["received"] == COUNT || started.elapsed() > Duration::from_secs(120) {
+            break report;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    host.quit();
+    figures.push(Figure {
+        what: format!("flood of {COUNT} messages into a live consumer"),
+        value: format!(
+            "{} arrived, in order: {}, {:.0} messages/s",
+            report["received"],
+            report["in_order"],
+            report["received"].as_f64().unwrap_or(0.0) / seconds
+        ),
+        target: "all, in order, ≥ 300,000/s",
+    });
+}
+
+fn start_up(actors: &Path, figures: &mut Vec<Figure>) {
+    let ids: Vec<String> = (1..=8).map(|n| format!("echo{n}")).collect();
+    let installs: Vec<(&str, &str)> = ids.iter().map(|id| (id.as_str(), "echo")).collect();
+    let (_dir, world) = world(actors, &installs);
+    let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let measure = || {
+        rt.block_on(async {
+            let started = Instant::now();
+            let runtime = Runtime::new(Some(world.cache_dir())).expect("an engine");
+            let broker = Broker::start(world.clone(), runtime)
+                .await
+                .expect("the world opens");
+            let all_running = started.elapsed();
+            let me = ActorId::parse("bench").expect("valid");
+            let mailbox = broker.native_mailbox("bench");
+            let echo = ActorId::parse("echo1").expect("valid");
+            broker
+                .send(&me, Outgoing::new(&echo, &json!({"type": "ping"})))
+                .await;
+            mailbox.recv().await;
+            let answered = started.elapsed();
+            broker.shutdown().await;
+            (all_running, answered)
+        })
+    };
+    let (cold_running, cold_answer) = measure();
+    let (warm_running, warm_answer) = measure();
+    figures.push(Figure {
+        what: "start with 8 actors until all run: first run (compiling) / next run".into(),
+        value: format!("{} / {}", ms(cold_running), ms(warm_running)),
+        target: "next run ≤ 100 ms",
+    });
+    figures.push(Figure {
+        what: "start until a small actor answers: first run / next run".into(),
+        value: format!("{} / {}", ms(cold_answer), ms(warm_answer)),
+        target: "next run ≤ 10 ms",
+    });
+}
+
+fn memory(actors: &Path, figures: &mut Vec<Figure>) {
+    let ids: Vec<String> = (1..=8).map(|n| format!("echo{n}")).collect();
+    let installs: Vec<(&str, &str)> = ids.iter().map(|id| (id.as_str(), "echo")).collect();
+    let (_dir, world) = world(actors, &installs);
+    let mut host = Host::start(&world);
+    for id in &ids {
+        host.tell(id, json!({"type": "ping"}));
+        host.wait(id, "ping");
+    }
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", host.child.id())).unwrap_or_default();
+    let peak = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .unwrap_or("VmHWM: ? kB")
+        .trim_start_matches("VmHWM:")
+        .trim()
+        .to_string();
+    host.quit();
+    figures.push(Figure {
+        what: "peak memory of the host with 8 running actors".into(),
+        value: peak,
+        target: "≤ 32 MB",
+    });
+}
+
+fn upgrade(actors: &Path, megabytes: u64, figures: &mut Vec<Figure>) {
+    let (_dir, world) = world(actors, &[("notes", "notes")]);
+    let notes = ActorId::parse("notes").expect("valid");
+    let mut file = std::fs::File::create(world.data_dir(&notes).join("bulk")).unwrap();
+    let chunk = vec![7u8; 1 << 20];
+    for _ in 0..megabytes {
+        file.write_all(&chunk).unwrap();
+    }
+    drop(file);
+    let mut host = Host::start(&world);
+    host.tell("notes", json!({"type": "count"}));
+    host.wait("notes", "count");
+    let wasm = actors.join("notes.wasm");
+    let source = repo().join("actors/notes");
+    let started = Instant::now();
+    host.tell(
+        "broker",
+        json!({"type": "upgrade", "actor": "notes", "wasm": wasm, "source": source}),
+    );
+    let reply = host.wait("broker", "upgraded");
+    let took = started.elapsed();
+    host.quit();
+    assert_eq!(reply["version"], 2);
+    figures.push(Figure {
+        what: format!("upgrade request until `upgraded`, {megabytes} MB in /data"),
+        value: ms(took),
+        target: if megabytes == 1024 { "≤ 150 ms" } else { "" },
+    });
+}
+
+fn compile(wasm: &Path, what: &str, target: &'static str, figures: &mut Vec<Figure>) {
+    let bytes = std::fs::read(wasm).expect("built");
+    let runtime = Runtime::new(None).expect("an engine");
+    let started = Instant::now();
+    runtime.compile(&bytes).expect("it compiles");
+    figures.push(Figure {
+        what: format!("compile of {what} ({} KB)", bytes.len() / 1024),
+        value: ms(started.elapsed()),
+        target,
+    });
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
