@@ -285,26 +285,35 @@ fn memory(actors: &Path, figures: &mut Vec<Figure>) {
     let ids: Vec<String> = (1..=8).map(|n| format!("echo{n}")).collect();
     let installs: Vec<(&str, &str)> = ids.iter().map(|id| (id.as_str(), "echo")).collect();
     let (_dir, world) = world(actors, &installs);
-    let mut host = Host::start(&world);
-    for id in &ids {
-        host.tell(id, json!({"type": "ping"}));
-        host.wait(id, "ping");
-    }
-    let status =
-        std::fs::read_to_string(format!("/proc/{}/status", host.child.id())).unwrap_or_default();
-    let peak = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .unwrap_or("VmHWM: ? kB")
-        .trim_start_matches("VmHWM:")
-        .trim()
-        .to_string();
-    host.quit();
+    // The first run compiles (Cranelift's peak); the next reads the cache, as every later run.
+    let peaks: Vec<String> = (0..2)
+        .map(|_| {
+            let mut host = Host::start(&world);
+            for id in &ids {
+                host.tell(id, json!({"type": "ping"}));
+                host.wait(id, "ping");
+            }
+            let peak = peak_memory(host.child.id());
+            host.quit();
+            peak
+        })
+        .collect();
     figures.push(Figure {
-        what: "peak memory of the host with 8 running actors".into(),
-        value: peak,
+        what: "peak memory of the host with 8 running actors: first run / next run".into(),
+        value: format!("{} / {}", peaks[0], peaks[1]),
         target: "≤ 32 MB",
     });
+}
+
+/// The peak resident memory of a process, as the kernel counts it.
+fn peak_memory(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(f64::NAN);
+    format!("{:.1} MB", kb / 1024.0)
 }
 
 fn upgrade(actors: &Path, megabytes: u64, figures: &mut Vec<Figure>) {

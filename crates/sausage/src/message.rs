@@ -29,11 +29,11 @@ impl ActorId {
         if id.is_empty() {
             return Err("an actor id cannot be empty".into());
         }
-        if id.len() > MAX_ACTOR_ID_LEN {
+        let chars = id.chars().count();
+        if chars > MAX_ACTOR_ID_LEN {
             return Err(format!(
-                "actor id `{}…` is {} characters long; the limit is {MAX_ACTOR_ID_LEN}",
+                "actor id `{}…` is {chars} characters long; the limit is {MAX_ACTOR_ID_LEN}",
                 &id[..id.floor_char_boundary(16)],
-                id.len()
             ));
         }
         if let Some(bad) = id
@@ -159,10 +159,17 @@ impl Envelope {
             + FRAME
     }
 
-    /// The body parsed into a value, for the native actors that read it.
+    /// The body parsed into a value, for the native actors that read it. Routing checks only
+    /// the syntax, so a body may hold what a `Value` cannot (a number beyond `f64`, nesting
+    /// deeper than serde_json's limit, a lone surrogate): such a body reads as
+    /// `{"type": "unreadable", "reason": ...}`, which the reader answers like any unknown body.
     pub fn body_value(&self) -> serde_json::Value {
-        // A body is always valid JSON: it came through `RawValue` or from a `Value`.
-        serde_json::from_str(self.body.get()).expect("a routed body is valid JSON")
+        serde_json::from_str(self.body.get()).unwrap_or_else(|e| {
+            serde_json::json!({
+                "type": "unreadable",
+                "reason": format!("the body cannot be read: {e}"),
+            })
+        })
     }
 
     /// The body's `type`, if it has a string one.

@@ -319,3 +319,20 @@ fn list_shows_every_actor_with_kind_version_and_state() {
     assert_eq!(find("broker")["kind"], "native");
     assert_eq!(find("console")["kind"], "native");
 }
+
+#[test]
+fn a_request_whose_body_cannot_be_read_gets_an_error_and_the_broker_goes_on() {
+    let world = TestWorld::new();
+    world.install("crasher", "crasher");
+    let mut host = world.run();
+    host.tell(
+        "crasher",
+        json!({"type": "say", "line": r#"{"to":"broker","body":{"type":"list","n":1e999999}}"#}),
+    );
+    host.tell("crasher", json!({"type": "ping"}));
+    host.wait_type("crasher", "pong");
+    let list = host.request(json!({"type": "list"}));
+    assert_eq!(list["type"], "actors", "the broker still answers: {list}");
+    let reason = world.log("crasher");
+    assert!(!reason.contains("panicked"), "{reason}");
+}

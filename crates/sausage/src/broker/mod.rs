@@ -10,7 +10,7 @@ mod requests;
 pub mod router;
 pub mod stdio;
 pub mod supervisor;
-mod transcript;
+pub mod transcript;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};

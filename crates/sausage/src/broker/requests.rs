@@ -72,6 +72,12 @@ impl Broker {
                 "a request needs a string `type`; known requests: {}",
                 REQUESTS.join(", ")
             )),
+            "unreadable" => Err(format!(
+                "{}; send a JSON object the broker can read",
+                body["reason"]
+                    .as_str()
+                    .unwrap_or("the request cannot be read")
+            )),
             "undeliverable" | "shutdown" => return,
             other => Err(format!(
                 "unknown request `{other}`; known requests: {}",

@@ -71,8 +71,7 @@ pub fn parse(name: &str, text: &str) -> Result<Transcript, String> {
             continue;
         }
         let at = |problem: String| format!("{name} line {line}: {problem}");
-        let value: Value =
-            serde_json::from_str(trimmed).map_err(|e| at(format!("not valid JSON ({e})")))?;
+        let value: Value = serde_json::from_str(trimmed).map_err(|e| at(not_json(&e)))?;
         let Value::Object(step) = value else {
             return Err(at("a step is a JSON object with `send` or `expect`".into()));
         };
@@ -93,6 +92,15 @@ pub fn parse(name: &str, text: &str) -> Result<Transcript, String> {
         name: name.to_string(),
         steps,
     })
+}
+
+/// Why a line is not JSON, with serde_json's position cut down to the column: its `line 1`
+/// would contradict the line of the file the error names.
+fn not_json(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let position = format!(" at line {} column {}", e.line(), e.column());
+    let problem = text.strip_suffix(&position).unwrap_or(&text);
+    format!("not valid JSON at column {} ({problem})", e.column())
 }
 
 fn step_kind(step: &Map<String, Value>) -> Result<StepKind, String> {
