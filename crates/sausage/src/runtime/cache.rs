@@ -1,12 +1,16 @@
 //! Compiled components on disk, so each distinct component is compiled once, ever.
 //!
 //! An entry is keyed by the SHA-256 of the component's bytes and of the engine's configuration
-//! (wasmtime's compatibility hash and version), and stored with the SHA-256 of the compiled
-//! bytes. An entry whose bytes do not match their checksum, or that wasmtime refuses, is
-//! compiled again and replaced: the cache is never trusted over the component.
+//! (wasmtime's compatibility hash and version), and stored with a CRC-32 of the compiled bytes
+//! (it guards against corruption, and is cheap enough to check at every start). An entry whose
+//! bytes do not match their checksum, or that wasmtime refuses, is compiled again and replaced:
+//! the cache is never trusted over the component. Identical components loaded in one run share
+//! one compiled copy.
 
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use anyhow::Result;
 use sha2::{Digest, Sha256};
@@ -15,13 +19,16 @@ use wasmtime::component::Component;
 
 use crate::fs::write_atomically;
 
-/// Length of the checksum line stored before the compiled bytes.
-const CHECKSUM_LEN: usize = 64;
+/// Length of the checksum stored before the compiled bytes (a CRC-32, little-endian).
+const CHECKSUM_LEN: usize = 4;
 
 pub struct Cache {
     dir: PathBuf,
     /// Hex digest of the engine's configuration: part of every key.
     engine: String,
+    /// Components loaded in this run, by entry: a component used by several actors (or by a
+    /// candidate and then its run) is deserialized once and shares its code.
+    loaded: Mutex<HashMap<PathBuf, Component>>,
 }
 
 /// Where a component came from, for the benchmarks and the log.
@@ -41,6 +48,7 @@ impl Cache {
         Cache {
             dir,
             engine: hex(&hasher.0.finalize()),
+            loaded: Mutex::default(),
         }
     }
 
@@ -71,7 +79,7 @@ impl Cache {
     fn load(&self, engine: &Engine, entry: &Path) -> Option<Component> {
         let stored = std::fs::read(entry).ok()?;
         let (checksum, compiled) = stored.split_at_checked(CHECKSUM_LEN)?;
-        if checksum != hex(&Sha256::digest(compiled)).as_bytes() {
+        if checksum != crc32fast::hash(compiled).to_le_bytes() {
             eprintln!(
                 "sausage: {}: corrupt cache entry; compiling again",
                 entry.display()
@@ -95,7 +103,7 @@ impl Cache {
 
     fn store(&self, component: &Component, entry: &Path) -> Result<()> {
         let compiled = component.serialize()?;
-        let mut stored = hex(&Sha256::digest(&compiled)).into_bytes();
+        let mut stored = crc32fast::hash(&compiled).to_le_bytes().to_vec();
         stored.extend_from_slice(&compiled);
         std::fs::create_dir_all(&self.dir)?;
         write_atomically(entry, &stored)?;
