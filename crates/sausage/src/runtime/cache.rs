@@ -62,18 +62,28 @@ impl Cache {
     /// The compiled component for `wasm`, from the cache when a sound entry exists.
     pub fn component(&self, engine: &Engine, wasm: &[u8]) -> Result<(Component, Origin)> {
         let entry = self.entry(wasm);
-        if let Some(component) = self.load(engine, &entry) {
-            return Ok((component, Origin::Cached));
+        if let Some(component) = self.loaded.lock().expect("cache lock").get(&entry) {
+            return Ok((component.clone(), Origin::Cached));
         }
-        let component = Component::new(engine, wasm)?;
-        if let Err(e) = self.store(&component, &entry) {
-            // Only the next start pays for it: it compiles again.
-            eprintln!(
-                "sausage: cannot cache a compiled component in {}: {e:#}",
-                self.dir.display()
-            );
-        }
-        Ok((component, Origin::Compiled))
+        let (component, origin) = match self.load(engine, &entry) {
+            Some(component) => (component, Origin::Cached),
+            None => {
+                let component = Component::new(engine, wasm)?;
+                if let Err(e) = self.store(&component, &entry) {
+                    // Only the next start pays for it: it compiles again.
+                    eprintln!(
+                        "sausage: cannot cache a compiled component in {}: {e:#}",
+                        self.dir.display()
+                    );
+                }
+                (component, Origin::Compiled)
+            }
+        };
+        self.loaded
+            .lock()
+            .expect("cache lock")
+            .insert(entry, component.clone());
+        Ok((component, origin))
     }
 
     fn load(&self, engine: &Engine, entry: &Path) -> Option<Component> {
@@ -186,6 +196,16 @@ mod tests {
                 "the entry is replaced"
             );
         }
+    }
+
+    #[test]
+    fn a_component_loaded_twice_in_a_run_is_shared() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine();
+        let cache = Cache::new(dir.path().into(), &engine);
+        cache.component(&engine, EMPTY_COMPONENT).unwrap();
+        std::fs::remove_file(entries(dir.path()).remove(0)).unwrap();
+        assert_eq!(cache.component(&engine, EMPTY_COMPONENT).unwrap().1, Origin::Cached);
     }
 
     #[test]
