@@ -184,8 +184,10 @@ mod tests {
         let good = std::fs::read(&entry).unwrap();
         let mut flipped = good.clone();
         *flipped.last_mut().unwrap() ^= 1;
-        for bad in [flipped, good[..good.len() / 2].to_vec(), b"short".to_vec()] {
+        for bad in [flipped, good[..good.len() / 2].to_vec(), b"abc".to_vec()] {
             std::fs::write(&entry, bad).unwrap();
+            // The next run: nothing is loaded in memory yet.
+            let cache = Cache::new(dir.path().into(), &engine);
             assert_eq!(
                 cache.component(&engine, EMPTY_COMPONENT).unwrap().1,
                 Origin::Compiled
