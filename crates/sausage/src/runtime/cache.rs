@@ -207,7 +207,10 @@ mod tests {
         let cache = Cache::new(dir.path().into(), &engine);
         cache.component(&engine, EMPTY_COMPONENT).unwrap();
         std::fs::remove_file(entries(dir.path()).remove(0)).unwrap();
-        assert_eq!(cache.component(&engine, EMPTY_COMPONENT).unwrap().1, Origin::Cached);
+        assert_eq!(
+            cache.component(&engine, EMPTY_COMPONENT).unwrap().1,
+            Origin::Cached
+        );
     }
 
     #[test]
