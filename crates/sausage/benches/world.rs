@@ -246,13 +246,7 @@ fn start_up(actors: &Path, figures: &mut Vec<Figure>) {
     let ids: Vec<String> = (1..=8).map(|n| format!("echo{n}")).collect();
     let installs: Vec<(&str, &str)> = ids.iter().map(|id| (id.as_str(), "echo")).collect();
     let (_dir, world) = world(actors, &installs);
-    // The scheduler `sausage run` uses: one thread for every actor.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .event_interval(4)
-        .global_queue_interval(4)
-        .build()
-        .expect("a tokio runtime");
+    let rt = sausage::scheduler().expect("the scheduler `sausage run` uses");
     let measure = || {
         rt.block_on(async {
             let started = Instant::now();

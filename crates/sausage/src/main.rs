@@ -78,19 +78,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// Actors run on one scheduler thread: a message between two actors then wakes no other
-/// thread, which halves a round trip's cost (compiling and blocking work go to tokio's blocking
-/// pool). Every guest yields at least every 10 ms (epoch interruption); after this many task
-/// polls the scheduler looks at I/O, timers and wakes from other threads, so with a busy actor
-/// those wait at most this many slices.
-const SCHEDULER_CHECK_INTERVAL: u32 = 4;
-
 fn block_on(job: impl Future<Output = Result<ExitCode>>) -> Result<ExitCode> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .event_interval(SCHEDULER_CHECK_INTERVAL)
-        .global_queue_interval(SCHEDULER_CHECK_INTERVAL)
-        .build()?;
+    let rt = sausage::scheduler()?;
     let result = rt.block_on(job);
     // The stdin reader may sit in a blocking read forever; do not wait for it.
     rt.shutdown_background();

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
 use sha2::{Digest, Sha256};
@@ -27,8 +27,9 @@ pub struct Cache {
     /// Hex digest of the engine's configuration: part of every key.
     engine: String,
     /// Components loaded in this run, by entry: a component used by several actors (or by a
-    /// candidate and then its run) is deserialized once and shares its code.
-    loaded: Mutex<HashMap<PathBuf, Component>>,
+    /// candidate and then its run) is deserialized once and shares its code. Each entry has
+    /// its own lock, so loads of one component wait for the first while others go on.
+    loaded: Mutex<HashMap<PathBuf, Arc<Mutex<Option<Component>>>>>,
 }
 
 /// Where a component came from, for the benchmarks and the log.
@@ -62,7 +63,15 @@ impl Cache {
     /// The compiled component for `wasm`, from the cache when a sound entry exists.
     pub fn component(&self, engine: &Engine, wasm: &[u8]) -> Result<(Component, Origin)> {
         let entry = self.entry(wasm);
-        if let Some(component) = self.loaded.lock().expect("cache lock").get(&entry) {
+        let slot = self
+            .loaded
+            .lock()
+            .expect("cache lock")
+            .entry(entry.clone())
+            .or_default()
+            .clone();
+        let mut slot = slot.lock().expect("cache entry lock");
+        if let Some(component) = &*slot {
             return Ok((component.clone(), Origin::Cached));
         }
         let (component, origin) = match self.load(engine, &entry) {
@@ -79,10 +88,7 @@ impl Cache {
                 (component, Origin::Compiled)
             }
         };
-        self.loaded
-            .lock()
-            .expect("cache lock")
-            .insert(entry, component.clone());
+        *slot = Some(component.clone());
         Ok((component, origin))
     }
 
