@@ -157,9 +157,20 @@ pub fn clean_temporaries(root: &Path) -> io::Result<u64> {
 }
 
 /// Host-side atomic write (temp file with the same hidden naming + rename): used by the host for
-/// status.json, the registry, etc. Readers see the old content or the new one, never a part.
+/// the registry, versions and the like. Readers see the old content or the new one, never a part.
 /// The data is synced before the rename, so even a power loss leaves one of the two whole.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    replace_file(path, bytes, true)
+}
+
+/// [`write_atomically`] without the sync: whole after a crash of the host, but a power loss may
+/// leave the old content. For derived state rewritten often, such as `status.json`, where a sync
+/// per change would cost more than the change.
+pub fn write_atomically_unsynced(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    replace_file(path, bytes, false)
+}
+
+fn replace_file(path: &Path, bytes: &[u8], sync: bool) -> io::Result<()> {
     let dir = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
@@ -167,7 +178,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let (mut file, temp) = create_temporary(dir)?;
     let written = file
         .write_all(bytes)
-        .and_then(|()| file.sync_all())
+        .and_then(|()| if sync { file.sync_all() } else { Ok(()) })
         .and_then(|()| std::fs::rename(&temp, path));
     if written.is_err() {
         // The write already failed; a temporary left behind would be cleaned at next start.
