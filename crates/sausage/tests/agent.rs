@@ -228,44 +228,15 @@ fn the_history_is_cut_at_600_entries_starting_at_a_user_entry() {
     );
 }
 
-/// A std-only actor in the model's words: the files it writes with `write_file`.
-fn greeter_files() -> Vec<(&'static str, String)> {
-    vec![
-        ("/data/greeter/Cargo.toml", "[package]\nname = \"greeter\"\nversion = \"0.1.0\"\nedition = \"2024\"\n".to_string()),
-        (
-            "/data/greeter/src/main.rs",
-            r#"use std::io::BufRead;
-fn field<'a>(line: &'a str, name: &str) -> &'a str {
-    let key = format!("\"{name}\":\"");
-    line.split(key.as_str()).nth(1).and_then(|r| r.split('"').next()).unwrap_or("")
-}
-fn main() {
-    for line in std::io::stdin().lock().lines() {
-        let line = line.unwrap();
-        if line.contains("\"shutdown\"") {
-            return;
-        }
-        let (id, from) = (field(&line, "id"), field(&line, "from"));
-        println!("{{\"to\":\"{from}\",\"reply_to\":\"{id}\",\"body\":{{\"type\":\"text\",\"text\":\"greetings\"}}}}");
-    }
-}
-"#
-            .to_string(),
-        ),
-        (
-            "/data/greeter/tests/greet.jsonl",
-            "{\"send\": {\"type\": \"text\", \"text\": \"hi\"}}\n{\"expect\": {\"type\": \"text\", \"text\": \"greetings\"}, \"to\": \"test\"}\n".to_string(),
-        ),
-    ]
-}
-
 #[test]
 fn a_scripted_model_writes_builds_spawns_and_messages_a_new_actor() {
     let fake = FakeLlm::start();
     let world = world_with_agent(&fake, "anthropic-messages");
-    let writes = greeter_files()
+    // The model writes the crate file by file.
+    let writes = greeter_crate("greeter", "greetings")
         .into_iter()
         .map(|(path, content)| {
+            let path = format!("/data/greeter/{path}");
             anthropic::tool_use("write_file", json!({"path": path, "content": content}))
         })
         .collect();

@@ -2,48 +2,8 @@
 
 mod support;
 
-use std::path::Path;
-
 use serde_json::json;
 use support::*;
-
-/// A std-only actor that answers every message with `{"type":"text","text":<greeting>}`, with
-/// a transcript test. Builds in about a second.
-fn write_crate(dir: &Path, name: &str, greeting: &str) {
-    std::fs::create_dir_all(dir.join("src")).unwrap();
-    std::fs::create_dir_all(dir.join("tests")).unwrap();
-    std::fs::write(
-        dir.join("Cargo.toml"),
-        format!("[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2024\"\n"),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("src/main.rs"),
-        r#"use std::io::BufRead;
-fn field<'a>(line: &'a str, name: &str) -> &'a str {
-    let key = format!("\"{name}\":\"");
-    line.split(key.as_str()).nth(1).and_then(|r| r.split('"').next()).unwrap_or("")
-}
-fn main() {
-    for line in std::io::stdin().lock().lines() {
-        let line = line.unwrap();
-        if line.contains("\"shutdown\"") {
-            return;
-        }
-        let (id, from) = (field(&line, "id"), field(&line, "from"));
-        println!("{{\"to\":\"{from}\",\"reply_to\":\"{id}\",\"body\":{{\"type\":\"text\",\"text\":\"GREETING\"}}}}");
-    }
-}
-"#
-        .replace("GREETING", greeting),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("tests/greet.jsonl"),
-        format!("{{\"send\": {{\"type\": \"text\", \"text\": \"hi\"}}}}\n{{\"expect\": {{\"type\": \"text\", \"text\": \"{greeting}\"}}, \"to\": \"test\"}}\n"),
-    )
-    .unwrap();
-}
 
 fn build(host: &mut Host, source: &str) -> serde_json::Value {
     host.tell("cargo", json!({"type": "build", "source": source}));
@@ -55,7 +15,7 @@ fn build(host: &mut Host, source: &str) -> serde_json::Value {
 fn deploy_twice_spawns_then_upgrades() {
     let world = TestWorld::new();
     let dir = world.path("private/console/data/greeter");
-    write_crate(&dir, "greeter", "hello");
+    write_greeter_crate(&dir, "greeter", "hello");
     let mut host = world.run();
     host.send(&format!("/deploy greeter {}", dir.display()));
     host.send("@greeter hi");
@@ -73,7 +33,7 @@ fn deploy_twice_spawns_then_upgrades() {
             .starts_with("/actor/cargo/public/builds/")
     );
 
-    write_crate(&dir, "greeter", "hello again");
+    write_greeter_crate(&dir, "greeter", "hello again");
     host.send(&format!("/deploy greeter {}", dir.display()));
     host.send("@greeter hi");
     assert_eq!(host.wait_type("greeter", "text")["text"], "hello again");
@@ -88,7 +48,7 @@ fn deploy_twice_spawns_then_upgrades() {
 fn a_build_publishes_the_wasm_and_reports_warnings() {
     let world = TestWorld::new();
     let dir = world.path("private/console/data/warned");
-    write_crate(&dir, "warned", "hi");
+    write_greeter_crate(&dir, "warned", "hi");
     let main = dir.join("src/main.rs");
     let code = std::fs::read_to_string(&main).unwrap();
     std::fs::write(&main, format!("{code}\nfn unused_helper() {{}}\n")).unwrap();
@@ -124,7 +84,7 @@ fn a_build_publishes_the_wasm_and_reports_warnings() {
 fn a_type_error_fails_the_build_with_the_compilers_diagnostics() {
     let world = TestWorld::new();
     let dir = world.path("private/console/data/broken");
-    write_crate(&dir, "broken", "hi");
+    write_greeter_crate(&dir, "broken", "hi");
     std::fs::write(
         dir.join("src/main.rs"),
         "fn main() {\n    let n: u32 = \"not a number\";\n}\n",
@@ -155,7 +115,7 @@ fn a_crate_inside_another_workspace_builds_on_its_own() {
     let parent = world.path("private/console/data/parent");
     std::fs::create_dir_all(&parent).unwrap();
     std::fs::write(parent.join("Cargo.toml"), "[workspace]\nmembers = []\n").unwrap();
-    write_crate(&parent.join("child"), "child", "from a child");
+    write_greeter_crate(&parent.join("child"), "child", "from a child");
     let mut host = world.run();
     let built = build(&mut host, "/data/parent/child");
     assert_eq!(built["type"], "built", "{built}");

@@ -27,60 +27,44 @@ pub fn repo() -> PathBuf {
         .unwrap()
 }
 
-/// The folder of the built test actors: built once per test run, shared by every test binary
-/// through a lock file (cargo itself skips the work when nothing changed).
+/// The folder of the built test actors: built once per test run, shared by every test binary.
 pub fn actors_dir() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let target = repo().join("target/actors");
-        std::fs::create_dir_all(&target).unwrap();
-        let lock = std::fs::File::create(target.join(".build-lock")).unwrap();
-        lock.lock().unwrap();
-        let status = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "--release",
-                "--target",
-                "wasm32-wasip2",
-                "--manifest-path",
-            ])
-            .arg(repo().join("actors/Cargo.toml"))
-            .arg("--target-dir")
-            .arg(&target)
-            .status()
-            .expect("cargo runs");
-        assert!(
-            status.success(),
-            "building the test actors failed; is the wasm32-wasip2 target installed?"
-        );
-        target.join("wasm32-wasip2/release")
-    })
+    BUILT.get_or_init(|| build_wasm("actors/Cargo.toml", "target/actors"))
 }
 
 /// The agent, built once per test run from `agent/` (into `target/agent`), like the test actors.
 pub fn agent_wasm() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let target = repo().join("target/agent");
-        std::fs::create_dir_all(&target).unwrap();
-        let lock = std::fs::File::create(target.join(".build-lock")).unwrap();
-        lock.lock().unwrap();
-        let status = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "--release",
-                "--target",
-                "wasm32-wasip2",
-                "--manifest-path",
-            ])
-            .arg(repo().join("agent/Cargo.toml"))
-            .arg("--target-dir")
-            .arg(&target)
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building the agent failed");
-        target.join("wasm32-wasip2/release/agent.wasm")
-    })
+    BUILT.get_or_init(|| build_wasm("agent/Cargo.toml", "target/agent").join("agent.wasm"))
+}
+
+/// Builds a WASM workspace for `wasm32-wasip2` in release mode and returns the folder of its
+/// `.wasm` files. Test binaries run at once share the work through a lock file (and cargo
+/// itself skips it when nothing changed).
+fn build_wasm(manifest: &str, target: &str) -> PathBuf {
+    let target = repo().join(target);
+    std::fs::create_dir_all(&target).unwrap();
+    let lock = std::fs::File::create(target.join(".build-lock")).unwrap();
+    lock.lock().unwrap();
+    let status = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--manifest-path",
+        ])
+        .arg(repo().join(manifest))
+        .arg("--target-dir")
+        .arg(&target)
+        .status()
+        .expect("cargo runs");
+    assert!(
+        status.success(),
+        "building {manifest} failed; is the wasm32-wasip2 target installed?"
+    );
+    target.join("wasm32-wasip2/release")
 }
 
 pub fn wasm(actor: &str) -> PathBuf {
@@ -89,6 +73,49 @@ pub fn wasm(actor: &str) -> PathBuf {
 
 pub fn source(actor: &str) -> PathBuf {
     repo().join("actors").join(actor)
+}
+
+/// A std-only actor crate that answers every message with `{"type":"text","text":<greeting>}`,
+/// with a transcript test: its files as (path inside the crate, content). Builds in a second.
+pub fn greeter_crate(name: &str, greeting: &str) -> Vec<(&'static str, String)> {
+    let main = r#"use std::io::BufRead;
+fn field<'a>(line: &'a str, name: &str) -> &'a str {
+    let key = format!("\"{name}\":\"");
+    line.split(key.as_str()).nth(1).and_then(|r| r.split('"').next()).unwrap_or("")
+}
+fn main() {
+    for line in std::io::stdin().lock().lines() {
+        let line = line.unwrap();
+        if line.contains("\"shutdown\"") {
+            return;
+        }
+        let (id, from) = (field(&line, "id"), field(&line, "from"));
+        println!("{{\"to\":\"{from}\",\"reply_to\":\"{id}\",\"body\":{{\"type\":\"text\",\"text\":\"GREETING\"}}}}");
+    }
+}
+"#;
+    vec![
+        (
+            "Cargo.toml",
+            format!("[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2024\"\n"),
+        ),
+        ("src/main.rs", main.replace("GREETING", greeting)),
+        (
+            "tests/greet.jsonl",
+            format!(
+                "{{\"send\": {{\"type\": \"text\", \"text\": \"hi\"}}}}\n{{\"expect\": {{\"type\": \"text\", \"text\": \"{greeting}\"}}, \"to\": \"test\"}}\n"
+            ),
+        ),
+    ]
+}
+
+/// Writes [`greeter_crate`] into `dir`.
+pub fn write_greeter_crate(dir: &Path, name: &str, greeting: &str) {
+    for (path, content) in greeter_crate(name, greeting) {
+        let file = dir.join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, content).unwrap();
+    }
 }
 
 /// A world in a temporary folder, laid out as `sausage init` does but without an agent (tests
