@@ -19,7 +19,7 @@ use anyhow::{Context, Result};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::message::{ActorId, Envelope, NATIVE_ACTORS};
+use crate::message::{ActorId, NATIVE_ACTORS};
 use crate::runtime::{Program, Runtime};
 use crate::world::{Registry, World};
 use mailbox::Mailbox;
@@ -78,8 +78,9 @@ impl Broker {
         // Compile every actor in parallel before any starts.
         let mut compiling = JoinSet::new();
         for (id, entry) in &registry.actors {
-            let id = ActorId::parse(id)
-                .map_err(|e| anyhow::anyhow!("{REGISTRY_NAME}: {e}; fix the registry"))?;
+            let id = ActorId::parse(id).map_err(|e| {
+                anyhow::anyhow!("{}: {e}; fix the registry", crate::world::REGISTRY)
+            })?;
             let wasm = broker
                 .world
                 .version_dir(&id, entry.version)
@@ -258,17 +259,10 @@ impl Broker {
     }
 }
 
-const REGISTRY_NAME: &str = crate::world::REGISTRY;
-
 /// Removes everything inside `dir` (creating it if missing).
 fn clear_dir(dir: &std::path::Path) -> Result<()> {
     if dir.exists() {
         std::fs::remove_dir_all(dir).with_context(|| format!("{}: cannot empty", dir.display()))?;
     }
     std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))
-}
-
-/// An envelope's sender, for replies.
-fn requester(envelope: &Envelope) -> &ActorId {
-    &envelope.from
 }

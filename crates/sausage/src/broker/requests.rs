@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use std::path::PathBuf;
 
 use super::supervisor::{CRASH_LOOP_CRASHES, CRASH_LOOP_WINDOW, CrashLoop, Install, Upgraded};
-use super::{Broker, candidate, requester};
+use super::{Broker, candidate};
 use crate::message::{ActorId, Envelope, Outgoing};
 use crate::runtime::Program;
 use crate::world::ActorEntry;
@@ -86,7 +86,7 @@ impl Broker {
         };
         let reply = answer
             .unwrap_or_else(|reason| json!({"type": "error", "request": kind, "reason": reason}));
-        let out = Outgoing::new(requester(&request), &reply).replying_to(Some(&request.id));
+        let out = Outgoing::new(&request.from, &reply).replying_to(Some(&request.id));
         self.send(&ActorId::broker(), out).await;
     }
 
