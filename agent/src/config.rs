@@ -1,4 +1,6 @@
 //! The agent's configuration, `/data/config.json`: which model API to call, where, and with what.
+//! The token is not here: the host keeps it outside the world and adds it to the agent's
+//! requests to `base_url` (a `token` in the file is still sent, for older worlds).
 //! It is read again at the start of every turn, so an edit (even of the API shape) applies to the
 //! next turn without a restart. Problems are returned as words for the person who asked.
 
@@ -23,7 +25,8 @@ pub struct Config {
     /// Without a trailing `/`; requests go to `{base_url}/v1/...`.
     pub base_url: String,
     pub model: String,
-    pub token: String,
+    /// Only in configurations written before the host kept the token.
+    pub token: Option<String>,
     pub reasoning_effort: Option<String>,
     pub max_tokens: u32,
 }
@@ -32,8 +35,8 @@ pub struct Config {
 fn not_configured(problem: &str) -> String {
     format!(
         "I am not configured yet: {problem}. /data/config.json needs api (\"openai-responses\" or \
-         \"anthropic-messages\"), base_url (such as \"https://api.openai.com\"), model and token; \
-         reasoning_effort and max_tokens are optional. Run `sausage init` to create a world with \
+         \"anthropic-messages\"), base_url (such as \"https://api.openai.com\") and model; \
+         reasoning_effort and max_tokens are optional. The host keeps the token. Run `sausage init` to create a world with \
          them, or write the file into the agent's data folder."
     )
 }
@@ -54,7 +57,7 @@ pub fn load(path: &std::path::Path) -> Result<Config, String> {
 
 fn parse(value: &Value) -> Result<Config, String> {
     let text = |name: &str| value[name].as_str().filter(|s| !s.is_empty());
-    let missing: Vec<&str> = ["api", "base_url", "model", "token"]
+    let missing: Vec<&str> = ["api", "base_url", "model"]
         .into_iter()
         .filter(|name| text(name).is_none())
         .collect();
@@ -89,7 +92,7 @@ fn parse(value: &Value) -> Result<Config, String> {
             .trim_end_matches('/')
             .to_string(),
         model: text("model").unwrap_or_default().to_string(),
-        token: text("token").unwrap_or_default().to_string(),
+        token: text("token").map(str::to_string),
         reasoning_effort: text("reasoning_effort").map(str::to_string),
         max_tokens,
     })
@@ -104,9 +107,10 @@ mod tests {
     fn a_full_configuration_parses_with_defaults() {
         let config = parse(&json!({
             "api": "anthropic-messages", "base_url": "https://api.anthropic.com/",
-            "model": "claude", "token": "sk"
+            "model": "claude"
         }))
         .unwrap();
+        assert_eq!(config.token, None, "the host keeps the token");
         assert_eq!(config.api, Api::AnthropicMessages);
         assert_eq!(config.base_url, "https://api.anthropic.com");
         assert_eq!(config.max_tokens, DEFAULT_MAX_TOKENS);
@@ -117,7 +121,8 @@ mod tests {
     fn missing_fields_are_named() {
         let error = parse(&json!({"api": "openai-responses", "model": "m"})).unwrap_err();
         assert!(error.starts_with("I am not configured yet"), "{error}");
-        assert!(error.contains("lacks base_url, token"), "{error}");
+        assert!(error.contains("lacks base_url."), "{error}");
+        assert!(error.contains("The host keeps the token"), "{error}");
         assert!(error.contains("sausage init"), "{error}");
     }
 

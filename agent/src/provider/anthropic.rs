@@ -48,11 +48,18 @@ pub fn request(
     }
     HttpRequest {
         url: format!("{}/v1/messages", config.base_url),
-        headers: vec![
-            ("x-api-key".into(), config.token.clone()),
-            ("anthropic-version".into(), ANTHROPIC_VERSION.into()),
-            ("content-type".into(), "application/json".into()),
-        ],
+        headers: [
+            // The host adds the token; one in an older configuration is still sent.
+            config
+                .token
+                .clone()
+                .map(|token| ("x-api-key".into(), token)),
+            Some(("anthropic-version".into(), ANTHROPIC_VERSION.into())),
+            Some(("content-type".into(), "application/json".into())),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
         body: body.to_string().into_bytes(),
     }
 }
@@ -185,7 +192,7 @@ mod tests {
             api: Api::AnthropicMessages,
             base_url: "https://api.example.com".into(),
             model: "claude-test".into(),
-            token: "key".into(),
+            token: Some("key".into()),
             reasoning_effort: effort.map(str::to_string),
             max_tokens: 4096,
         }
@@ -221,6 +228,15 @@ mod tests {
                 "{header:?}"
             );
         }
+        let without_token = Config {
+            token: None,
+            ..config(None)
+        };
+        let headers = super::request(&without_token, "p", &[], &[]).headers;
+        assert!(
+            headers.iter().all(|(name, _)| name != "x-api-key"),
+            "the host adds the token: {headers:?}"
+        );
         let body = body(&request);
         assert_eq!(body["system"], "the prompt");
         assert_eq!(body["max_tokens"], 4096);

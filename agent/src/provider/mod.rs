@@ -95,7 +95,10 @@ pub fn error_words(status: u16, body: &[u8]) -> String {
         .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
         .unwrap_or_else(|| text.trim().to_string());
     let hint = match status {
-        401 | 403 => " Check the token in /data/config.json.",
+        401 | 403 => {
+            " Check the token: the host keeps it (run `sausage init` again for a new world, or \
+             ask the person who runs Sausage to fix it)."
+        }
         404 => " Check base_url and model in /data/config.json.",
         429 => " Wait a little and ask again, or check the account's plan and quota.",
         500.. => " The provider may be having trouble; ask again in a while.",

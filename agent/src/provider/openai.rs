@@ -38,12 +38,14 @@ pub fn request(
     if let Some(effort) = &config.reasoning_effort {
         body["reasoning"] = json!({"effort": effort});
     }
+    let mut headers = vec![("content-type".into(), "application/json".into())];
+    // The host adds the token; one in an older configuration is still sent.
+    if let Some(token) = &config.token {
+        headers.push(("authorization".into(), format!("Bearer {token}")));
+    }
     HttpRequest {
         url: format!("{}/v1/responses", config.base_url),
-        headers: vec![
-            ("authorization".into(), format!("Bearer {}", config.token)),
-            ("content-type".into(), "application/json".into()),
-        ],
+        headers,
         body: body.to_string().into_bytes(),
     }
 }
@@ -158,7 +160,7 @@ mod tests {
             api: Api::OpenaiResponses,
             base_url: "https://api.example.com".into(),
             model: "gpt-test".into(),
-            token: "sk-test".into(),
+            token: Some("sk-test".into()),
             reasoning_effort: effort.map(str::to_string),
             max_tokens: DEFAULT_MAX_TOKENS,
         }
@@ -181,6 +183,18 @@ mod tests {
             request
                 .headers
                 .contains(&("authorization".into(), "Bearer sk-test".into()))
+        );
+        let without_token = Config {
+            token: None,
+            ..config(None)
+        };
+        let request_without = super::request(&without_token, "p", &[], &[]);
+        assert!(
+            request_without
+                .headers
+                .iter()
+                .all(|(name, _)| name != "authorization"),
+            "the host adds the token"
         );
         let body = body(&request);
         assert_eq!(body["model"], "gpt-test");

@@ -2,7 +2,9 @@
 //! built from the source this binary carries along the same path as any actor (`cargo`, then
 //! a `spawn` with its transcript test).
 //!
-//! The source of Sausage holds no endpoint and no token: both come from the person.
+//! The source of Sausage holds no endpoint and no token: both come from the person. The token
+//! goes to `broker/credentials/agent.json`, outside every mount; the host adds it to the
+//! agent's requests to its base URL, so no actor ever sees it.
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -11,7 +13,8 @@ use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use crate::message::ActorId;
-use crate::world::World;
+use crate::runtime::network::Credentials;
+use crate::world::{MANIFEST, World};
 
 include!(concat!(env!("OUT_DIR"), "/agent_source.rs"));
 
@@ -97,22 +100,59 @@ impl AgentConfig {
         Ok(self)
     }
 
-    /// The agent's `/data/config.json`.
+    fn base_url(&self) -> &str {
+        self.base_url.as_deref().unwrap_or("").trim_end_matches('/')
+    }
+
+    /// The agent's `/data/config.json` (everything but the token) and its credentials (the
+    /// token as the header its API shape wants).
     pub fn write(&self, world: &World) -> Result<()> {
         let agent = ActorId::parse("agent").expect("valid id");
         world.create_actor_dirs(&agent)?;
         let config = json!({
             "api": self.api,
-            "base_url": self.base_url.as_deref().map(|u| u.trim_end_matches('/')),
+            "base_url": self.base_url(),
             "model": self.model,
-            "token": self.token,
             "max_tokens": 16000,
         });
         crate::fs::write_atomically(
             &world.data_dir(&agent).join("config.json"),
             &serde_json::to_vec_pretty(&config).expect("config serialises"),
         )
-        .context("cannot write the agent's configuration")
+        .context("cannot write the agent's configuration")?;
+        world.write_credentials(&agent, &self.credentials())
+    }
+
+    /// The header that carries the token: `authorization: Bearer <token>` for OpenAI,
+    /// `x-api-key: <token>` for Anthropic.
+    fn credentials(&self) -> Credentials {
+        let token = self.token.as_deref().unwrap_or_default();
+        let (header, value) = match self.api.as_deref() {
+            Some("anthropic-messages") => ("x-api-key", token.to_string()),
+            _ => ("authorization", format!("Bearer {token}")),
+        };
+        Credentials {
+            base_url: self.base_url().to_string(),
+            header: header.into(),
+            value,
+        }
+    }
+
+    /// The provider's `host[:port]`, as the agent's manifest allows it.
+    fn provider_host(&self) -> Result<String> {
+        let uri: http::Uri = self
+            .base_url()
+            .parse()
+            .with_context(|| format!("`{}` is not a URL", self.base_url()))?;
+        uri.authority()
+            .map(|a| {
+                a.as_str()
+                    .rsplit('@')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .with_context(|| format!("`{}` names no host", self.base_url()))
     }
 }
 
@@ -143,8 +183,9 @@ fn check_not_empty(text: &str) -> Result<(), String> {
     }
 }
 
-/// Writes the carried agent source into the world and returns its folder.
-pub fn write_agent_source(world: &World) -> Result<PathBuf> {
+/// Writes the carried agent source into the world, with a manifest that lets it reach its
+/// provider, and returns its folder.
+pub fn write_agent_source(world: &World, config: &AgentConfig) -> Result<PathBuf> {
     if AGENT_SOURCE.is_empty() {
         bail!("this sausage binary carries no agent source; it was built without `agent/`");
     }
@@ -155,6 +196,13 @@ pub fn write_agent_source(world: &World) -> Result<PathBuf> {
         std::fs::create_dir_all(path.parent().unwrap_or(&dir))?;
         std::fs::write(&path, bytes).with_context(|| format!("{}", path.display()))?;
     }
+    let manifest = json!({"network": [config.provider_host()?]});
+    let path = dir.join(MANIFEST);
+    std::fs::write(
+        &path,
+        serde_json::to_vec_pretty(&manifest).expect("JSON serialises"),
+    )
+    .with_context(|| format!("{}", path.display()))?;
     Ok(dir)
 }
 
@@ -192,6 +240,30 @@ mod tests {
             out.contains("`ftp://x` is not an http:// or https:// URL"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn the_token_becomes_the_header_of_its_api_and_the_host_the_manifests() {
+        let config = |api: &str, url: &str| AgentConfig {
+            api: Some(api.into()),
+            base_url: Some(url.into()),
+            model: Some("m".into()),
+            token: Some("sk-1".into()),
+        };
+        let openai = config("openai-responses", "https://api.openai.com/");
+        assert_eq!(
+            openai.credentials(),
+            Credentials {
+                base_url: "https://api.openai.com".into(),
+                header: "authorization".into(),
+                value: "Bearer sk-1".into()
+            }
+        );
+        assert_eq!(openai.provider_host().unwrap(), "api.openai.com");
+        let anthropic = config("anthropic-messages", "http://127.0.0.1:8080");
+        assert_eq!(anthropic.credentials().header, "x-api-key");
+        assert_eq!(anthropic.credentials().value, "sk-1");
+        assert_eq!(anthropic.provider_host().unwrap(), "127.0.0.1:8080");
     }
 
     #[test]

@@ -94,7 +94,7 @@ async fn init(dir: PathBuf, config: AgentConfig) -> Result<ExitCode> {
     world.create()?;
     config.write(&world)?;
     println!("Created the world `{}`. Building the agent…", dir.display());
-    let source = init::write_agent_source(&world)?;
+    let source = init::write_agent_source(&world, &config)?;
     let (broker, services) = open(&world).await?;
     let script = BufReader::new(std::io::Cursor::new(init::deploy_script(&source)));
     let end = console::run(broker.clone(), script, true).await;

@@ -13,6 +13,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::fs::{Mount, write_atomically};
 use crate::message::{ActorId, NATIVE_ACTORS};
+use crate::runtime::network::Credentials;
+
+/// The manifest in an actor's source folder; its `"network"` lists the hosts the actor may
+/// reach.
+pub const MANIFEST: &str = "actor.json";
 
 /// The registry file's name at the root of a world.
 pub const REGISTRY: &str = "sausage.json";
@@ -190,6 +195,56 @@ impl World {
             }
         }
         Ok(archive)
+    }
+
+    /// `broker/credentials/<id>.json`: the header the host adds to the actor's requests to
+    /// one base URL. Outside every mount: no actor can read it.
+    pub fn credentials_path(&self, id: &ActorId) -> PathBuf {
+        self.credentials_dir().join(format!("{}.json", id.as_str()))
+    }
+
+    /// `broker/credentials/`: host-private secrets, outside every mount (and hidden from
+    /// sandboxed builds).
+    pub fn credentials_dir(&self) -> PathBuf {
+        self.root.join("broker/credentials")
+    }
+
+    /// The credentials of `id`, if it has any.
+    pub fn read_credentials(&self, id: &ActorId) -> Result<Option<Credentials>> {
+        let path = self.credentials_path(id);
+        match std::fs::read(&path) {
+            Ok(text) => serde_json::from_slice(&text)
+                .map(Some)
+                .with_context(|| format!("{}: not valid credentials", path.display())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("{}", path.display())),
+        }
+    }
+
+    /// Stores the credentials of `id`, readable by the host's user only.
+    pub fn write_credentials(&self, id: &ActorId, credentials: &Credentials) -> Result<()> {
+        use std::os::unix::fs::DirBuilderExt;
+        let path = self.credentials_path(id);
+        let dir = path.parent().expect("a credentials file has a folder");
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .with_context(|| format!("{}: cannot create", dir.display()))?;
+        let text = serde_json::to_vec_pretty(credentials).expect("credentials serialise");
+        write_atomically(&path, &text)
+            .with_context(|| format!("actor {id}: cannot write its credentials"))
+    }
+
+    /// The hosts the running source of `id` may reach (its `actor.json`'s `"network"`). No
+    /// manifest means no network; a broken one too, with the problem in `Err`.
+    pub fn network_allowed(&self, id: &ActorId) -> Result<Vec<String>, String> {
+        let path = self.source_dir(id).join(MANIFEST);
+        match std::fs::read(&path) {
+            Ok(text) => parse_manifest(&text),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(format!("{MANIFEST}: {e}")),
+        }
     }
 
     /// `broker/cache/`: compiled components, kept across runs.
@@ -404,6 +459,34 @@ impl World {
 /// the files by hard links: the cost does not grow with their size. This is safe because no
 /// file under `/data` or `/public` is ever changed in place: every guest write commits by
 /// rename, and so does every host write (`write_atomically`).
+/// The `"network"` of a manifest: a list of `host` or `host:port` strings; missing means none.
+/// The error says what is wrong, naming the file.
+pub fn parse_manifest(text: &[u8]) -> Result<Vec<String>, String> {
+    let manifest: serde_json::Value =
+        serde_json::from_slice(text).map_err(|e| format!("{MANIFEST} is not valid JSON ({e})"))?;
+    if !manifest.is_object() {
+        return Err(format!("{MANIFEST} must be a JSON object"));
+    }
+    match &manifest["network"] {
+        serde_json::Value::Null => Ok(Vec::new()),
+        serde_json::Value::Array(hosts) => hosts
+            .iter()
+            .map(|host| match host.as_str() {
+                Some(host) if !host.trim().is_empty() && !host.contains('/') => {
+                    Ok(host.trim().to_string())
+                }
+                _ => Err(format!(
+                    "{MANIFEST}: \"network\" holds {host}, not a host such as \"api.example.com\" \
+                     or \"127.0.0.1:8080\""
+                )),
+            })
+            .collect(),
+        other => Err(format!(
+            "{MANIFEST}: \"network\" is {other}, not a list of hosts"
+        )),
+    }
+}
+
 fn replace_with_snapshot(from: &Path, to: &Path) -> io::Result<()> {
     if to.exists() {
         std::fs::remove_dir_all(to)?;
@@ -501,6 +584,52 @@ mod tests {
         }
         let again = w.create().unwrap_err().to_string();
         assert!(again.contains("already exists"), "{again}");
+    }
+
+    #[test]
+    fn a_manifest_lists_hosts_and_anything_else_means_no_network() {
+        assert_eq!(
+            parse_manifest(br#"{"network": ["api.openai.com", "127.0.0.1:8080"]}"#).unwrap(),
+            ["api.openai.com", "127.0.0.1:8080"]
+        );
+        assert_eq!(
+            parse_manifest(br#"{"name": "x"}"#).unwrap(),
+            Vec::<String>::new()
+        );
+        for (bad, says) in [
+            (&b"{network"[..], "not valid JSON"),
+            (b"[]", "JSON object"),
+            (br#"{"network": "a.com"}"#, "not a list"),
+            (br#"{"network": [1]}"#, "holds 1"),
+            (br#"{"network": ["https://a.com/"]}"#, "not a host"),
+        ] {
+            let err = parse_manifest(bad).unwrap_err();
+            assert!(err.contains(says) && err.contains("actor.json"), "{err}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let w = World::new(dir.path());
+        assert_eq!(w.network_allowed(&id("x")), Ok(vec![]), "no manifest");
+    }
+
+    #[test]
+    fn credentials_live_outside_every_mount() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = World::new(dir.path());
+        let agent = id("agent");
+        assert_eq!(w.read_credentials(&agent).unwrap(), None);
+        let credentials = Credentials {
+            base_url: "https://api.example.com".into(),
+            header: "x-api-key".into(),
+            value: "sk-1".into(),
+        };
+        w.write_credentials(&agent, &credentials).unwrap();
+        assert_eq!(w.read_credentials(&agent).unwrap(), Some(credentials));
+        let path = w.credentials_path(&agent);
+        assert!(
+            w.mounts(&agent).iter().all(|m| !path.starts_with(&m.host)),
+            "{}",
+            path.display()
+        );
     }
 
     #[test]

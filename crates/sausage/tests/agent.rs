@@ -9,14 +9,17 @@ use serde_json::{Value, json};
 use support::fake_llm::{FakeLlm, TOKEN, anthropic, openai};
 use support::*;
 
+/// The agent's `/data/config.json` for `api` on the fake: without the token, which the host
+/// keeps.
 fn config(fake: &FakeLlm, api: &str) -> Value {
-    json!({"api": api, "base_url": fake.base_url(), "model": "test-model", "token": TOKEN})
+    json!({"api": api, "base_url": fake.base_url(), "model": "test-model"})
 }
 
-/// A world with the agent configured for `api` on the fake.
+/// A world with the agent configured for `api` on the fake, as `sausage init` leaves it.
 fn world_with_agent(fake: &FakeLlm, api: &str) -> TestWorld {
     let world = TestWorld::new();
     world.install_agent(Some(config(fake, api)));
+    world.give_agent_credentials(&fake.base_url(), api);
     world
 }
 
@@ -49,17 +52,28 @@ fn a_persons_text_gets_the_models_answer() {
         request.body["tools"].as_array().unwrap().len() >= 7,
         "the seven tools are offered"
     );
+    // The fake refuses a request without the right header: the host added the token, which
+    // no file an actor can see holds.
+    assert_eq!(
+        world.visible_files_containing(TOKEN),
+        Vec::<std::path::PathBuf>::new()
+    );
 }
 
 #[test]
 fn the_unconfigured_agent_and_a_provider_error_answer_in_words() {
+    let fake = FakeLlm::start();
     let world = TestWorld::new();
     world.install_agent(None);
+    world.give_agent_credentials(&fake.base_url(), "openai-responses");
     let mut host = world.run();
     let answer = ask(&mut host, "are you there?");
     assert!(answer.contains("config.json"), "{answer}");
+    assert!(
+        !answer.contains("token;"),
+        "no token is asked for: {answer}"
+    );
 
-    let fake = FakeLlm::start();
     fake.push_error(
         429,
         json!({"error": {"message": "You exceeded your current quota.", "type": "insufficient_quota", "param": null, "code": "insufficient_quota"}}),
@@ -174,6 +188,16 @@ fn the_conversation_continues_when_the_api_shape_changes() {
         config(&fake, "anthropic-messages").to_string(),
     )
     .unwrap();
+    // The other API wants the token in another header: credentials apply from the next start.
+    world.give_agent_credentials(&fake.base_url(), "anthropic-messages");
+    assert_eq!(
+        host.request(json!({"type": "stop", "actor": "agent"}))["type"],
+        "stopped"
+    );
+    assert_eq!(
+        host.request(json!({"type": "start", "actor": "agent"}))["type"],
+        "started"
+    );
     fake.push_anthropic(anthropic::reply(vec![anthropic::tool_use(
         "list_dir",
         json!({"path": "/public"}),

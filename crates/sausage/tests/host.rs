@@ -217,12 +217,10 @@ fn raw_sockets_are_denied() {
     assert!(listener.accept().is_err(), "nothing connected");
 }
 
-#[test]
-fn actors_reach_http_servers_through_wasi_http() {
+/// A local HTTP server that answers one request with `howdy` and returns the request line.
+fn serve_once(server: std::net::TcpListener) -> std::thread::JoinHandle<String> {
     use std::io::{BufRead, BufReader, Write};
-    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/hello", server.local_addr().unwrap());
-    let serving = std::thread::spawn(move || {
+    std::thread::spawn(move || {
         let (stream, _) = server.accept().unwrap();
         let mut reader = BufReader::new(stream.try_clone().unwrap());
         let mut request = String::new();
@@ -236,15 +234,97 @@ fn actors_reach_http_servers_through_wasi_http() {
             .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-test: yes\r\nconnection: close\r\n\r\nhowdy")
             .unwrap();
         request
-    });
+    })
+}
+
+#[test]
+fn actors_reach_http_servers_through_wasi_http() {
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = server.local_addr().unwrap().to_string();
+    let url = format!("http://{addr}/hello");
+    let serving = serve_once(server);
     let world = TestWorld::new();
     world.install("fetcher", "fetcher");
+    world.allow_network("fetcher", &["example.com", &addr]);
     let mut host = world.run();
     host.tell("fetcher", json!({"type": "get", "url": url}));
     let response = host.wait_type("fetcher", "response");
     assert_eq!(response["status"], 200, "{response}");
     assert_eq!(response["body"], "howdy");
     assert_eq!(response["headers"]["x-test"], "yes");
+    assert_eq!(serving.join().unwrap().trim(), "GET /hello HTTP/1.1");
+}
+
+#[test]
+fn a_host_missing_from_the_manifest_is_denied_at_once_and_the_log_says_how_to_allow_it() {
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    server.set_nonblocking(true).unwrap();
+    let addr = server.local_addr().unwrap().to_string();
+    let world = TestWorld::new();
+    world.install("fetcher", "fetcher");
+    world.install("other", "fetcher");
+    world.allow_network("other", &["127.0.0.1:1"]);
+    let mut host = world.run();
+    for id in ["fetcher", "other"] {
+        host.tell(id, json!({"type": "get", "url": format!("http://{addr}/")}));
+        let error = host.wait_type(id, "http_error");
+        assert!(
+            error["error"]
+                .as_str()
+                .unwrap()
+                .contains("HttpRequestDenied"),
+            "{id}: {error}"
+        );
+        let note = format!(
+            "[sausage] request to {addr} denied: add \"{addr}\" to \"network\" in the actor's \
+             source actor.json"
+        );
+        eventually("the note about the denied host", || {
+            world.log(id).contains(&note)
+        });
+    }
+    assert!(
+        server.accept().is_err(),
+        "a denied request never reaches the server"
+    );
+}
+
+#[test]
+fn candidates_have_no_network_and_an_upgrades_manifest_applies() {
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = server.local_addr().unwrap().to_string();
+    let url = format!("http://{addr}/hello");
+    let world = TestWorld::new();
+    world.install("fetcher", "fetcher");
+    let source = world.path("fetcher-next");
+    std::fs::create_dir_all(source.join("tests")).unwrap();
+    std::fs::write(
+        source.join("actor.json"),
+        json!({ "network": [addr] }).to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        source.join("tests/offline.jsonl"),
+        format!(
+            "{}\n{}\n",
+            json!({"send": {"type": "get", "url": url}}),
+            json!({"expect": {"type": "http_error", "error": "ErrorCode::HttpRequestDenied"}, "to": "test"})
+        ),
+    )
+    .unwrap();
+    let mut host = world.run();
+    let upgraded = host.request(json!({
+        "type": "upgrade", "actor": "fetcher",
+        "wasm": wasm("fetcher"), "source": source,
+    }));
+    assert_eq!(upgraded["type"], "upgraded", "{upgraded}");
+    let serving = serve_once(server);
+    host.tell("fetcher", json!({"type": "get", "url": url}));
+    let response = host.wait_type("fetcher", "response");
+    assert_eq!(
+        response["body"], "howdy",
+        "the new source's manifest applies"
+    );
     assert_eq!(serving.join().unwrap().trim(), "GET /hello HTTP/1.1");
 }
 

@@ -52,7 +52,16 @@ fn init_builds_and_registers_the_agent_and_the_world_answers() {
     let config = world.json("private/agent/data/config.json");
     assert_eq!(config["api"], "openai-responses");
     assert_eq!(config["model"], "m-1");
-    assert_eq!(config["token"], TOKEN);
+    assert_eq!(config.get("token"), None, "the host keeps the token");
+    let credentials = world.json("broker/credentials/agent.json");
+    assert_eq!(credentials["header"], "authorization");
+    assert_eq!(credentials["value"], format!("Bearer {TOKEN}"));
+    assert_eq!(credentials["base_url"], fake.base_url());
+    let host = fake.base_url().replace("http://", "");
+    assert_eq!(
+        world.json("actor/agent/source/actor.json"),
+        serde_json::json!({ "network": [host] })
+    );
     assert!(world.path("actor/agent/source/src/main.rs").is_file());
     assert_eq!(
         world.json("broker/versions/agent/1/meta.json")["built_by"],
@@ -64,4 +73,10 @@ fn init_builds_and_registers_the_agent_and_the_world_answers() {
     host.send("hello");
     let answer = host.wait_for_within(Duration::from_secs(60), "the agent", |m| m.from == "agent");
     assert_eq!(answer.body["text"], "Ready when you are.");
+    assert!(host.quit().success());
+    assert_eq!(
+        world.visible_files_containing(TOKEN),
+        Vec::<std::path::PathBuf>::new(),
+        "no file an actor can see holds the token"
+    );
 }

@@ -15,6 +15,7 @@ use super::mailbox::Mailbox;
 use super::stdio::{Captured, Line, Lines, WRITE_CHUNK};
 use super::transcript::{self, EXPECT_TIMEOUT, StepKind, Transcript};
 use crate::message::{ActorId, Envelope, raw};
+use crate::runtime::network::Network;
 use crate::runtime::stdio::{BoxFuture, GuestOutput};
 use crate::runtime::{Exit, InstanceConfig, Program, Runtime};
 use crate::world::World;
@@ -118,7 +119,8 @@ impl Instance {
                 sent,
             }),
             stderr: InstanceConfig::output(stderr.clone()),
-            http: false,
+            // Candidates under test reach no network.
+            network: Network::default(),
         };
         let (runtime, program) = (runtime.clone(), program.clone());
         let run = tokio::spawn(async move { runtime.run(&program, config).await });

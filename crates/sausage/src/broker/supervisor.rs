@@ -15,7 +15,9 @@ use super::mailbox::Mailbox;
 use super::router::Router;
 use super::stdio::{LogOutput, RoutedStdout};
 use crate::message::{ActorId, Envelope, raw};
+use crate::runtime::network::Network;
 use crate::runtime::{Exit, InstanceConfig, Program, Runtime};
+use crate::world::MANIFEST;
 use crate::world::{State, Status, World};
 
 /// First restart delay; each further crash in a row doubles it.
@@ -332,7 +334,7 @@ impl Task {
                 sup.world.clone(),
             )),
             stderr: InstanceConfig::output(LogOutput::append_to(&sup.world.log_path(&sup.id))),
-            http: true,
+            network: network(&sup.world, &sup.id),
         };
         let mut instance: JoinHandle<Exit> = tokio::spawn({
             let (runtime, program) = (sup.runtime.clone(), sup.program.clone());
@@ -445,6 +447,35 @@ impl Task {
         if let Err(e) = self.sup.world.write_status(&self.sup.id, &self.status) {
             eprintln!("sausage: {e:#}");
         }
+    }
+}
+
+/// The network of the next instance of `id`: the hosts its running source's manifest lists
+/// (read at every start, so an upgrade's manifest applies), its credentials if it has any,
+/// and a note in its log for every denied request. Problems go to its log; the instance then
+/// runs without what could not be read.
+fn network(world: &World, id: &ActorId) -> Network {
+    let allowed = world.network_allowed(id).unwrap_or_else(|problem| {
+        world.log_note(id, &format!("{problem}; running without network"));
+        Vec::new()
+    });
+    let credentials = world.read_credentials(id).unwrap_or_else(|e| {
+        world.log_note(id, &format!("{e:#}; running without credentials"));
+        None
+    });
+    let (world, id) = (world.clone(), id.clone());
+    Network {
+        allowed,
+        credentials,
+        on_denied: Some(Arc::new(move |host: &str| {
+            world.log_note(
+                &id,
+                &format!(
+                    "request to {host} denied: add \"{host}\" to \"network\" in the actor's \
+                     source {MANIFEST}"
+                ),
+            )
+        })),
     }
 }
 

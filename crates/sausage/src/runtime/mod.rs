@@ -5,6 +5,7 @@
 //! children name wasmtime types.
 
 pub mod cache;
+pub mod network;
 pub mod stdio;
 pub mod wasi_fs;
 
@@ -18,10 +19,11 @@ use wasmtime::component::{Component, HasData, Linker, ResourceTable};
 use wasmtime::{Config, Engine, Store};
 use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi::{I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
-use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::fs::Mount;
 use cache::Cache;
+use network::{HttpHooks, Network};
 use stdio::{GuestInput, GuestOutput, Stdin, Stdout};
 use wasi_fs::{FsState, FsView};
 
@@ -42,8 +44,9 @@ pub struct InstanceConfig {
     pub stdin: Arc<dyn GuestInput>,
     pub stdout: Stdout,
     pub stderr: Stdout,
-    /// Outgoing `wasi:http`; candidates under test run without it.
-    pub http: bool,
+    /// Outgoing `wasi:http`: the hosts it may reach and the credentials the host adds.
+    /// `Network::default()` reaches nothing.
+    pub network: Network,
 }
 
 impl InstanceConfig {
@@ -160,7 +163,7 @@ impl Runtime {
             table: ResourceTable::new(),
             http: WasiHttpCtx::new(),
             hooks: HttpHooks {
-                allowed: config.http,
+                network: config.network,
             },
             fs: FsState::new(config.mounts),
         };
@@ -223,17 +226,6 @@ impl WasiHttpView for Guest {
             table: &mut self.table,
             ctx: &mut self.http,
         }
-    }
-}
-
-/// Outgoing HTTP: the host does TLS; a candidate under test gets none.
-struct HttpHooks {
-    allowed: bool,
-}
-
-impl WasiHttpHooks for HttpHooks {
-    fn is_supported_scheme(&mut self, scheme: &http::uri::Scheme) -> bool {
-        self.allowed && (*scheme == http::uri::Scheme::HTTP || *scheme == http::uri::Scheme::HTTPS)
     }
 }
 

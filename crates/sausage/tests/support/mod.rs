@@ -163,8 +163,42 @@ impl TestWorld {
         std::fs::write(self.path("sausage.json"), registry.to_string()).unwrap();
     }
 
+    /// Lets the running source of `id` reach `hosts` (its `actor.json`).
+    pub fn allow_network(&self, id: &str, hosts: &[&str]) {
+        let manifest = json!({ "network": hosts }).to_string();
+        std::fs::write(
+            self.path(&format!("actor/{id}/source/actor.json")),
+            manifest,
+        )
+        .unwrap();
+    }
+
+    /// Gives the agent what `sausage init` gives it for a provider at `base_url` speaking `api`:
+    /// the token as that API's header in `broker/credentials/agent.json`, and the provider's
+    /// host in the `actor.json` of its source (installed and stored).
+    pub fn give_agent_credentials(&self, base_url: &str, api: &str) {
+        let (header, value) = match api {
+            "anthropic-messages" => ("x-api-key", fake_llm::TOKEN.to_string()),
+            _ => ("authorization", format!("Bearer {}", fake_llm::TOKEN)),
+        };
+        std::fs::create_dir_all(self.path("broker/credentials")).unwrap();
+        std::fs::write(
+            self.path("broker/credentials/agent.json"),
+            json!({"base_url": base_url, "header": header, "value": value}).to_string(),
+        )
+        .unwrap();
+        let host = base_url.split_once("://").unwrap().1.trim_end_matches('/');
+        self.allow_network("agent", &[host]);
+        std::fs::write(
+            self.path("broker/versions/agent/1/source/actor.json"),
+            json!({ "network": [host] }).to_string(),
+        )
+        .unwrap();
+    }
+
     /// Installs the agent (built from `agent/`, with its source) as version 1, with this
-    /// `/data/config.json` if one is given.
+    /// `/data/config.json` if one is given (and no credentials: see
+    /// [`TestWorld::give_agent_credentials`]).
     pub fn install_agent(&self, config: Option<Value>) {
         let version = self.path("broker/versions/agent/1");
         std::fs::create_dir_all(&version).unwrap();
@@ -189,6 +223,27 @@ impl TestWorld {
     /// build of the agent's source inside the world only compiles the agent itself.
     pub fn warm_cargo_for_agent(&self) {
         warm_cargo_for_agent(&self.root);
+    }
+
+    /// Every file under the folders actors can see (`actor/`, `private/`) that contains `needle`.
+    pub fn visible_files_containing(&self, needle: &str) -> Vec<PathBuf> {
+        fn walk(dir: &Path, needle: &[u8], found: &mut Vec<PathBuf>) {
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if entry.file_type().unwrap().is_dir() {
+                    walk(&path, needle, found);
+                } else if let Ok(bytes) = std::fs::read(&path)
+                    && bytes.windows(needle.len()).any(|w| w == needle)
+                {
+                    found.push(path);
+                }
+            }
+        }
+        let mut found = Vec::new();
+        for dir in ["actor", "private"] {
+            walk(&self.path(dir), needle.as_bytes(), &mut found);
+        }
+        found
     }
 
     pub fn status(&self, id: &str) -> Value {

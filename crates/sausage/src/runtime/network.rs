@@ -1,0 +1,204 @@
+//! Outgoing HTTP of one instance: which hosts it may reach, and the credentials the host adds.
+//!
+//! Deny-first: an instance reaches only the hosts it is given, and a request to any other
+//! fails at once with `HTTP-request-denied`. Credentials are plain data handed in by the
+//! caller; this module never reads them from disk and knows nothing of actors.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use http::uri::Scheme;
+use http::{HeaderName, HeaderValue};
+use serde::{Deserialize, Serialize};
+use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
+
+/// Outgoing `wasi:http` of one instance. The default allows nothing.
+#[derive(Default)]
+pub struct Network {
+    /// Hosts the instance may reach, as `host` (any port) or `host:port`, compared with the
+    /// request URI's host (without case) and its port (explicit or the scheme's default).
+    pub allowed: Vec<String>,
+    /// A header the host adds to requests for one base URL; the guest never sees it.
+    pub credentials: Option<Credentials>,
+    /// Called with the request's `host[:port]` each time a request is denied, so the caller
+    /// can tell whom it concerns (the runtime keeps no logs).
+    pub on_denied: Option<OnDenied>,
+}
+
+/// Told the `host[:port]` of a denied request.
+pub type OnDenied = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// A header added by the host to every request whose URL starts with `base_url`, replacing
+/// any header of that name the guest sent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Credentials {
+    pub base_url: String,
+    pub header: String,
+    pub value: String,
+}
+
+/// Whether a request to `host` (as the URI spells it, IPv6 in brackets) on `port` is allowed
+/// by one `entry` of an allow-list: `host` allows every port, `host:port` that port only.
+pub fn allows(entry: &str, host: &str, port: u16) -> bool {
+    let entry = entry.trim();
+    // A colon after the last `]` (or anywhere, without brackets) starts the port.
+    let port_at = match entry.rfind(']') {
+        Some(bracket) => entry[bracket..].find(':').map(|i| bracket + i),
+        None => entry.rfind(':'),
+    };
+    let (entry_host, entry_port) = match port_at {
+        Some(i) => (&entry[..i], Some(&entry[i + 1..])),
+        None => (entry, None),
+    };
+    entry_host.eq_ignore_ascii_case(host)
+        && entry_port.is_none_or(|p| p.parse::<u16>().ok() == Some(port))
+}
+
+/// Whether `url` is `base_url` or lies below it (not merely a longer host name).
+fn under_base(url: &str, base_url: &str) -> bool {
+    let base = base_url.trim_end_matches('/');
+    url.strip_prefix(base)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(['/', '?']))
+}
+
+/// The `wasi:http` hooks of one instance: the host does TLS; the allow-list and credentials
+/// of its [`Network`] apply to every request.
+pub(super) struct HttpHooks {
+    pub(super) network: Network,
+}
+
+impl HttpHooks {
+    /// The request's `host[:port]` when the allow-list denies it.
+    fn denied(&self, uri: &http::Uri) -> Option<String> {
+        let host = uri.host().unwrap_or_default();
+        let port = uri
+            .port_u16()
+            .unwrap_or(if uri.scheme() == Some(&Scheme::HTTP) {
+                80
+            } else {
+                443
+            });
+        let allowed = self
+            .network
+            .allowed
+            .iter()
+            .any(|entry| allows(entry, host, port));
+        (!allowed).then(|| match uri.port_u16() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_string(),
+        })
+    }
+}
+
+type Sent = Box<
+    dyn Future<
+            Output = Result<
+                (
+                    http::Response<WasiBody>,
+                    Box<dyn Future<Output = Result<(), Error>> + Send>,
+                ),
+                Error,
+            >,
+        > + Send,
+>;
+
+impl WasiHttpHooks for HttpHooks {
+    fn is_supported_scheme(&mut self, scheme: &Scheme) -> bool {
+        *scheme == Scheme::HTTP || *scheme == Scheme::HTTPS
+    }
+
+    fn send_request(
+        &mut self,
+        mut request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        fut: Box<dyn Future<Output = Result<(), Error>> + Send>,
+    ) -> Sent {
+        // Nothing reports on `fut` here: errors come back through the returned future.
+        drop(fut);
+        if let Some(host) = self.denied(request.uri()) {
+            if let Some(on_denied) = &self.network.on_denied {
+                on_denied(&host);
+            }
+            return Box::new(async { Err(Error::HttpRequestDenied) });
+        }
+        if let Some(credentials) = &self.network.credentials
+            && under_base(&request.uri().to_string(), &credentials.base_url)
+        {
+            // Credentials come from the host's own files; an unusable one is skipped (the
+            // provider then refuses the request and says so).
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::try_from(credentials.header.as_str()),
+                HeaderValue::try_from(credentials.value.as_str()),
+            ) {
+                request.headers_mut().insert(name, value);
+            }
+        }
+        Box::new(async move {
+            let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            Ok((
+                response.map(WasiBody::new),
+                Box::new(io) as Box<dyn Future<Output = _> + Send>,
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_match_with_or_without_a_port() {
+        assert!(allows("api.openai.com", "api.openai.com", 443));
+        assert!(allows("API.openai.com", "api.openai.com", 8080));
+        assert!(allows("127.0.0.1:8080", "127.0.0.1", 8080));
+        assert!(!allows("127.0.0.1:8080", "127.0.0.1", 8081));
+        assert!(allows("localhost", "localhost", 3000));
+        assert!(allows("[::1]:9", "[::1]", 9));
+        assert!(allows("[::1]", "[::1]", 9));
+        assert!(!allows("openai.com", "api.openai.com", 443));
+        assert!(!allows(
+            "api.openai.com",
+            "api.openai.com.evil.example",
+            443
+        ));
+        assert!(!allows("example.com:http", "example.com", 80));
+    }
+
+    #[test]
+    fn the_default_port_is_the_schemes() {
+        let hooks = |allowed: &[&str]| HttpHooks {
+            network: Network {
+                allowed: allowed.iter().map(|s| s.to_string()).collect(),
+                ..Network::default()
+            },
+        };
+        let uri = |u: &str| u.parse::<http::Uri>().unwrap();
+        let h = hooks(&["example.com:443", "plain.example:80"]);
+        assert_eq!(h.denied(&uri("https://example.com/x")), None);
+        assert_eq!(h.denied(&uri("http://plain.example/")), None);
+        assert_eq!(
+            h.denied(&uri("http://example.com/")),
+            Some("example.com".into())
+        );
+        assert_eq!(
+            hooks(&[]).denied(&uri("http://127.0.0.1:5/")),
+            Some("127.0.0.1:5".into())
+        );
+    }
+
+    #[test]
+    fn credentials_apply_below_their_base_url_only() {
+        assert!(under_base(
+            "https://api.x.com/v1/responses",
+            "https://api.x.com"
+        ));
+        assert!(under_base("https://api.x.com/v1", "https://api.x.com/"));
+        assert!(under_base("https://api.x.com", "https://api.x.com"));
+        assert!(!under_base(
+            "https://api.x.com.evil.example/v1",
+            "https://api.x.com"
+        ));
+        assert!(!under_base("http://api.x.com/v1", "https://api.x.com"));
+    }
+}
