@@ -3,7 +3,8 @@
 //!
 //! It is a client of the broker like any actor: requests come to its mailbox, replies go back
 //! through the router. Builds run one at a time and share one target folder, so a second build
-//! of a similar crate is fast. The broker never learns that Rust exists.
+//! of a similar crate is fast. The broker never learns that Rust exists. Invariant: no code of a
+//! crate runs outside the bubblewrap sandbox (see [`Builder::sandboxed_build`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -19,6 +20,9 @@ use crate::world::World;
 
 /// A build still running after this long is killed and answered with `build_failed`.
 pub const BUILD_TIME_LIMIT: Duration = Duration::from_secs(15 * 60);
+
+/// The program that sandboxes builds (bubblewrap); without it nothing is built.
+const SANDBOX: &str = "bwrap";
 
 /// The compilation target of every actor.
 pub const TARGET: &str = "wasm32-wasip2";
@@ -136,7 +140,7 @@ impl Builder {
         let work = self.work_dir.join(&krate.binary);
         stage(&source, &text, &work)
             .map_err(|e| Failure::Request(format!("cannot copy `{given}` to build it: {e}")))?;
-        let (artifact, warnings) = self.cargo_build(&work, &krate).await?;
+        let (artifact, warnings) = self.cargo_build(&source, &work, &krate).await?;
 
         let n = next_build_number(&self.builds_dir);
         let dir = self.builds_dir.join(n.to_string());
@@ -154,17 +158,81 @@ impl Builder {
         }))
     }
 
-    /// Runs `cargo build`; returns the built `.wasm` and the rendered warnings.
-    async fn cargo_build(&self, work: &Path, krate: &Crate) -> Result<(PathBuf, String), Failure> {
-        let mut child = tokio::process::Command::new("cargo")
+    /// Fetches the crate's dependencies, then builds it in the sandbox; returns the built
+    /// `.wasm` and the rendered warnings. Both steps together get [`BUILD_TIME_LIMIT`].
+    async fn cargo_build(
+        &self,
+        source: &Path,
+        work: &Path,
+        krate: &Crate,
+    ) -> Result<(PathBuf, String), Failure> {
+        let steps = async {
+            fetch(work).await?;
+            self.sandboxed_build(source, work, krate).await
+        };
+        tokio::time::timeout(BUILD_TIME_LIMIT, steps)
+            .await
+            .map_err(|_| {
+                Failure::Build(format!(
+                    "the build ran longer than {} minutes and was stopped",
+                    BUILD_TIME_LIMIT.as_secs() / 60
+                ))
+            })?
+    }
+
+    /// Runs `cargo build --offline` under bubblewrap. The build sees the host read-only, with a
+    /// private `/tmp`, `/dev` and `/proc`, no network and no other processes; it writes only the
+    /// staged crate and the shared target folder. The world (where sources and their path
+    /// dependencies live) is bound read-only again over the private `/tmp`, since worlds may live
+    /// there. Cargo's home stays read-only: [`fetch`] already downloaded and unpacked every
+    /// dependency, and cargo skips its `.package-cache` lock on a read-only file system, so
+    /// nothing there needs writing, and a build script cannot tamper with the sources later
+    /// builds use.
+    async fn sandboxed_build(
+        &self,
+        source: &Path,
+        work: &Path,
+        krate: &Crate,
+    ) -> Result<(PathBuf, String), Failure> {
+        std::fs::create_dir_all(&self.target_dir)
+            .map_err(|e| Failure::Request(format!("cannot create the target folder: {e}")))?;
+        let real = |path: &Path| {
+            std::fs::canonicalize(path)
+                .map_err(|e| Failure::Request(format!("{}: {e}", path.display())))
+        };
+        let (root, source, work, target) = (
+            real(self.world.root())?,
+            real(source)?,
+            real(work)?,
+            real(&self.target_dir)?,
+        );
+        let mut command = tokio::process::Command::new(SANDBOX);
+        command
+            .args(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"])
+            .args(["--tmpfs", "/tmp"]);
+        for (how, path) in [
+            ("--ro-bind", &root),
+            ("--ro-bind", &source),
+            ("--bind", &work),
+            ("--bind", &target),
+        ] {
+            command.arg(how).arg(path).arg(path);
+        }
+        // Secrets stay out of reach: a build script could otherwise read a token and bake it
+        // into the `.wasm` it builds.
+        let credentials = self.world.credentials_dir();
+        if let Ok(credentials) = std::fs::canonicalize(credentials) {
+            command.arg("--tmpfs").arg(credentials);
+        }
+        let mut child = command
             .args([
-                "build",
-                "--release",
-                "--color",
-                "never",
-                "--message-format",
-                "json",
+                "--unshare-net",
+                "--unshare-pid",
+                "--die-with-parent",
+                "--new-session",
             ])
+            .args(["--", "cargo", "build", "--offline", "--release"])
+            .args(["--color", "never", "--message-format", "json"])
             .args([
                 "--target",
                 TARGET,
@@ -173,41 +241,57 @@ impl Builder {
                 "--manifest-path",
             ])
             .arg(work.join("Cargo.toml"))
-            .env("CARGO_TARGET_DIR", &self.target_dir)
+            .env("CARGO_TARGET_DIR", &target)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| Failure::Request(format!("cannot run cargo: {e}; is Rust installed?")))?;
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Failure::Request(
+                    "cannot sandbox the build: bubblewrap (`bwrap`) is not installed, and builds \
+                     never run without it; install it (Debian: `apt-get install bubblewrap`)"
+                        .into(),
+                ),
+                _ => Failure::Request(format!("cannot run bubblewrap (`bwrap`): {e}")),
+            })?;
         let stdout = child.stdout.take().expect("piped");
         let mut stderr = child.stderr.take().expect("piped");
-        let run = async {
-            let mut report = Report::default();
-            let mut lines = BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                report.read(&line, &krate.binary);
-            }
-            let mut text = String::new();
-            // Unreadable stderr only loses detail; the exit status still tells the outcome.
-            let _ = stderr.read_to_string(&mut text).await;
-            (report, text, child.wait().await)
-        };
-        let (report, stderr, status) =
-            tokio::time::timeout(BUILD_TIME_LIMIT, run)
-                .await
-                .map_err(|_| {
-                    Failure::Build(format!(
-                        "the build ran longer than {} minutes and was stopped",
-                        BUILD_TIME_LIMIT.as_secs() / 60
-                    ))
-                })?;
-        let succeeded = status.is_ok_and(|s| s.success());
+        let mut report = Report::default();
+        let mut lines = BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            report.read(&line, &krate.binary);
+        }
+        let mut text = String::new();
+        // Unreadable stderr only loses detail; the exit status still tells the outcome.
+        let _ = stderr.read_to_string(&mut text).await;
+        let succeeded = child.wait().await.is_ok_and(|s| s.success());
         match report.artifact {
             Some(artifact) if succeeded => Ok((artifact, report.warnings.join("\n"))),
             _ if !report.errors.is_empty() => Err(Failure::Build(report.errors.join("\n"))),
-            _ => Err(Failure::Build(without_progress(&stderr))),
+            _ => Err(Failure::Build(without_progress(&text))),
         }
+    }
+}
+
+/// Downloads (and unpacks) the dependencies of the staged crate into cargo's home, outside the
+/// sandbox: this is the one step with network, and it runs no code of the crate's (no build
+/// script, no proc macro), so the build that follows can be offline.
+async fn fetch(work: &Path) -> Result<(), Failure> {
+    let fetched = tokio::process::Command::new("cargo")
+        .args(["fetch", "--color", "never", "--manifest-path"])
+        .arg(work.join("Cargo.toml"))
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| Failure::Request(format!("cannot run cargo: {e}; is Rust installed?")))?;
+    if fetched.status.success() {
+        Ok(())
+    } else {
+        Err(Failure::Build(without_progress(&String::from_utf8_lossy(
+            &fetched.stderr,
+        ))))
     }
 }
 

@@ -160,3 +160,97 @@ fn wrong_build_requests_say_what_to_do() {
         "{reply}"
     );
 }
+
+/// Writes a crate whose build script runs `build_rs`, a function body that returns an error
+/// message when the sandbox let it do what it tried.
+fn write_crate_with_build_script(dir: &std::path::Path, name: &str, build_rs: &str) {
+    write_greeter_crate(dir, name, "hi");
+    std::fs::write(
+        dir.join("build.rs"),
+        format!("fn main() {{\n{build_rs}\n}}\n"),
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_build_script_cannot_write_outside_its_folders() {
+    let world = TestWorld::new();
+    let dir = world.path("private/console/data/writer");
+    let in_world = world.path("escaped.txt");
+    let in_tmp = std::env::temp_dir().join(format!("sausage-escaped-{}", std::process::id()));
+    // The private /tmp of the sandbox takes the write; the world is read-only, so the second
+    // write fails and the build script says so: the build fails exactly when the sandbox works.
+    write_crate_with_build_script(
+        &dir,
+        "writer",
+        &format!(
+            "std::fs::write({in_tmp:?}, \"out\").unwrap();\n\
+             if let Err(e) = std::fs::write({in_world:?}, \"out\") {{\n\
+                 panic!(\"the sandbox denied the write: {{e}}\");\n\
+             }}"
+        ),
+    );
+    let mut host = world.run();
+    let failed = build(&mut host, "/data/writer");
+    assert_eq!(failed["type"], "build_failed", "{failed}");
+    let errors = failed["errors"].as_str().unwrap();
+    assert!(errors.contains("the sandbox denied the write"), "{errors}");
+    assert!(!in_world.exists(), "the world stayed untouched");
+    assert!(!in_tmp.exists(), "the host's /tmp stayed untouched");
+}
+
+#[test]
+fn a_build_script_cannot_reach_the_network() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let address = listener.local_addr().unwrap();
+    let world = TestWorld::new();
+    let dir = world.path("private/console/data/caller");
+    write_crate_with_build_script(
+        &dir,
+        "caller",
+        &format!(
+            "if let Err(e) = std::net::TcpStream::connect(\"{address}\") {{\n\
+                 panic!(\"the sandbox denied the connection: {{e}}\");\n\
+             }}"
+        ),
+    );
+    let mut host = world.run();
+    let failed = build(&mut host, "/data/caller");
+    assert_eq!(failed["type"], "build_failed", "{failed}");
+    let errors = failed["errors"].as_str().unwrap();
+    assert!(
+        errors.contains("the sandbox denied the connection"),
+        "{errors}"
+    );
+    assert!(
+        listener
+            .accept()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+        "nobody connected"
+    );
+}
+
+#[test]
+fn a_build_script_cannot_read_the_worlds_credentials() {
+    let world = TestWorld::new();
+    let secret = world.path("broker/credentials/agent.json");
+    std::fs::create_dir_all(secret.parent().unwrap()).unwrap();
+    std::fs::write(&secret, r#"{"value": "sk-do-not-leak"}"#).unwrap();
+    let dir = world.path("private/console/data/reader");
+    write_crate_with_build_script(
+        &dir,
+        "reader",
+        &format!(
+            "if let Ok(text) = std::fs::read_to_string({secret:?}) {{\n\
+                 panic!(\"the sandbox let me read the credentials: {{text}}\");\n\
+             }}"
+        ),
+    );
+    let mut host = world.run();
+    let built = build(&mut host, "/data/reader");
+    assert_eq!(
+        built["type"], "built",
+        "the read failed, so the build went on: {built}"
+    );
+}
