@@ -10,12 +10,22 @@ use std::time::Duration;
 use crate::host::{Event, Host, Outgoing, Posted};
 use crate::provider::{HttpRequest, HttpResponse};
 
-/// A new empty folder for one test.
+/// A new empty folder for one test, under the test binary's target folder (not the system's
+/// temporary folder): each run of the tests empties the folders of the run before.
 pub fn temp_dir(name: &str) -> PathBuf {
+    static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let root = ROOT.get_or_init(|| {
+        let exe = std::env::current_exe().expect("the test binary has a path");
+        let root = exe
+            .parent()
+            .expect("the test binary is in a folder")
+            .join("agent-test-folders");
+        let _ = std::fs::remove_dir_all(&root); // The folders of the previous run, if any.
+        root
+    });
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("agent-test-{}-{name}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir); // A leftover of an earlier run, if any.
+    let dir = root.join(format!("{name}-{n}"));
     std::fs::create_dir_all(&dir).expect("temporary folder");
     dir
 }
