@@ -7,8 +7,8 @@
 //!   `read_handle` {handle} → {text}, the whole file through that handle (seek to 0, read all);
 //!   `close` {handle}.
 //! - `read` {path} → {text}; `write_file` {path, text} in one go; `list` {path} → {names}, sorted;
-//!   `stat` {path} → {size, is_dir}; `exists` {path} → {exists}; `rename` {from, to}; `remove`
-//!   {path} (a file); `mkdir` {path}; `rmdir` {path}; `symlink` {target, link}; `hardlink` {from, to}.
+//!   `stat` {path} → {size, is_dir}; `exists` {path} → {exists}; `env` → {env}, every variable;
+//!   `rename` {from, to}; `remove` {path} (a file); `mkdir` {path}; `rmdir` {path}; `symlink` {target, link}; `hardlink` {from, to}.
 //! - `exit` {code}: exits at once with open handles left as they are (no close); `trap`: panics,
 //!   which traps; `spin`: busy-loops forever without reading stdin.
 //!
@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, ErrorKind, Read, Seek, SeekFrom, Write};
 
-const COMMANDS: [&str; 18] = [
+const COMMANDS: [&str; 19] = [
     "open",
     "write",
     "read_handle",
@@ -29,6 +29,7 @@ const COMMANDS: [&str; 18] = [
     "list",
     "stat",
     "exists",
+    "env",
     "rename",
     "remove",
     "mkdir",
@@ -120,6 +121,7 @@ fn run(op: &str, args: &Value, handles: &mut HashMap<String, File>) -> io::Resul
             Ok(json!({"size": meta.len(), "is_dir": meta.is_dir()}))
         }
         "exists" => Ok(json!({"exists": fs::exists(arg(args, "path")?)?})),
+        "env" => Ok(json!({"env": std::env::vars().collect::<HashMap<_, _>>()})),
         "rename" => {
             fs::rename(arg(args, "from")?, arg(args, "to")?)?;
             ok()

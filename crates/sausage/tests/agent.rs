@@ -42,6 +42,7 @@ fn a_persons_text_gets_the_models_answer() {
     let fake = FakeLlm::start();
     fake.push_openai(openai::text_reply("Hello from the model."));
     let world = world_with_agent(&fake, "openai-responses");
+    world.install("probe", "fsprobe");
     let mut host = world.run();
     assert_eq!(ask(&mut host, "hello agent"), "Hello from the model.");
     let request = &fake.requests()[0];
@@ -53,11 +54,15 @@ fn a_persons_text_gets_the_models_answer() {
         "the seven tools are offered"
     );
     // The fake refuses a request without the right header: the host added the token, which
-    // no file an actor can see holds.
+    // no file an actor can see holds, and no actor's environment.
     assert_eq!(
         world.visible_files_containing(TOKEN),
         Vec::<std::path::PathBuf>::new()
     );
+    host.tell("probe", json!({"type": "env"}));
+    let env = host.wait_type("probe", "ok")["env"].clone();
+    assert_eq!(env["SAUSAGE_ACTOR"], "probe", "{env}");
+    assert!(!env.to_string().contains(TOKEN), "{env}");
 }
 
 #[test]
