@@ -171,18 +171,6 @@ impl Envelope {
             })
         })
     }
-
-    /// The body's `type`, if it has a string one.
-    pub fn body_type(&self) -> Option<String> {
-        #[derive(Deserialize)]
-        struct Typed {
-            #[serde(rename = "type")]
-            kind: Option<String>,
-        }
-        serde_json::from_str::<Typed>(self.body.get())
-            .ok()
-            .and_then(|t| t.kind)
-    }
 }
 
 /// Serialises a host-built body once, for routing.
@@ -254,6 +242,5 @@ mod tests {
                 .unwrap()
                 .contains(r#"{ "type" : "t" }"#)
         );
-        assert_eq!(env.body_type().as_deref(), Some("t"));
     }
 }
