@@ -252,6 +252,11 @@ impl World {
         self.root.join("broker/cache")
     }
 
+    /// `broker/mailboxes/`: the journal of every mailbox's waiting messages.
+    pub fn journal_dir(&self) -> PathBuf {
+        self.root.join("broker/mailboxes")
+    }
+
     /// `broker/scratch/`: candidate test folders, emptied at start.
     pub fn scratch_dir(&self) -> PathBuf {
         self.root.join("broker/scratch")

@@ -4,6 +4,8 @@
 //! The mailbox *is* the instance's stdin: a guest's read takes the next message straight from
 //! the queue, so messages never sit in a buffer that a crash would lose. Between instances
 //! (stopped, restarting, upgrading) the queue keeps accepting up to [`MAILBOX_CAPACITY`].
+//! A durable mailbox records every push and every take in the [`Journal`] before it returns, so
+//! a kill of the host loses nothing accepted; a message counts as delivered once it is read.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -12,7 +14,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-use crate::message::Envelope;
+use super::journal::{Journal, Waiting};
+use crate::message::{ActorId, Envelope};
 use crate::runtime::stdio::{BoxFuture, GuestInput};
 
 /// Messages a mailbox holds. While it is full, senders wait (a WASM sender's stdout is not
@@ -37,10 +40,22 @@ pub struct Mailbox {
     arrived: Notify,
     /// Wakes every sender blocked on a full mailbox when a message is taken out.
     space: Notify,
+    /// Where the queue is recorded; `None` for a candidate's scratch mailbox, which must not
+    /// outlive its test.
+    journal: Option<Durable>,
+}
+
+struct Durable {
+    journal: Arc<Journal>,
+    actor: ActorId,
 }
 
 struct Inner {
-    queue: VecDeque<Arc<Envelope>>,
+    queue: VecDeque<Queued>,
+    /// The positions the next push at the back and at the front get: the journal's keys, which
+    /// sort in queue order.
+    next_back: i64,
+    next_front: i64,
     input: Input,
     /// The line the instance is part-way through reading.
     partial: Option<Bytes>,
@@ -60,14 +75,48 @@ enum Input {
     Closing(Option<Bytes>),
 }
 
-/// A push that found the mailbox full; it gives the message back.
-pub struct Full(pub Arc<Envelope>);
+struct Queued {
+    pos: i64,
+    envelope: Arc<Envelope>,
+}
+
+/// Why a push did not go in; the message comes back.
+pub enum Refused {
+    /// The mailbox holds [`MAILBOX_CAPACITY`] messages.
+    Full(Arc<Envelope>),
+    /// The journal could not record the message (no room on disk, say); accepting it anyway
+    /// would risk losing it.
+    Unstored(Arc<Envelope>, String),
+}
 
 impl Default for Mailbox {
+    /// A mailbox that lives in memory only.
     fn default() -> Self {
+        Mailbox::with_queue(Vec::new(), None)
+    }
+}
+
+impl Mailbox {
+    /// `actor`'s mailbox, recorded in `journal`, holding the messages that were waiting for it
+    /// when the journal was opened.
+    pub fn durable(actor: ActorId, journal: Arc<Journal>) -> Mailbox {
+        let waiting = journal.claim(&actor);
+        Mailbox::with_queue(waiting, Some(Durable { journal, actor }))
+    }
+
+    /// `waiting` is in queue order, with its positions.
+    fn with_queue(waiting: Waiting, journal: Option<Durable>) -> Mailbox {
+        let next_back = waiting.last().map_or(0, |(pos, _)| pos + 1);
+        let next_front = waiting.first().map_or(-1, |(pos, _)| pos - 1);
+        let queue = waiting
+            .into_iter()
+            .map(|(pos, envelope)| Queued { pos, envelope })
+            .collect();
         Mailbox {
             state: Mutex::new(Inner {
-                queue: VecDeque::new(),
+                queue,
+                next_back,
+                next_front,
                 input: Input::Detached,
                 partial: None,
                 last_taken: None,
@@ -75,31 +124,39 @@ impl Default for Mailbox {
             }),
             arrived: Notify::new(),
             space: Notify::new(),
+            journal,
         }
     }
-}
 
-impl Mailbox {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding this lock is a bug elsewhere; the queue itself stays
         // consistent, so keep serving rather than poisoning every actor that writes here.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Appends a message unless the mailbox is full.
-    pub fn try_push(&self, envelope: Arc<Envelope>) -> Result<(), Full> {
+    /// Appends a message unless the mailbox is full or the journal cannot record it.
+    pub fn try_push(&self, envelope: Arc<Envelope>) -> Result<(), Refused> {
         let mut inner = self.lock();
         if inner.queue.len() >= MAILBOX_CAPACITY {
-            return Err(Full(envelope));
+            return Err(Refused::Full(envelope));
         }
-        inner.queue.push_back(envelope);
+        let pos = inner.next_back;
+        if let Some(durable) = &self.journal
+            && let Err(e) = durable.journal.put(&durable.actor, pos, &envelope)
+        {
+            let reason = format!("the host cannot record the message on disk: {e}");
+            return Err(Refused::Unstored(envelope, reason));
+        }
+        inner.next_back += 1;
+        inner.queue.push_back(Queued { pos, envelope });
         drop(inner);
         self.arrived.notify_one();
         Ok(())
     }
 
     /// Appends a message, waiting while the mailbox is full, at most [`FULL_MAILBOX_TIMEOUT`].
-    pub async fn push(&self, mut envelope: Arc<Envelope>) -> Result<(), Full> {
+    /// On `Err(Refused::Full)` the time ran out.
+    pub async fn push(&self, mut envelope: Arc<Envelope>) -> Result<(), Refused> {
         let deadline = tokio::time::Instant::now() + FULL_MAILBOX_TIMEOUT;
         loop {
             let space = self.space.notified();
@@ -107,27 +164,61 @@ impl Mailbox {
             // Registered before the check, so a take between the check and the wait wakes us.
             space.as_mut().enable();
             match self.try_push(envelope) {
-                Ok(()) => return Ok(()),
-                Err(Full(back)) => envelope = back,
+                Err(Refused::Full(back)) => envelope = back,
+                done => return done,
             }
             if tokio::time::timeout_at(deadline, space).await.is_err() {
-                return Err(Full(envelope));
+                return Err(Refused::Full(envelope));
             }
         }
     }
 
     /// Puts messages back at the front, in order, ahead of everything queued (a parked message
     /// after an upgrade). They may take the mailbox over its capacity for a moment.
+    /// A message the journal cannot record is still queued, in memory only.
     pub fn push_front(&self, envelope: Arc<Envelope>) {
-        self.lock().queue.push_front(envelope);
+        let mut inner = self.lock();
+        let pos = inner.next_front;
+        if let Some(durable) = &self.journal
+            && let Err(e) = durable.journal.put(&durable.actor, pos, &envelope)
+        {
+            eprintln!(
+                "sausage: actor {}: message {} cannot be recorded on disk ({e}); a kill of the \
+                 host would lose it",
+                durable.actor, envelope.id
+            );
+        }
+        inner.next_front -= 1;
+        inner.queue.push_front(Queued { pos, envelope });
+        drop(inner);
         self.arrived.notify_one();
     }
 
-    /// Takes every queued message out (the actor is being removed).
-    pub fn drain(&self) -> Vec<Arc<Envelope>> {
-        let drained = self.lock().queue.drain(..).collect();
+    /// Takes every queued message out (the actor is being removed) after `keep` stored them
+    /// elsewhere. When `keep` fails, the messages stay and its error comes back.
+    pub fn drain<E>(&self, keep: impl FnOnce(&[&Envelope]) -> Result<(), E>) -> Result<(), E> {
+        let mut inner = self.lock();
+        let waiting: Vec<&Envelope> = inner.queue.iter().map(|q| &*q.envelope).collect();
+        keep(&waiting)?;
+        for queued in std::mem::take(&mut inner.queue) {
+            self.forget(&queued);
+        }
+        drop(inner);
         self.space.notify_waiters();
-        drained
+        Ok(())
+    }
+
+    /// Records that a message left the queue for good.
+    fn forget(&self, queued: &Queued) {
+        if let Some(durable) = &self.journal
+            && let Err(e) = durable.journal.take(&durable.actor, queued.pos)
+        {
+            eprintln!(
+                "sausage: actor {}: the delivery of message {} cannot be recorded on disk \
+                 ({e}); after a kill of the host it may come again",
+                durable.actor, queued.envelope.id
+            );
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -150,9 +241,12 @@ impl Mailbox {
     }
 
     fn take(&self) -> Option<Arc<Envelope>> {
-        let envelope = self.lock().queue.pop_front()?;
+        let mut inner = self.lock();
+        let queued = inner.queue.pop_front()?;
+        self.forget(&queued);
+        drop(inner);
         self.space.notify_waiters();
-        Some(envelope)
+        Some(queued.envelope)
     }
 
     /// Opens the mailbox as the stdin of a new instance.
@@ -193,15 +287,16 @@ impl Mailbox {
             return None;
         }
         let mut in_pipe = inner.partial.as_ref().map_or(0, Bytes::len);
-        let blocked = inner.queue.iter().position(|envelope| {
-            in_pipe += envelope.line_len();
+        let blocked = inner.queue.iter().position(|queued| {
+            in_pipe += queued.envelope.line_len();
             in_pipe > STDIN_PIPE_BYTES
         })?;
         inner.last_read = now;
-        let dropped = inner.queue.remove(blocked);
+        let dropped = inner.queue.remove(blocked)?;
+        self.forget(&dropped);
         drop(inner);
         self.space.notify_waiters();
-        dropped
+        Some(dropped.envelope)
     }
 }
 
@@ -216,9 +311,11 @@ impl GuestInput for MailboxInput {
             let next = match &mut inner.input {
                 Input::Closing(shutdown) => Some(shutdown.take()?),
                 Input::Detached => None,
-                Input::Open => inner.queue.pop_front().map(|envelope| {
-                    let line = Bytes::from(envelope.to_line());
-                    inner.last_taken = Some(envelope);
+                Input::Open => inner.queue.pop_front().map(|queued| {
+                    // Read means delivered: from here on the message is never given again.
+                    mailbox.forget(&queued);
+                    let line = Bytes::from(queued.envelope.to_line());
+                    inner.last_taken = Some(queued.envelope);
                     mailbox.space.notify_waiters();
                     line
                 }),
@@ -294,7 +391,7 @@ mod tests {
         for n in 0..MAILBOX_CAPACITY {
             assert!(mailbox.try_push(message(n)).is_ok());
         }
-        let Err(Full(back)) = mailbox.try_push(message(9999)) else {
+        let Err(Refused::Full(back)) = mailbox.try_push(message(9999)) else {
             panic!("a full mailbox accepted a message");
         };
         assert_eq!(back.id, "m-9999");
@@ -362,5 +459,93 @@ mod tests {
             mailbox.drop_stalled_write(later).is_none(),
             "the clock restarts"
         );
+    }
+
+    /// Durable mailboxes against a model: any sequence of pushes (back and front), reads,
+    /// drops and reopenings of the journal leaves each mailbox holding what the model holds.
+    mod durable {
+        use super::*;
+        use proptest::prelude::*;
+        use std::collections::HashMap;
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Push(usize, usize),
+            Front(usize, usize),
+            Read(usize),
+            Reopen,
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                6 => (0..2usize, 0..3000usize).prop_map(|(a, pad)| Op::Push(a, pad)),
+                1 => (0..2usize, 0..10usize).prop_map(|(a, pad)| Op::Front(a, pad)),
+                4 => (0..2usize).prop_map(Op::Read),
+                1 => Just(Op::Reopen),
+            ]
+        }
+
+        fn open(dir: &std::path::Path) -> Vec<Arc<Mailbox>> {
+            let journal = Arc::new(Journal::open(dir).unwrap());
+            ["a", "b"]
+                .map(|id| {
+                    let id = ActorId::parse(id).unwrap();
+                    Arc::new(Mailbox::durable(id, journal.clone()))
+                })
+                .to_vec()
+        }
+
+        fn ids(mailbox: &Mailbox) -> Vec<String> {
+            let inner = mailbox.lock();
+            inner.queue.iter().map(|q| q.envelope.id.clone()).collect()
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(32))]
+            #[test]
+            fn reopened_mailboxes_hold_what_the_model_holds(ops in proptest::collection::vec(op(), 1..120)) {
+                let dir = tempfile::tempdir().unwrap();
+                let mut boxes = open(dir.path());
+                let mut model: HashMap<usize, VecDeque<String>> = HashMap::new();
+                for (n, op) in ops.into_iter().enumerate() {
+                    let padded = |pad: usize| Arc::new(Envelope {
+                        id: format!("m-{n}"),
+                        from: ActorId::parse("x").unwrap(),
+                        reply_to: None,
+                        body: raw(&serde_json::json!({"pad": "y".repeat(pad * 100)})),
+                    });
+                    match op {
+                        Op::Push(a, pad) => {
+                            prop_assert!(boxes[a].try_push(padded(pad)).is_ok());
+                            model.entry(a).or_default().push_back(format!("m-{n}"));
+                        }
+                        Op::Front(a, pad) => {
+                            boxes[a].push_front(padded(pad));
+                            model.entry(a).or_default().push_front(format!("m-{n}"));
+                        }
+                        Op::Read(a) => {
+                            let input = boxes[a].attach();
+                            let got = input.read(1 << 20).filter(|line| !line.is_empty());
+                            let got = got.map(|line| String::from_utf8_lossy(&line).into_owned());
+                            boxes[a].detach();
+                            let want = model.entry(a).or_default().pop_front();
+                            prop_assert_eq!(got.is_some(), want.is_some());
+                            if let (Some(got), Some(want)) = (got, want) {
+                                let quoted = format!("\"{}\"", want);
+                                prop_assert!(got.contains(&quoted), "{} in {}", want, got);
+                            }
+                        }
+                        Op::Reopen => {
+                            drop(boxes);
+                            boxes = open(dir.path());
+                        }
+                    }
+                    for (a, mailbox) in boxes.iter().enumerate() {
+                        let want: Vec<String> = model.get(&a).map(|q| q.iter().cloned().collect()).unwrap_or_default();
+                        prop_assert_eq!(ids(mailbox), want);
+                    }
+                }
+            }
+        }
     }
 }

@@ -5,6 +5,7 @@
 //! at once: they wait on that actor's operation queue, in arrival order.
 
 mod candidate;
+pub mod journal;
 pub mod mailbox;
 mod requests;
 pub mod router;
@@ -58,7 +59,17 @@ impl Broker {
             .with_context(|| format!("{}: cannot clean temporary files", world.root().display()))?;
         clear_dir(&world.scratch_dir())?;
 
-        let router = Arc::new(Router::new(world.clone(), world.load_next_message_id()));
+        let journal = journal::Journal::open(&world.journal_dir()).with_context(|| {
+            format!(
+                "{}: cannot open the mailbox journal",
+                world.journal_dir().display()
+            )
+        })?;
+        let router = Arc::new(Router::new(
+            world.clone(),
+            world.load_next_message_id(),
+            Arc::new(journal),
+        ));
         for native in RUNNING_NATIVES {
             router.add(&ActorId::parse(native).expect("native ids are valid"));
         }

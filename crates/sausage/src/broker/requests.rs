@@ -301,11 +301,14 @@ impl Broker {
         let mailbox = self.router.remove(&id);
         let archive = self.world.archive(&id).map_err(|e| format!("{e:#}"))?;
         if let Some(mailbox) = mailbox {
-            let waiting: Vec<u8> = mailbox.drain().iter().flat_map(|m| m.to_line()).collect();
-            if !waiting.is_empty() {
-                crate::fs::write_atomically(&archive.join("mailbox.jsonl"), &waiting)
-                    .map_err(|e| format!("actor {id}: cannot archive its mailbox: {e}"))?;
-            }
+            mailbox.drain(|waiting| {
+                if waiting.is_empty() {
+                    return Ok(());
+                }
+                let lines: Vec<u8> = waiting.iter().flat_map(|m| m.to_line()).collect();
+                crate::fs::write_atomically(&archive.join("mailbox.jsonl"), &lines)
+                    .map_err(|e| format!("actor {id}: cannot archive its mailbox: {e}"))
+            })?;
         }
         self.update_registry(|registry| {
             registry.actors.remove(id.as_str());

@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use serde_json::json;
 
-use super::mailbox::{Full, MAILBOX_CAPACITY, Mailbox};
+use super::journal::Journal;
+use super::mailbox::{MAILBOX_CAPACITY, Mailbox, Refused};
 use crate::message::{ActorId, Envelope, Outgoing, raw};
 use crate::world::{MESSAGE_ID_BLOCK, World};
 
@@ -20,6 +21,8 @@ pub struct Router {
     /// Publisher → subscribers, mirrored from the registry by the broker.
     subscribers: RwLock<HashMap<ActorId, Vec<ActorId>>>,
     ids: MessageIds,
+    /// Records every mailbox, so accepted messages survive a kill of the host.
+    journal: Arc<Journal>,
 }
 
 /// A message on its way: its envelope and the recipients it has not reached yet.
@@ -29,18 +32,23 @@ pub struct Delivery {
 }
 
 impl Router {
-    pub fn new(world: World, first_message_id: u64) -> Router {
+    pub fn new(world: World, first_message_id: u64, journal: Arc<Journal>) -> Router {
         Router {
             mailboxes: RwLock::default(),
             subscribers: RwLock::default(),
             ids: MessageIds::new(world, first_message_id),
+            journal,
         }
     }
 
-    /// Adds an actor's mailbox (or returns the one it has).
+    /// Adds an actor's mailbox (or returns the one it has). A new mailbox starts with the
+    /// messages the journal kept for the actor.
     pub fn add(&self, id: &ActorId) -> Arc<Mailbox> {
         let mut mailboxes = self.mailboxes.write().expect("router lock");
-        mailboxes.entry(id.clone()).or_default().clone()
+        mailboxes
+            .entry(id.clone())
+            .or_insert_with(|| Arc::new(Mailbox::durable(id.clone(), self.journal.clone())))
+            .clone()
     }
 
     /// Removes an actor's mailbox: later messages to it are undeliverable.
@@ -113,8 +121,12 @@ impl Router {
                 self.undeliverable(&delivery.envelope, to.as_str(), &self.unknown(&to));
                 continue;
             };
-            if mailbox.try_push(delivery.envelope.clone()).is_err() {
-                return false;
+            match mailbox.try_push(delivery.envelope.clone()) {
+                Ok(()) => {}
+                Err(Refused::Full(_)) => return false,
+                Err(Refused::Unstored(_, reason)) => {
+                    self.undeliverable(&delivery.envelope, to.as_str(), &reason);
+                }
             }
             delivery.recipients.pop_front();
         }
@@ -132,12 +144,18 @@ impl Router {
             let Some(mailbox) = self.mailbox(&to) else {
                 continue;
             };
-            if let Err(Full(_)) = mailbox.push(delivery.envelope.clone()).await {
-                let reason = format!(
-                    "the mailbox of `{to}` stayed full ({MAILBOX_CAPACITY} messages) for 30 s; \
-                     `{to}` is not keeping up"
-                );
-                self.undeliverable(&delivery.envelope, to.as_str(), &reason);
+            match mailbox.push(delivery.envelope.clone()).await {
+                Ok(()) => {}
+                Err(Refused::Full(_)) => {
+                    let reason = format!(
+                        "the mailbox of `{to}` stayed full ({MAILBOX_CAPACITY} messages) for \
+                         30 s; `{to}` is not keeping up"
+                    );
+                    self.undeliverable(&delivery.envelope, to.as_str(), &reason);
+                }
+                Err(Refused::Unstored(_, reason)) => {
+                    self.undeliverable(&delivery.envelope, to.as_str(), &reason);
+                }
             }
         }
     }
@@ -233,7 +251,9 @@ mod tests {
     fn router() -> (tempfile::TempDir, Router) {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("broker")).unwrap();
-        let router = Router::new(World::new(dir.path()), 1);
+        let world = World::new(dir.path());
+        let journal = Journal::open(&world.journal_dir()).unwrap();
+        let router = Router::new(world, 1, Arc::new(journal));
         (dir, router)
     }
 
@@ -344,7 +364,8 @@ mod tests {
         assert_eq!(r.next_id(), "m-1");
         let world = World::new(dir.path());
         assert_eq!(world.load_next_message_id(), 1 + MESSAGE_ID_BLOCK);
-        let again = Router::new(world.clone(), world.load_next_message_id());
+        let journal = Arc::new(Journal::open(&world.journal_dir()).unwrap());
+        let again = Router::new(world.clone(), world.load_next_message_id(), journal);
         assert_eq!(again.next_id(), format!("m-{}", 1 + MESSAGE_ID_BLOCK));
     }
 }

@@ -1,0 +1,730 @@
+//! The mailbox journal: a checksummed append-only log of every message the broker accepts into a
+//! mailbox and every message taken out of one, so a hard kill of the host loses no accepted
+//! message. Replaying the log in order gives every mailbox back, in order.
+//!
+//! Mailboxes call it under their own lock (mailbox, then journal; never the other way), so the
+//! log's order is the queues' order. It knows envelopes and actor ids, not routing or instances.
+//! Invariant: a segment is removed only when it and every older segment hold no waiting
+//! message, so a take never outlives its put.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{Ordering, fence};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use memmap2::{Mmap, MmapMut};
+use serde_json::value::RawValue;
+
+use crate::message::{ActorId, Envelope};
+
+/// Bytes of one segment file. Only the segment being written is mapped, so this bounds the
+/// memory the journal adds to the host; a record larger than this gets a segment of its size.
+pub const SEGMENT_BYTES: usize = 4 << 20;
+
+/// When the segments on disk hold more than twice the waiting messages' bytes plus this many
+/// segments, the oldest segment's waiting messages are copied forward and the segment goes, so
+/// a message that waits for long does not keep the log growing behind it.
+const SLACK_SEGMENTS: u64 = 4;
+
+/// Every segment starts with these bytes; a file without them holds no records (a kill between
+/// its creation and its first write).
+const MAGIC: &[u8; 8] = b"sausage1";
+
+/// Every record starts with its payload's length and CRC-32, 4 bytes each, little-endian. A zero
+/// length ends a segment's records; so does a record whose checksum fails (a torn tail).
+const HEADER: usize = 8;
+
+/// The payload starts with its kind.
+const PUT: u8 = 1;
+const TAKE: u8 = 2;
+
+/// The reply length that means "no `reply_to`".
+const NO_REPLY: u32 = u32::MAX;
+
+/// A waiting message: its actor and its position in that actor's mailbox. A mailbox numbers its
+/// positions (pushes at the back count up, pushes at the front count down), so sorting the
+/// keys of one actor gives its queue.
+type Key = (ActorId, i64);
+
+/// One actor's waiting messages with their positions, in queue order.
+pub type Waiting = Vec<(i64, Arc<Envelope>)>;
+
+pub struct Journal {
+    log: Mutex<Log>,
+    /// Waiting messages found at open, per actor in mailbox order, until the actor's mailbox
+    /// claims them. Unclaimed ones stay in the log for a later run.
+    recovered: Mutex<HashMap<ActorId, Waiting>>,
+}
+
+struct Log {
+    dir: PathBuf,
+    /// The segment being written, mapped whole.
+    current: Current,
+    /// Older segments, oldest first, with the bytes of their puts still waiting.
+    sealed: BTreeMap<u64, Sealed>,
+    /// Where each waiting message's put record is.
+    waiting: HashMap<Key, Place>,
+    waiting_bytes: u64,
+    /// Bytes of every segment file, the current one included.
+    disk_bytes: u64,
+}
+
+struct Current {
+    number: u64,
+    map: MmapMut,
+    /// Bytes written, the magic included: the next record goes here.
+    used: usize,
+    waiting_bytes: u64,
+}
+
+struct Sealed {
+    size: u64,
+    waiting_bytes: u64,
+}
+
+/// A put record in the log.
+#[derive(Clone, Copy)]
+struct Place {
+    segment: u64,
+    offset: u64,
+    /// The whole record, header included.
+    len: u32,
+}
+
+impl Journal {
+    /// Opens the journal in `dir` (creating it), reads back every waiting message, and starts a
+    /// new segment for this run. A torn tail, as a kill leaves it, ends a segment's records.
+    pub fn open(dir: &Path) -> io::Result<Journal> {
+        std::fs::create_dir_all(dir)?;
+        let mut numbers: Vec<u64> = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            if let Some(number) = segment_number(&entry?.file_name().to_string_lossy()) {
+                numbers.push(number);
+            }
+        }
+        numbers.sort_unstable();
+
+        let mut waiting = HashMap::new();
+        let mut messages = HashMap::new();
+        let mut sealed = BTreeMap::new();
+        for &number in &numbers {
+            let path = segment_path(dir, number);
+            let file = File::open(&path)?;
+            let size = file.metadata()?.len();
+            if size > 0 {
+                // SAFETY: the world lock lets one host at a time open this world, and the host
+                // never writes a sealed segment, so the mapped file does not change under us.
+                let map = unsafe { Mmap::map(&file)? };
+                replay(number, &map, &mut waiting, &mut messages, &path);
+            }
+            sealed.insert(
+                number,
+                Sealed {
+                    size,
+                    waiting_bytes: 0,
+                },
+            );
+        }
+        let mut waiting_bytes = 0;
+        for place in waiting.values() {
+            let segment: &mut Sealed = sealed.get_mut(&place.segment).expect("replayed segment");
+            segment.waiting_bytes += u64::from(place.len);
+            waiting_bytes += u64::from(place.len);
+        }
+        let disk_bytes = sealed.values().map(|s| s.size).sum();
+        let number = numbers.last().map_or(1, |n| n + 1);
+        let mut log = Log {
+            dir: dir.to_path_buf(),
+            current: Current::create(dir, number, SEGMENT_BYTES)?,
+            sealed,
+            waiting,
+            waiting_bytes,
+            disk_bytes,
+        };
+        log.disk_bytes += log.current.map.len() as u64;
+        log.collect();
+
+        let mut recovered: HashMap<ActorId, Waiting> = HashMap::new();
+        for ((actor, pos), envelope) in messages {
+            recovered.entry(actor).or_default().push((pos, envelope));
+        }
+        for queue in recovered.values_mut() {
+            queue.sort_unstable_by_key(|(pos, _)| *pos);
+        }
+        Ok(Journal {
+            log: Mutex::new(log),
+            recovered: Mutex::new(recovered),
+        })
+    }
+
+    fn log(&self) -> MutexGuard<'_, Log> {
+        // A panic while holding this lock is a bug elsewhere; keep the log usable.
+        self.log.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The messages that were waiting for `actor` when the journal was opened, in mailbox
+    /// order, with their positions; each is handed out once.
+    pub fn claim(&self, actor: &ActorId) -> Waiting {
+        let mut recovered = self.recovered.lock().unwrap_or_else(|e| e.into_inner());
+        recovered.remove(actor).unwrap_or_default()
+    }
+
+    /// Records that `envelope` waits in `actor`'s mailbox at `pos`. When this returns `Ok`, the
+    /// message survives a kill of the host; an error means it was not recorded (no room for a
+    /// new segment) and the caller must not accept it.
+    pub fn put(&self, actor: &ActorId, pos: i64, envelope: &Envelope) -> io::Result<()> {
+        let mut log = self.log();
+        let id = envelope.id.as_bytes();
+        let from = envelope.from.as_str().as_bytes();
+        let reply_to = envelope.reply_to.as_deref().map(str::as_bytes);
+        let body = envelope.body.get().as_bytes();
+        let len = key_len(actor)
+            + 4
+            + id.len()
+            + 1
+            + from.len()
+            + 4
+            + reply_to.map_or(0, <[u8]>::len)
+            + body.len();
+        let place = log.append(len, |out| {
+            let mut out = Writer(out);
+            out.key(PUT, actor, pos);
+            out.u32(id.len() as u32);
+            out.bytes(id);
+            out.u8(from.len() as u8);
+            out.bytes(from);
+            match reply_to {
+                Some(reply_to) => {
+                    out.u32(reply_to.len() as u32);
+                    out.bytes(reply_to);
+                }
+                None => out.u32(NO_REPLY),
+            }
+            out.bytes(body);
+        })?;
+        log.wait(actor.clone(), pos, place);
+        log.compact_if_wasteful();
+        Ok(())
+    }
+
+    /// Records that the message at `pos` left `actor`'s mailbox (taken by its reader, drained or
+    /// dropped), so it is never delivered again. An error means the log could not record it:
+    /// the message would come back after a kill.
+    pub fn take(&self, actor: &ActorId, pos: i64) -> io::Result<()> {
+        let mut log = self.log();
+        let key = (actor.clone(), pos);
+        if !log.waiting.contains_key(&key) {
+            // Its put was never recorded (a parked message the log had no room for).
+            return Ok(());
+        }
+        log.append(key_len(actor), |out| Writer(out).key(TAKE, actor, pos))?;
+        log.done(&key);
+        Ok(())
+    }
+
+    /// Bytes of the segment files on disk.
+    pub fn disk_bytes(&self) -> u64 {
+        self.log().disk_bytes
+    }
+}
+
+impl Log {
+    /// Appends one record whose payload `write` fills (exactly `len` bytes), starting a new
+    /// segment when the current one has no room. Returns where the record went.
+    fn append(&mut self, len: usize, write: impl FnOnce(&mut [u8])) -> io::Result<Place> {
+        let record = HEADER + len;
+        let record_len = u32::try_from(record)
+            .map_err(|_| io::Error::other(format!("a record of {record} bytes is too large")))?;
+        if self.current.used + record > self.current.map.len() {
+            self.roll(record)?;
+        }
+        let offset = self.current.used;
+        let map = &mut self.current.map[offset..offset + record];
+        let (header, payload) = map.split_at_mut(HEADER);
+        write(payload);
+        header[4..].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        // The length goes last: until it is there, the record does not exist. A kill that tears
+        // the record anyway is caught by the checksum.
+        fence(Ordering::Release);
+        header[..4].copy_from_slice(&(len as u32).to_le_bytes());
+        self.current.used += record;
+        Ok(Place {
+            segment: self.current.number,
+            offset: offset as u64,
+            len: record_len,
+        })
+    }
+
+    /// Seals the current segment and starts the next, big enough for a record of `record`
+    /// bytes.
+    fn roll(&mut self, record: usize) -> io::Result<()> {
+        let size = SEGMENT_BYTES.max((MAGIC.len() + record).next_multiple_of(4096));
+        let next = Current::create(&self.dir, self.current.number + 1, size)?;
+        let old = std::mem::replace(&mut self.current, next);
+        self.disk_bytes += size as u64;
+        self.sealed.insert(
+            old.number,
+            Sealed {
+                size: old.map.len() as u64,
+                waiting_bytes: old.waiting_bytes,
+            },
+        );
+        self.collect();
+        Ok(())
+    }
+
+    /// Notes a put as waiting.
+    fn wait(&mut self, actor: ActorId, pos: i64, place: Place) {
+        let len = u64::from(place.len);
+        self.waiting_bytes += len;
+        *self.waiting_bytes_of(place.segment) += len;
+        // A mailbox never reuses a waiting position, but a compaction copy replaces its put.
+        if let Some(old) = self.waiting.insert((actor, pos), place) {
+            self.waiting_bytes -= u64::from(old.len);
+            *self.waiting_bytes_of(old.segment) -= u64::from(old.len);
+        }
+    }
+
+    /// Notes a put as no longer waiting, and removes the segments that emptied.
+    fn done(&mut self, key: &Key) {
+        let Some(place) = self.waiting.remove(key) else {
+            return;
+        };
+        let len = u64::from(place.len);
+        self.waiting_bytes -= len;
+        let left = self.waiting_bytes_of(place.segment);
+        *left -= len;
+        if *left == 0 && self.sealed.first_key_value().map(|(n, _)| *n) == Some(place.segment) {
+            self.collect();
+        }
+    }
+
+    fn waiting_bytes_of(&mut self, segment: u64) -> &mut u64 {
+        if segment == self.current.number {
+            &mut self.current.waiting_bytes
+        } else {
+            &mut self
+                .sealed
+                .get_mut(&segment)
+                .expect("a waiting message's segment is on disk")
+                .waiting_bytes
+        }
+    }
+
+    /// Removes sealed segments, oldest first, while they hold no waiting message. A segment that
+    /// cannot be removed stops the removal (removing a newer one could resurrect the messages
+    /// its takes took); it is tried again later.
+    fn collect(&mut self) {
+        while let Some(entry) = self.sealed.first_entry() {
+            if entry.get().waiting_bytes > 0 {
+                return;
+            }
+            let path = segment_path(&self.dir, *entry.key());
+            if let Err(e) = std::fs::remove_file(&path)
+                && e.kind() != io::ErrorKind::NotFound
+            {
+                eprintln!("sausage: {}: cannot remove: {e}", path.display());
+                return;
+            }
+            self.disk_bytes -= entry.remove().size;
+        }
+    }
+
+    /// Copies the oldest sealed segment's waiting messages forward and removes it, when the log
+    /// holds much more than the messages that wait (see [`SLACK_SEGMENTS`]).
+    fn compact_if_wasteful(&mut self) {
+        let slack = SLACK_SEGMENTS * SEGMENT_BYTES as u64;
+        if self.disk_bytes <= 2 * self.waiting_bytes + slack {
+            return;
+        }
+        let Some((&oldest, _)) = self.sealed.first_key_value() else {
+            return;
+        };
+        if let Err(e) = self.copy_forward(oldest) {
+            eprintln!(
+                "sausage: {}: cannot compact the mailbox journal: {e}",
+                self.dir.display()
+            );
+        }
+        self.collect();
+    }
+
+    fn copy_forward(&mut self, segment: u64) -> io::Result<()> {
+        let mut moving: Vec<(Key, Place)> = self
+            .waiting
+            .iter()
+            .filter(|(_, place)| place.segment == segment)
+            .map(|(key, place)| (key.clone(), *place))
+            .collect();
+        moving.sort_unstable_by_key(|(_, place)| place.offset);
+        let file = File::open(segment_path(&self.dir, segment))?;
+        for ((actor, pos), place) in moving {
+            let mut record = vec![0; place.len as usize];
+            file.read_exact_at(&mut record, place.offset)?;
+            let payload = &record[HEADER..];
+            let copied = self.append(payload.len(), |out| out.copy_from_slice(payload))?;
+            self.wait(actor, pos, copied);
+        }
+        Ok(())
+    }
+}
+
+impl Current {
+    /// Creates segment `number` with all of its `size` bytes allocated, so writing into the
+    /// mapping never needs a disk block (a full disk would otherwise kill the host with SIGBUS).
+    fn create(dir: &Path, number: u64, size: usize) -> io::Result<Current> {
+        let path = segment_path(dir, number);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        // SAFETY: a plain system call on a file descriptor this function owns.
+        let failed = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) };
+        if failed != 0 {
+            let _ = std::fs::remove_file(&path);
+            return Err(io::Error::from_raw_os_error(failed));
+        }
+        // SAFETY: the world lock lets one host at a time open this world, and this segment is
+        // only written through this mapping, so no one else changes the memory under us.
+        let mut map = unsafe { MmapMut::map_mut(&file)? };
+        map[..MAGIC.len()].copy_from_slice(MAGIC);
+        Ok(Current {
+            number,
+            map,
+            used: MAGIC.len(),
+            waiting_bytes: 0,
+        })
+    }
+}
+
+/// Applies a segment's records, in order, to the waiting messages. Reading stops at the end of
+/// the records or at a torn one; a record with a good checksum that cannot be decoded (a bug)
+/// is skipped with a note.
+fn replay(
+    number: u64,
+    map: &[u8],
+    waiting: &mut HashMap<Key, Place>,
+    messages: &mut HashMap<Key, Arc<Envelope>>,
+    path: &Path,
+) {
+    if !map.starts_with(MAGIC) {
+        return;
+    }
+    let mut offset = MAGIC.len();
+    while let Some(header) = map.get(offset..offset + HEADER) {
+        let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
+        let crc = u32::from_le_bytes(header[4..].try_into().expect("4 bytes"));
+        let Some(payload) = map.get(offset + HEADER..offset + HEADER + len) else {
+            return;
+        };
+        if len == 0 || crc32fast::hash(payload) != crc {
+            return;
+        }
+        match decode(payload) {
+            Ok(Record::Put(key, envelope)) => {
+                let place = Place {
+                    segment: number,
+                    offset: offset as u64,
+                    len: (HEADER + len) as u32,
+                };
+                waiting.insert(key.clone(), place);
+                messages.insert(key, Arc::new(envelope));
+            }
+            Ok(Record::Take(key)) => {
+                waiting.remove(&key);
+                messages.remove(&key);
+            }
+            Err(e) => eprintln!(
+                "sausage: {}: the record at byte {offset} cannot be read ({e}); skipped",
+                path.display()
+            ),
+        }
+        offset += HEADER + len;
+    }
+}
+
+enum Record {
+    Put(Key, Envelope),
+    Take(Key),
+}
+
+fn decode(payload: &[u8]) -> Result<Record, String> {
+    let mut r = Reader(payload);
+    let kind = r.u8()?;
+    let len = r.u8()? as usize;
+    let actor = ActorId::parse(r.str(len)?)?;
+    let pos = i64::from_le_bytes(r.bytes(8)?.try_into().expect("8 bytes"));
+    if kind == TAKE {
+        return Ok(Record::Take((actor, pos)));
+    }
+    if kind != PUT {
+        return Err(format!("unknown record kind {kind}"));
+    }
+    let len = r.u32()? as usize;
+    let id = r.str(len)?.to_string();
+    let len = r.u8()? as usize;
+    let from = ActorId::parse(r.str(len)?)?;
+    let reply_to = match r.u32()? {
+        NO_REPLY => None,
+        len => Some(r.str(len as usize)?.to_string()),
+    };
+    let body = RawValue::from_string(r.str(r.0.len())?.to_string())
+        .map_err(|e| format!("the body is not JSON: {e}"))?;
+    Ok(Record::Put(
+        (actor, pos),
+        Envelope {
+            id,
+            from,
+            reply_to,
+            body,
+        },
+    ))
+}
+
+/// Bytes of a record's kind, actor and position.
+fn key_len(actor: &ActorId) -> usize {
+    1 + 1 + actor.as_str().len() + 8
+}
+
+/// Fills a payload front to back.
+struct Writer<'a>(&'a mut [u8]);
+
+impl Writer<'_> {
+    fn bytes(&mut self, bytes: &[u8]) {
+        let (head, rest) = std::mem::take(&mut self.0).split_at_mut(bytes.len());
+        head.copy_from_slice(bytes);
+        self.0 = rest;
+    }
+
+    fn u8(&mut self, n: u8) {
+        self.bytes(&[n]);
+    }
+
+    fn u32(&mut self, n: u32) {
+        self.bytes(&n.to_le_bytes());
+    }
+
+    fn key(&mut self, kind: u8, actor: &ActorId, pos: i64) {
+        self.u8(kind);
+        // Actor ids are at most 64 bytes (`MAX_ACTOR_ID_LEN`).
+        self.u8(actor.as_str().len() as u8);
+        self.bytes(actor.as_str().as_bytes());
+        self.bytes(&pos.to_le_bytes());
+    }
+}
+
+/// Reads a payload front to back; running short is an error, not a panic.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8], String> {
+        if self.0.len() < n {
+            return Err("the record ends early".into());
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+
+    fn str(&mut self, n: usize) -> Result<&'a str, String> {
+        std::str::from_utf8(self.bytes(n)?).map_err(|e| e.to_string())
+    }
+
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.bytes(1)?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(
+            self.bytes(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+}
+
+fn segment_path(dir: &Path, number: u64) -> PathBuf {
+    dir.join(format!("{number:020}.log"))
+}
+
+fn segment_number(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".log")?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::raw;
+    use serde_json::json;
+
+    fn actor(id: &str) -> ActorId {
+        ActorId::parse(id).unwrap()
+    }
+
+    fn envelope(n: usize, pad: usize) -> Envelope {
+        Envelope {
+            id: format!("m-{n}"),
+            from: actor("sender"),
+            reply_to: n.is_multiple_of(2).then(|| format!("x/{n}")),
+            body: raw(&json!({"type": "n", "n": n, "pad": "é".repeat(pad)})),
+        }
+    }
+
+    /// Every message claimed for `who` at a fresh open of `dir`: (position, id).
+    fn reopened(dir: &Path, who: &str) -> Vec<(i64, String)> {
+        let journal = Journal::open(dir).unwrap();
+        journal
+            .claim(&actor(who))
+            .into_iter()
+            .map(|(pos, e)| (pos, e.id.clone()))
+            .collect()
+    }
+
+    fn segments(dir: &Path) -> usize {
+        std::fs::read_dir(dir).unwrap().count()
+    }
+
+    #[test]
+    fn waiting_messages_come_back_whole_and_in_order_after_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let journal = Journal::open(dir.path()).unwrap();
+            for n in 0..5 {
+                journal
+                    .put(&actor("a"), n, &envelope(n as usize, 3))
+                    .unwrap();
+            }
+            journal.put(&actor("b"), 0, &envelope(9, 0)).unwrap();
+            journal.take(&actor("a"), 0).unwrap();
+            journal.take(&actor("a"), 2).unwrap();
+            journal.put(&actor("a"), -1, &envelope(7, 0)).unwrap();
+        }
+        let journal = Journal::open(dir.path()).unwrap();
+        let a = journal.claim(&actor("a"));
+        let got: Vec<(i64, &str)> = a.iter().map(|(p, e)| (*p, e.id.as_str())).collect();
+        assert_eq!(got, [(-1, "m-7"), (1, "m-1"), (3, "m-3"), (4, "m-4")]);
+        let original = envelope(4, 3);
+        let back = &a[3].1;
+        assert_eq!(back.to_line(), original.to_line(), "every field comes back");
+        assert!(journal.claim(&actor("a")).is_empty(), "claimed once");
+        assert_eq!(journal.claim(&actor("b"))[0].1.id, "m-9");
+    }
+
+    #[test]
+    fn a_torn_tail_loses_only_the_record_it_tore() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let journal = Journal::open(dir.path()).unwrap();
+            for n in 0..3 {
+                journal
+                    .put(&actor("a"), n, &envelope(n as usize, 0))
+                    .unwrap();
+            }
+            // A kill in the middle of the third record's copy: its last bytes never arrive.
+            let mut log = journal.log();
+            let used = log.current.used;
+            log.current.map[used - 3..used].fill(0);
+        }
+        assert_eq!(
+            reopened(dir.path(), "a"),
+            [(0, "m-0".to_string()), (1, "m-1".to_string())]
+        );
+        // The next run writes a new segment; what follows the torn record still counts.
+        {
+            let journal = Journal::open(dir.path()).unwrap();
+            journal.take(&actor("a"), 0).unwrap();
+            journal.put(&actor("a"), 2, &envelope(5, 0)).unwrap();
+        }
+        assert_eq!(
+            reopened(dir.path(), "a"),
+            [(1, "m-1".to_string()), (2, "m-5".to_string())]
+        );
+    }
+
+    #[test]
+    fn garbage_in_a_segment_is_not_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let journal = Journal::open(dir.path()).unwrap();
+            journal.put(&actor("a"), 0, &envelope(0, 0)).unwrap();
+        }
+        let mut segment = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .max()
+            .unwrap();
+        std::fs::write(&segment, b"not a segment").unwrap();
+        assert!(reopened(dir.path(), "a").is_empty());
+        segment.set_file_name(format!("{:020}.log", 999));
+        let mut forged = MAGIC.to_vec();
+        forged.extend_from_slice(&[0xff; 64]);
+        std::fs::write(&segment, forged).unwrap();
+        assert!(reopened(dir.path(), "a").is_empty());
+    }
+
+    #[test]
+    fn segments_are_removed_once_nothing_in_them_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        let big = envelope(0, 100_000);
+        for n in 0..400 {
+            journal.put(&actor("a"), n, &big).unwrap();
+            journal.take(&actor("a"), n).unwrap();
+        }
+        assert!(
+            segments(dir.path()) <= 2,
+            "{} segments",
+            segments(dir.path())
+        );
+        assert!(journal.disk_bytes() <= 2 * SEGMENT_BYTES as u64);
+    }
+
+    #[test]
+    fn a_message_that_waits_long_does_not_keep_the_log_growing() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let journal = Journal::open(dir.path()).unwrap();
+            journal.put(&actor("stuck"), 0, &envelope(1, 10)).unwrap();
+            let big = envelope(0, 100_000);
+            for n in 0..2000 {
+                journal.put(&actor("a"), n, &big).unwrap();
+                journal.take(&actor("a"), n).unwrap();
+            }
+            let bound = (SLACK_SEGMENTS + 2) * SEGMENT_BYTES as u64;
+            assert!(journal.disk_bytes() <= bound, "{}", journal.disk_bytes());
+            assert!(segments(dir.path()) as u64 <= SLACK_SEGMENTS + 2);
+        }
+        assert_eq!(reopened(dir.path(), "stuck"), [(0, "m-1".to_string())]);
+    }
+
+    #[test]
+    fn a_record_larger_than_a_segment_gets_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let journal = Journal::open(dir.path()).unwrap();
+            journal.put(&actor("a"), 0, &envelope(0, 3 << 20)).unwrap();
+            journal.put(&actor("a"), 1, &envelope(1, 0)).unwrap();
+        }
+        let back: Vec<i64> = reopened(dir.path(), "a").iter().map(|(p, _)| *p).collect();
+        assert_eq!(back, [0, 1]);
+    }
+
+    #[test]
+    fn other_files_in_the_folder_are_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "mine").unwrap();
+        std::fs::write(dir.path().join("12.log"), "short name").unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        journal.put(&actor("a"), 0, &envelope(0, 0)).unwrap();
+        drop(journal);
+        assert_eq!(reopened(dir.path(), "a").len(), 1);
+        assert!(dir.path().join("notes.txt").exists());
+        assert!(dir.path().join("12.log").exists());
+    }
+}
