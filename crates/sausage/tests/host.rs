@@ -156,7 +156,10 @@ fn messages_waiting_for_a_stopped_actor_survive_a_hard_kill() {
 /// The tick numbers notes has committed, checking that every line is whole.
 fn notes(world: &TestWorld) -> Vec<u64> {
     let text = world.read("private/notes/data/notes.jsonl");
-    assert!(text.is_empty() || text.ends_with('\n'), "the last line is whole");
+    assert!(
+        text.is_empty() || text.ends_with('\n'),
+        "the last line is whole"
+    );
     text.lines()
         .map(|line| {
             let note: serde_json::Value = serde_json::from_str(line)

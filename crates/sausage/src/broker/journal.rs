@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{Ordering, fence};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use memmap2::{Mmap, MmapMut};
+use memmap2::{Advice, Mmap, MmapMut};
 use serde_json::value::RawValue;
 
 use crate::message::{ActorId, Envelope};
@@ -119,6 +119,9 @@ impl Journal {
                 // SAFETY: the world lock lets one host at a time open this world, and the host
                 // never writes a sealed segment, so the mapped file does not change under us.
                 let map = unsafe { Mmap::map(&file)? };
+                // Only the written head of a segment is read; read-ahead would fetch (and, for
+                // allocated but unwritten blocks, zero) megabytes nobody reads.
+                map.advise(Advice::Random)?;
                 replay(number, &map, &mut waiting, &mut messages, &path);
             }
             sealed.insert(
@@ -392,6 +395,9 @@ impl Current {
         // SAFETY: the world lock lets one host at a time open this world, and this segment is
         // only written through this mapping, so no one else changes the memory under us.
         let mut map = unsafe { MmapMut::map_mut(&file)? };
+        // Pages are written one after another, each once. Without this, the first write fault
+        // reads ahead (zero-fills) megabytes of the fresh file: 1.5 ms measured at every start.
+        map.advise(Advice::Random)?;
         map[..MAGIC.len()].copy_from_slice(MAGIC);
         Ok(Current {
             number,
@@ -726,5 +732,44 @@ mod tests {
         assert_eq!(reopened(dir.path(), "a").len(), 1);
         assert!(dir.path().join("notes.txt").exists());
         assert!(dir.path().join("12.log").exists());
+    }
+
+    mod hostile {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// A record with a correct header around `payload`.
+        fn framed(payload: &[u8]) -> Vec<u8> {
+            let mut record = (payload.len() as u32).to_le_bytes().to_vec();
+            record.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+            record.extend_from_slice(payload);
+            record
+        }
+
+        proptest! {
+            /// Whatever a segment holds (torn, forged or random records), opening the journal
+            /// does not panic, and the journal works afterwards.
+            #[test]
+            fn any_segment_content_opens_without_panic(
+                raw in proptest::collection::vec(any::<u8>(), 0..512),
+                payloads in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 0..8),
+                kinds in proptest::collection::vec(0u8..4, 8),
+            ) {
+                let dir = tempfile::tempdir().unwrap();
+                let mut segment = MAGIC.to_vec();
+                for (payload, kind) in payloads.iter().zip(&kinds) {
+                    // Half-plausible records: a real kind and actor, then random bytes.
+                    let mut plausible = vec![*kind, 1, b'a'];
+                    plausible.extend_from_slice(payload);
+                    segment.extend_from_slice(&framed(&plausible));
+                }
+                segment.extend_from_slice(&raw);
+                std::fs::write(dir.path().join(format!("{:020}.log", 1)), &segment).unwrap();
+                let journal = Journal::open(dir.path()).unwrap();
+                let _ = journal.claim(&actor("a"));
+                journal.put(&actor("a"), 1000, &envelope(1, 0)).unwrap();
+                journal.take(&actor("a"), 1000).unwrap();
+            }
+        }
     }
 }
