@@ -143,7 +143,9 @@ fn messages_waiting_for_a_stopped_actor_survive_a_hard_kill() {
     host.kill();
 
     let mut host = world.run();
-    assert_eq!(world.status("notes")["state"], "stopped");
+    eventually("notes to stay stopped", || {
+        world.status("notes")["state"] == "stopped"
+    });
     let started = host.request(json!({"type": "start", "actor": "notes"}));
     assert_eq!(started["type"], "started", "{started}");
     host.tell("notes", json!({"type": "count"}));
