@@ -2,6 +2,8 @@
 //!
 //! Builds its own actors, then measures each figure of the speed issue and prints a table with
 //! the machine's core count. Figures, not pass/fail: the targets are printed beside them.
+//! `cargo bench -- WORD…` measures only the groups whose name contains a word (`round_trips`,
+//! `flood`, `start_up`, `memory`, `upgrade`, `compile`).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -24,23 +26,40 @@ struct Figure {
 }
 
 fn main() {
+    // `cargo bench -- start` runs the groups whose name contains `start`; no word runs all.
+    let words: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let wanted = |group: &str| words.is_empty() || words.iter().any(|w| group.contains(w.as_str()));
     let actors = build_actors();
-    let agent = build_agent();
     let mut figures = Vec::new();
-    round_trips(&actors, &mut figures);
-    flood(&actors, &mut figures);
-    start_up(&actors, &mut figures);
-    memory(&actors, &mut figures);
-    for megabytes in [1, 100, 1024] {
-        upgrade(&actors, megabytes, &mut figures);
+    if wanted("round_trips") {
+        round_trips(&actors, &mut figures);
     }
-    compile(
-        &actors.join("echo.wasm"),
-        "small actor (echo)",
-        "",
-        &mut figures,
-    );
-    compile(&agent, "the agent", "", &mut figures);
+    if wanted("flood") {
+        flood(&actors, &mut figures);
+    }
+    if wanted("start_up") {
+        start_up(&actors, &mut figures);
+    }
+    if wanted("memory") {
+        memory(&actors, &mut figures);
+    }
+    if wanted("upgrade") {
+        for megabytes in [1, 100, 1024] {
+            upgrade(&actors, megabytes, &mut figures);
+        }
+    }
+    if wanted("compile") {
+        compile(
+            &actors.join("echo.wasm"),
+            "small actor (echo)",
+            "",
+            &mut figures,
+        );
+        compile(&build_agent(), "the agent", "", &mut figures);
+    }
 
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!("\nSausage benchmarks — {cores} cores\n");

@@ -14,9 +14,10 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{Ordering, fence};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 
-use memmap2::{Advice, Mmap, MmapMut};
+use memmap2::{Advice, Mmap, MmapRaw};
+use rustc_hash::FxHashMap;
 use serde_json::value::RawValue;
 
 use crate::message::{ActorId, Envelope};
@@ -24,6 +25,11 @@ use crate::message::{ActorId, Envelope};
 /// Bytes of one segment file. Only the segment being written is mapped, so this bounds the
 /// memory the journal adds to the host; a record larger than this gets a segment of its size.
 pub const SEGMENT_BYTES: usize = 4 << 20;
+
+/// The writer faults pages in a chunk at a time ahead of itself, on another thread: a page's
+/// first write costs about 4.5 µs on a virtual machine, which would otherwise land on one
+/// message in twenty and double the p99 of a round trip.
+const PREFAULT_CHUNK: usize = 256 << 10;
 
 /// When the segments on disk hold more than twice the waiting messages' bytes plus this many
 /// segments, the oldest segment's waiting messages are copied forward and the segment goes, so
@@ -66,16 +72,22 @@ struct Log {
     current: Current,
     /// Older segments, oldest first, with the bytes of their puts still waiting.
     sealed: BTreeMap<u64, Sealed>,
-    /// Where each waiting message's put record is.
-    waiting: HashMap<Key, Place>,
+    /// Where each waiting message's put record is. Two lookups per message: a fast hash (the
+    /// keys are the host's own, not chosen to collide).
+    waiting: FxHashMap<Key, Place>,
     waiting_bytes: u64,
     /// Bytes of every segment file, the current one included.
     disk_bytes: u64,
+    /// Log → the prefaulter thread: a chunk of the current segment to fault in before the writer
+    /// gets there. Dropping it (with the journal) ends the thread.
+    prefault: mpsc::Sender<(Arc<MmapRaw>, usize)>,
 }
 
 struct Current {
     number: u64,
-    map: MmapMut,
+    /// Shared with the prefaulter, which only faults pages in and changes no byte; only
+    /// `Log::append` writes, through `&mut Current`.
+    map: Arc<MmapRaw>,
     /// Bytes written, the magic included: the next record goes here.
     used: usize,
     waiting_bytes: u64,
@@ -108,7 +120,7 @@ impl Journal {
         }
         numbers.sort_unstable();
 
-        let mut waiting = HashMap::new();
+        let mut waiting = FxHashMap::default();
         let mut messages = HashMap::new();
         let mut sealed = BTreeMap::new();
         for &number in &numbers {
@@ -140,6 +152,17 @@ impl Journal {
         }
         let disk_bytes = sealed.values().map(|s| s.size).sum();
         let number = numbers.last().map_or(1, |n| n + 1);
+        let (prefault, chunks) = mpsc::channel::<(Arc<MmapRaw>, usize)>();
+        std::thread::Builder::new()
+            .name("sausage-journal".into())
+            .spawn(move || {
+                for (map, offset) in chunks {
+                    let len = PREFAULT_CHUNK.min(map.len() - offset);
+                    // Only an optimisation: where it fails (a kernel before 5.14), the writer
+                    // faults the pages in itself.
+                    let _ = map.advise_range(Advice::PopulateWrite, offset, len);
+                }
+            })?;
         let mut log = Log {
             dir: dir.to_path_buf(),
             current: Current::create(dir, number, SEGMENT_BYTES)?,
@@ -147,8 +170,10 @@ impl Journal {
             waiting,
             waiting_bytes,
             disk_bytes,
+            prefault,
         };
         log.disk_bytes += log.current.map.len() as u64;
+        log.prefault_ahead(0);
         log.collect();
 
         let mut recovered: HashMap<ActorId, Waiting> = HashMap::new();
@@ -220,12 +245,15 @@ impl Journal {
     pub fn take(&self, actor: &ActorId, pos: i64) -> io::Result<()> {
         let mut log = self.log();
         let key = (actor.clone(), pos);
-        if !log.waiting.contains_key(&key) {
+        let Some(place) = log.waiting.remove(&key) else {
             // Its put was never recorded (a parked message the log had no room for).
             return Ok(());
+        };
+        if let Err(e) = log.append(key_len(actor), |out| Writer(out).key(TAKE, actor, pos)) {
+            log.waiting.insert(key, place);
+            return Err(e);
         }
-        log.append(key_len(actor), |out| Writer(out).key(TAKE, actor, pos))?;
-        log.done(&key);
+        log.done(place);
         Ok(())
     }
 
@@ -246,8 +274,7 @@ impl Log {
             self.roll(record)?;
         }
         let offset = self.current.used;
-        let map = &mut self.current.map[offset..offset + record];
-        let (header, payload) = map.split_at_mut(HEADER);
+        let (header, payload) = self.current.bytes(offset, record).split_at_mut(HEADER);
         write(payload);
         header[4..].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
         // The length goes last: until it is there, the record does not exist. A kill that tears
@@ -255,6 +282,9 @@ impl Log {
         fence(Ordering::Release);
         header[..4].copy_from_slice(&(len as u32).to_le_bytes());
         self.current.used += record;
+        if offset / PREFAULT_CHUNK != self.current.used / PREFAULT_CHUNK {
+            self.prefault_ahead(self.current.used);
+        }
         Ok(Place {
             segment: self.current.number,
             offset: offset as u64,
@@ -276,8 +306,23 @@ impl Log {
                 waiting_bytes: old.waiting_bytes,
             },
         );
+        self.prefault_ahead(0);
         self.collect();
         Ok(())
+    }
+
+    /// Asks the prefaulter for the chunk after the one holding `offset`, and for that one too
+    /// at the start of a segment.
+    fn prefault_ahead(&self, offset: usize) {
+        let chunk = offset / PREFAULT_CHUNK;
+        let first = if chunk == 0 { 0 } else { chunk + 1 };
+        for chunk in first..=chunk + 1 {
+            let start = chunk * PREFAULT_CHUNK;
+            if start < self.current.map.len() {
+                // The thread ends only when this sender is dropped; a send cannot fail before.
+                let _ = self.prefault.send((self.current.map.clone(), start));
+            }
+        }
     }
 
     /// Notes a put as waiting.
@@ -292,11 +337,9 @@ impl Log {
         }
     }
 
-    /// Notes a put as no longer waiting, and removes the segments that emptied.
-    fn done(&mut self, key: &Key) {
-        let Some(place) = self.waiting.remove(key) else {
-            return;
-        };
+    /// Notes a put, just removed from `waiting`, as no longer waiting, and removes the
+    /// segments that emptied.
+    fn done(&mut self, place: Place) {
         let len = u64::from(place.len);
         self.waiting_bytes -= len;
         let left = self.waiting_bytes_of(place.segment);
@@ -392,19 +435,28 @@ impl Current {
             let _ = std::fs::remove_file(&path);
             return Err(io::Error::from_raw_os_error(failed));
         }
-        // SAFETY: the world lock lets one host at a time open this world, and this segment is
-        // only written through this mapping, so no one else changes the memory under us.
-        let mut map = unsafe { MmapMut::map_mut(&file)? };
+        // The world lock lets one host at a time open this world, and this segment is only
+        // written through this mapping, so no one else changes the memory under us.
+        let map = MmapRaw::map_raw(&file)?;
         // Pages are written one after another, each once. Without this, the first write fault
         // reads ahead (zero-fills) megabytes of the fresh file: 1.5 ms measured at every start.
         map.advise(Advice::Random)?;
-        map[..MAGIC.len()].copy_from_slice(MAGIC);
-        Ok(Current {
+        let mut current = Current {
             number,
-            map,
+            map: Arc::new(map),
             used: MAGIC.len(),
             waiting_bytes: 0,
-        })
+        };
+        current.bytes(0, MAGIC.len()).copy_from_slice(MAGIC);
+        Ok(current)
+    }
+
+    /// The `len` bytes of the mapping at `offset`, to write.
+    fn bytes(&mut self, offset: usize, len: usize) -> &mut [u8] {
+        assert!(offset + len <= self.map.len(), "a write inside the segment");
+        // SAFETY: the range lies inside the mapping, which lives as long as `self`; `&mut self`
+        // makes this the only reference into it (the prefaulter holds no reference to bytes).
+        unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(offset), len) }
     }
 }
 
@@ -414,7 +466,7 @@ impl Current {
 fn replay(
     number: u64,
     map: &[u8],
-    waiting: &mut HashMap<Key, Place>,
+    waiting: &mut FxHashMap<Key, Place>,
     messages: &mut HashMap<Key, Arc<Envelope>>,
     path: &Path,
 ) {
@@ -635,7 +687,7 @@ mod tests {
             // A kill in the middle of the third record's copy: its last bytes never arrive.
             let mut log = journal.log();
             let used = log.current.used;
-            log.current.map[used - 3..used].fill(0);
+            log.current.bytes(used - 3, 3).fill(0);
         }
         assert_eq!(
             reopened(dir.path(), "a"),

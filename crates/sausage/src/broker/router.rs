@@ -9,6 +9,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use rustc_hash::FxHashMap;
 use serde_json::json;
 
 use super::journal::Journal;
@@ -17,7 +18,9 @@ use crate::message::{ActorId, Envelope, Outgoing, raw};
 use crate::world::{MESSAGE_ID_BLOCK, World};
 
 pub struct Router {
-    mailboxes: RwLock<HashMap<ActorId, Arc<Mailbox>>>,
+    /// Looked up once per recipient of every message: a fast hash, as the keys are a handful of
+    /// actor ids the broker admitted, not sets an attacker can grow.
+    mailboxes: RwLock<FxHashMap<ActorId, Arc<Mailbox>>>,
     /// Publisher → subscribers, mirrored from the registry by the broker.
     subscribers: RwLock<HashMap<ActorId, Vec<ActorId>>>,
     ids: MessageIds,
