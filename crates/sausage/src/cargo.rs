@@ -89,7 +89,7 @@ impl Builder {
         let cargo = ActorId::parse("cargo").expect("valid id");
         let data = world.data_dir(&cargo);
         Builder {
-            target_dir: data.join("target"),
+            target_dir: world.cargo_target_dir(),
             work_dir: data.join("work"),
             builds_dir: world.public_dir(&cargo).join("builds"),
             world,

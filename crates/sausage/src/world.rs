@@ -65,6 +65,8 @@ pub struct Status {
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum State {
+    /// Part of the file's format (DESIGN §7); this host goes from `stopped` or `restarting`
+    /// straight to `running`, since creating an instance happens inside its running task.
     Starting,
     Running,
     Restarting,
@@ -250,6 +252,17 @@ impl World {
     /// `broker/cache/`: compiled components, kept across runs.
     pub fn cache_dir(&self) -> PathBuf {
         self.root.join("broker/cache")
+    }
+
+    /// Folders that only builds write (the shared target folder of `cargo`), never Sausage's
+    /// commit-on-close or atomic writes: no temporary of ours can be in them.
+    pub fn written_by_builds_only(&self) -> Vec<PathBuf> {
+        vec![self.cargo_target_dir()]
+    }
+
+    /// `private/cargo/data/target`: the target folder every build of `cargo` shares.
+    pub fn cargo_target_dir(&self) -> PathBuf {
+        self.root.join("private/cargo/data/target")
     }
 
     /// `broker/mailboxes/`: the journal of every mailbox's waiting messages.

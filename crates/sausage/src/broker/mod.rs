@@ -55,7 +55,7 @@ impl Broker {
     /// starts the ones that were running.
     pub async fn start(world: World, runtime: Arc<Runtime>) -> Result<Arc<Broker>> {
         let registry = world.load_registry()?;
-        crate::fs::clean_temporaries(world.root())
+        crate::fs::clean_temporaries(world.root(), &world.written_by_builds_only())
             .with_context(|| format!("{}: cannot clean temporary files", world.root().display()))?;
         clear_dir(&world.scratch_dir())?;
 

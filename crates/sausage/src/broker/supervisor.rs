@@ -319,7 +319,6 @@ impl Task {
     /// Runs one instance until it exits or is stopped.
     async fn run_instance(&mut self) -> Ended {
         self.status.version = self.sup.version;
-        self.set_state(State::Starting);
         let sup = &self.sup;
         let config = InstanceConfig {
             env: vec![
@@ -340,6 +339,8 @@ impl Task {
             let (runtime, program) = (sup.runtime.clone(), sup.program.clone());
             async move { runtime.run(&program, config).await }
         });
+        // Straight to `running`: the instance is created inside its task, so a `starting`
+        // written before it would be replaced at once (a wasted file write per start).
         self.set_state(State::Running);
 
         let mut stall_check = tokio::time::interval(STALL_CHECK);

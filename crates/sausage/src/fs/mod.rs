@@ -137,8 +137,9 @@ fn create_temporary(dir: &Path) -> io::Result<(std::fs::File, PathBuf)> {
 }
 
 /// Removes every hidden temporary file left under `root` by a crashed host; returns how many.
-/// Symlinks are not followed, so nothing outside `root` is touched.
-pub fn clean_temporaries(root: &Path) -> io::Result<u64> {
+/// Symlinks are not followed, so nothing outside `root` is touched. Folders in `skip`, where
+/// nothing of Sausage writes (a build's target folder of thousands of files), are not walked.
+pub fn clean_temporaries(root: &Path, skip: &[PathBuf]) -> io::Result<u64> {
     let mut removed = 0;
     let mut folders = vec![root.to_path_buf()];
     while let Some(folder) = folders.pop() {
@@ -146,7 +147,10 @@ pub fn clean_temporaries(root: &Path) -> io::Result<u64> {
             let entry = entry?;
             let kind = entry.file_type()?;
             if kind.is_dir() {
-                folders.push(entry.path());
+                let path = entry.path();
+                if !skip.contains(&path) {
+                    folders.push(path);
+                }
             } else if is_temporary_name(&entry.file_name()) {
                 std::fs::remove_file(entry.path())?;
                 removed += 1;

@@ -711,12 +711,14 @@ fn clean_temporaries_removes_every_leftover_and_nothing_else() {
         data/.sausage-tmp-1-2 = b
         data/deep/er/.sausage-tmp-7-0 = c
         data/deep/er/.sausage-tmp-link -> /etc/passwd
+        build/.sausage-tmp-theirs = d
         ",
     );
-    assert_eq!(clean_temporaries(&scratch.0).unwrap(), 4);
+    let skip = [scratch.0.join("build")];
+    assert_eq!(clean_temporaries(&scratch.0, &skip).unwrap(), 4);
     assert_eq!(
         read_tree(&scratch.0),
-        "data/deep/\ndata/deep/er/\ndata/keep.txt = k"
+        "build/\nbuild/.sausage-tmp-theirs = d\ndata/deep/\ndata/deep/er/\ndata/keep.txt = k"
     );
 }
 
