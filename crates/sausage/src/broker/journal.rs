@@ -44,7 +44,10 @@ const MAGIC: &[u8; 8] = b"sausage1";
 /// length ends a segment's records; so does a record whose checksum fails (a torn tail).
 const HEADER: usize = 8;
 
-/// The payload starts with its kind.
+/// The payload starts with its kind, then the key: the actor (a `u8` length and its bytes) and
+/// the position (`i64`). A put goes on with the envelope: the id (`u32` length), the sender
+/// (`u8` length), `reply_to` (`u32` length, [`NO_REPLY`] for none), and the body to the end.
+/// Every integer is little-endian.
 const PUT: u8 = 1;
 const TAKE: u8 = 2;
 
