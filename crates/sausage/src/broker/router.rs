@@ -361,6 +361,30 @@ mod tests {
         assert_eq!(b.len(), MAILBOX_CAPACITY);
     }
 
+    #[tokio::test]
+    async fn a_message_the_journal_cannot_record_is_undeliverable_and_says_why() {
+        let (dir, r) = router();
+        r.add(&id("a"));
+        r.add(&id("b"));
+        // A message larger than what is left of the journal's segment needs a new one, which
+        // cannot be made once the folder is gone (as on a full or broken disk).
+        std::fs::remove_dir_all(World::new(dir.path()).journal_dir()).unwrap();
+        let big = format!(
+            r#"{{"to":"b","body":{{"type":"big","pad":"{}"}}}}"#,
+            "x".repeat(5 << 20)
+        );
+        let sent = r.send(&id("a"), out(&big)).await;
+        assert!(drain(&r, "b").is_empty(), "not accepted");
+        let got = drain(&r, "a");
+        assert_eq!(got[0]["reply_to"], sent.as_str());
+        assert_eq!(got[0]["body"]["type"], "undeliverable");
+        let reason = got[0]["body"]["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("cannot record the message on disk"),
+            "{reason}"
+        );
+    }
+
     #[test]
     fn message_ids_are_reserved_on_disk_before_use() {
         let (dir, r) = router();
