@@ -423,9 +423,10 @@ impl World {
             .unwrap_or(1)
     }
 
-    /// Not synced: the reservation must survive a kill of the host, which the page cache does;
-    /// after a power cut nothing that names the ids of the lost block survives either (the
-    /// mailbox journal and guest commits are not synced). A sync here would sit on the path of
+    /// Not synced: the reservation must survive a kill of the host, which the page cache does.
+    /// A power cut may lose it and let ids be handed out again, but the messages that carried
+    /// them are lost with it (the mailbox journal and guest commits are not synced either; only
+    /// an archived `mailbox.jsonl` could still name one). A sync here would sit on the path of
     /// every run's first message.
     pub fn save_next_message_id(&self, next: u64) -> Result<()> {
         crate::fs::write_atomically_unsynced(
