@@ -146,6 +146,10 @@ fn messages_waiting_for_a_stopped_actor_survive_a_hard_kill() {
     eventually("notes to stay stopped", || {
         world.status("notes")["state"] == "stopped"
     });
+    eventually("the host to say what the journal kept", || {
+        host.stderr()
+            .contains("300 messages accepted before the last run ended are waiting (notes: 300)")
+    });
     let started = host.request(json!({"type": "start", "actor": "notes"}));
     assert_eq!(started["type"], "started", "{started}");
     host.tell("notes", json!({"type": "count"}));

@@ -204,6 +204,15 @@ impl Journal {
         recovered.remove(actor).unwrap_or_default()
     }
 
+    /// How many messages wait for each actor, as found at open and not claimed yet, by id.
+    pub fn unclaimed(&self) -> BTreeMap<ActorId, usize> {
+        let recovered = self.recovered.lock().unwrap_or_else(|e| e.into_inner());
+        recovered
+            .iter()
+            .map(|(a, w)| (a.clone(), w.len()))
+            .collect()
+    }
+
     /// Records that `envelope` waits in `actor`'s mailbox at `pos`. When this returns `Ok`, the
     /// message survives a kill of the host; an error means it was not recorded (no room for a
     /// new segment) and the caller must not accept it.

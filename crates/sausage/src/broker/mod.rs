@@ -65,6 +65,16 @@ impl Broker {
                 world.journal_dir().display()
             )
         })?;
+        let waiting = journal.unclaimed();
+        if !waiting.is_empty() {
+            let each: Vec<String> = waiting.iter().map(|(a, n)| format!("{a}: {n}")).collect();
+            eprintln!(
+                "sausage: {} messages accepted before the last run ended are waiting ({}); \
+                 each actor gets its own as it runs",
+                waiting.values().sum::<usize>(),
+                each.join(", ")
+            );
+        }
         let router = Arc::new(Router::new(
             world.clone(),
             world.load_next_message_id(),
