@@ -372,4 +372,20 @@ fn remove_archives_every_folder_and_deletes_nothing() {
     assert!(registry["subscriptions"].get("notes").is_none());
     host.send("@notes hello");
     assert_eq!(host.wait_type("broker", "undeliverable")["to"], "notes");
+
+    // The archived message left the mailbox journal too: after a hard kill, a new actor with
+    // the same id does not get it.
+    host.kill();
+    let mut host = world.run();
+    let spawned = host.request(json!({
+        "type": "spawn", "actor": "notes", "wasm": wasm("notes"), "source": source("notes"),
+    }));
+    assert_eq!(spawned["type"], "spawned", "{spawned}");
+    host.tell("notes", json!({"type": "count"}));
+    assert_eq!(host.wait_type("notes", "count")["count"], 0);
+    assert!(
+        !host.stderr().contains("accepted before the last run ended"),
+        "{}",
+        host.stderr()
+    );
 }
