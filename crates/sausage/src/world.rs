@@ -524,31 +524,34 @@ fn replace_with_snapshot(from: &Path, to: &Path) -> io::Result<()> {
 /// Recreates a folder tree whose files are hard links to the originals (copies where a link
 /// cannot be made, such as across file systems). Symlinks and other kinds are left out.
 pub fn link_tree(from: &Path, to: &Path) -> io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let kind = entry.file_type()?;
-        let target = to.join(entry.file_name());
-        if kind.is_dir() {
-            link_tree(&entry.path(), &target)?;
-        } else if kind.is_file() && std::fs::hard_link(entry.path(), &target).is_err() {
-            std::fs::copy(entry.path(), &target)?;
+    recreate_tree(from, to, &|from, to| {
+        if std::fs::hard_link(from, to).is_err() {
+            std::fs::copy(from, to)?;
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Copies a folder tree: folders and regular files (symlinks and others are left out).
 pub fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
+    recreate_tree(from, to, &|from, to| std::fs::copy(from, to).map(drop))
+}
+
+/// Recreates the folders of `from` under `to`, and each regular file with `file`.
+fn recreate_tree(
+    from: &Path,
+    to: &Path,
+    file: &dyn Fn(&Path, &Path) -> io::Result<()>,
+) -> io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
         let kind = entry.file_type()?;
         let target = to.join(entry.file_name());
         if kind.is_dir() {
-            copy_tree(&entry.path(), &target)?;
+            recreate_tree(&entry.path(), &target, file)?;
         } else if kind.is_file() {
-            std::fs::copy(entry.path(), &target)?;
+            file(&entry.path(), &target)?;
         }
     }
     Ok(())

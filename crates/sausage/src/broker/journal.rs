@@ -268,11 +268,6 @@ impl Journal {
         log.done(place);
         Ok(())
     }
-
-    /// Bytes of the segment files on disk.
-    pub fn disk_bytes(&self) -> u64 {
-        self.log().disk_bytes
-    }
 }
 
 impl Log {
@@ -752,7 +747,7 @@ mod tests {
             "{} segments",
             segments(dir.path())
         );
-        assert!(journal.disk_bytes() <= 2 * SEGMENT_BYTES as u64);
+        assert!(journal.log().disk_bytes <= 2 * SEGMENT_BYTES as u64);
     }
 
     #[test]
@@ -767,7 +762,8 @@ mod tests {
                 journal.take(&actor("a"), n).unwrap();
             }
             let bound = (SLACK_SEGMENTS + 2) * SEGMENT_BYTES as u64;
-            assert!(journal.disk_bytes() <= bound, "{}", journal.disk_bytes());
+            let disk_bytes = journal.log().disk_bytes;
+            assert!(disk_bytes <= bound, "{disk_bytes}");
             assert!(segments(dir.path()) as u64 <= SLACK_SEGMENTS + 2);
         }
         assert_eq!(reopened(dir.path(), "stuck"), [(0, "m-1".to_string())]);

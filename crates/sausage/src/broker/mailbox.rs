@@ -141,10 +141,8 @@ impl Mailbox {
             return Err(Refused::Full(envelope));
         }
         let pos = inner.next_back;
-        if let Some(durable) = &self.journal
-            && let Err(e) = durable.journal.put(&durable.actor, pos, &envelope)
-        {
-            let reason = format!("the host cannot record the message on disk: {e}");
+        if let Err(e) = self.record(pos, &envelope) {
+            let reason = format!("the host cannot accept it: {e}");
             return Err(Refused::Unstored(envelope, reason));
         }
         inner.next_back += 1;
@@ -179,13 +177,10 @@ impl Mailbox {
     pub fn push_front(&self, envelope: Arc<Envelope>) {
         let mut inner = self.lock();
         let pos = inner.next_front;
-        if let Some(durable) = &self.journal
-            && let Err(e) = durable.journal.put(&durable.actor, pos, &envelope)
-        {
+        if let Err(e) = self.record(pos, &envelope) {
             eprintln!(
-                "sausage: actor {}: message {} cannot be recorded on disk ({e}); a kill of the \
-                 host would lose it",
-                durable.actor, envelope.id
+                "sausage: {e}; a kill of the host would lose message {}",
+                envelope.id
             );
         }
         inner.next_front -= 1;
@@ -206,6 +201,23 @@ impl Mailbox {
         drop(inner);
         self.space.notify_waiters();
         Ok(())
+    }
+
+    /// Records that a message waits at `pos` (nothing to do for a memory-only mailbox). The
+    /// error names the actor.
+    fn record(&self, pos: i64, envelope: &Envelope) -> Result<(), String> {
+        let Some(durable) = &self.journal else {
+            return Ok(());
+        };
+        durable
+            .journal
+            .put(&durable.actor, pos, envelope)
+            .map_err(|e| {
+                format!(
+                    "actor {}: cannot record a message on disk: {e}",
+                    durable.actor
+                )
+            })
     }
 
     /// Records that a message left the queue for good.

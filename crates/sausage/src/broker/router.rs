@@ -380,7 +380,7 @@ mod tests {
         assert_eq!(got[0]["body"]["type"], "undeliverable");
         let reason = got[0]["body"]["reason"].as_str().unwrap();
         assert!(
-            reason.contains("cannot record the message on disk"),
+            reason.contains("actor b: cannot record a message on disk"),
             "{reason}"
         );
     }
