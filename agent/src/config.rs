@@ -3,6 +3,8 @@
 //! requests to `base_url` (a `token` in the file is still sent, for older worlds).
 //! It is read again at the start of every turn, so an edit (even of the API shape) applies to the
 //! next turn without a restart. Problems are returned as words for the person who asked.
+//! Prices and context windows of well-known models are built in ([`KNOWN_MODELS`]); the file's
+//! `prices` and `context_window` override them.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -10,13 +12,90 @@ use serde_json::Value;
 /// `max_tokens` when the configuration names none: enough for a long answer or a large file.
 pub const DEFAULT_MAX_TOKENS: u32 = 16_000;
 
-/// The two API shapes the agent speaks.
+/// `max_turn_usd` when the configuration names none: what one turn may spend.
+pub const DEFAULT_MAX_TURN_USD: f64 = 5.0;
+
+/// `max_day_usd` when the configuration names none: what all turns of one day (UTC) may spend.
+pub const DEFAULT_MAX_DAY_USD: f64 = 25.0;
+
+/// The context window assumed for a model the table does not know and the file does not size:
+/// what most current hosted models offer. A smaller local model answers "context too long" once,
+/// the agent compacts, and `context_window` in the file fixes it for good.
+pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
+
+/// USD per million tokens of each kind.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Price {
+    pub input: f64,
+    pub output: f64,
+    #[serde(default)]
+    pub cache_read: f64,
+    #[serde(default)]
+    pub cache_write: f64,
+}
+
+/// What the agent knows of a model family: its price and context window. A model matches the
+/// longest name here that its own name starts with (`claude-sonnet-4-5-20250929` is
+/// `claude-sonnet-4-5`).
+pub struct KnownModel {
+    pub name: &'static str,
+    pub price: Price,
+    pub context_window: u64,
+}
+
+const fn model(name: &'static str, price: [f64; 4], context_window: u64) -> KnownModel {
+    KnownModel {
+        name,
+        price: Price {
+            input: price[0],
+            output: price[1],
+            cache_read: price[2],
+            cache_write: price[3],
+        },
+        context_window,
+    }
+}
+
+/// Built-in prices (USD per million input, output, cache-read, cache-write tokens, as the
+/// providers published them on 2025-11-01; the README says so) and context windows. OpenAI bills no cache writes: they cost input.
+pub const KNOWN_MODELS: &[KnownModel] = &[
+    model("gpt-5.1", [1.25, 10.0, 0.125, 1.25], 400_000),
+    model("gpt-5", [1.25, 10.0, 0.125, 1.25], 400_000),
+    model("gpt-5-mini", [0.25, 2.0, 0.025, 0.25], 400_000),
+    model("gpt-5-nano", [0.05, 0.4, 0.005, 0.05], 400_000),
+    model("gpt-4.1", [2.0, 8.0, 0.5, 2.0], 1_047_576),
+    model("gpt-4.1-mini", [0.4, 1.6, 0.1, 0.4], 1_047_576),
+    model("gpt-4o", [2.5, 10.0, 1.25, 2.5], 128_000),
+    model("gpt-4o-mini", [0.15, 0.6, 0.075, 0.15], 128_000),
+    model("o3", [2.0, 8.0, 0.5, 2.0], 200_000),
+    model("o4-mini", [1.1, 4.4, 0.275, 1.1], 200_000),
+    model("claude-opus-4-5", [5.0, 25.0, 0.5, 6.25], 200_000),
+    model("claude-opus-4-1", [15.0, 75.0, 1.5, 18.75], 200_000),
+    model("claude-opus-4", [15.0, 75.0, 1.5, 18.75], 200_000),
+    model("claude-sonnet-4-5", [3.0, 15.0, 0.3, 3.75], 200_000),
+    model("claude-sonnet-4", [3.0, 15.0, 0.3, 3.75], 200_000),
+    model("claude-haiku-4-5", [1.0, 5.0, 0.1, 1.25], 200_000),
+    model("claude-3-5-haiku", [0.8, 4.0, 0.08, 1.0], 200_000),
+];
+
+/// The table's entry for `model`: the longest known name it starts with.
+pub fn known_model(model: &str) -> Option<&'static KnownModel> {
+    KNOWN_MODELS
+        .iter()
+        .filter(|known| model.starts_with(known.name))
+        .max_by_key(|known| known.name.len())
+}
+
+/// The three API shapes the agent speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Api {
     #[serde(rename = "openai-responses")]
     OpenaiResponses,
     #[serde(rename = "anthropic-messages")]
     AnthropicMessages,
+    /// `POST {base_url}/v1/chat/completions`, which llama.cpp's server, vLLM and Ollama speak.
+    #[serde(rename = "openai-chat")]
+    OpenaiChat,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -29,14 +108,22 @@ pub struct Config {
     pub token: Option<String>,
     pub reasoning_effort: Option<String>,
     pub max_tokens: u32,
+    /// The model's price; `None` when neither the file nor the table knows it (tokens are still
+    /// counted, and the cost is said to be unknown).
+    pub price: Option<Price>,
+    pub max_turn_usd: f64,
+    pub max_day_usd: f64,
+    /// The model's context window in tokens.
+    pub context_window: u64,
 }
 
 /// The answer to a person when the configuration is missing or incomplete.
 fn not_configured(problem: &str) -> String {
     format!(
-        "I am not configured yet: {problem}. /data/config.json needs api (\"openai-responses\" or \
-         \"anthropic-messages\"), base_url (such as \"https://api.openai.com\") and model; \
-         reasoning_effort and max_tokens are optional. The host keeps the token. Run `sausage init` to create a world with \
+        "I am not configured yet: {problem}. /data/config.json needs api (\"openai-responses\", \
+         \"anthropic-messages\" or \"openai-chat\"), base_url (such as \"https://api.openai.com\") \
+         and model; reasoning_effort, max_tokens, max_turn_usd, max_day_usd, context_window and \
+         prices are optional. The host keeps the token. Run `sausage init` to create a world with \
          them, or write the file into the agent's data folder."
     )
 }
@@ -70,9 +157,11 @@ fn parse(value: &Value) -> Result<Config, String> {
     let api = match text("api") {
         Some("openai-responses") => Api::OpenaiResponses,
         Some("anthropic-messages") => Api::AnthropicMessages,
+        Some("openai-chat") => Api::OpenaiChat,
         other => {
             return Err(not_configured(&format!(
-                "api is {:?}, but it must be \"openai-responses\" or \"anthropic-messages\"",
+                "api is {:?}, but it must be \"openai-responses\", \"anthropic-messages\" or \
+                 \"openai-chat\"",
                 other.unwrap_or_default()
             )));
         }
@@ -85,17 +174,82 @@ fn parse(value: &Value) -> Result<Config, String> {
             .filter(|&n| n > 0)
             .ok_or_else(|| not_configured(&format!("max_tokens is {v}, not a positive number")))?,
     };
+    let usd = |name: &str, default: f64| match &value[name] {
+        Value::Null => Ok(default),
+        v => v
+            .as_f64()
+            .filter(|&usd| usd > 0.0)
+            .ok_or_else(|| not_configured(&format!("{name} is {v}, not a positive number of USD"))),
+    };
+    let model = text("model").unwrap_or_default().to_string();
+    let known = known_model(&model);
+    let context_window = match &value["context_window"] {
+        Value::Null => known.map_or(DEFAULT_CONTEXT_WINDOW, |k| k.context_window),
+        v => v
+            .as_u64()
+            .filter(|&n| n >= MIN_CONTEXT_WINDOW)
+            .ok_or_else(|| {
+                not_configured(&format!(
+                    "context_window is {v}, not a number of tokens of at least {MIN_CONTEXT_WINDOW}"
+                ))
+            })?,
+    };
     Ok(Config {
         api,
         base_url: text("base_url")
             .unwrap_or_default()
             .trim_end_matches('/')
             .to_string(),
-        model: text("model").unwrap_or_default().to_string(),
+        price: price(&value["prices"], &model)?.or(known.map(|k| k.price)),
+        model,
         token: text("token").map(str::to_string),
         reasoning_effort: text("reasoning_effort").map(str::to_string),
         max_tokens,
+        max_turn_usd: usd("max_turn_usd", DEFAULT_MAX_TURN_USD)?,
+        max_day_usd: usd("max_day_usd", DEFAULT_MAX_DAY_USD)?,
+        context_window,
     })
+}
+
+/// The smallest `context_window` accepted: below it the prompt and tools alone do not fit.
+pub const MIN_CONTEXT_WINDOW: u64 = 16_384;
+
+/// The price of `model` in the file's `prices` (`{"<model>": {"input", "output", "cache_read",
+/// "cache_write"}}`, matched like the table: the longest name the model starts with).
+fn price(prices: &Value, model: &str) -> Result<Option<Price>, String> {
+    let Some(prices) = prices.as_object() else {
+        return match prices {
+            Value::Null => Ok(None),
+            other => Err(not_configured(&format!(
+                "prices is {other}, not an object of models"
+            ))),
+        };
+    };
+    let Some((name, entry)) = prices
+        .iter()
+        .filter(|(name, _)| model.starts_with(name.as_str()))
+        .max_by_key(|(name, _)| name.len())
+    else {
+        return Ok(None);
+    };
+    let price: Price = serde_json::from_value(entry.clone()).map_err(|e| {
+        not_configured(&format!(
+            "prices.{name} is not {{\"input\", \"output\", \"cache_read\", \"cache_write\"}} in \
+             USD per million tokens ({e})"
+        ))
+    })?;
+    let all = [
+        price.input,
+        price.output,
+        price.cache_read,
+        price.cache_write,
+    ];
+    if all.iter().any(|p| !p.is_finite() || *p < 0.0) {
+        return Err(not_configured(&format!(
+            "prices.{name} has a negative or unreadable price"
+        )));
+    }
+    Ok(Some(price))
 }
 
 #[cfg(test)]

@@ -15,6 +15,9 @@
 //!   item only that API understands (OpenAI `reasoning`, Anthropic `thinking` and
 //!   `redacted_thinking`), kept byte for byte and sent back only to the API that made it.
 //!
+//! - `{"kind":"summary","text":...}`: the handoff summary that replaced the older history when it
+//!   outgrew the model's context window (`context.rs`); at most one, and a new one replaces it.
+//!
 //! `item_id` is OpenAI's own id of an output item (`msg_…`, `fc_…`): only OpenAI gives one, and
 //! only OpenAI is sent it, so its reasoning items keep the item that followed them.
 //! **Invariant:** every `tool_call` is followed, before the next `user` or `assistant` entry, by a
@@ -57,6 +60,9 @@ pub enum Entry {
     Opaque {
         api: Api,
         item: Value,
+    },
+    Summary {
+        text: String,
     },
 }
 
@@ -117,17 +123,24 @@ impl History {
         };
         let at_user = (len - MAX_ENTRIES..len)
             .find(|&s| matches!(self.entries[s], Entry::User { .. }) && splits_no_pair(s));
-        match at_user {
-            Some(start) => {
-                self.entries.drain(..start);
-            }
+        // Dropping the drain removes what the search did not look at too.
+        let summary = |mut dropped: std::vec::Drain<'_, Entry>| {
+            dropped.rfind(|e| matches!(e, Entry::Summary { .. }))
+        };
+        // The summary stands for everything before it, so it outlives the cut.
+        let kept_summary = match at_user {
+            Some(start) => summary(self.entries.drain(..start)),
             None => {
                 let start = (len - MAX_ENTRIES + 1..len)
                     .find(|&s| splits_no_pair(s))
                     .unwrap_or(len);
-                self.entries.drain(..start);
+                let kept = summary(self.entries.drain(..start));
                 self.entries.insert(0, Entry::user(CUT_NOTE));
+                kept
             }
+        };
+        if let Some(summary) = kept_summary {
+            self.entries.insert(0, summary);
         }
     }
 }

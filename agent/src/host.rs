@@ -1,9 +1,9 @@
 //! What the agent needs from the world around it, as one small trait: messages in (with a time
-//! limit), messages out, and one HTTP POST. The component implements it over WASI
+//! limit), messages out, one streaming HTTP POST, and the wall clock. The component implements it over WASI
 //! (`wasi_host.rs`); unit tests implement it with a script (`testing.rs`).
 //! **Invariant:** nothing outside an implementation of [`Host`] touches stdin, stdout or the network.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -61,12 +61,21 @@ pub enum Event {
     Stop,
 }
 
+/// How often, at least, [`Host::post`] calls its `stream` while a 2xx answer is silent, so
+/// that progress batched for a person goes out on time.
+pub const STREAM_TICK: Duration = Duration::from_millis(250);
+
 /// How a POST ended.
 #[derive(Debug)]
 pub enum Posted {
-    Answered(HttpResponse),
-    /// No answer came (no network, refused, timed out); the text says why, for a person.
-    Failed(String),
+    /// A 2xx answer, whose whole body went to `stream`.
+    Streamed,
+    /// Any other answer, whole.
+    Refused(HttpResponse),
+    /// No answer came (no network, refused, timed out), or the answer's body broke off; `why`
+    /// says why, for a person, and `retry` whether trying again may help (not for a request
+    /// the host denies, such as a candidate's).
+    Failed { why: String, retry: bool },
     /// A shutdown (or the end of stdin) came while waiting; the request was abandoned.
     Stopped,
 }
@@ -79,7 +88,21 @@ pub trait Host {
     /// Writes one message and flushes it.
     fn send(&mut self, message: &Outgoing);
 
-    /// Sends the request and waits for the whole answer. Messages that arrive meanwhile are kept
-    /// for `receive`; a shutdown among them abandons the request with `Stopped`.
-    fn post(&mut self, request: &HttpRequest) -> Posted;
+    /// Sends the request. A 2xx answer's body goes to `stream` piece by piece as it arrives,
+    /// and `stream(&[])` is called at least every [`STREAM_TICK`] while it is silent; any other
+    /// answer comes back whole as `Refused`. Messages that arrive meanwhile are kept for
+    /// `receive`; a shutdown among them abandons the request with `Stopped`.
+    /// Whatever `stream` returns (batched progress for a person) is sent at once.
+    fn post(
+        &mut self,
+        request: &HttpRequest,
+        stream: &mut dyn FnMut(&[u8]) -> Option<Outgoing>,
+    ) -> Posted;
+
+    /// The messages that arrived while a request was in flight and were not taken yet, without
+    /// waiting (a shutdown among them is kept for the next `receive`).
+    fn arrived(&mut self) -> Vec<Incoming>;
+
+    /// The wall clock: the day a turn's spending counts for.
+    fn now(&self) -> SystemTime;
 }

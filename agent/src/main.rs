@@ -6,8 +6,10 @@
 //! arrives is kept and shown to the model at the next turn.
 //!
 //! Code map: `turn` (the main loop and one turn's state machine), `host` (the trait for stdin,
-//! stdout and HTTP; `wasi_host` implements it for the component), `provider` (requests and
-//! answers of each model API), `history` (the neutral conversation format), `tools`, `config`.
+//! stdout and streaming HTTP; `wasi_host` implements it for the component), `provider`
+//! (requests and event streams of each model API), `history` (the neutral conversation format),
+//! `context` (estimates and compaction), `budget` (prices and the day's spending), `tools`,
+//! `config`.
 //! The model's instructions are `prompt.md`.
 //!
 //! Build: `cargo build --release --target wasm32-wasip2`. Test natively: `cargo test` (the
@@ -16,7 +18,9 @@
 // Natively only the unit tests drive this code; the program itself is the wasm32 component.
 #![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 
+mod budget;
 mod config;
+mod context;
 mod history;
 mod host;
 mod provider;

@@ -5,9 +5,10 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use crate::host::{Event, Host, Outgoing, Posted};
+use crate::config::Api;
+use crate::host::{Event, Host, Incoming, Outgoing, Posted};
 use crate::provider::{HttpRequest, HttpResponse};
 
 /// A new empty folder for one test, under the test binary's target folder (not the system's
@@ -45,23 +46,61 @@ pub fn fixture(name: &str) -> Option<Vec<u8>> {
     }
 }
 
+/// One scripted answer to a POST.
+pub enum Answer {
+    /// A 2xx answer whose body is streamed to the agent in small pieces.
+    Stream(Vec<u8>),
+    Refused(HttpResponse),
+    Failed {
+        why: String,
+        retry: bool,
+    },
+    /// A shutdown came while the request was in flight.
+    Stopped,
+}
+
 /// A host that plays a script: `receive` returns `events` in order (then `Stop`), `post`
-/// returns `answers` in order; what the agent sends and posts is recorded.
+/// answers with `answers` in order; `arrivals` are messages that come while the request with
+/// the given index (0 = the first) is in flight. What the agent sends and posts is recorded.
 #[derive(Default)]
 pub struct ScriptedHost {
     pub events: VecDeque<Event>,
-    pub answers: VecDeque<Posted>,
+    pub answers: VecDeque<Answer>,
+    pub arrivals: Vec<(usize, Incoming)>,
     pub sent: Vec<Outgoing>,
     pub requests: Vec<HttpRequest>,
     /// The timeout of every `receive`, to check waits.
     pub waits: Vec<Option<Duration>>,
+    /// The wall clock the agent sees; the real one when `None`.
+    pub clock: Option<SystemTime>,
 }
 
+/// How many bytes of a scripted stream the agent gets at a time: few, so parsers meet events,
+/// lines and characters cut anywhere.
+const STREAM_PIECE: usize = 7;
+
 impl ScriptedHost {
-    /// A 200 answer with this JSON body.
-    pub fn ok(body: serde_json::Value) -> Posted {
-        Posted::Answered(HttpResponse {
-            status: 200,
+    /// A 200 answer that streams this whole answer of whichever API shape it has (a Responses
+    /// `response`, a Messages `message` or a `chat.completion`).
+    pub fn ok(body: serde_json::Value) -> Answer {
+        let api = if body["object"] == "chat.completion" || body.get("choices").is_some() {
+            Api::OpenaiChat
+        } else if body["type"] == "message" || body.get("content").is_some() {
+            Api::AnthropicMessages
+        } else {
+            Api::OpenaiResponses
+        };
+        Answer::Stream(crate::provider::stream_of(api, &body))
+    }
+
+    /// An answer with this status, headers and JSON body.
+    pub fn refused(status: u16, headers: &[(&str, &str)], body: serde_json::Value) -> Answer {
+        Answer::Refused(HttpResponse {
+            status,
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
             body: body.to_string().into_bytes(),
         })
     }
@@ -77,10 +116,41 @@ impl Host for ScriptedHost {
         self.sent.push(message.clone());
     }
 
-    fn post(&mut self, request: &HttpRequest) -> Posted {
+    fn post(
+        &mut self,
+        request: &HttpRequest,
+        stream: &mut dyn FnMut(&[u8]) -> Option<Outgoing>,
+    ) -> Posted {
         self.requests.push(request.clone());
-        self.answers
-            .pop_front()
-            .unwrap_or_else(|| Posted::Failed("the script has no more answers".into()))
+        let answer = self.answers.pop_front().unwrap_or(Answer::Failed {
+            why: "the script has no more answers".into(),
+            retry: false,
+        });
+        match answer {
+            Answer::Stream(bytes) => {
+                for piece in bytes.chunks(STREAM_PIECE) {
+                    if let Some(message) = stream(piece) {
+                        self.sent.push(message);
+                    }
+                }
+                Posted::Streamed
+            }
+            Answer::Refused(response) => Posted::Refused(response),
+            Answer::Failed { why, retry } => Posted::Failed { why, retry },
+            Answer::Stopped => Posted::Stopped,
+        }
+    }
+
+    fn arrived(&mut self) -> Vec<Incoming> {
+        let posted = self.requests.len();
+        let (now, later) = std::mem::take(&mut self.arrivals)
+            .into_iter()
+            .partition(|(during, _)| *during < posted);
+        self.arrivals = later;
+        now.into_iter().map(|(_, message)| message).collect()
+    }
+
+    fn now(&self) -> SystemTime {
+        self.clock.unwrap_or_else(SystemTime::now)
     }
 }

@@ -1,7 +1,10 @@
 //! Turns: the agent's main loop and the state machine of one turn (message → model step → tools →
 //! … → answer), with what must survive a restart saved in `/data` after every step:
 //! `history.json` (the conversation), `turn.json` (the turn in progress: the message that started
-//! it, the steps so far, a reply being waited for) and `inbox.json` (messages not yet shown).
+//! it, the steps so far, its usage, a reply being waited for), `inbox.json` (messages not yet
+//! shown) and `spend.json` (the day's spending).
+//! While a step streams, the person sees its text as `progress` messages; every tool call is
+//! announced as `tool` started and finished; the final reply carries the turn's `usage`.
 //! **Invariant:** a turn always ends with exactly one answer to the message that started it, in
 //! words even when everything failed; a shutdown ends it only by saving it for the next start.
 
@@ -11,21 +14,46 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::budget::{self, Spend};
 use crate::config::{self, Config};
+use crate::context;
 use crate::history::{self, Entry, History};
 use crate::host::{Event, Host, Incoming, Outgoing, Posted};
-use crate::provider::{self, shorten};
+use crate::provider::{self, Failure, Reply, Usage, shorten};
 use crate::tools::{self, DEFAULT_WAIT_SECONDS, MAX_WAIT_SECONDS, cut_output, string_arg};
 
 /// The most model steps (requests) one turn may take; then the person is told what was done, so
 /// a model that loops cannot spend without end.
 pub const MAX_STEPS: u32 = 40;
 
+/// How often a failed request is tried again (429, 5xx, overloaded, a broken stream) before the
+/// turn ends in words.
+pub const MAX_RETRIES: u32 = 3;
+
+/// The wait before the first retry when the provider names none; it doubles for each next one.
+pub const RETRY_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The longest wait before a retry, whatever `retry-after` asks: a person is waiting.
+pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
+
+/// Streamed text goes to the person at most this often, batched.
+pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
+
+/// A turn resumed this many times in a row without finishing a step ends: each resume repeats
+/// a paid request, and a crash loop must not repeat it forever.
+pub const MAX_RESUMES: u32 = 3;
+
+/// The most characters of a tool message's `preview`.
+pub const PREVIEW_CHARS: usize = 80;
+
 /// How much of one step's description the step-limit answer shows.
 const STEP_DESCRIPTION_CHARS: usize = 160;
 
 /// The result of a tool call that a restart cut off.
 pub const INTERRUPTED: &str = "interrupted: the agent restarted before this finished";
+
+/// The result of tool calls left unrun because the turn ended first.
+const NOT_RUN: &str = "not run: the turn ended before this call";
 
 /// The turn in progress, as `turn.json` keeps it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -34,12 +62,44 @@ pub struct SavedTurn {
     pub message: Incoming,
     /// Model steps taken so far.
     pub steps: u32,
-    /// One line per tool call made so far, for the answer when the step limit is reached.
+    /// One line per tool call made so far, for the answer when the turn ends early.
     #[serde(default)]
     pub done: Vec<String>,
     /// A `send_message` waiting for its reply, so a restart can go on waiting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<Waiting>,
+    /// Tokens of every response of this turn (compaction included).
+    #[serde(default)]
+    pub usage: Usage,
+    /// Their price, for the responses whose model has one.
+    #[serde(default)]
+    pub cost_usd: f64,
+    /// Some response's model had no price: the turn's cost is unknown.
+    #[serde(default)]
+    pub unpriced: bool,
+    /// Restarts since the last finished step (see [`MAX_RESUMES`]).
+    #[serde(default)]
+    pub resumes: u32,
+    /// Request bytes per prompt token, learnt from the last response, for estimating the next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_per_token: Option<f64>,
+}
+
+impl SavedTurn {
+    /// A turn about to take its first step.
+    pub fn new(message: Incoming) -> SavedTurn {
+        SavedTurn {
+            message,
+            steps: 0,
+            done: Vec::new(),
+            waiting: None,
+            usage: Usage::default(),
+            cost_usd: 0.0,
+            unpriced: false,
+            resumes: 0,
+            bytes_per_token: None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -73,7 +133,56 @@ pub enum Flow {
 enum Awaited {
     Reply(Incoming),
     TimedOut,
+    /// The person stopped the turn while it waited.
+    Stopped,
     Stop,
+}
+
+/// Why a turn ended before the model finished it: the reply's `stopped`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Stopped {
+    Budget,
+    Steps,
+    Stop,
+}
+
+impl Stopped {
+    fn name(self) -> &'static str {
+        match self {
+            Stopped::Budget => "budget",
+            Stopped::Steps => "steps",
+            Stopped::Stop => "stop",
+        }
+    }
+}
+
+/// How asking the model ended.
+enum Asked {
+    Reply(Reply),
+    /// The request failed for good, or after its retries.
+    Failed(Failure),
+    /// The turn ends with these words: the person stopped it, or compacting failed.
+    End(String, Option<Stopped>),
+    /// A shutdown came: save and exit.
+    Shutdown,
+}
+
+/// Streamed text waiting to go to the person, batched to one message per [`PROGRESS_INTERVAL`].
+struct Progress {
+    pending: String,
+    last: Option<Instant>,
+}
+
+impl Progress {
+    /// The pending text, if it may go now.
+    fn due(&mut self, now: Instant) -> Option<String> {
+        let waited = self.last.is_none_or(|last| now - last >= PROGRESS_INTERVAL);
+        if self.pending.is_empty() || !waited {
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.pending))
+    }
 }
 
 pub struct Agent<H: Host> {
@@ -87,6 +196,12 @@ pub struct Agent<H: Host> {
     /// `SAUSAGE_CANDIDATE`: a test instance on a scratch copy of the running agent's `/data`.
     candidate: bool,
     inbox: Inbox,
+    /// The id of the message whose turn is running, if one is.
+    current: Option<String>,
+    /// A `stop` came for the running turn: it ends after its current step.
+    stop_asked: bool,
+    /// When the last progress or tool message went out, for batching.
+    progress: Progress,
 }
 
 impl<H: Host> Agent<H> {
@@ -104,6 +219,12 @@ impl<H: Host> Agent<H> {
             version: version.to_string(),
             candidate,
             inbox: Inbox::default(),
+            current: None,
+            stop_asked: false,
+            progress: Progress {
+                pending: String::new(),
+                last: None,
+            },
         }
     }
 
@@ -118,7 +239,7 @@ impl<H: Host> Agent<H> {
         // what it is sent.
         if !self.candidate {
             self.inbox = read_json(&self.file("inbox.json")).unwrap_or_default();
-            if let Some(saved) = read_json::<SavedTurn>(&self.file("turn.json"))
+            if let Some(saved) = self.saved_turn()
                 && self.resume(saved) == Flow::Stop
             {
                 return;
@@ -144,16 +265,58 @@ impl<H: Host> Agent<H> {
         }
     }
 
+    /// The turn an earlier instance saved. One that cannot be read is moved aside and its
+    /// sender, when the file still names one, is told in words; it is never dropped silently.
+    fn saved_turn(&mut self) -> Option<SavedTurn> {
+        let path = self.file("turn.json");
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => format!("{e}").into_bytes(),
+        };
+        let problem = match serde_json::from_slice::<SavedTurn>(&bytes) {
+            Ok(turn) => return Some(turn),
+            Err(e) => e.to_string(),
+        };
+        let aside = self.file("turn-unreadable.json");
+        eprintln!(
+            "agent: {}: not a turn this agent can read ({problem}); moved to {}",
+            path.display(),
+            aside.display()
+        );
+        self.report(std::fs::rename(&path, &aside).map_err(|e| format!("{}: {e}", path.display())));
+        let message = serde_json::from_slice::<Value>(&bytes)
+            .ok()
+            .and_then(|v| serde_json::from_value::<Incoming>(v["message"].clone()).ok())
+            .filter(|m| !m.from.is_empty());
+        if let Some(message) = message {
+            let words = format!(
+                "I restarted in the middle of your request, but could not read the turn I had \
+                 saved (/data/turn.json: {problem}). I moved it to /data/turn-unreadable.json. \
+                 Please ask again; I may have done part of it already."
+            );
+            self.answer_turn(&message, words, &Usage::default(), Some(0.0), None);
+        }
+        None
+    }
+
     /// Starts a turn for a text message.
     fn start(&mut self, message: Incoming) -> Flow {
         eprintln!("agent: a turn for {} from {}", message.id, message.from);
         let config = match config::load(&self.file("config.json")) {
             Ok(config) => config,
             Err(words) => {
-                self.answer(&message, words);
+                self.answer_turn(&message, words, &Usage::default(), Some(0.0), None);
                 return Flow::Continue;
             }
         };
+        let spend = Spend::load(&self.file("spend.json"), self.host.now());
+        if config.price.is_some() && spend.usd >= config.max_day_usd {
+            let words = self.day_cap_words(&config, &spend);
+            let usage = Usage::default();
+            self.answer_turn(&message, words, &usage, Some(0.0), Some(Stopped::Budget));
+            return Flow::Continue;
+        }
         let mut history = self.load_history();
         history.entries.extend(self.take_notes());
         let text = message.body["text"].as_str().unwrap_or_default();
@@ -161,13 +324,19 @@ impl<H: Host> Agent<H> {
             "Message {} from {}:\n{text}",
             message.id, message.from
         )));
-        let turn = SavedTurn {
-            message,
-            steps: 0,
-            done: Vec::new(),
-            waiting: None,
-        };
-        self.work(&config, history, turn)
+        self.work(&config, history, SavedTurn::new(message))
+    }
+
+    fn day_cap_words(&self, config: &Config, spend: &Spend) -> String {
+        let now = self.host.now();
+        format!(
+            "I stopped: today's model spending is {} and my daily cap (max_day_usd in \
+             /data/config.json) is {}. It resets at midnight UTC, in {}. To go on now, raise \
+             max_day_usd.",
+            budget::usd_words(spend.usd),
+            budget::usd_words(config.max_day_usd),
+            budget::duration_words(budget::until_midnight(now)),
+        )
     }
 
     /// Finishes a turn saved by an earlier instance: every call left open gets a result (the
@@ -177,15 +346,33 @@ impl<H: Host> Agent<H> {
             "agent: resuming the turn for {} from {}",
             turn.message.id, turn.message.from
         );
+        self.current = Some(turn.message.id.clone());
+        turn.resumes += 1;
+        let mut history = self.load_history();
+        if turn.resumes >= MAX_RESUMES {
+            let words = format!(
+                "I stopped this turn: I restarted {} times in a row in the middle of it without \
+                 finishing a step (each restart repeats a paid request to the model, so I do not \
+                 go on in a loop). Look at /actor/agent/stderr.log for what happened, then ask \
+                 me again.",
+                turn.resumes
+            );
+            self.close_open_calls(&mut history, INTERRUPTED);
+            let words = self.failure_words(&turn, words);
+            history.entries.push(Entry::assistant(words.clone()));
+            self.answer_ending(&turn, words, None);
+            return self.finish(&mut history);
+        }
+        self.save(&mut history, &turn);
         let config = match config::load(&self.file("config.json")) {
             Ok(config) => config,
             Err(words) => {
-                self.answer(&turn.message, words);
+                self.answer_ending(&turn, words, None);
+                self.current = None;
                 self.end_turn();
                 return Flow::Continue;
             }
         };
-        let mut history = self.load_history();
         for id in history.open_calls() {
             let output = match turn.waiting.clone().filter(|w| w.call_id == id) {
                 Some(waiting) => match self.await_reply(&waiting.reply_to, waiting.seconds) {
@@ -194,7 +381,7 @@ impl<H: Host> Agent<H> {
                          it upgraded itself); after the restart it came: {}",
                         reply.to_line()
                     ),
-                    Awaited::TimedOut => format!(
+                    Awaited::TimedOut | Awaited::Stopped => format!(
                         "{INTERRUPTED}; no reply to {} came within {} s after the restart (it \
                          may still come: use wait_for_messages)",
                         waiting.reply_to, waiting.seconds
@@ -217,52 +404,46 @@ impl<H: Host> Agent<H> {
     }
 
     /// The step loop: ask the model, run the tools it calls, until it answers in text, fails,
-    /// or reaches [`MAX_STEPS`].
+    /// is stopped, reaches its budget, or reaches [`MAX_STEPS`].
     fn work(&mut self, config: &Config, mut history: History, mut turn: SavedTurn) -> Flow {
-        let answer = loop {
-            if turn.steps >= MAX_STEPS {
-                break self.limit_words(&turn);
+        self.current = Some(turn.message.id.clone());
+        self.stop_asked = false;
+        let (answer, stopped) = loop {
+            self.take_arrived();
+            if let Some(end) = self.limit(config, &turn) {
+                break end;
             }
             self.save(&mut history, &turn);
-            let request =
-                provider::request(config, crate::PROMPT, &history.entries, &tools::specs());
-            let response = match self.host.post(&request) {
-                Posted::Answered(response) => response,
-                Posted::Failed(why) => {
-                    break self.failure_words(
-                        &turn,
-                        format!(
-                            "I could not reach the model provider at {}: {why}",
-                            config.base_url
-                        ),
-                    );
+            let reply = match self.step(config, &mut history, &mut turn) {
+                Asked::Reply(reply) => reply,
+                Asked::Failed(failure) => {
+                    break (self.failure_words(&turn, failure.words().to_string()), None);
                 }
-                Posted::Stopped => return self.stop(&history, &turn),
-            };
-            if !(200..300).contains(&response.status) {
-                let words = provider::error_words(response.status, &response.body);
-                break self.failure_words(&turn, words);
-            }
-            let reply = match provider::parse(config.api, &response.body) {
-                Ok(reply) => reply,
-                Err(words) => break self.failure_words(&turn, words),
+                Asked::End(words, stopped) => break (self.failure_words(&turn, words), stopped),
+                Asked::Shutdown => return self.stop(&history, &turn),
             };
             turn.steps += 1;
+            turn.resumes = 0;
             history.entries.extend(reply.entries.iter().cloned());
             if !reply.has_tool_calls() {
                 let text = reply.text();
                 match (&reply.cut_short, text.is_empty()) {
                     (None, false) => {
-                        self.answer(&turn.message, text);
+                        self.answer_ending(&turn, text, None);
                         return self.finish(&mut history);
                     }
-                    (None, true) => break "(The model ended its turn without any text.)".into(),
+                    (None, true) => {
+                        break ("(The model ended its turn without any text.)".into(), None);
+                    }
                     (Some(why), true) => {
-                        break format!("The model stopped ({why}) before it wrote an answer.");
+                        break (
+                            format!("The model stopped ({why}) before it wrote an answer."),
+                            None,
+                        );
                     }
                     (Some(why), false) => {
                         let text = format!("{text}\n\n(The answer was cut short: {why}.)");
-                        self.answer(&turn.message, text);
+                        self.answer_ending(&turn, text, None);
                         return self.finish(&mut history);
                     }
                 }
@@ -277,25 +458,363 @@ impl<H: Host> Agent<H> {
                 else {
                     continue;
                 };
+                if self.stop_asked {
+                    // The person stopped the turn during this step: what is left is not run.
+                    history.entries.push(Entry::ToolResult {
+                        id: id.clone(),
+                        output: NOT_RUN.into(),
+                    });
+                    continue;
+                }
                 turn.done.push(shorten(
                     &format!("{name} {arguments}"),
                     STEP_DESCRIPTION_CHARS,
                 ));
                 self.save(&mut history, &turn);
+                self.tell(
+                    &turn,
+                    json!({"type": "tool", "tool": name, "state": "started",
+                    "preview": preview(name, arguments)}),
+                );
+                let began = Instant::now();
                 let output = match self.call(&mut history, &mut turn, id, name, arguments) {
                     Some(output) => output,
                     None => return self.stop(&history, &turn),
                 };
+                let ok = !output.starts_with("error");
+                self.tell(
+                    &turn,
+                    json!({"type": "tool", "tool": name, "state": "finished",
+                    "ok": ok, "seconds": round_seconds(began.elapsed())}),
+                );
                 history.entries.push(Entry::ToolResult {
                     id: id.clone(),
                     output: cut_output(output),
                 });
             }
         };
+        self.close_open_calls(&mut history, NOT_RUN);
         // Words the model did not write still reached the person; the next turn should know them.
         history.entries.push(Entry::assistant(answer.clone()));
-        self.answer(&turn.message, answer);
+        self.answer_ending(&turn, answer, stopped);
         self.finish(&mut history)
+    }
+
+    /// Whether the turn must end before its next step, and with what words: a stop asked for,
+    /// the step limit, or a budget reached.
+    fn limit(&mut self, config: &Config, turn: &SavedTurn) -> Option<(String, Option<Stopped>)> {
+        if self.stop_asked {
+            let words = "I stopped, as you asked.".to_string();
+            return Some((self.failure_words(turn, words), Some(Stopped::Stop)));
+        }
+        if turn.steps >= MAX_STEPS {
+            return Some((self.limit_words(turn), Some(Stopped::Steps)));
+        }
+        config.price?;
+        if turn.cost_usd >= config.max_turn_usd {
+            let words = format!(
+                "I stopped: this turn has cost {}, and a turn may cost at most {} (max_turn_usd \
+                 in /data/config.json). Ask me to go on if there is more to do.",
+                budget::usd_words(turn.cost_usd),
+                budget::usd_words(config.max_turn_usd)
+            );
+            return Some((self.failure_words(turn, words), Some(Stopped::Budget)));
+        }
+        let spend = Spend::load(&self.file("spend.json"), self.host.now());
+        if spend.usd >= config.max_day_usd {
+            let words = self.day_cap_words(config, &spend);
+            return Some((self.failure_words(turn, words), Some(Stopped::Budget)));
+        }
+        None
+    }
+
+    /// One model step: the request (compacting the history first when it would not fit), its
+    /// retries, and its price.
+    fn step(&mut self, config: &Config, history: &mut History, turn: &mut SavedTurn) -> Asked {
+        // One compaction before the request and one after a refusal, at most: each is a paid
+        // request, and a history that a compaction cannot shrink must not loop.
+        let (mut compacted, mut compacted_after_error) = (false, false);
+        loop {
+            let request = self.request(config, history, turn);
+            let estimate = context::estimate(request.body.len(), self.bytes_per_token(turn));
+            let bytes = request.body.len();
+            if !compacted && context::too_big(estimate, config) {
+                compacted = true;
+                match self.compact(config, history, turn) {
+                    Some(Asked::Reply(_)) => continue,
+                    Some(end) => return end,
+                    None => {}
+                }
+            }
+            match self.ask(config, &request, turn, true) {
+                Asked::Reply(reply) => {
+                    if reply.usage.prompt_tokens() > 0 {
+                        turn.bytes_per_token =
+                            Some(bytes as f64 / reply.usage.prompt_tokens() as f64);
+                    }
+                    return Asked::Reply(reply);
+                }
+                Asked::Failed(Failure::ContextTooLong(_)) if !compacted_after_error => {
+                    (compacted, compacted_after_error) = (true, true);
+                    // The estimate was wrong: learn from the refusal that the window is smaller.
+                    turn.bytes_per_token = Some(
+                        bytes as f64 / (config.context_window as f64 * context::COMPACT_AT) * 0.9,
+                    );
+                    if let Some(end @ (Asked::Failed(_) | Asked::End(..) | Asked::Shutdown)) =
+                        self.compact(config, history, turn)
+                    {
+                        return end;
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn bytes_per_token(&self, turn: &SavedTurn) -> f64 {
+        turn.bytes_per_token
+            .filter(|b| b.is_finite() && *b > 0.5)
+            .unwrap_or(context::DEFAULT_BYTES_PER_TOKEN)
+    }
+
+    /// The next step's request: the history as [`context::view`] shows it.
+    fn request(
+        &self,
+        config: &Config,
+        history: &History,
+        turn: &SavedTurn,
+    ) -> provider::HttpRequest {
+        let opening = format!("Message {} from ", turn.message.id);
+        let turn_start = history
+            .entries
+            .iter()
+            .rposition(|e| matches!(e, Entry::User { text } if text.starts_with(&opening)))
+            .unwrap_or(0);
+        let entries = context::view(&history.entries, turn_start);
+        provider::request(config, crate::PROMPT, &entries, &tools::specs())
+    }
+
+    /// Replaces the older history by a handoff summary the model writes (DESIGN §12, Context).
+    /// `None` when there was nothing to compact; otherwise how asking for the summary ended
+    /// (its reply is already in the history).
+    fn compact(
+        &mut self,
+        config: &Config,
+        history: &mut History,
+        turn: &mut SavedTurn,
+    ) -> Option<Asked> {
+        if history.entries.len() < 2 {
+            return None;
+        }
+        eprintln!("agent: compacting the conversation");
+        let window = config.context_window as f64;
+        let per_token = self.bytes_per_token(turn);
+        let transcript = context::transcript(
+            &history.entries,
+            (window * context::TRANSCRIPT_SHARE * per_token) as usize,
+        );
+        self.tell(
+            turn,
+            json!({"type": "progress", "text": "\n(My conversation is near the model's context \
+                window, so I am writing a summary of its older part to go on from.)\n"}),
+        );
+        let request = provider::request(
+            config,
+            context::SUMMARY_PROMPT,
+            &[Entry::user(transcript)],
+            &[],
+        );
+        let reply = match self.ask(config, &request, turn, false) {
+            Asked::Reply(reply) => reply,
+            Asked::Failed(failure) => {
+                return Some(Asked::End(
+                    format!(
+                        "I could not compact my conversation to fit the model's context window: \
+                         {}",
+                        failure.words()
+                    ),
+                    None,
+                ));
+            }
+            end @ Asked::End(..) => return Some(end),
+            Asked::Shutdown => return Some(Asked::Shutdown),
+        };
+        let summary = reply.text();
+        if summary.trim().is_empty() {
+            return Some(Asked::End(
+                "I could not compact my conversation: the model wrote an empty summary.".into(),
+                None,
+            ));
+        }
+        history.entries = context::compacted(
+            &history.entries,
+            summary,
+            (window * context::RECENT_USERS_SHARE * per_token) as usize,
+        );
+        self.save(history, turn);
+        Some(Asked::Reply(reply))
+    }
+
+    /// Sends `request`, streaming its text to the person when `show` is set, and tries again
+    /// after the failures worth it; the response is priced into the turn and the day.
+    fn ask(
+        &mut self,
+        config: &Config,
+        request: &provider::HttpRequest,
+        turn: &mut SavedTurn,
+        show: bool,
+    ) -> Asked {
+        let mut attempt = 0;
+        loop {
+            let failure = match self.post(config, request, turn, show) {
+                Ok(reply) => {
+                    self.charge(config, turn, &reply.usage);
+                    return Asked::Reply(reply);
+                }
+                Err(None) => return Asked::Shutdown,
+                Err(Some(failure)) => failure,
+            };
+            let after = match failure {
+                Failure::Retry { after, .. } if attempt < MAX_RETRIES => after,
+                _ => return Asked::Failed(failure),
+            };
+            let wait = after
+                .unwrap_or(RETRY_BACKOFF * 2u32.pow(attempt))
+                .min(MAX_RETRY_WAIT);
+            attempt += 1;
+            let why = failure.words().trim_end_matches('.').to_string();
+            eprintln!("agent: {why}; retry {attempt} of {MAX_RETRIES} in {wait:?}");
+            self.tell(
+                turn,
+                json!({"type": "progress", "text": format!(
+                    "\n({why}. I wait {} and try again, {attempt} of {MAX_RETRIES}.)\n",
+                    budget::duration_words(wait.max(Duration::from_secs(1)))
+                )}),
+            );
+            match self.pause(wait) {
+                Awaited::Stop => return Asked::Shutdown,
+                Awaited::Stopped => {
+                    return Asked::End("I stopped, as you asked.".into(), Some(Stopped::Stop));
+                }
+                Awaited::Reply(_) | Awaited::TimedOut => {}
+            }
+        }
+    }
+
+    /// One POST with its streamed answer; `Err(None)` when a shutdown came.
+    fn post(
+        &mut self,
+        config: &Config,
+        request: &provider::HttpRequest,
+        turn: &SavedTurn,
+        show: bool,
+    ) -> Result<Reply, Option<Failure>> {
+        let mut stream = provider::Stream::new(config.api);
+        let mut broken: Option<Failure> = None;
+        let (to, id) = (turn.message.from.clone(), turn.message.id.clone());
+        let progress = &mut self.progress;
+        let posted = self.host.post(request, &mut |bytes| {
+            if broken.is_none() && !bytes.is_empty() {
+                match stream.feed(bytes) {
+                    Ok(text) if show => progress.pending.push_str(&text),
+                    Ok(_) => {}
+                    Err(failure) => broken = Some(failure),
+                }
+            }
+            let text = progress.due(Instant::now())?;
+            Some(turn_message(
+                &to,
+                &id,
+                json!({"type": "progress", "text": text}),
+            ))
+        });
+        if !self.progress.pending.is_empty() {
+            // The rest of the text goes now, keeping the batching interval.
+            if let Some(last) = self.progress.last {
+                std::thread::sleep(PROGRESS_INTERVAL.saturating_sub(last.elapsed()));
+            }
+            let text = std::mem::take(&mut self.progress.pending);
+            self.tell(turn, json!({"type": "progress", "text": text}));
+        }
+        match posted {
+            Posted::Streamed => match broken {
+                Some(failure) => Err(Some(failure)),
+                None => stream.finish().map_err(Some),
+            },
+            Posted::Refused(response) => Err(Some(provider::failure(
+                response.status,
+                &response.headers,
+                &response.body,
+            ))),
+            Posted::Failed { why, retry } => {
+                let why = format!(
+                    "I could not reach the model provider at {}: {why}",
+                    config.base_url
+                );
+                Err(Some(if retry {
+                    Failure::Retry { why, after: None }
+                } else {
+                    Failure::Fatal(why)
+                }))
+            }
+            Posted::Stopped => Err(None),
+        }
+    }
+
+    /// Adds a response's usage to the turn, and its price to the turn and the day.
+    fn charge(&mut self, config: &Config, turn: &mut SavedTurn, usage: &Usage) {
+        turn.usage.add(*usage);
+        let cost = match &config.price {
+            Some(price) => budget::cost(usage, price),
+            None => {
+                turn.unpriced = true;
+                0.0
+            }
+        };
+        turn.cost_usd += cost;
+        let path = self.file("spend.json");
+        let mut spend = Spend::load(&path, self.host.now());
+        spend.usd += cost;
+        spend.usage.add(*usage);
+        if !self.candidate {
+            self.report(spend.save(&path));
+        }
+    }
+
+    /// Waits `time`, keeping what arrives; ends early when the person stops the turn.
+    fn pause(&mut self, time: Duration) -> Awaited {
+        let deadline = Instant::now() + time;
+        loop {
+            if self.stop_asked {
+                return Awaited::Stopped;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Awaited::TimedOut;
+            }
+            match self.host.receive(Some(left)) {
+                Event::Message(m) => self.keep(m),
+                Event::TimedOut => return Awaited::TimedOut,
+                Event::Stop => return Awaited::Stop,
+            }
+        }
+    }
+
+    /// Keeps the messages that arrived while the model was asked (a `stop` among them counts).
+    fn take_arrived(&mut self) {
+        for message in self.host.arrived() {
+            self.keep(message);
+        }
+    }
+
+    /// Gives every call still without a result this `output`, so the history stays whole.
+    fn close_open_calls(&self, history: &mut History, output: &str) {
+        for id in history.open_calls() {
+            history.entries.push(Entry::ToolResult {
+                id,
+                output: output.to_string(),
+            });
+        }
     }
 
     fn limit_words(&self, turn: &SavedTurn) -> String {
@@ -312,6 +831,58 @@ impl<H: Host> Agent<H> {
         } else {
             format!("{words}\nBefore that, I did:\n- {}", turn.done.join("\n- "))
         }
+    }
+
+    /// Sends a message about the turn to its sender (DESIGN §12: `reply_to` and `turn` are the
+    /// turn's message id). Flushes batched progress first so the order stays true.
+    fn tell(&mut self, turn: &SavedTurn, body: Value) {
+        if turn.message.from.is_empty() {
+            return;
+        }
+        let (to, id) = (&turn.message.from, &turn.message.id);
+        if body["type"] != "progress" && !self.progress.pending.is_empty() {
+            let text = std::mem::take(&mut self.progress.pending);
+            let pending = turn_message(to, id, json!({"type": "progress", "text": text}));
+            self.host.send(&pending);
+        }
+        self.progress.last = Some(Instant::now());
+        let message = turn_message(to, id, body);
+        self.host.send(&message);
+    }
+
+    /// The final reply of a turn, with its usage.
+    fn answer_ending(&mut self, turn: &SavedTurn, text: String, stopped: Option<Stopped>) {
+        let cost = (!turn.unpriced).then_some(turn.cost_usd);
+        self.answer_turn(&turn.message, text, &turn.usage, cost, stopped);
+    }
+
+    fn answer_turn(
+        &mut self,
+        message: &Incoming,
+        text: String,
+        usage: &Usage,
+        cost_usd: Option<f64>,
+        stopped: Option<Stopped>,
+    ) {
+        let mut body = json!({
+            "type": "text", "text": text, "turn": message.id,
+            "usage": {
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "cache_read_tokens": usage.cache_read_tokens,
+                "cache_write_tokens": usage.cache_write_tokens,
+                "cost_usd": cost_usd.map(|usd| (usd * 1e6).round() / 1e6),
+            },
+        });
+        if let Some(stopped) = stopped {
+            body["stopped"] = json!(stopped.name());
+        }
+        self.host.send(&Outgoing {
+            to: Some(message.from.clone()),
+            id: None,
+            reply_to: Some(message.id.clone()),
+            body,
+        });
     }
 
     /// Runs one tool call; `None` when a shutdown came while it waited.
@@ -392,16 +963,23 @@ impl<H: Host> Agent<H> {
                 "sent as {published}; no reply came within {seconds} s (it may still come: use \
                  wait_for_messages)"
             ),
+            Awaited::Stopped => {
+                format!("sent as {published}; the person stopped the turn before the reply came")
+            }
             Awaited::Stop => return None,
         };
         turn.waiting = None;
         Some(output)
     }
 
-    /// Waits for the message whose `reply_to` is `reply_to`; the others are kept.
+    /// Waits for the message whose `reply_to` is `reply_to`; the others are kept. A `stop` for
+    /// the turn ends the wait.
     fn await_reply(&mut self, reply_to: &str, seconds: u64) -> Awaited {
         let deadline = Instant::now() + Duration::from_secs(seconds);
         loop {
+            if self.stop_asked {
+                return Awaited::Stopped;
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             match self.host.receive(Some(left)) {
                 Event::Message(m) if m.reply_to.as_deref() == Some(reply_to) => {
@@ -423,7 +1001,7 @@ impl<H: Host> Agent<H> {
             let deadline = Instant::now() + Duration::from_secs(seconds);
             let mut timeout = deadline.saturating_duration_since(Instant::now());
             // The first message ends the wait; whatever arrived with it is taken too.
-            loop {
+            while !self.stop_asked {
                 match self.host.receive(Some(timeout)) {
                     Event::Message(m) => self.keep(m),
                     Event::TimedOut => break,
@@ -448,14 +1026,52 @@ impl<H: Host> Agent<H> {
     }
 
     /// Keeps a message that does not belong to the current wait: a text for its own turn, any
-    /// other for the model to see later.
+    /// other for the model to see later. A `stop` is obeyed instead of kept.
     fn keep(&mut self, message: Incoming) {
+        if message.kind() == "stop" {
+            return self.obey_stop(message);
+        }
         if message.starts_turn() {
             self.inbox.turns.push(message);
         } else {
             self.inbox.notes.push(message);
         }
         self.save_inbox();
+    }
+
+    /// `{"type":"stop","turn"}`: the running turn ends after its current step; a turn still
+    /// waiting for its start is answered at once without running; any other is told so.
+    fn obey_stop(&mut self, message: Incoming) {
+        let turn = message.body["turn"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if self.current.as_deref() == Some(turn.as_str()) {
+            eprintln!("agent: {} stops the turn {turn}", message.from);
+            self.stop_asked = true;
+            return;
+        }
+        if let Some(n) = self.inbox.turns.iter().position(|m| m.id == turn) {
+            let queued = self.inbox.turns.remove(n);
+            self.save_inbox();
+            let words = "Stopped before it started, as asked.".to_string();
+            let usage = Usage::default();
+            self.answer_turn(&queued, words, &usage, Some(0.0), Some(Stopped::Stop));
+            return;
+        }
+        let words = if turn.is_empty() {
+            "A stop needs the id of the turn to stop: {\"type\":\"stop\",\"turn\":\"<id of the \
+             message that started it>\"}."
+                .to_string()
+        } else {
+            format!("There is no turn {turn} running; it may have ended already.")
+        };
+        self.host.send(&Outgoing {
+            to: Some(message.from.clone()),
+            id: None,
+            reply_to: Some(message.id.clone()),
+            body: json!({"type": "error", "request": "stop", "reason": words}),
+        });
     }
 
     /// The notes as one user entry, emptying the inbox's notes.
@@ -474,15 +1090,6 @@ impl<H: Host> Agent<H> {
         ))))
     }
 
-    fn answer(&mut self, message: &Incoming, text: String) {
-        self.host.send(&Outgoing {
-            to: Some(message.from.clone()),
-            id: None,
-            reply_to: Some(message.id.clone()),
-            body: json!({"type": "text", "text": text}),
-        });
-    }
-
     /// A shutdown came inside a turn: keep what already arrived, save, and let the agent exit.
     fn stop(&mut self, history: &History, turn: &SavedTurn) -> Flow {
         while let Event::Message(m) = self.host.receive(Some(Duration::ZERO)) {
@@ -495,6 +1102,8 @@ impl<H: Host> Agent<H> {
     }
 
     fn finish(&mut self, history: &mut History) -> Flow {
+        self.current = None;
+        self.stop_asked = false;
         history.cut();
         self.report(history::save(&self.file("history.json"), history));
         self.end_turn();
@@ -556,6 +1165,57 @@ impl<H: Host> Agent<H> {
             eprintln!("agent: {e}");
         }
     }
+}
+
+/// A message about the turn started by message `id` from `to`.
+fn turn_message(to: &str, id: &str, mut body: Value) -> Outgoing {
+    body["turn"] = json!(id);
+    Outgoing {
+        to: Some(to.to_string()),
+        id: None,
+        reply_to: Some(id.to_string()),
+        body,
+    }
+}
+
+/// What a tool call does, in at most [`PREVIEW_CHARS`] characters: a path, a recipient and a
+/// body type; never a file's content.
+fn preview(name: &str, arguments: &Value) -> String {
+    let text = |key: &str| arguments[key].as_str().unwrap_or("?");
+    let words = match name {
+        "send_message" => {
+            let kind = arguments["body"]["type"].as_str().unwrap_or("?");
+            match arguments["wait_seconds"].as_u64() {
+                Some(s) if s > 0 => format!("{} {kind} (waits up to {s} s)", text("to")),
+                _ => format!("{} {kind}", text("to")),
+            }
+        }
+        "wait_for_messages" => format!(
+            "up to {} s",
+            arguments["seconds"]
+                .as_u64()
+                .unwrap_or(DEFAULT_WAIT_SECONDS)
+        ),
+        "copy_dir" => format!("{} → {}", text("from"), text("to")),
+        "write_file" => format!(
+            "{} ({} bytes)",
+            text("path"),
+            arguments["content"].as_str().map_or(0, str::len)
+        ),
+        _ => match arguments["path"].as_str() {
+            Some(path) => path.to_string(),
+            None => String::new(),
+        },
+    };
+    match words.char_indices().nth(PREVIEW_CHARS - 1) {
+        Some((at, _)) => format!("{}…", &words[..at]),
+        None => words,
+    }
+}
+
+/// Seconds with a tenth, as a person reads a duration.
+fn round_seconds(time: Duration) -> f64 {
+    (time.as_secs_f64() * 10.0).round() / 10.0
 }
 
 /// Actor ids: `a-z`, `0-9`, `-`, `_`, 1 to 64 characters (DESIGN §1).

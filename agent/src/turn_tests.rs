@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::testing::{ScriptedHost, temp_dir};
+use crate::testing::{Answer, ScriptedHost, temp_dir};
 
 const OPENAI: &str =
     r#"{"api":"openai-responses","base_url":"http://model.test","model":"m","token":"t"}"#;
@@ -21,11 +21,11 @@ fn world(config: Option<&str>) -> PathBuf {
     dir
 }
 
-fn run(data: &Path, events: Vec<Event>, answers: Vec<Posted>) -> ScriptedHost {
+fn run(data: &Path, events: Vec<Event>, answers: Vec<Answer>) -> ScriptedHost {
     run_as(data, events, answers, false)
 }
 
-fn run_as(data: &Path, events: Vec<Event>, answers: Vec<Posted>, candidate: bool) -> ScriptedHost {
+fn run_as(data: &Path, events: Vec<Event>, answers: Vec<Answer>, candidate: bool) -> ScriptedHost {
     let host = ScriptedHost {
         events: events.into(),
         answers: answers.into(),
@@ -49,14 +49,14 @@ fn text(id: &str, text: &str) -> Event {
     message(id, "console", None, json!({"type": "text", "text": text}))
 }
 
-fn openai_call(call_id: &str, name: &str, arguments: Value) -> Posted {
+fn openai_call(call_id: &str, name: &str, arguments: Value) -> Answer {
     ScriptedHost::ok(json!({"status": "completed", "output": [{
         "type": "function_call", "id": format!("fc_{call_id}"), "call_id": call_id,
         "name": name, "arguments": arguments.to_string(),
     }]}))
 }
 
-fn openai_text(text: &str) -> Posted {
+fn openai_text(text: &str) -> Answer {
     ScriptedHost::ok(json!({"status": "completed", "output": [{
         "type": "message", "id": "msg_1", "role": "assistant",
         "content": [{"type": "output_text", "text": text, "annotations": []}],
@@ -80,6 +80,21 @@ fn answers(host: &ScriptedHost) -> Vec<(String, String, String)> {
             )
         })
         .collect()
+}
+
+/// A text from the console that starts a turn.
+fn message_of(id: &str, text: &str) -> Incoming {
+    Incoming {
+        id: id.into(),
+        from: "console".into(),
+        reply_to: None,
+        body: json!({"type": "text", "text": text}),
+    }
+}
+
+/// What the agent's `send_message` calls sent (not the messages about the turn).
+fn tool_sends(host: &ScriptedHost) -> Vec<&Outgoing> {
+    host.sent.iter().filter(|m| m.id.is_some()).collect()
 }
 
 fn history(data: &Path) -> History {
@@ -161,21 +176,21 @@ fn without_configuration_the_answer_says_so() {
 fn errors_of_the_provider_are_answered_in_words() {
     let data = world(Some(ANTHROPIC));
     let error =
-        br#"{"type":"error","error":{"type":"rate_limit_error","message":"Rate limit reached"}}"#;
+        br#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: too large"}}"#;
     let host = run(
         &data,
         vec![text("m-1", "hi"), text("m-2", "hi again")],
         vec![
-            Posted::Answered(crate::provider::HttpResponse {
-                status: 429,
-                body: error.to_vec(),
-            }),
-            Posted::Failed("ErrorCode::ConnectionRefused".into()),
+            ScriptedHost::refused(400, &[], serde_json::from_slice(error).unwrap()),
+            Answer::Failed {
+                why: "ErrorCode::ConnectionRefused".into(),
+                retry: false,
+            },
         ],
     );
     let words: Vec<String> = answers(&host).into_iter().map(|a| a.2).collect();
     assert!(
-        words[0].starts_with("The model provider answered 429: Rate limit reached"),
+        words[0].starts_with("The model provider answered 400: max_tokens: too large"),
         "{}",
         words[0]
     );
@@ -247,7 +262,7 @@ fn a_text_arriving_during_a_turn_gets_its_own_turn_after_it() {
             ("m-2".into(), "Then nothing.".into())
         ]
     );
-    let sent = &host.sent[0];
+    let sent = &tool_sends(&host)[0];
     assert_eq!(
         (sent.to.as_deref(), sent.id.as_deref()),
         (Some("cargo"), Some("t1"))
@@ -275,7 +290,7 @@ fn a_shutdown_while_waiting_saves_the_turn_and_the_next_start_finishes_it() {
         )],
     );
     assert!(answers(&host).is_empty(), "no answer yet");
-    assert_eq!(host.sent[0].id.as_deref(), Some("t1"));
+    assert_eq!(tool_sends(&host)[0].id.as_deref(), Some("t1"));
     let saved: SavedTurn = read_json(&data.join("turn.json")).expect("turn.json");
     assert_eq!((saved.message.id.as_str(), saved.steps), ("m-1", 1));
     assert_eq!(
@@ -342,15 +357,9 @@ fn a_call_cut_off_by_a_kill_gets_an_interrupted_result() {
     };
     history::save(&data.join("history.json"), &saved).unwrap();
     let turn = SavedTurn {
-        message: Incoming {
-            id: "m-4".into(),
-            from: "console".into(),
-            reply_to: None,
-            body: json!({"type": "text", "text": "write it"}),
-        },
         steps: 1,
         done: vec!["write_file {…}".into()],
-        waiting: None,
+        ..SavedTurn::new(message_of("m-4", "write it"))
     };
     write_json(&data.join("turn.json"), &turn).unwrap();
     let done = ScriptedHost::ok(
@@ -378,18 +387,14 @@ fn a_call_cut_off_by_a_kill_gets_an_interrupted_result() {
 fn a_candidate_leaves_the_saved_turn_alone_and_answers_without_network() {
     let data = world(Some(OPENAI));
     let turn = SavedTurn {
-        message: Incoming {
-            id: "m-4".into(),
-            from: "console".into(),
-            reply_to: None,
-            body: json!({"type": "text", "text": "x"}),
-        },
         steps: 3,
-        done: vec![],
-        waiting: None,
+        ..SavedTurn::new(message_of("m-4", "x"))
     };
     write_json(&data.join("turn.json"), &turn).unwrap();
-    let no_network = Posted::Failed("this instance is a candidate under test".into());
+    let no_network = Answer::Failed {
+        why: "this instance is a candidate under test".into(),
+        retry: false,
+    };
     let hello = message(
         "t-1",
         "test",
@@ -464,4 +469,491 @@ fn an_unknown_tool_and_bad_arguments_are_told_to_the_model() {
             .contains("is not an actor id")
     );
     assert!(host.sent.iter().all(|m| m.to.as_deref() == Some("console")));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streaming, progress, retries, budgets, context, stop and resume (DESIGN §12)
+
+fn openai_reply(output: Value, input_tokens: u64, output_tokens: u64) -> Answer {
+    ScriptedHost::ok(json!({"status": "completed", "output": output, "usage": {
+        "input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": output_tokens, "total_tokens": input_tokens + output_tokens,
+    }}))
+}
+
+fn config_with(extra: Value) -> String {
+    let mut config: Value = serde_json::from_str(OPENAI).unwrap();
+    for (key, value) in extra.as_object().unwrap() {
+        config[key] = value.clone();
+    }
+    config.to_string()
+}
+
+/// Everything the agent sent about the turn `m-1`, as (type, body).
+fn turn_messages(host: &ScriptedHost) -> Vec<(String, Value)> {
+    host.sent
+        .iter()
+        .filter(|m| m.reply_to.as_deref() == Some("m-1"))
+        .map(|m| {
+            assert_eq!(
+                m.body["turn"], "m-1",
+                "every turn message names its turn: {m:?}"
+            );
+            assert_eq!(m.to.as_deref(), Some("console"));
+            (m.body["type"].as_str().unwrap().to_string(), m.body.clone())
+        })
+        .collect()
+}
+
+fn the_final(host: &ScriptedHost) -> Value {
+    let finals: Vec<Value> = turn_messages(host)
+        .into_iter()
+        .filter(|(kind, _)| kind == "text")
+        .map(|(_, body)| body)
+        .collect();
+    assert_eq!(finals.len(), 1, "one final reply: {:?}", host.sent);
+    finals[0].clone()
+}
+
+#[test]
+fn progress_and_tool_messages_reach_the_sender_in_order() {
+    let data = world(Some(OPENAI));
+    let host = run(
+        &data,
+        vec![text("m-1", "what is in /nowhere?")],
+        vec![
+            ScriptedHost::ok(json!({"status": "completed", "output": [
+                {"type": "message", "id": "msg_1", "role": "assistant",
+                 "content": [{"type": "output_text", "text": "Let me look.", "annotations": []}]},
+                {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "list_dir",
+                 "arguments": "{\"path\":\"/nowhere\"}"},
+            ]})),
+            openai_text("Nothing is there."),
+        ],
+    );
+    let messages = turn_messages(&host);
+    let kinds: Vec<&str> = messages.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["progress", "tool", "tool", "progress", "text"],
+        "{messages:?}"
+    );
+    assert_eq!(messages[0].1["text"], "Let me look.");
+    assert_eq!(
+        messages[1].1,
+        json!({"type": "tool", "turn": "m-1", "tool": "list_dir", "state": "started",
+               "preview": "/nowhere"})
+    );
+    let finished = &messages[2].1;
+    assert_eq!(
+        (finished["state"].as_str(), finished["ok"].as_bool()),
+        (Some("finished"), Some(false))
+    );
+    assert!(finished["seconds"].as_f64().unwrap() >= 0.0);
+    assert_eq!(messages[3].1["text"], "Nothing is there.");
+    assert_eq!(messages[4].1["text"], "Nothing is there.");
+    // Every request streams.
+    assert!(host.requests.iter().all(|r| body(r)["stream"] == true));
+}
+
+#[test]
+fn progress_is_batched_to_one_message_per_interval() {
+    let mut progress = Progress {
+        pending: String::new(),
+        last: None,
+    };
+    let start = Instant::now();
+    progress.pending.push_str("Hel");
+    assert_eq!(progress.due(start).as_deref(), Some("Hel"));
+    progress.pending.push_str("lo, ");
+    assert_eq!(progress.due(start + PROGRESS_INTERVAL / 2), None);
+    progress.pending.push_str("world");
+    assert_eq!(
+        progress.due(start + PROGRESS_INTERVAL).as_deref(),
+        Some("lo, world")
+    );
+    assert_eq!(
+        progress.due(start + PROGRESS_INTERVAL * 3),
+        None,
+        "nothing pending"
+    );
+}
+
+#[test]
+fn previews_say_what_a_call_does_in_80_characters_without_content() {
+    let long = "x".repeat(300);
+    assert_eq!(
+        preview(
+            "write_file",
+            &json!({"path": "/data/a.rs", "content": "fn main() {}"})
+        ),
+        "/data/a.rs (12 bytes)"
+    );
+    assert_eq!(
+        preview(
+            "send_message",
+            &json!({"to": "cargo", "body": {"type": "build"}, "wait_seconds": 900})
+        ),
+        "cargo build (waits up to 900 s)"
+    );
+    assert_eq!(
+        preview("copy_dir", &json!({"from": "/a", "to": "/b"})),
+        "/a → /b"
+    );
+    let cut = preview("read_file", &json!({"path": format!("/data/{long}")}));
+    assert_eq!(cut.chars().count(), PREVIEW_CHARS);
+    assert!(!preview("write_file", &json!({"path": "/p", "content": long})).contains("xxx"));
+}
+
+#[test]
+fn a_429_is_retried_after_its_retry_after_and_the_turn_finishes() {
+    let data = world(Some(ANTHROPIC));
+    let limited = json!({"type": "error", "error": {"type": "rate_limit_error",
+        "message": "Number of request tokens has exceeded your per-minute rate limit"}});
+    let host = run(
+        &data,
+        vec![text("m-1", "hi"), Event::TimedOut],
+        vec![
+            ScriptedHost::refused(429, &[("retry-after", "7")], limited),
+            ScriptedHost::ok(json!({"type": "message", "role": "assistant",
+                "content": [{"type": "text", "text": "Hello after the wait."}],
+                "stop_reason": "end_turn",
+                "usage": {"input_tokens": 10, "output_tokens": 5}})),
+        ],
+    );
+    assert_eq!(host.requests.len(), 2);
+    let final_reply = the_final(&host);
+    assert_eq!(final_reply["text"], "Hello after the wait.");
+    let waited = turn_messages(&host)
+        .into_iter()
+        .find(|(kind, body)| kind == "progress" && body["text"].as_str().unwrap().contains("429"))
+        .expect("a progress line says it waits");
+    assert!(
+        waited.1["text"].as_str().unwrap().contains("7 s"),
+        "{waited:?}"
+    );
+    // The pause honoured retry-after.
+    assert!(
+        host.waits
+            .iter()
+            .flatten()
+            .any(|w| *w > Duration::from_millis(6900) && *w <= Duration::from_secs(7)),
+        "{:?}",
+        host.waits
+    );
+}
+
+#[test]
+fn retries_give_up_after_three_and_cap_the_wait_at_60_seconds() {
+    let data = world(Some(OPENAI));
+    let busy = json!({"error": {"message": "The server is overloaded", "type": "server_error",
+        "param": null, "code": null}});
+    let answers = (0..4)
+        .map(|_| ScriptedHost::refused(503, &[("retry-after", "3600")], busy.clone()))
+        .collect();
+    let host = run(
+        &data,
+        vec![
+            text("m-1", "hi"),
+            Event::TimedOut,
+            Event::TimedOut,
+            Event::TimedOut,
+        ],
+        answers,
+    );
+    assert_eq!(host.requests.len() as u32, 1 + MAX_RETRIES);
+    let words = the_final(&host)["text"].as_str().unwrap().to_string();
+    assert!(
+        words.starts_with("The model provider answered 503"),
+        "{words}"
+    );
+    assert_eq!(
+        host.waits
+            .iter()
+            .flatten()
+            .filter(|w| **w > MAX_RETRY_WAIT - Duration::from_millis(100) && **w <= MAX_RETRY_WAIT)
+            .count(),
+        3,
+        "{:?}",
+        host.waits
+    );
+}
+
+#[test]
+fn usage_is_priced_and_the_turns_budget_stops_it() {
+    let config = config_with(json!({
+        "prices": {"m": {"input": 1000.0, "output": 2000.0, "cache_read": 100.0}},
+        "max_turn_usd": 1.5,
+    }));
+    let data = world(Some(&config));
+    let call = json!([{"type": "function_call", "id": "fc_1", "call_id": "c1",
+        "name": "list_dir", "arguments": "{\"path\":\"/nowhere\"}"}]);
+    let host = run(
+        &data,
+        vec![text("m-1", "loop")],
+        vec![
+            openai_reply(call.clone(), 1000, 100),
+            openai_reply(call.clone(), 1000, 100),
+            openai_reply(call, 1000, 100),
+        ],
+    );
+    // Each step costs $1.00 input + $0.20 output: after two steps the turn is past $1.50.
+    assert_eq!(host.requests.len(), 2);
+    let reply = the_final(&host);
+    assert_eq!(reply["stopped"], "budget");
+    assert_eq!(
+        reply["usage"],
+        json!({"input_tokens": 2000, "output_tokens": 200, "cache_read_tokens": 0,
+               "cache_write_tokens": 0, "cost_usd": 2.4})
+    );
+    assert!(
+        reply["text"].as_str().unwrap().contains("max_turn_usd"),
+        "{reply}"
+    );
+    let spend: Value =
+        serde_json::from_slice(&std::fs::read(data.join("spend.json")).unwrap()).unwrap();
+    assert!(
+        (spend["usd"].as_f64().unwrap() - 2.4).abs() < 1e-9,
+        "{spend}"
+    );
+}
+
+#[test]
+fn past_the_days_cap_a_turn_is_answered_with_when_it_resets() {
+    let config = config_with(json!({"prices": {"m": {"input": 1.0, "output": 1.0}},
+        "max_day_usd": 10}));
+    let data = world(Some(&config));
+    let now = std::time::UNIX_EPOCH + Duration::from_secs(1_796_083_200 + 22 * 3600);
+    std::fs::write(
+        data.join("spend.json"),
+        json!({"day": "2026-12-01", "usd": 10.5}).to_string(),
+    )
+    .unwrap();
+    let host = ScriptedHost {
+        events: vec![text("m-1", "hi")].into(),
+        clock: Some(now),
+        ..ScriptedHost::default()
+    };
+    let mut agent = Agent::new(host, &data, "agent", "2", false);
+    agent.run();
+    let host = agent.host;
+    assert!(host.requests.is_empty());
+    let reply = the_final(&host);
+    assert_eq!(reply["stopped"], "budget");
+    let words = reply["text"].as_str().unwrap();
+    assert!(
+        words.contains("$10.50") && words.contains("max_day_usd"),
+        "{words}"
+    );
+    assert!(words.contains("in 2 h 00 min"), "{words}");
+}
+
+#[test]
+fn a_model_without_a_price_counts_tokens_and_its_cost_is_unknown() {
+    let data = world(Some(&config_with(json!({"model": "my-local-model"}))));
+    let host = run(
+        &data,
+        vec![text("m-1", "hi")],
+        vec![openai_reply(
+            json!([{"type": "message", "id": "msg_1", "role": "assistant",
+            "content": [{"type": "output_text", "text": "Hi.", "annotations": []}]}]),
+            40,
+            2,
+        )],
+    );
+    let usage = the_final(&host)["usage"].clone();
+    assert_eq!(usage["input_tokens"], 40);
+    assert_eq!(usage["cost_usd"], Value::Null);
+}
+
+#[test]
+fn a_stop_ends_the_turn_after_its_current_step_with_what_it_did() {
+    let data = world(Some(OPENAI));
+    let stop = Incoming {
+        id: "m-2".into(),
+        from: "console".into(),
+        reply_to: None,
+        body: json!({"type": "stop", "turn": "m-1"}),
+    };
+    let host = ScriptedHost {
+        events: vec![text("m-1", "loop")].into(),
+        answers: (0..5)
+            .map(|n| openai_call(&format!("c{n}"), "list_dir", json!({"path": "/nowhere"})))
+            .collect(),
+        arrivals: vec![(0, stop)],
+        ..ScriptedHost::default()
+    };
+    let mut agent = Agent::new(host, &data, "agent", "2", false);
+    agent.run();
+    let host = agent.host;
+    assert_eq!(host.requests.len(), 1, "no step after the stop");
+    let reply = the_final(&host);
+    assert_eq!(reply["stopped"], "stop");
+    assert!(
+        reply["text"].as_str().unwrap().contains("list_dir"),
+        "{reply}"
+    );
+    assert!(history(&data).open_calls().is_empty());
+}
+
+#[test]
+fn a_stop_for_no_running_turn_is_answered() {
+    let data = world(Some(OPENAI));
+    let host = run(
+        &data,
+        vec![message(
+            "m-5",
+            "console",
+            None,
+            json!({"type": "stop", "turn": "m-4"}),
+        )],
+        vec![],
+    );
+    assert_eq!(host.sent.len(), 1);
+    assert_eq!(host.sent[0].reply_to.as_deref(), Some("m-5"));
+    assert!(
+        host.sent[0].body["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no turn m-4")
+    );
+}
+
+/// A history of `turns` old turns, each with a tool output of `bytes` bytes.
+fn long_history(data: &Path, turns: usize, bytes: usize) {
+    let mut entries = Vec::new();
+    for n in 0..turns {
+        entries.push(Entry::user(format!(
+            "Message m-old{n} from console:\nread file {n}"
+        )));
+        entries.push(Entry::ToolCall {
+            id: format!("old{n}"),
+            name: "read_file".into(),
+            arguments: json!({"path": format!("/data/f{n}")}),
+            item_id: None,
+        });
+        entries.push(Entry::ToolResult {
+            id: format!("old{n}"),
+            output: "y".repeat(bytes),
+        });
+        entries.push(Entry::assistant(format!("file {n} is all y")));
+    }
+    history::save(&data.join("history.json"), &History { sent: 0, entries }).unwrap();
+}
+
+#[test]
+fn a_history_past_85_percent_of_the_window_is_compacted_before_the_request() {
+    let data = world(Some(&config_with(
+        json!({"context_window": 20_000, "max_tokens": 1000}),
+    )));
+    // One old message too big to be shortened away: 60 KB of text in a user entry.
+    long_history(&data, 3, 1000);
+    let mut h = history(&data);
+    h.entries.insert(0, Entry::user("z".repeat(60_000)));
+    history::save(&data.join("history.json"), &h).unwrap();
+    let host = run(
+        &data,
+        vec![text("m-1", "and now?")],
+        vec![
+            openai_text("SUMMARY: files 0 to 2 are all y; the person likes short answers."),
+            openai_text("Still here."),
+        ],
+    );
+    assert_eq!(the_final(&host)["text"], "Still here.");
+    let summary_request = body(&host.requests[0]);
+    assert!(
+        summary_request.get("tools").is_none(),
+        "no tools for the summary"
+    );
+    assert!(
+        summary_request["instructions"]
+            .as_str()
+            .unwrap()
+            .contains("handoff summary")
+    );
+    let sent = body(&host.requests[1]).to_string();
+    assert!(sent.contains("SUMMARY: files 0 to 2"), "{sent}");
+    assert!(sent.contains("and now?"));
+    assert!(!sent.contains("zzzzzzzzzz"), "the old part is gone");
+    let kept = history(&data);
+    let summaries = kept
+        .entries
+        .iter()
+        .filter(|e| matches!(e, Entry::Summary { .. }))
+        .count();
+    assert_eq!(summaries, 1);
+    assert!(body(&host.requests[1]).to_string().len() < 20_000 * 3);
+}
+
+#[test]
+fn a_context_too_long_error_compacts_and_retries_once() {
+    let data = world(Some(OPENAI));
+    long_history(&data, 4, 100);
+    let too_long = json!({"error": {"message": "Your input exceeds the context window of this \
+        model. Please adjust your input and try again.", "type": "invalid_request_error",
+        "param": "input", "code": "context_length_exceeded"}});
+    let host = run(
+        &data,
+        vec![text("m-1", "go on"), text("m-2", "again")],
+        vec![
+            ScriptedHost::refused(400, &[], too_long.clone()),
+            openai_text("SUMMARY of it all."),
+            openai_text("Done after compacting."),
+            ScriptedHost::refused(400, &[], too_long.clone()),
+            openai_text("SUMMARY again."),
+            ScriptedHost::refused(400, &[], too_long),
+        ],
+    );
+    let words: Vec<String> = answers(&host).into_iter().map(|a| a.2).collect();
+    assert_eq!(words[0], "Done after compacting.");
+    assert!(
+        words[1].contains("context window") || words[1].contains("400"),
+        "a second refusal after compacting ends the turn in words: {}",
+        words[1]
+    );
+    assert_eq!(host.requests.len(), 6);
+}
+
+#[test]
+fn a_turn_resumed_three_times_without_a_step_ends_in_words() {
+    let data = world(Some(OPENAI));
+    let saved = SavedTurn {
+        steps: 1,
+        done: vec!["list_dir {\"path\":\"/\"}".into()],
+        resumes: MAX_RESUMES - 1,
+        ..SavedTurn::new(message_of("m-1", "crash me"))
+    };
+    write_json(&data.join("turn.json"), &saved).unwrap();
+    let host = run(&data, vec![], vec![]);
+    assert!(host.requests.is_empty(), "no paid request is repeated");
+    let words = the_final(&host)["text"].as_str().unwrap().to_string();
+    assert!(words.contains("restarted 3 times"), "{words}");
+    assert!(!data.join("turn.json").exists());
+
+    // One resume short of the limit goes on, and counts the resume before it asks.
+    let saved = SavedTurn {
+        resumes: 0,
+        ..saved
+    };
+    write_json(&data.join("turn.json"), &saved).unwrap();
+    let host = run(&data, vec![], vec![Answer::Stopped]);
+    assert_eq!(host.requests.len(), 1);
+    let again: SavedTurn = read_json(&data.join("turn.json")).unwrap();
+    assert_eq!(again.resumes, 1);
+}
+
+#[test]
+fn an_unreadable_saved_turn_is_answered_in_words() {
+    let data = world(Some(OPENAI));
+    std::fs::write(
+        data.join("turn.json"),
+        r#"{"message": {"id": "m-1", "from": "console", "body": {"type": "text", "text": "x"}},
+            "steps": "many"}"#,
+    )
+    .unwrap();
+    let host = run(&data, vec![], vec![]);
+    let words = the_final(&host)["text"].as_str().unwrap().to_string();
+    assert!(words.contains("could not read the turn"), "{words}");
+    assert!(data.join("turn-unreadable.json").exists());
+    assert!(!data.join("turn.json").exists());
 }

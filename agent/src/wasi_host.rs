@@ -1,20 +1,23 @@
 //! The [`Host`] of the real component: stdin read through `wasi:cli/stdin` (so a wait can have a
 //! time limit and an HTTP call can notice a shutdown), stdout through std, and model calls through
-//! `wasi:http/outgoing-handler`, where the host does the connection and TLS.
+//! `wasi:http/outgoing-handler`, where the host does the connection and TLS. A 2xx answer's body
+//! is handed on piece by piece as it arrives (the model's stream), with a tick while it is silent.
 //! **Invariant:** stdin is read only here, into `queue`; no message read is ever dropped.
 
 use std::collections::VecDeque;
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use wasi::cli::stdin::get_stdin;
 use wasi::clocks::monotonic_clock::subscribe_duration;
 use wasi::http::outgoing_handler;
-use wasi::http::types::{Fields, Method, OutgoingBody, OutgoingRequest, RequestOptions, Scheme};
+use wasi::http::types::{
+    ErrorCode, Fields, Method, OutgoingBody, OutgoingRequest, RequestOptions, Scheme,
+};
 use wasi::io::poll::poll;
 use wasi::io::streams::{InputStream, StreamError};
 
-use crate::host::{Event, Host, Incoming, Outgoing, Posted};
+use crate::host::{Event, Host, Incoming, Outgoing, Posted, STREAM_TICK};
 use crate::provider::{HttpRequest, HttpResponse};
 
 /// Connecting to the provider may take this long before the call fails.
@@ -25,8 +28,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 const BETWEEN_BYTES_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
-/// The largest model answer read; a bigger one is refused rather than filling the memory.
-const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+/// The largest error answer read whole; a bigger one is cut rather than filling the memory.
+const MAX_ERROR_BYTES: usize = 1024 * 1024;
 
 /// How many stdin bytes one read takes.
 const READ_CHUNK: u64 = 64 * 1024;
@@ -129,30 +132,51 @@ impl Host for WasiHost {
         }
     }
 
-    fn post(&mut self, request: &HttpRequest) -> Posted {
+    fn post(
+        &mut self,
+        request: &HttpRequest,
+        stream: &mut dyn FnMut(&[u8]) -> Option<Outgoing>,
+    ) -> Posted {
         if self.candidate {
-            return Posted::Failed(
-                "this instance is a candidate under test (SAUSAGE_CANDIDATE=1), which has no \
-                 network"
+            return Posted::Failed {
+                why: "this instance is a candidate under test (SAUSAGE_CANDIDATE=1), which has no \
+                      network"
                     .into(),
-            );
+                retry: false,
+            };
         }
-        match self.try_post(request) {
-            Ok(Some(response)) => Posted::Answered(response),
-            Ok(None) => Posted::Stopped,
-            Err(e) => Posted::Failed(e),
+        match self.try_post(request, stream) {
+            Ok(posted) => posted,
+            Err((why, retry)) => Posted::Failed { why, retry },
         }
+    }
+
+    fn arrived(&mut self) -> Vec<Incoming> {
+        self.read_available();
+        self.queue.drain(..).collect()
+    }
+
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
     }
 }
 
+/// A failed POST: why, and whether trying again may help.
+type PostError = (String, bool);
+
 impl WasiHost {
-    /// The POST itself; `Ok(None)` when a shutdown came before the answer.
-    fn try_post(&mut self, request: &HttpRequest) -> Result<Option<HttpResponse>, String> {
+    /// The POST itself, streaming a 2xx body to `stream`.
+    fn try_post(
+        &mut self,
+        request: &HttpRequest,
+        stream: &mut dyn FnMut(&[u8]) -> Option<Outgoing>,
+    ) -> Result<Posted, PostError> {
+        let fatal = |why: String| (why, false);
         let (scheme, rest) = request.url.split_once("://").ok_or_else(|| {
-            format!(
+            fatal(format!(
                 "base_url must start with https:// or http:// ({})",
                 request.url
-            )
+            ))
         })?;
         let scheme = match scheme.to_ascii_lowercase().as_str() {
             "https" => Scheme::Https,
@@ -171,10 +195,11 @@ impl WasiHost {
         for (name, value) in all.chain([("content-length", length.as_str())]) {
             headers
                 .append(name, value.as_bytes())
-                .map_err(|e| format!("header {name}: {e:?}"))?;
+                .map_err(|e| fatal(format!("header {name}: {e:?}")))?;
         }
         let outgoing = OutgoingRequest::new(headers);
-        let invalid = |what: &str| format!("the request's {what} is invalid ({})", request.url);
+        let invalid =
+            |what: &str| fatal(format!("the request's {what} is invalid ({})", request.url));
         outgoing
             .set_method(&Method::Post)
             .map_err(|()| invalid("method"))?;
@@ -196,20 +221,19 @@ impl WasiHost {
 
         let body = outgoing
             .body()
-            .map_err(|()| "the request body was already taken")?;
-        let future =
-            outgoing_handler::handle(outgoing, Some(options)).map_err(|e| format!("{e:?}"))?;
+            .map_err(|()| fatal("the request body was already taken".into()))?;
+        let future = outgoing_handler::handle(outgoing, Some(options))
+            .map_err(|e| (describe(&e), !denied(&e)))?;
         {
-            let stream = body
+            let out = body
                 .write()
-                .map_err(|()| "the request stream was already taken")?;
+                .map_err(|()| fatal("the request stream was already taken".into()))?;
             for chunk in request.body.chunks(WRITE_CHUNK) {
-                stream
-                    .blocking_write_and_flush(chunk)
-                    .map_err(|e| format!("sending the request: {e:?}"))?;
+                out.blocking_write_and_flush(chunk)
+                    .map_err(|e| (format!("sending the request: {e:?}"), true))?;
             }
         } // The stream must be dropped before its body is finished.
-        OutgoingBody::finish(body, None).map_err(|e| format!("{e:?}"))?;
+        OutgoingBody::finish(body, None).map_err(|e| (describe(&e), !denied(&e)))?;
 
         // Waits for: the answer's headers (index 0), or a message on stdin (index 1), which may be
         // a shutdown: then the request is dropped, which cancels it.
@@ -221,43 +245,97 @@ impl WasiHost {
             }
             self.read_available();
             if self.stopped {
-                return Ok(None);
+                return Ok(Posted::Stopped);
             }
         }
         let response = match future.get() {
             Some(Ok(Ok(response))) => response,
-            Some(Ok(Err(e))) => return Err(format!("{e:?}")),
-            Some(Err(())) => return Err("the answer was already taken".into()),
-            None => return Err("no answer after the host said it was ready".into()),
+            Some(Ok(Err(e))) => return Err((describe(&e), !denied(&e))),
+            Some(Err(())) => return Err(fatal("the answer was already taken".into())),
+            None => return Err(fatal("no answer after the host said it was ready".into())),
         };
         let status = response.status();
+        let headers: Vec<(String, String)> = response
+            .headers()
+            .entries()
+            .into_iter()
+            .map(|(name, value)| {
+                (
+                    name.to_ascii_lowercase(),
+                    String::from_utf8_lossy(&value).into_owned(),
+                )
+            })
+            .collect();
         let incoming = response
             .consume()
-            .map_err(|()| "the answer's body was already taken")?;
-        let mut bytes = Vec::new();
+            .map_err(|()| fatal("the answer's body was already taken".into()))?;
+        let streaming = (200..300).contains(&status);
+        let mut whole = Vec::new();
         {
-            let stream = incoming
+            let body = incoming
                 .stream()
-                .map_err(|()| "the answer's stream was already taken")?;
+                .map_err(|()| fatal("the answer's stream was already taken".into()))?;
             loop {
-                match stream.blocking_read(READ_CHUNK) {
-                    Ok(chunk) => bytes.extend_from_slice(&chunk),
-                    Err(StreamError::Closed) => break,
-                    Err(StreamError::LastOperationFailed(e)) => {
-                        return Err(format!("reading the answer: {}", e.to_debug_string()));
+                // Waits for: bytes of the answer (index 0), a message on stdin (index 1, maybe a
+                // shutdown), or the tick that lets batched progress go out (index 2).
+                let readable = body.subscribe();
+                let stdin = self.stdin.subscribe();
+                let tick = subscribe_duration(STREAM_TICK.as_nanos() as u64);
+                let ready = poll(&[&readable, &stdin, &tick]);
+                if ready.contains(&1) {
+                    self.read_available();
+                    if self.stopped {
+                        return Ok(Posted::Stopped);
                     }
                 }
-                if bytes.len() > MAX_RESPONSE_BYTES {
-                    return Err(format!(
-                        "the answer is larger than {} MiB",
-                        MAX_RESPONSE_BYTES / 1024 / 1024
-                    ));
+                if !ready.contains(&0) {
+                    if streaming && let Some(message) = stream(&[]) {
+                        self.send(&message);
+                    }
+                    continue;
+                }
+                let chunk = match body.read(READ_CHUNK) {
+                    Ok(chunk) => chunk,
+                    Err(StreamError::Closed) => break,
+                    Err(StreamError::LastOperationFailed(e)) => {
+                        return Err((
+                            format!("the answer broke off: {}", e.to_debug_string()),
+                            true,
+                        ));
+                    }
+                };
+                if streaming {
+                    if let Some(message) = stream(&chunk) {
+                        self.send(&message);
+                    }
+                } else if whole.len() < MAX_ERROR_BYTES {
+                    whole.extend_from_slice(&chunk);
                 }
             }
         } // The stream must be dropped before its body.
-        Ok(Some(HttpResponse {
-            status,
-            body: bytes,
-        }))
+        if streaming {
+            Ok(Posted::Streamed)
+        } else {
+            Ok(Posted::Refused(HttpResponse {
+                status,
+                headers,
+                body: whole,
+            }))
+        }
     }
+}
+
+/// An HTTP error code in words.
+fn describe(e: &ErrorCode) -> String {
+    match e {
+        ErrorCode::HttpRequestDenied => {
+            "the host denied the request (is the provider's host in the agent's actor.json?)".into()
+        }
+        other => format!("{other:?}"),
+    }
+}
+
+/// Whether the host refused the request outright: trying again cannot help.
+fn denied(e: &ErrorCode) -> bool {
+    matches!(e, ErrorCode::HttpRequestDenied)
 }
