@@ -1,8 +1,11 @@
 //! The fake model provider itself (`support/fake_llm.rs`): its HTTP, its script, each of its
-//! checks on both APIs, and its replies against the real recorded ones in
-//! `../shared/llm-fixtures/` (those tests skip, saying so, when the folder is absent).
+//! checks on the three APIs, the event streams it makes of whole answers, the usage it counts
+//! (prompt caches and context window included), the failures it can stage, and its streams
+//! against the real recorded ones in `../shared/llm-fixtures/` (those tests skip, saying so, when
+//! the folder is absent).
 //!
-//! Requests go through a tiny HTTP client below, so what is tested is what goes over the wire.
+//! Requests go through a tiny HTTP client below, which reads chunked server-sent events and puts
+//! a stream back together into the whole answer, so what is tested is what goes over the wire.
 
 mod support;
 
@@ -10,9 +13,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::fake_llm::{self, FakeLlm, anthropic, openai};
+use support::fake_llm::{self, Api, FakeLlm, anthropic, chat, openai};
 use support::{PATIENCE, repo};
 
 // ---------------------------------------------------------------------------------------------
@@ -21,7 +25,42 @@ use support::{PATIENCE, repo};
 struct Response {
     status: u16,
     headers: BTreeMap<String, String>,
+    /// The body's bytes (de-chunked).
+    raw: Vec<u8>,
+    /// Whether the body ended as its framing says; false when the connection closed inside it.
+    complete: bool,
+    /// An event stream's events, in order (comments left out).
+    events: Vec<Sse>,
+    /// When each chunk of a chunked body arrived.
+    arrivals: Vec<Instant>,
+    /// A JSON body, or the whole answer an event stream adds up to (`Null` when it never
+    /// completed).
     body: Value,
+}
+
+/// One server-sent event.
+#[derive(Debug, Clone)]
+struct Sse {
+    event: Option<String>,
+    data: String,
+}
+
+impl Sse {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.data).unwrap_or_else(|e| panic!("{:?}: {e}", self.data))
+    }
+}
+
+impl Response {
+    fn text(&self) -> String {
+        String::from_utf8(self.raw.clone()).unwrap()
+    }
+
+    /// The JSON payloads of the events (Chat's `[DONE]` left out).
+    fn payloads(&self) -> Vec<Value> {
+        let events = self.events.iter().filter(|e| e.data != "[DONE]");
+        events.map(Sse::json).collect()
+    }
 }
 
 fn connect(fake: &FakeLlm) -> TcpStream {
@@ -57,14 +96,278 @@ fn read_response(reader: &mut impl BufRead) -> Response {
         };
         headers.insert(name.to_ascii_lowercase(), value.trim().to_string());
     }
-    let length: usize = headers["content-length"].parse().unwrap();
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).unwrap();
+    let mut arrivals = Vec::new();
+    let (raw, complete) = if headers
+        .get("transfer-encoding")
+        .is_some_and(|t| t == "chunked")
+    {
+        read_chunks(reader, &mut arrivals)
+    } else if let Some(length) = headers.get("content-length") {
+        let mut body = vec![0; length.parse().unwrap()];
+        reader.read_exact(&mut body).unwrap();
+        (body, true)
+    } else {
+        let mut body = Vec::new();
+        reader.read_to_end(&mut body).unwrap();
+        (body, true)
+    };
+    let streamed = headers
+        .get("content-type")
+        .is_some_and(|t| t.starts_with("text/event-stream"));
+    let (events, body) = if streamed {
+        let events = parse_sse(std::str::from_utf8(&raw).unwrap());
+        let body = assemble(&events);
+        (events, body)
+    } else {
+        (Vec::new(), serde_json::from_slice(&raw).unwrap())
+    };
     Response {
         status,
         headers,
-        body: serde_json::from_slice(&body).unwrap(),
+        raw,
+        complete,
+        events,
+        arrivals,
+        body,
     }
+}
+
+/// A chunked body, and whether it ended with its last (empty) chunk.
+fn read_chunks(reader: &mut impl BufRead, arrivals: &mut Vec<Instant>) -> (Vec<u8>, bool) {
+    let mut body = Vec::new();
+    loop {
+        let mut line = String::new();
+        // The connection closed (or broke) between chunks.
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return (body, false);
+        }
+        let size = usize::from_str_radix(line.trim(), 16)
+            .unwrap_or_else(|_| panic!("bad chunk size line {line:?}"));
+        if size == 0 {
+            line.clear();
+            reader.read_line(&mut line).unwrap();
+            assert_eq!(line, "\r\n", "no trailers after the last chunk");
+            return (body, true);
+        }
+        let start = body.len();
+        body.resize(start + size, 0);
+        if reader.read_exact(&mut body[start..]).is_err() {
+            body.truncate(start);
+            return (body, false);
+        }
+        arrivals.push(Instant::now());
+        let mut end = [0; 2];
+        reader.read_exact(&mut end).unwrap();
+        assert_eq!(&end, b"\r\n", "a chunk ends with CRLF");
+    }
+}
+
+/// Server-sent events as the spec reads them: `event:` and `data:` fields, comments (`:`)
+/// ignored, an event dispatched at a blank line, and, as the Anthropic SDK does, a last event
+/// dispatched at the end of the body even without its blank line.
+fn parse_sse(text: &str) -> Vec<Sse> {
+    let mut events = Vec::new();
+    let (mut event, mut data): (Option<String>, Option<String>) = (None, None);
+    for line in text.split('\n') {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if line.is_empty() {
+            if let Some(data) = data.take() {
+                events.push(Sse {
+                    event: event.take(),
+                    data,
+                });
+            }
+            event = None;
+            continue;
+        }
+        if line.starts_with(':') {
+            continue;
+        }
+        let (field, value) = line.split_once(':').unwrap_or((line, ""));
+        let value = value.strip_prefix(' ').unwrap_or(value);
+        match (field, &mut data) {
+            ("event", _) => event = Some(value.to_string()),
+            ("data", Some(data)) => {
+                data.push('\n');
+                data.push_str(value);
+            }
+            ("data", None) => data = Some(value.to_string()),
+            _ => {}
+        }
+    }
+    if let Some(data) = data {
+        events.push(Sse { event, data });
+    }
+    events
+}
+
+/// The whole answer a stream adds up to, checking on the way that every `done` repeats what
+/// its deltas said; `Null` when the stream never finished.
+fn assemble(events: &[Sse]) -> Value {
+    match events.first().and_then(|e| e.event.as_deref()) {
+        Some(name) if name.starts_with("response.") => assemble_responses(events),
+        Some(_) => assemble_messages(events),
+        None => assemble_chat(events),
+    }
+}
+
+fn assemble_responses(events: &[Sse]) -> Value {
+    let mut items = Vec::new();
+    let mut deltas = String::new();
+    for (n, event) in events.iter().enumerate() {
+        let payload = event.json();
+        let kind = payload["type"].as_str().unwrap();
+        assert_eq!(
+            event.event.as_deref(),
+            Some(kind),
+            "the event line names the type"
+        );
+        assert_eq!(
+            payload["sequence_number"], n,
+            "sequence numbers count the events"
+        );
+        let done = match kind {
+            "response.output_text.delta"
+            | "response.refusal.delta"
+            | "response.function_call_arguments.delta"
+            | "response.reasoning_summary_text.delta" => {
+                deltas.push_str(payload["delta"].as_str().unwrap());
+                continue;
+            }
+            "response.output_text.done" | "response.reasoning_summary_text.done" => {
+                &payload["text"]
+            }
+            "response.refusal.done" => &payload["refusal"],
+            "response.function_call_arguments.done" => &payload["arguments"],
+            "response.output_item.done" => {
+                assert_eq!(payload["output_index"], items.len());
+                items.push(payload["item"].clone());
+                continue;
+            }
+            "response.completed" => {
+                assert_eq!(payload["response"]["output"], json!(items));
+                return payload["response"].clone();
+            }
+            _ => continue,
+        };
+        assert_eq!(done, &json!(std::mem::take(&mut deltas)), "{kind}");
+    }
+    Value::Null
+}
+
+fn assemble_messages(events: &[Sse]) -> Value {
+    let mut message = Value::Null;
+    let mut partial_json = String::new();
+    let append = |block: &mut Value, field: &str, piece: &Value| {
+        let text = format!(
+            "{}{}",
+            block[field].as_str().unwrap(),
+            piece.as_str().unwrap()
+        );
+        block[field] = json!(text);
+    };
+    for event in events {
+        let payload = event.json();
+        let kind = payload["type"].as_str().unwrap();
+        assert_eq!(
+            event.event.as_deref(),
+            Some(kind),
+            "the event line names the type"
+        );
+        let index = payload["index"].as_u64().unwrap_or(0) as usize;
+        match kind {
+            "message_start" => message = payload["message"].clone(),
+            "content_block_start" => {
+                let content = message["content"].as_array_mut().unwrap();
+                assert_eq!(index, content.len());
+                content.push(payload["content_block"].clone());
+            }
+            "content_block_delta" => {
+                let block = &mut message["content"][index];
+                let delta = &payload["delta"];
+                match delta["type"].as_str().unwrap() {
+                    "text_delta" => append(block, "text", &delta["text"]),
+                    "thinking_delta" => append(block, "thinking", &delta["thinking"]),
+                    "signature_delta" => block["signature"] = delta["signature"].clone(),
+                    "input_json_delta" => {
+                        partial_json.push_str(delta["partial_json"].as_str().unwrap())
+                    }
+                    other => panic!("unknown delta {other}"),
+                }
+            }
+            "content_block_stop" => {
+                let block = &mut message["content"][index];
+                if block["type"] == "tool_use" {
+                    let input = std::mem::take(&mut partial_json);
+                    block["input"] = serde_json::from_str(&input).unwrap();
+                }
+            }
+            "message_delta" => {
+                message["stop_reason"] = payload["delta"]["stop_reason"].clone();
+                message["stop_sequence"] = payload["delta"]["stop_sequence"].clone();
+                for (key, value) in payload["usage"].as_object().unwrap() {
+                    message["usage"][key] = value.clone();
+                }
+            }
+            "message_stop" => return message,
+            _ => {}
+        }
+    }
+    Value::Null
+}
+
+fn assemble_chat(events: &[Sse]) -> Value {
+    let mut answer = Value::Null;
+    let mut content: Option<String> = None;
+    let mut calls: Vec<Value> = Vec::new();
+    let (mut finish_reason, mut usage) = (Value::Null, Value::Null);
+    for event in events {
+        assert_eq!(event.event, None, "Chat streams have no event lines");
+        if event.data == "[DONE]" {
+            let mut message = json!({"role": "assistant", "content": content, "refusal": null});
+            if !calls.is_empty() {
+                message["tool_calls"] = json!(calls);
+            }
+            answer["object"] = json!("chat.completion");
+            answer["choices"] = json!([{
+                "index": 0, "message": message, "logprobs": null, "finish_reason": finish_reason,
+            }]);
+            answer["usage"] = usage;
+            return answer;
+        }
+        let chunk = event.json();
+        if answer.is_null() {
+            answer = json!({
+                "id": chunk["id"],
+                "created": chunk["created"],
+                "model": chunk["model"],
+                "system_fingerprint": chunk["system_fingerprint"],
+            });
+        }
+        for choice in chunk["choices"].as_array().into_iter().flatten() {
+            let delta = &choice["delta"];
+            if let Some(text) = delta["content"].as_str() {
+                content.get_or_insert_default().push_str(text);
+            }
+            for fragment in delta["tool_calls"].as_array().into_iter().flatten() {
+                let i = fragment["index"].as_u64().unwrap() as usize;
+                if i == calls.len() {
+                    let function = json!({"name": fragment["function"]["name"], "arguments": ""});
+                    calls.push(json!({"id": fragment["id"], "type": fragment["type"], "function": function}));
+                }
+                let arguments = &mut calls[i]["function"]["arguments"];
+                let more = fragment["function"]["arguments"].as_str().unwrap();
+                *arguments = json!(format!("{}{more}", arguments.as_str().unwrap()));
+            }
+            if !choice["finish_reason"].is_null() {
+                finish_reason = choice["finish_reason"].clone();
+            }
+        }
+        if chunk.get("usage").is_some_and(|u| !u.is_null()) {
+            usage = chunk["usage"].clone();
+        }
+    }
+    Value::Null
 }
 
 /// One request on its own connection.
@@ -97,11 +400,27 @@ fn send_anthropic(fake: &FakeLlm, body: &Value) -> Response {
     post(fake, "/v1/messages", ANTHROPIC_HEADERS, body)
 }
 
+fn send_chat(fake: &FakeLlm, body: &Value) -> Response {
+    post(fake, "/v1/chat/completions", OPENAI_HEADERS, body)
+}
+
 /// The body after `change`.
 fn with(body: &Value, change: impl FnOnce(&mut Value)) -> Value {
     let mut body = body.clone();
     change(&mut body);
     body
+}
+
+/// A whole answer without its `usage`, which the fake fills in with its own count.
+fn without_usage(answer: &Value) -> Value {
+    with(answer, |a| {
+        a.as_object_mut().unwrap().remove("usage");
+    })
+}
+
+/// The fake's count: ceil(bytes / 4).
+fn tokens(bytes: usize) -> u64 {
+    bytes.div_ceil(4) as u64
 }
 
 /// Asserts that `response` is a rejection with `status` in the real API's error shape, whose
@@ -116,7 +435,7 @@ fn assert_rejected(
 ) {
     let body = &response.body;
     assert_eq!(response.status, status, "{what}: {body}");
-    // Both APIs put the message at `error.message`.
+    // Every API puts the message at `error.message`.
     let message = body["error"]["message"]
         .as_str()
         .unwrap_or_else(|| panic!("{what}: no error message in {body}"));
@@ -146,9 +465,31 @@ fn fixtures() -> Option<PathBuf> {
     }
 }
 
+fn fixture_text(dir: &std::path::Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
 fn fixture(dir: &std::path::Path, name: &str) -> Value {
-    let text = std::fs::read_to_string(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
+    serde_json::from_str(&fixture_text(dir, name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// A recorded `.sse` body's events.
+fn fixture_events(dir: &std::path::Path, name: &str) -> Vec<Sse> {
+    parse_sse(&fixture_text(dir, name))
+}
+
+/// A recorded `.chunks.jsonl`'s payloads, split into its streams (each starts with
+/// `response.created`).
+fn fixture_streams(dir: &std::path::Path, name: &str) -> Vec<Vec<Value>> {
+    let mut streams: Vec<Vec<Value>> = Vec::new();
+    for line in fixture_text(dir, name).lines() {
+        let payload: Value = serde_json::from_str(line).unwrap();
+        if payload["type"] == "response.created" {
+            streams.push(Vec::new());
+        }
+        streams.last_mut().unwrap().push(payload);
+    }
+    streams
 }
 
 fn keys(value: &Value) -> BTreeSet<String> {
@@ -160,8 +501,55 @@ fn keys(value: &Value) -> BTreeSet<String> {
         .collect()
 }
 
+/// The event sequence with runs of one kind collapsed: deltas vary in number, not in order.
+fn runs(kinds: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut runs: Vec<String> = Vec::new();
+    for kind in kinds {
+        if runs.last() != Some(&kind) {
+            runs.push(kind);
+        }
+    }
+    runs
+}
+
+/// An event's kind: its type, with the type of the delta, item or content block it carries.
+fn kind(payload: &Value) -> String {
+    let kind = payload["type"].as_str().unwrap();
+    let carried = ["delta", "item", "content_block"]
+        .iter()
+        .find_map(|field| payload[field]["type"].as_str());
+    match carried {
+        Some(carried) => format!("{kind}/{carried}"),
+        None => kind.to_string(),
+    }
+}
+
+/// Asserts that each of `ours` has the keys of the recorded payload of its kind (the first
+/// with that kind), at the top and in `nested` fields, leaving out the keys in `ignore` (fields
+/// added to a recording by hand).
+fn assert_same_keys(ours: &[Value], recorded: &[Value], nested: &[&str], ignore: &[&str]) {
+    for payload in ours {
+        let kind = kind(payload);
+        let Some(real) = recorded.iter().find(|r| self::kind(r) == kind) else {
+            panic!("{kind}: no recorded event of this kind");
+        };
+        let strip = |v: &Value| {
+            let mut keys = keys(v);
+            keys.retain(|k| !ignore.contains(&k.as_str()));
+            keys
+        };
+        assert_eq!(strip(payload), strip(real), "{kind}: {payload}");
+        for field in nested {
+            let (a, b) = (&payload[*field], &real[*field]);
+            if a.is_object() && b.is_object() {
+                assert_eq!(strip(a), strip(b), "{kind}.{field}: {a} vs {b}");
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
-// Valid requests both APIs start from
+// Valid requests the three APIs start from
 
 fn openai_request() -> Value {
     json!({
@@ -169,6 +557,7 @@ fn openai_request() -> Value {
         "instructions": "You are Sausage's agent.",
         "input": [{"role": "user", "content": "hi"}],
         "store": false,
+        "stream": true,
         "include": ["reasoning.encrypted_content"],
         "reasoning": {"effort": "low"},
         "max_output_tokens": 16000,
@@ -189,6 +578,7 @@ fn anthropic_request() -> Value {
     json!({
         "model": "claude-sonnet-4-5",
         "max_tokens": 16000,
+        "stream": true,
         "system": "You are Sausage's agent.",
         "messages": [{"role": "user", "content": "hi"}],
         "tools": [{
@@ -219,6 +609,47 @@ fn anthropic_tool_loop() -> Value {
     })
 }
 
+fn chat_request() -> Value {
+    json!({
+        "model": "gpt-4o",
+        "messages": [
+            {"role": "system", "content": "You are Sausage's agent."},
+            {"role": "user", "content": "hi"},
+        ],
+        "stream": true,
+        "stream_options": {"include_usage": true},
+        "max_completion_tokens": 16000,
+        "tools": [{
+            "type": "function",
+            "function": {
+                "name": "read_file",
+                "description": "Reads a file.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"path": {"type": "string"}},
+                    "required": ["path"],
+                },
+            },
+        }],
+    })
+}
+
+fn chat_call(id: &str) -> Value {
+    json!({"id": id, "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"/a\"}"}})
+}
+
+/// A finished tool loop: the user asks, the assistant calls `read_file`, the result follows.
+fn chat_tool_loop() -> Value {
+    with(&chat_request(), |b| {
+        b["messages"] = json!([
+            {"role": "system", "content": "You are Sausage's agent."},
+            {"role": "user", "content": "read /a"},
+            {"role": "assistant", "content": null, "tool_calls": [chat_call("call_a")]},
+            {"role": "tool", "tool_call_id": "call_a", "content": "A"},
+        ]);
+    })
+}
+
 // ---------------------------------------------------------------------------------------------
 // Script, recording and HTTP
 
@@ -233,13 +664,19 @@ fn replies_come_back_in_order_and_requests_are_recorded() {
     fake.push_error(429, third.clone());
 
     let reply = send_openai(&fake, &openai_request());
-    assert_eq!((reply.status, &reply.body), (200, &first));
+    assert_eq!(reply.status, 200);
+    assert_eq!(without_usage(&reply.body), without_usage(&first));
     assert!(reply.headers["x-request-id"].starts_with("req_"));
+    assert!(reply.headers["content-type"].starts_with("text/event-stream"));
+    assert_eq!(reply.headers["transfer-encoding"], "chunked");
+    assert!(reply.complete);
     let reply = send_anthropic(&fake, &anthropic_request());
-    assert_eq!((reply.status, &reply.body), (200, &second));
+    assert_eq!(reply.status, 200);
+    assert_eq!(without_usage(&reply.body), without_usage(&second));
     assert!(reply.headers["request-id"].starts_with("req_"));
     let reply = send_openai(&fake, &openai_request());
     assert_eq!((reply.status, &reply.body), (429, &third));
+    assert_eq!(reply.headers["content-type"], "application/json");
 
     let requests = fake.requests();
     let seen: Vec<(&str, &str, u16)> = requests
@@ -260,6 +697,9 @@ fn replies_come_back_in_order_and_requests_are_recorded() {
     );
     assert_eq!(requests[1].headers["anthropic-version"], "2023-06-01");
     assert_eq!(requests[1].body, anthropic_request());
+    let usages: Vec<bool> = requests.iter().map(|r| r.usage.is_some()).collect();
+    assert_eq!(usages, [true, true, false], "an error reports no usage");
+    assert_eq!(fake.usage_log().len(), 2);
     fake.assert_clean();
 }
 
@@ -294,7 +734,12 @@ fn an_empty_script_or_a_reply_for_the_other_api_is_a_violation() {
 #[test]
 fn unknown_endpoints_are_violations() {
     let fake = FakeLlm::start_expecting_violations();
-    for path in ["/responses", "/v1/v1/messages", "/v1/chat/completions"] {
+    for path in [
+        "/responses",
+        "/v1/v1/messages",
+        "/chat/completions",
+        "/v1/completions",
+    ] {
         let before = fake.violations().len();
         let reply = post(&fake, path, OPENAI_HEADERS, &openai_request());
         assert_rejected(&fake, before, &reply, 404, path, "no such endpoint");
@@ -304,7 +749,7 @@ fn unknown_endpoints_are_violations() {
         .write_all(b"GET /v1/responses HTTP/1.1\r\nconnection: close\r\n\r\n")
         .unwrap();
     let reply = read_response(&mut BufReader::new(stream));
-    assert_rejected(&fake, 3, &reply, 404, "GET", "no such endpoint");
+    assert_rejected(&fake, 4, &reply, 404, "GET", "no such endpoint");
 }
 
 #[test]
@@ -339,6 +784,7 @@ fn chunked_bodies_and_kept_alive_connections_are_served() {
         .write_all(&request("/v1/responses", &headers, body.as_bytes()))
         .unwrap();
     let second = read_response(&mut reader);
+    assert!(first.complete && second.complete);
     assert_eq!(second.body["output"][0]["content"][0]["text"], "two");
     assert_eq!(second.headers["connection"], "close");
     let mut rest = Vec::new();
@@ -448,9 +894,16 @@ fn openai_requests_break_each_rule_alone() {
             "previous_response_id",
         ),
         (
-            "streaming",
-            with(&base, |b| b["stream"] = json!(true)),
-            "stream",
+            "no stream",
+            with(&base, |b| {
+                b.as_object_mut().unwrap().remove("stream");
+            }),
+            "the agent must stream every request",
+        ),
+        (
+            "stream false",
+            with(&base, |b| b["stream"] = json!(false)),
+            "the agent must stream every request",
         ),
         (
             "tiny max_output_tokens",
@@ -715,7 +1168,17 @@ fn openai_reasoning_must_come_back_as_sent() {
         openai::function_call("read_file", json!({"path": "/a"})),
     ]);
     fake.push_openai(sent.clone());
-    assert_eq!(send_openai(&fake, &openai_request()).body, sent);
+    let streamed = send_openai(&fake, &openai_request());
+    assert_eq!(without_usage(&streamed.body), without_usage(&sent));
+    let added = streamed
+        .payloads()
+        .into_iter()
+        .find(|p| p["type"] == "response.output_item.added")
+        .unwrap();
+    assert_ne!(
+        added["item"]["encrypted_content"], sent["output"][0]["encrypted_content"],
+        "as from the real API, only the finished item's encrypted_content is the one to keep"
+    );
 
     let [reasoning, call] = [&sent["output"][0], &sent["output"][1]];
     let output = json!({"type": "function_call_output", "call_id": call["call_id"], "output": "A"});
@@ -745,6 +1208,16 @@ fn openai_reasoning_must_come_back_as_sent() {
                 &[call, &output],
             ),
             "is not the id",
+        ),
+        (
+            "reasoning kept from output_item.added",
+            passback(
+                with(reasoning, |r| {
+                    r["encrypted_content"] = added["item"]["encrypted_content"].clone()
+                }),
+                &[call, &output],
+            ),
+            "not one this fake sent",
         ),
         (
             "reasoning without its call",
@@ -847,6 +1320,7 @@ fn anthropic_requests_break_each_rule_alone() {
     let answers = |blocks: Value| json!({"role": "user", "content": blocks});
     let thinking_on =
         |b: &mut Value| b["thinking"] = json!({"type": "enabled", "budget_tokens": 2000});
+    let ephemeral = json!({"type": "ephemeral"});
 
     let cases = [
         (
@@ -879,9 +1353,16 @@ fn anthropic_requests_break_each_rule_alone() {
             "max_tokens",
         ),
         (
-            "streaming",
-            with(&base, |b| b["stream"] = json!(true)),
-            "stream",
+            "no stream",
+            with(&base, |b| {
+                b.as_object_mut().unwrap().remove("stream");
+            }),
+            "the agent must stream every request",
+        ),
+        (
+            "stream false",
+            with(&base, |b| b["stream"] = json!(false)),
+            "the agent must stream every request",
         ),
         (
             "system as a number",
@@ -1160,6 +1641,75 @@ fn anthropic_requests_break_each_rule_alone() {
             with(&tool_loop, thinking_on),
             "messages.1.content.0.type: Expected `thinking` or `redacted_thinking`",
         ),
+        (
+            "five cache breakpoints",
+            with(&tool_loop, |b| {
+                b["tools"][0]["cache_control"] = ephemeral.clone();
+                b["system"] = json!([
+                    {"type": "text", "text": "You are", "cache_control": ephemeral},
+                    {"type": "text", "text": "Sausage's agent.", "cache_control": ephemeral},
+                ]);
+                b["messages"][0]["content"][0]["cache_control"] = ephemeral.clone();
+                b["messages"][2]["content"][0]["cache_control"] = ephemeral.clone();
+            }),
+            "A maximum of 4 blocks with cache_control may be provided. Found 5.",
+        ),
+        (
+            "cache_control on an empty system block",
+            with(
+                &base,
+                |b| b["system"] = json!([{"type": "text", "text": "", "cache_control": ephemeral}]),
+            ),
+            "system.0.text: cache_control cannot be set for empty text blocks",
+        ),
+        (
+            "cache_control on an empty text block",
+            with(
+                &base,
+                |b| {
+                    b["messages"][0]["content"] =
+                        json!([{"type": "text", "text": "", "cache_control": ephemeral}])
+                },
+            ),
+            "messages.0.content.0.text: cache_control cannot be set for empty text blocks",
+        ),
+        (
+            "a cache_control of another type",
+            with(&base, |b| {
+                b["tools"][0]["cache_control"] = json!({"type": "persistent"})
+            }),
+            "tools.0.cache_control.type",
+        ),
+        (
+            "a cache ttl of a day",
+            with(&base, |b| {
+                b["tools"][0]["cache_control"] = json!({"type": "ephemeral", "ttl": "1d"})
+            }),
+            "tools.0.cache_control.ttl",
+        ),
+        (
+            "a cache_control with an unknown field",
+            with(&base, |b| {
+                b["tools"][0]["cache_control"] = json!({"type": "ephemeral", "scope": "org"})
+            }),
+            "tools.0.cache_control.scope: Unknown parameter",
+        ),
+        (
+            "an hour-long breakpoint after a five-minute one",
+            with(&base, |b| {
+                b["tools"][0]["cache_control"] = ephemeral.clone();
+                b["system"] = json!([{"type": "text", "text": "You are Sausage's agent.",
+                                      "cache_control": {"type": "ephemeral", "ttl": "1h"}}]);
+            }),
+            "system.0.cache_control.ttl: a ttl='1h'",
+        ),
+        (
+            "a system block with an unknown field",
+            with(&base, |b| {
+                b["system"] = json!([{"type": "text", "text": "x", "id": 1}])
+            }),
+            "system.0.id: Unknown parameter",
+        ),
     ];
     for (i, (what, body, fragment)) in cases.iter().enumerate() {
         let reply = send_anthropic(&fake, body);
@@ -1189,6 +1739,15 @@ fn anthropic_requests_break_each_rule_alone() {
                 .unwrap()
                 .push(asks(json!("prefilled")))
         }),
+        with(&tool_loop, |b| {
+            let hour = json!({"type": "ephemeral", "ttl": "1h"});
+            b["tools"][0]["cache_control"] = hour.clone();
+            b["system"] = json!([{"type": "text", "text": "You are", "cache_control": hour},
+                                 {"type": "text", "text": "Sausage's agent."}]);
+            b["messages"][1]["content"][1]["cache_control"] = ephemeral.clone();
+            b["messages"][2]["content"][0]["cache_control"] =
+                json!({"type": "ephemeral", "ttl": "5m"});
+        }),
     ];
     for (n, body) in valid.iter().enumerate() {
         fake.push_anthropic(anthropic::text_reply(&format!("valid {n}")));
@@ -1212,8 +1771,8 @@ fn anthropic_thinking_must_come_back_as_sent() {
         |b: &mut Value| b["thinking"] = json!({"type": "enabled", "budget_tokens": 2000});
     fake.push_anthropic(sent.clone());
     assert_eq!(
-        send_anthropic(&fake, &with(&anthropic_request(), thinking_on)).body,
-        sent
+        without_usage(&send_anthropic(&fake, &with(&anthropic_request(), thinking_on)).body),
+        without_usage(&sent)
     );
 
     let id = sent["content"][2]["id"].clone();
@@ -1264,7 +1823,11 @@ fn anthropic_thinking_must_come_back_as_sent() {
 fn the_recorded_thinking_passback_request_is_valid_once_its_signature_was_sent() {
     let Some(dir) = fixtures() else { return };
     let recorded_reply = fixture(&dir, "anthropic-messages_nonstream_thinking_tool-use.json");
-    let recorded_request = fixture(&dir, "anthropic-messages_request_thinking-passback.json");
+    // The recording did not stream; the agent must.
+    let recorded_request = with(
+        &fixture(&dir, "anthropic-messages_request_thinking-passback.json"),
+        |b| b["stream"] = json!(true),
+    );
 
     let fake = FakeLlm::start_expecting_violations();
     // Before the fake sent that signature, the request is a forgery.
@@ -1283,7 +1846,10 @@ fn the_recorded_thinking_passback_request_is_valid_once_its_signature_was_sent()
         b["messages"] = json!([b["messages"][0].clone()]);
     });
     fake.push_anthropic(recorded_reply.clone());
-    assert_eq!(send_anthropic(&fake, &first).body, recorded_reply);
+    assert_eq!(
+        without_usage(&send_anthropic(&fake, &first).body),
+        without_usage(&recorded_reply)
+    );
     fake.push_anthropic(anthropic::text_reply("Mexico City."));
     let reply = send_anthropic(&fake, &recorded_request);
     assert_eq!(reply.status, 200, "{}", reply.body);
@@ -1444,5 +2010,1199 @@ fn errors_have_the_recorded_shape() {
     let rejected = send_anthropic(&fake, &json!({"model": "claude"})).body;
     assert_eq!(keys(&rejected), keys(&anthropic_real));
     assert_eq!(keys(&rejected["error"]), keys(&anthropic_real["error"]));
-    assert_eq!(fake.violations().len(), 2);
+    // Chat Completions errors take OpenAI's shape.
+    let built = chat::error("insufficient_quota", "You exceeded your current quota.");
+    assert_eq!(
+        built,
+        openai::error("insufficient_quota", "You exceeded your current quota.")
+    );
+    let rejected = send_chat(&fake, &json!({"model": "gpt-4o"})).body;
+    assert_eq!(keys(&rejected), keys(&openai_real));
+    assert_eq!(keys(&rejected["error"]), keys(&openai_real["error"]));
+    assert_eq!(fake.violations().len(), 3);
+}
+
+// ---------------------------------------------------------------------------------------------
+// OpenAI Chat Completions checks
+
+#[test]
+fn chat_tokens_and_headers_are_checked() {
+    let fake = FakeLlm::start_with_token("sk-other").expecting_violations();
+    let body = chat_request();
+    let cases = [
+        (
+            "no token",
+            vec![("content-type", "application/json")],
+            401,
+            "You didn't provide an API key",
+        ),
+        (
+            "the default token, not this fake's",
+            OPENAI_HEADERS.to_vec(),
+            401,
+            "Incorrect API key",
+        ),
+        (
+            "Anthropic's header instead",
+            vec![
+                ("x-api-key", "sk-other"),
+                ("content-type", "application/json"),
+            ],
+            401,
+            "You didn't provide an API key",
+        ),
+        (
+            "no content type",
+            vec![("authorization", "Bearer sk-other")],
+            400,
+            "content-type",
+        ),
+    ];
+    for (i, (what, headers, status, fragment)) in cases.into_iter().enumerate() {
+        let reply = post(&fake, "/v1/chat/completions", &headers, &body);
+        assert_rejected(&fake, i, &reply, status, what, fragment);
+    }
+    assert_eq!(fake.requests()[0].body, body);
+}
+
+#[test]
+fn chat_requests_break_each_rule_alone() {
+    let fake = FakeLlm::start_expecting_violations();
+    let base = chat_request();
+    let tool_loop = chat_tool_loop();
+    for body in [&base, &tool_loop] {
+        fake.push_chat(chat::text_reply("valid"));
+        let reply = send_chat(&fake, body);
+        assert_eq!(reply.status, 200, "{}", reply.body);
+    }
+    let system = json!({"role": "system", "content": "You are Sausage's agent."});
+    let user = json!({"role": "user", "content": "hi"});
+    let answers = |id: &str| json!({"role": "tool", "tool_call_id": id, "content": "A"});
+    let asks = |calls: Value| json!({"role": "assistant", "content": null, "tool_calls": calls});
+    let remove = |b: &mut Value, key: &str| {
+        b.as_object_mut().unwrap().remove(key);
+    };
+    let push = |b: &mut Value, more: Value| {
+        let messages = b["messages"].as_array_mut().unwrap();
+        messages.extend(more.as_array().unwrap().iter().cloned());
+    };
+
+    let cases = [
+        (
+            "an unknown field",
+            with(&base, |b| b["max_output_tokens"] = json!(100)),
+            "Unrecognized request argument supplied: max_output_tokens",
+        ),
+        (
+            "no model",
+            with(&base, |b| remove(b, "model")),
+            "model: required",
+        ),
+        (
+            "no stream",
+            with(&base, |b| remove(b, "stream")),
+            "the agent must stream every request",
+        ),
+        (
+            "stream false",
+            with(&base, |b| b["stream"] = json!(false)),
+            "the agent must stream every request",
+        ),
+        (
+            "no stream_options",
+            with(&base, |b| remove(b, "stream_options")),
+            "stream_options: must be {\"include_usage\": true}",
+        ),
+        (
+            "usage left out",
+            with(&base, |b| {
+                b["stream_options"]["include_usage"] = json!(false)
+            }),
+            "stream_options: must be {\"include_usage\": true}",
+        ),
+        (
+            "an unknown stream option",
+            with(&base, |b| b["stream_options"]["chunk_size"] = json!(1)),
+            "stream_options.chunk_size: Unknown parameter",
+        ),
+        (
+            "both max tokens",
+            with(&base, |b| b["max_tokens"] = json!(100)),
+            "give one of them, not both",
+        ),
+        (
+            "max_completion_tokens 0",
+            with(&base, |b| b["max_completion_tokens"] = json!(0)),
+            "max_completion_tokens: expected a positive integer",
+        ),
+        (
+            "no messages",
+            with(&base, |b| remove(b, "messages")),
+            "Missing required parameter: 'messages'",
+        ),
+        (
+            "empty messages",
+            with(&base, |b| b["messages"] = json!([])),
+            "[] is too short - 'messages'",
+        ),
+        (
+            "a function role",
+            with(&base, |b| b["messages"][1]["role"] = json!("function")),
+            "messages[1].role: Invalid value",
+        ),
+        (
+            "an unknown message field",
+            with(&base, |b| b["messages"][1]["id"] = json!(1)),
+            "messages[1].id: Unknown parameter",
+        ),
+        (
+            "content as a number",
+            with(&base, |b| b["messages"][1]["content"] = json!(1)),
+            "messages[1].content",
+        ),
+        (
+            "a user part of Responses' type",
+            with(&base, |b| {
+                b["messages"][1]["content"] = json!([{"type": "input_text", "text": "x"}])
+            }),
+            "Invalid value: \"input_text\"",
+        ),
+        (
+            "a text part without text",
+            with(&base, |b| {
+                b["messages"][1]["content"] = json!([{"type": "text"}])
+            }),
+            "messages[1].content[0].text",
+        ),
+        (
+            "an assistant without content or calls",
+            with(&base, |b| {
+                b["messages"] = json!([system, user, {"role": "assistant"}, user])
+            }),
+            "content is required unless tool_calls",
+        ),
+        (
+            "empty tool_calls",
+            with(&tool_loop, |b| b["messages"][2]["tool_calls"] = json!([])),
+            "messages[2].tool_calls: expected a non-empty array",
+        ),
+        (
+            "a call of another type",
+            with(&tool_loop, |b| {
+                b["messages"][2]["tool_calls"][0]["type"] = json!("custom")
+            }),
+            "messages[2].tool_calls[0].type",
+        ),
+        (
+            "a call without id",
+            with(&tool_loop, |b| {
+                remove(&mut b["messages"][2]["tool_calls"][0], "id")
+            }),
+            "messages[2].tool_calls[0].id: required",
+        ),
+        (
+            "arguments as an object",
+            with(&tool_loop, |b| {
+                b["messages"][2]["tool_calls"][0]["function"]["arguments"] = json!({"path": "/a"})
+            }),
+            "arguments: expected a string holding JSON",
+        ),
+        (
+            "arguments not JSON",
+            with(&tool_loop, |b| {
+                b["messages"][2]["tool_calls"][0]["function"]["arguments"] = json!("{path")
+            }),
+            "arguments: not JSON",
+        ),
+        (
+            "a call answered by the user",
+            with(&tool_loop, |b| b["messages"][3] = user.clone()),
+            "The following tool_call_ids did not have response messages: call_a",
+        ),
+        (
+            "a call left at the end",
+            with(&tool_loop, |b| {
+                b["messages"].as_array_mut().unwrap().pop();
+            }),
+            "did not have response messages: call_a",
+        ),
+        (
+            "one of two calls answered",
+            with(&tool_loop, |b| {
+                b["messages"][2]["tool_calls"] = json!([chat_call("call_a"), chat_call("call_b")])
+            }),
+            "did not have response messages: call_b",
+        ),
+        (
+            "an answer one message late",
+            with(&tool_loop, |b| {
+                b["messages"] = json!([
+                    system,
+                    user,
+                    asks(json!([chat_call("call_a")])),
+                    {"role": "assistant", "content": "ok"},
+                    answers("call_a"),
+                ])
+            }),
+            "did not have response messages: call_a",
+        ),
+        (
+            "a tool message for no call",
+            with(&base, |b| push(b, json!([answers("call_a")]))),
+            "messages with role 'tool' must be a response to a preceeding message with \
+             'tool_calls'",
+        ),
+        (
+            "a call answered twice",
+            with(&tool_loop, |b| push(b, json!([answers("call_a")]))),
+            "must be a response to a preceeding message",
+        ),
+        (
+            "a tool message without tool_call_id",
+            with(&tool_loop, |b| {
+                remove(&mut b["messages"][3], "tool_call_id")
+            }),
+            "messages[3].tool_call_id: required",
+        ),
+        (
+            "a duplicate call id",
+            with(&tool_loop, |b| {
+                push(
+                    b,
+                    json!([asks(json!([chat_call("call_a")])), answers("call_a")]),
+                )
+            }),
+            "duplicate tool call id call_a",
+        ),
+        (
+            "a tool in Responses' flat shape",
+            with(&base, |b| {
+                b["tools"][0] = json!({"type": "function", "name": "read_file",
+                                       "parameters": {"type": "object"}})
+            }),
+            "tools[0].name: Unknown parameter",
+        ),
+        (
+            "a tool of another type",
+            with(&base, |b| b["tools"][0]["type"] = json!("custom")),
+            "tools[0].type",
+        ),
+        (
+            "a tool without parameters",
+            with(&base, |b| {
+                remove(&mut b["tools"][0]["function"], "parameters")
+            }),
+            "tools[0].function.parameters",
+        ),
+        (
+            "a tool with string parameters",
+            with(&base, |b| {
+                b["tools"][0]["function"]["parameters"] = json!({"type": "string"})
+            }),
+            "tools[0].function.parameters",
+        ),
+        (
+            "a tool with a bad name",
+            with(&base, |b| {
+                b["tools"][0]["function"]["name"] = json!("read file")
+            }),
+            "does not match",
+        ),
+        (
+            "a tool with an unknown field",
+            with(&base, |b| {
+                b["tools"][0]["function"]["input_schema"] = json!({})
+            }),
+            "tools[0].function.input_schema: Unknown parameter",
+        ),
+        (
+            "strict without additionalProperties",
+            with(&base, |b| b["tools"][0]["function"]["strict"] = json!(true)),
+            "additionalProperties",
+        ),
+    ];
+    for (i, (what, body, fragment)) in cases.iter().enumerate() {
+        let reply = send_chat(&fake, body);
+        assert_rejected(&fake, i, &reply, 400, what, fragment);
+        assert_eq!(
+            reply.body["error"]["type"], "invalid_request_error",
+            "{what}"
+        );
+    }
+
+    // Rejections consumed no reply: these valid variations are answered in order.
+    let valid = [
+        with(&base, |b| {
+            b["messages"] = json!([
+                {"role": "developer", "content": [{"type": "text", "text": "note"}]},
+                {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            ])
+        }),
+        with(&tool_loop, |b| {
+            b["messages"][2] = json!({"role": "assistant", "content": "Reading both.",
+                                      "tool_calls": [chat_call("call_a"), chat_call("call_b")]});
+            b["messages"][3] = answers("call_b");
+            push(
+                b,
+                json!([
+                    {"role": "tool", "tool_call_id": "call_a", "content": [{"type": "text", "text": "A"}]},
+                    {"role": "assistant", "content": "Both read."},
+                    user,
+                ]),
+            );
+        }),
+        with(&base, |b| {
+            remove(b, "max_completion_tokens");
+            b["max_tokens"] = json!(100);
+        }),
+    ];
+    for (n, body) in valid.iter().enumerate() {
+        fake.push_chat(chat::text_reply(&format!("valid {n}")));
+        let reply = send_chat(&fake, body);
+        assert_eq!(reply.status, 200, "valid {n}: {}", reply.body);
+        let content = &reply.body["choices"][0]["message"]["content"];
+        assert_eq!(content, &json!(format!("valid {n}")));
+    }
+    assert_eq!(fake.violations().len(), cases.len());
+}
+
+#[test]
+fn chat_replies_have_the_recorded_shape() {
+    let Some(dir) = fixtures() else { return };
+    let parallel = fixture(&dir, "openai-chat_nonstream_parallel-tool-calls.json");
+    let calls = chat::reply(chat::message(
+        None,
+        vec![
+            chat::tool_call("GetWeatherArgs", json!({"city": "Edinburgh"})),
+            chat::tool_call("get_stock_price", json!({"ticker": "AAPL"})),
+        ],
+    ));
+    let text = chat::text_reply("It is sunny.");
+    assert_eq!(calls["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(text["choices"][0]["finish_reason"], "stop");
+    assert_eq!(text["choices"][0]["message"]["content"], "It is sunny.");
+    for reply in [&calls, &text] {
+        assert_eq!(keys(reply), keys(&parallel), "{reply}");
+        assert_eq!(keys(&reply["choices"][0]), keys(&parallel["choices"][0]));
+        assert!(keys(&reply["usage"]).is_superset(&keys(&parallel["usage"])));
+        assert!(reply["id"].as_str().unwrap().starts_with("chatcmpl-"));
+        assert_eq!(
+            reply["id"].as_str().unwrap().len(),
+            parallel["id"].as_str().unwrap().len()
+        );
+    }
+    let real_message = &parallel["choices"][0]["message"];
+    assert_eq!(keys(&calls["choices"][0]["message"]), keys(real_message));
+    let (call, real_call) = (
+        &calls["choices"][0]["message"]["tool_calls"][0],
+        &real_message["tool_calls"][0],
+    );
+    assert_eq!(keys(call), keys(real_call));
+    assert_eq!(keys(&call["function"]), keys(&real_call["function"]));
+    assert_eq!(
+        call["id"].as_str().unwrap().len(),
+        real_call["id"].as_str().unwrap().len()
+    );
+    assert!(call["function"]["arguments"].is_string());
+    assert_ne!(
+        call["id"],
+        calls["choices"][0]["message"]["tool_calls"][1]["id"]
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streams against the real recordings
+
+#[test]
+fn responses_streams_match_the_recordings() {
+    let Some(dir) = fixtures() else { return };
+    let fake = FakeLlm::start();
+    let recorded =
+        |name: &str| -> Vec<Value> { fixture_events(&dir, name).iter().map(Sse::json).collect() };
+    let store_false = fixture_streams(
+        &dir,
+        "openai-responses_stream_reasoning-encrypted_store-false.chunks.jsonl",
+    );
+    // (recording, its events, our answer like it, whether its keys are ours: the 2026 one adds
+    // `phase` and a reasoning `content` our builders leave out)
+    let cases = [
+        (
+            "stream_text",
+            recorded("openai-responses_stream_text.sse"),
+            openai::text_reply("2+2 = 4"),
+            true,
+        ),
+        (
+            "stream_reasoning-encrypted_function-call",
+            recorded("openai-responses_stream_reasoning-encrypted_function-call.sse"),
+            openai::reply(vec![
+                openai::reasoning(""),
+                openai::function_call("final_result", json!({"result": 6666})),
+            ]),
+            true,
+        ),
+        (
+            "stream_reasoning_text_function-call",
+            recorded("openai-responses_stream_reasoning_text_function-call.sse"),
+            openai::reply(vec![
+                openai::reasoning(""),
+                openai::message("I'll check the capital lookup tool for PotatoLand."),
+                openai::function_call("get_capital", json!({"country": "PotatoLand"})),
+            ]),
+            false,
+        ),
+        (
+            "store-false, first stream",
+            store_false[0].clone(),
+            openai::reply(vec![
+                openai::reasoning("**Calculating step-by-step using calculator**"),
+                openai::function_call("calculator", json!({"a": 12, "b": 7, "op": "add"})),
+            ]),
+            true,
+        ),
+        (
+            "store-false, last stream",
+            store_false[3].clone(),
+            openai::text_reply("The final result is **570**."),
+            true,
+        ),
+    ];
+    for (name, recorded, answer, same_keys) in cases {
+        fake.push_openai(answer.clone());
+        let reply = send_openai(&fake, &openai_request());
+        assert!(reply.complete, "{name}");
+        let ours = reply.payloads();
+        assert_eq!(
+            runs(ours.iter().map(kind)),
+            runs(recorded.iter().map(kind)),
+            "{name}"
+        );
+        let deltas = ours.iter().filter(|p| kind(p).ends_with(".delta")).count();
+        assert!(deltas >= 2, "{name}: the answer arrives in several deltas");
+        if same_keys {
+            assert_same_keys(&ours, &recorded, &["item", "part"], &[]);
+        }
+        // The completed response is the whole answer, its usage in the recorded fields.
+        assert_eq!(without_usage(&reply.body), without_usage(&answer), "{name}");
+        let real_usage = &recorded.last().unwrap()["response"]["usage"];
+        assert_eq!(keys(&reply.body["usage"]), keys(real_usage), "{name}");
+        // Newer recordings add `cache_write_tokens`, a field to ignore.
+        let details = keys(&reply.body["usage"]["input_tokens_details"]);
+        assert!(details.is_subset(&keys(&real_usage["input_tokens_details"])));
+        assert!(details.contains("cached_tokens"));
+        let created = &ours[0]["response"];
+        assert_eq!(
+            (&created["status"], &created["usage"]),
+            (&json!("in_progress"), &Value::Null)
+        );
+        assert_eq!(created["output"], json!([]));
+        assert!(reply.text().lines().any(|l| l == ": keep-alive"), "{name}");
+    }
+}
+
+#[test]
+fn anthropic_streams_match_the_recordings() {
+    let Some(dir) = fixtures() else { return };
+    let fake = FakeLlm::start();
+    let cases = [
+        (
+            "anthropic-messages_stream_text.sse",
+            anthropic::text_reply("[12345,67890]"),
+        ),
+        (
+            "anthropic-messages_stream_tool-use.sse",
+            anthropic::reply(vec![
+                anthropic::text("I'll check the current weather in Paris for you."),
+                anthropic::tool_use("get_weather", json!({"location": "Paris"})),
+            ]),
+        ),
+        (
+            "anthropic-messages_stream_thinking.sse",
+            anthropic::reply(vec![
+                anthropic::thinking("This is a straightforward question about pedestrian safety."),
+                anthropic::text("Here are the basic steps for safely crossing the street."),
+            ]),
+        ),
+    ];
+    for (name, answer) in cases {
+        let recorded: Vec<Value> = fixture_events(&dir, name).iter().map(Sse::json).collect();
+        fake.push_anthropic(answer.clone());
+        let reply = send_anthropic(&fake, &anthropic_request());
+        assert!(reply.complete, "{name}");
+        let ours = reply.payloads();
+        assert_eq!(
+            runs(ours.iter().map(kind)),
+            runs(recorded.iter().map(kind)),
+            "{name}"
+        );
+        // `caller` was hand-added upstream to the tool-use recording.
+        assert_same_keys(
+            &ours,
+            &recorded,
+            &["delta", "message", "content_block"],
+            &["caller"],
+        );
+        let usage_of = |payloads: &[Value], kind: &str, field: &str| -> Value {
+            let event = payloads.iter().find(|p| p["type"] == kind).unwrap();
+            match field {
+                "message" => event["message"]["usage"].clone(),
+                _ => event["usage"].clone(),
+            }
+        };
+        for (kind, field) in [("message_start", "message"), ("message_delta", "usage")] {
+            let (ours, real) = (
+                usage_of(&ours, kind, field),
+                usage_of(&recorded, kind, field),
+            );
+            assert!(
+                keys(&ours).is_superset(&keys(&real)),
+                "{name} {kind}: {ours} {real}"
+            );
+        }
+        assert_eq!(without_usage(&reply.body), without_usage(&answer), "{name}");
+    }
+}
+
+#[test]
+fn chat_streams_match_the_recordings() {
+    let Some(dir) = fixtures() else { return };
+    let fake = FakeLlm::start();
+    /// A chunk's kind: what its delta carries.
+    fn chunk_kind(event: &Sse) -> String {
+        if event.data == "[DONE]" {
+            return "[DONE]".to_string();
+        }
+        let chunk = event.json();
+        let Some(choice) = chunk["choices"].get(0) else {
+            return "usage".to_string();
+        };
+        let delta = &choice["delta"];
+        let kind = if delta.get("role").is_some() {
+            "role"
+        } else if !choice["finish_reason"].is_null() {
+            "finish"
+        } else if delta["tool_calls"][0].get("id").is_some() {
+            "call"
+        } else if delta.get("tool_calls").is_some() {
+            "arguments"
+        } else {
+            "content"
+        };
+        match delta["tool_calls"][0].get("id") {
+            Some(_) if kind == "role" => "role+call".to_string(),
+            _ => kind.to_string(),
+        }
+    }
+    let cases = [
+        (
+            "openai-chat_stream_text.sse",
+            chat::text_reply("I'm unable to provide real-time weather updates."),
+        ),
+        (
+            "openai-chat_stream_tool-call.sse",
+            chat::reply(chat::message(
+                None,
+                vec![chat::tool_call(
+                    "get_weather",
+                    json!({"city": "San Francisco", "state": "CA"}),
+                )],
+            )),
+        ),
+    ];
+    for (name, answer) in cases {
+        let recorded = fixture_events(&dir, name);
+        fake.push_chat(answer.clone());
+        let reply = send_chat(&fake, &chat_request());
+        assert!(reply.complete, "{name}");
+        assert_eq!(
+            runs(reply.events.iter().map(chunk_kind)),
+            runs(recorded.iter().map(chunk_kind)),
+            "{name}"
+        );
+        for event in reply.events.iter().filter(|e| e.data != "[DONE]") {
+            let kind = chunk_kind(event);
+            let real = recorded
+                .iter()
+                .find(|r| chunk_kind(r) == kind)
+                .unwrap()
+                .json();
+            let ours = event.json();
+            assert_eq!(keys(&ours), keys(&real), "{name} {kind}");
+            if let (Some(a), Some(b)) = (ours["choices"].get(0), real["choices"].get(0)) {
+                assert_eq!(keys(a), keys(b), "{name} {kind}");
+                assert_eq!(keys(&a["delta"]), keys(&b["delta"]), "{name} {kind}");
+                if let (Some(a), Some(b)) = (
+                    a["delta"]["tool_calls"].get(0),
+                    b["delta"]["tool_calls"].get(0),
+                ) {
+                    assert_eq!(keys(a), keys(b), "{name} {kind}");
+                    assert_eq!(keys(&a["function"]), keys(&b["function"]), "{name} {kind}");
+                }
+            }
+            if kind == "usage" {
+                assert!(
+                    keys(&ours["usage"]).is_superset(&keys(&real["usage"])),
+                    "{name}"
+                );
+            }
+        }
+        assert!(reply.text().ends_with("\n\ndata: [DONE]\n\n"), "{name}");
+        assert!(reply.text().lines().any(|l| l == ": keep-alive"), "{name}");
+        assert_eq!(without_usage(&reply.body), without_usage(&answer), "{name}");
+    }
+}
+
+#[test]
+fn anthropic_streams_are_framed_like_the_recordings() {
+    let fake = FakeLlm::start();
+    fake.push_anthropic(anthropic::reply(vec![
+        anthropic::text("Let me look at the weather in Paris for you."),
+        anthropic::tool_use("get_weather", json!({"location": "Paris"})),
+    ]));
+    let reply = send_anthropic(&fake, &anthropic_request());
+    let text = reply.text();
+    // Data lines padded with spaces before their closing brace, still JSON.
+    let data: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    assert!(data.iter().any(|d| d.ends_with(" }")), "{text}");
+    assert!(data.iter().any(|d| !d.ends_with(" }")), "{text}");
+    assert_eq!(reply.payloads().len(), data.len());
+    assert!(text.contains("event: ping\ndata: {\"type\": \"ping\"}\n\n"));
+    // The last event has no blank line (nor newline) after it.
+    let last = text.rsplit("\n\n").next().unwrap();
+    assert!(last.starts_with("event: message_stop\ndata: {"), "{last:?}");
+    assert!(last.ends_with('}'), "{last:?}");
+    // A tool's input starts with an empty partial_json, then comes in pieces.
+    let partial: Vec<Value> = reply
+        .payloads()
+        .into_iter()
+        .filter(|p| p["delta"]["type"] == "input_json_delta")
+        .map(|p| p["delta"]["partial_json"].clone())
+        .collect();
+    assert_eq!(partial[0], "");
+    assert!(partial.len() >= 3, "{partial:?}");
+    assert_eq!(
+        reply.body["content"][1]["input"],
+        json!({"location": "Paris"})
+    );
+    let start = &reply.payloads()[0];
+    assert_eq!(start["message"]["usage"]["output_tokens"], 1);
+    assert_eq!(start["message"]["content"], json!([]));
+    assert_eq!(start["message"]["stop_reason"], Value::Null);
+    fake.assert_clean();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Usage, prompt caches and the context window
+
+#[test]
+fn usage_counts_the_bytes_sent_and_written() {
+    let fake = FakeLlm::start();
+
+    // Responses: the prompt is the body; the output, what the model wrote.
+    let request = openai_request().to_string();
+    let call = openai::function_call("read_file", json!({"path": "/a"}));
+    let arguments = call["arguments"].as_str().unwrap().len();
+    fake.push_openai(openai::reply(vec![
+        openai::reasoning("Read it."),
+        openai::message("Reading /a."),
+        call,
+    ]));
+    let reply = send_openai(&fake, &openai_request());
+    let (prompt, output) = (tokens(request.len()), tokens(8 + 11 + arguments));
+    let responses = json!({
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": output,
+        "output_tokens_details": {"reasoning_tokens": tokens(8)},
+        "total_tokens": prompt + output,
+    });
+    assert_eq!(reply.body["usage"], responses);
+    assert!(reply.text().lines().any(|l| l == ": keep-alive"));
+
+    // The same request again finds its whole prompt in OpenAI's automatic cache; an empty
+    // answer still counts one output token.
+    fake.push_openai(openai::text_reply(""));
+    let again = send_openai(&fake, &openai_request()).body["usage"].clone();
+    assert_eq!(again["input_tokens_details"]["cached_tokens"], prompt);
+    assert_eq!(
+        (&again["input_tokens"], &again["output_tokens"]),
+        (&json!(prompt), &json!(1))
+    );
+
+    // Anthropic: thinking, text and the tool input's JSON are what the model wrote.
+    let request = anthropic_request().to_string();
+    fake.push_anthropic(anthropic::reply(vec![
+        anthropic::thinking("Hm."),
+        anthropic::text("Reading."),
+        anthropic::tool_use("read_file", json!({"path": "/a"})),
+    ]));
+    let reply = send_anthropic(&fake, &anthropic_request());
+    let written = 3 + 8 + json!({"path": "/a"}).to_string().len();
+    let usage = &reply.body["usage"];
+    assert_eq!(usage["input_tokens"], tokens(request.len()));
+    assert_eq!(usage["output_tokens"], tokens(written));
+    assert_eq!(usage["cache_read_input_tokens"], 0);
+    assert_eq!(usage["cache_creation_input_tokens"], 0);
+    let start = &reply.payloads()[0]["message"]["usage"];
+    assert_eq!(
+        (&start["input_tokens"], &start["output_tokens"]),
+        (&usage["input_tokens"], &json!(1))
+    );
+    let delta = reply
+        .payloads()
+        .into_iter()
+        .find(|p| p["type"] == "message_delta")
+        .unwrap();
+    assert_eq!(
+        delta["usage"],
+        json!({"input_tokens": tokens(request.len()), "cache_creation_input_tokens": 0,
+               "cache_read_input_tokens": 0, "output_tokens": tokens(written)})
+    );
+    let anthropic_usage = usage.clone();
+
+    // Chat: content and arguments; a later request shares a prefix with this one.
+    let request = chat_request().to_string();
+    let call = chat::tool_call("read_file", json!({"path": "/a"}));
+    let arguments = call["function"]["arguments"].as_str().unwrap().len();
+    fake.push_chat(chat::reply(chat::message(Some("Reading."), vec![call])));
+    let reply = send_chat(&fake, &chat_request());
+    let (prompt, output) = (tokens(request.len()), tokens(8 + arguments));
+    let chat_usage = json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": output,
+        "total_tokens": prompt + output,
+        "prompt_tokens_details": {"cached_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    });
+    assert_eq!(reply.body["usage"], chat_usage);
+    let later = with(&chat_request(), |b| {
+        b["messages"][1]["content"] = json!("hello")
+    });
+    let shared = request
+        .bytes()
+        .zip(later.to_string().bytes())
+        .take_while(|(a, b)| a == b)
+        .count();
+    fake.push_chat(chat::text_reply("Hello."));
+    let usage = send_chat(&fake, &later).body["usage"].clone();
+    assert_eq!(
+        usage["prompt_tokens_details"]["cached_tokens"],
+        tokens(shared)
+    );
+    assert_eq!(usage["prompt_tokens"], tokens(later.to_string().len()));
+
+    assert_eq!(
+        fake.usage_log(),
+        [responses, again, anthropic_usage, chat_usage, usage]
+    );
+    let recorded: Vec<Option<Value>> = fake.requests().into_iter().map(|r| r.usage).collect();
+    assert!(recorded.iter().all(Option::is_some));
+    fake.assert_clean();
+}
+
+#[test]
+fn anthropic_caching_reads_what_an_earlier_request_wrote() {
+    let fake = FakeLlm::start();
+    let number = |v: &Value| v.as_u64().unwrap();
+    // Sends `body`; returns its usage and its size.
+    let usage_of = |body: &Value| {
+        fake.push_anthropic(anthropic::text_reply("ok"));
+        let reply = send_anthropic(&fake, body);
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let usage = reply.body["usage"].clone();
+        let sum = [
+            "input_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+        ]
+        .iter()
+        .map(|k| number(&usage[k]))
+        .sum::<u64>();
+        assert_eq!(
+            sum,
+            tokens(body.to_string().len()),
+            "every prompt token counted once"
+        );
+        let cache = &usage["cache_creation"];
+        assert_eq!(
+            number(&cache["ephemeral_5m_input_tokens"])
+                + number(&cache["ephemeral_1h_input_tokens"]),
+            number(&usage["cache_creation_input_tokens"])
+        );
+        usage
+    };
+    let mark = json!({"type": "ephemeral"});
+    let first = with(&anthropic_request(), |b| {
+        b["system"] = json!([{"type": "text", "text": "You are Sausage's agent. ".repeat(40),
+                              "cache_control": mark}]);
+        b["messages"] = json!([{"role": "user", "content": [
+            {"type": "text", "text": "read /a", "cache_control": mark},
+        ]}]);
+    });
+    let usage = usage_of(&first);
+    assert_eq!(usage["cache_read_input_tokens"], 0);
+    let written_first = number(&usage["cache_creation_input_tokens"]);
+    assert!(written_first > 0);
+    assert_eq!(usage["cache_creation"]["ephemeral_1h_input_tokens"], 0);
+
+    // The conversation goes on and the breakpoint moves to its newest message: what the first
+    // request wrote is read, what follows it is written.
+    let second = with(&first, |b| {
+        b["messages"] = json!([
+            {"role": "user", "content": [{"type": "text", "text": "read /a"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+            {"role": "user", "content": [{"type": "text", "text": "and /b", "cache_control": mark}]},
+        ]);
+    });
+    let usage = usage_of(&second);
+    assert_eq!(usage["cache_read_input_tokens"], written_first);
+    let written_second = number(&usage["cache_creation_input_tokens"]);
+    assert!(written_second > 0);
+
+    // The same request again reads all it marked and writes nothing.
+    let usage = usage_of(&second);
+    assert_eq!(
+        usage["cache_read_input_tokens"],
+        written_first + written_second
+    );
+    assert_eq!(usage["cache_creation_input_tokens"], 0);
+
+    // Without a breakpoint nothing is read, though the prefix is cached.
+    let unmarked = with(&second, |b| {
+        b["system"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("cache_control");
+        b["messages"][2]["content"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("cache_control");
+    });
+    let usage = usage_of(&unmarked);
+    assert_eq!(usage["cache_read_input_tokens"], 0);
+    assert_eq!(usage["cache_creation_input_tokens"], 0);
+
+    // Another system prompt shares no marked prefix; its hour-long breakpoint's share is written
+    // to the hour cache, the rest to the five-minute one.
+    let other = with(&second, |b| {
+        b["system"][0]["text"] = json!("You are someone else. ".repeat(40));
+        b["system"][0]["cache_control"] = json!({"type": "ephemeral", "ttl": "1h"});
+    });
+    let usage = usage_of(&other);
+    assert_eq!(usage["cache_read_input_tokens"], 0);
+    let cache = &usage["cache_creation"];
+    assert!(
+        number(&cache["ephemeral_1h_input_tokens"]) > number(&cache["ephemeral_5m_input_tokens"])
+    );
+    assert!(number(&cache["ephemeral_5m_input_tokens"]) > 0);
+    fake.assert_clean();
+}
+
+#[test]
+fn context_window_refusals_are_real_answers_not_violations() {
+    let fake = FakeLlm::start();
+    let longer = "word ".repeat(400);
+
+    // Responses counts the input alone.
+    let small = openai_request();
+    let big = with(&small, |b| b["input"][0]["content"] = json!(longer));
+    fake.set_context_window(tokens(small.to_string().len()) + 10);
+    fake.push_openai(openai::text_reply("fits"));
+    let refused = send_openai(&fake, &big);
+    assert_eq!(refused.status, 400);
+    assert_eq!(
+        refused.body,
+        json!({"error": {
+            "message": "Your input exceeds the context window of this model. Please adjust your \
+                        input and try again.",
+            "type": "invalid_request_error",
+            "param": "input",
+            "code": "context_length_exceeded",
+        }})
+    );
+    let reply = send_openai(&fake, &small);
+    assert_eq!(
+        reply.body["output"][0]["content"][0]["text"], "fits",
+        "no reply was consumed"
+    );
+
+    // Chat counts the messages alone.
+    let small = chat_request();
+    let big = with(&small, |b| b["messages"][1]["content"] = json!(longer));
+    let window = tokens(small.to_string().len()) + 10;
+    fake.set_context_window(window);
+    fake.push_chat(chat::text_reply("fits"));
+    let refused = send_chat(&fake, &big);
+    assert_eq!(refused.status, 400);
+    let message = format!(
+        "This model's maximum context length is {window} tokens. However, your messages \
+         resulted in {} tokens. Please reduce the length of the messages.",
+        tokens(big.to_string().len())
+    );
+    assert_eq!(
+        refused.body,
+        json!({"error": {"message": message, "type": "invalid_request_error",
+                         "param": "messages", "code": "context_length_exceeded"}})
+    );
+    assert_eq!(
+        send_chat(&fake, &small).body["choices"][0]["message"]["content"],
+        "fits"
+    );
+
+    // Anthropic counts the input and the output it reserves with `max_tokens`.
+    let small = with(&anthropic_request(), |b| b["max_tokens"] = json!(100));
+    let prompt = tokens(small.to_string().len());
+    let window = prompt + 100;
+    fake.set_context_window(window);
+    fake.push_anthropic(anthropic::text_reply("fits"));
+    let big = with(&small, |b| b["messages"][0]["content"] = json!(longer));
+    let refused = send_anthropic(&fake, &big);
+    assert_eq!(refused.status, 400);
+    assert_eq!(refused.body["type"], "error");
+    assert_eq!(refused.body["error"]["type"], "invalid_request_error");
+    let expected = format!(
+        "prompt is too long: {} tokens > {window} maximum",
+        tokens(big.to_string().len())
+    );
+    assert_eq!(refused.body["error"]["message"], expected);
+    assert!(
+        refused.body["request_id"]
+            .as_str()
+            .unwrap()
+            .starts_with("req_")
+    );
+    let greedy = with(&small, |b| b["max_tokens"] = json!(101));
+    let refused = send_anthropic(&fake, &greedy);
+    assert_eq!(refused.status, 400);
+    let expected = format!(
+        "input length and `max_tokens` exceed context limit: {prompt} + 101 > {window}, \
+         decrease input length or `max_tokens` and try again"
+    );
+    assert_eq!(refused.body["error"]["message"], expected);
+    assert_eq!(
+        send_anthropic(&fake, &small).body["content"][0]["text"],
+        "fits"
+    );
+
+    // Each refusal is recorded with its 400 and no usage, and none is a violation.
+    let refusals: Vec<&str> = fake
+        .requests()
+        .iter()
+        .filter(|r| r.status == 400)
+        .map(|r| {
+            assert_eq!(r.usage, None);
+            if r.path.ends_with("messages") {
+                "messages"
+            } else {
+                "openai"
+            }
+        })
+        .collect();
+    assert_eq!(refusals, ["openai", "openai", "messages", "messages"]);
+    fake.assert_clean();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Failures the real services give
+
+#[test]
+fn scripted_errors_carry_their_headers() {
+    let fake = FakeLlm::start();
+    let limited = openai::error(
+        "rate_limit_exceeded",
+        "Rate limit reached. Try again in 1s.",
+    );
+    let headers = [("retry-after", "1"), ("retry-after-ms", "1000")];
+    fake.push_error_with_headers(429, limited.clone(), &headers);
+    let overloaded = anthropic::error("overloaded_error", "Overloaded");
+    fake.push_error_with_headers(529, overloaded.clone(), &[("x-should-retry", "true")]);
+    let unavailable = chat::error("server_error", "The server is overloaded.");
+    fake.push_error(503, unavailable.clone());
+
+    let reply = send_openai(&fake, &openai_request());
+    assert_eq!((reply.status, &reply.body), (429, &limited));
+    assert_eq!(reply.headers["retry-after"], "1");
+    assert_eq!(reply.headers["retry-after-ms"], "1000");
+    assert!(reply.headers["x-request-id"].starts_with("req_"));
+    let reply = send_anthropic(&fake, &anthropic_request());
+    assert_eq!((reply.status, &reply.body), (529, &overloaded));
+    assert_eq!(reply.headers["x-should-retry"], "true");
+    let reply = send_chat(&fake, &chat_request());
+    assert_eq!((reply.status, &reply.body), (503, &unavailable));
+    assert!(!reply.headers.contains_key("retry-after"));
+
+    let statuses: Vec<u16> = fake.requests().iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [429, 529, 503]);
+    assert!(fake.usage_log().is_empty());
+    fake.assert_clean();
+}
+
+#[test]
+fn broken_streams_stop_before_their_final_event() {
+    let fake = FakeLlm::start();
+    let text = "This answer will not arrive whole, for the connection breaks.";
+    let cases = [
+        (openai::text_reply(text), "response.completed"),
+        (anthropic::text_reply(text), "message_stop"),
+        (chat::text_reply(text), "[DONE]"),
+    ];
+    for (answer, last) in cases {
+        fake.push_broken(answer.clone());
+        let reply = if answer["object"] == "response" {
+            send_openai(&fake, &openai_request())
+        } else if answer["type"] == "message" {
+            send_anthropic(&fake, &anthropic_request())
+        } else {
+            send_chat(&fake, &chat_request())
+        };
+        assert_eq!(reply.status, 200, "{last}");
+        assert!(!reply.complete, "{last}: the chunked body never ended");
+        assert!(reply.events.len() >= 3, "{last}: it broke half-way");
+        assert!(reply.body.is_null(), "{last}: the stream never finished");
+        let ended = reply
+            .events
+            .iter()
+            .any(|e| e.event.as_deref() == Some(last) || e.data == last);
+        assert!(!ended, "{last}");
+    }
+    assert!(
+        fake.usage_log().is_empty(),
+        "a broken stream reports no usage"
+    );
+    // The fake serves on.
+    fake.push_openai(openai::text_reply("whole"));
+    let reply = send_openai(&fake, &openai_request());
+    assert!(reply.complete);
+    assert_eq!(reply.body["output"][0]["content"][0]["text"], "whole");
+
+    let not_an_answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        fake.push_broken(json!({"error": {"message": "no"}}))
+    }));
+    assert!(not_an_answer.is_err(), "push_broken needs a whole answer");
+    fake.assert_clean();
+}
+
+#[test]
+fn stream_errors_arrive_as_the_apis_error_events() {
+    let fake = FakeLlm::start();
+
+    // Anthropic: `event: error` after the message started.
+    let overloaded =
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
+    fake.push_stream_error(Api::Anthropic, overloaded.clone());
+    let reply = send_anthropic(&fake, &anthropic_request());
+    assert_eq!(reply.status, 200);
+    assert!(reply.complete && reply.body.is_null());
+    let names: Vec<&str> = reply
+        .events
+        .iter()
+        .map(|e| e.event.as_deref().unwrap())
+        .collect();
+    assert_eq!(names, ["message_start", "ping", "error"]);
+    assert_eq!(reply.events[2].json(), overloaded);
+
+    // Responses: `error`, then `response.failed`.
+    let quota = "You exceeded your current quota, please check your plan and billing details.";
+    fake.push_stream_error(Api::OpenAi, openai::error("insufficient_quota", quota));
+    let reply = send_openai(&fake, &openai_request());
+    assert_eq!(reply.status, 200);
+    assert!(reply.complete && reply.body.is_null());
+    let ours = reply.payloads();
+    let names: Vec<String> = ours.iter().map(kind).collect();
+    assert_eq!(
+        names,
+        [
+            "response.created",
+            "response.in_progress",
+            "error",
+            "response.failed"
+        ]
+    );
+    assert_eq!(
+        ours[2]["error"],
+        json!({"type": "insufficient_quota", "code": "insufficient_quota", "message": quota, "param": null})
+    );
+    assert_eq!(ours[3]["response"]["status"], "failed");
+    assert_eq!(
+        ours[3]["response"]["error"],
+        json!({"code": "insufficient_quota", "message": quota})
+    );
+    if let Some(dir) = fixtures() {
+        let recorded = &fixture_streams(
+            &dir,
+            "openai-responses_stream_error-insufficient-quota.chunks.jsonl",
+        )[0];
+        let recorded_names: Vec<String> = recorded.iter().map(kind).collect();
+        assert_eq!(names, recorded_names);
+        assert_same_keys(&ours, recorded, &["error"], &[]);
+        assert_eq!(
+            keys(&ours[3]["response"]["error"]),
+            keys(&recorded[3]["response"]["error"])
+        );
+    }
+
+    // Chat: an error chunk, and no `[DONE]`.
+    let server = chat::error(
+        "server_error",
+        "The server had an error processing your request.",
+    );
+    fake.push_stream_error(Api::Chat, server.clone());
+    let reply = send_chat(&fake, &chat_request());
+    assert_eq!(reply.status, 200);
+    assert!(reply.complete && reply.body.is_null());
+    assert_eq!(reply.events.len(), 2);
+    assert_eq!(
+        reply.events[0].json()["choices"][0]["delta"]["role"],
+        "assistant"
+    );
+    assert_eq!(reply.events[1].json(), server);
+
+    assert!(
+        fake.usage_log().is_empty(),
+        "a failed stream reports no usage"
+    );
+    fake.assert_clean();
+}
+
+#[test]
+fn a_stream_error_for_one_api_waits_for_a_request_to_it() {
+    let fake = FakeLlm::start_expecting_violations();
+    fake.push_stream_error(Api::Chat, chat::error("server_error", "Try again."));
+    let reply = send_openai(&fake, &openai_request());
+    assert_rejected(
+        &fake,
+        0,
+        &reply,
+        500,
+        "wrong API",
+        "not for the OpenAI Responses API",
+    );
+    let reply = send_chat(&fake, &chat_request());
+    assert_eq!(
+        reply.events.last().unwrap().json()["error"]["message"],
+        "Try again."
+    );
+}
+
+#[test]
+fn events_can_be_paced_so_progress_shows_while_a_step_streams() {
+    let fake = FakeLlm::start();
+    let delay = Duration::from_millis(30);
+    fake.set_event_delay(delay);
+    fake.push_anthropic(anthropic::text_reply("one two three four"));
+    let reply = send_anthropic(&fake, &anthropic_request());
+    assert_eq!(reply.body["content"][0]["text"], "one two three four");
+    // Each event is its own chunk, sent `delay` after the one before.
+    let (first, last) = (reply.arrivals[0], *reply.arrivals.last().unwrap());
+    let gaps = reply.arrivals.len() as u32 - 1;
+    assert!(gaps >= 8, "{gaps}");
+    assert!(
+        last - first >= delay * gaps,
+        "{:?} for {gaps} gaps",
+        last - first
+    );
+    fake.assert_clean();
 }

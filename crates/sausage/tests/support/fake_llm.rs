@@ -1,14 +1,14 @@
-//! The fake model provider the agent's tests talk to: a local HTTP/1.1 server speaking the OpenAI
-//! Responses API (`POST /v1/responses`) and the Anthropic Messages API (`POST /v1/messages`).
-//!
-//! Boundary: a script of replies in (`push_openai`, `push_anthropic`, `push_error`), recorded
-//! requests and violations out. Every request is checked as strictly as the real service would
-//! check it; a bad one gets the real API's 400 (or 401) shape AND is recorded as a violation, so a
-//! test fails at `assert_clean` even when the agent swallowed the error. Replies are whole JSON
-//! bodies: `stream: true` is refused. Invariant: a rejected request never consumes a scripted
-//! reply.
+//! The fake model provider of the agent's tests: a local HTTP/1.1 server speaking OpenAI
+//! Responses, Anthropic Messages and OpenAI Chat Completions, always as server-sent events.
+//! Boundary: scripted whole answers and failures in; recorded requests, their counted usage (see
+//! [`BYTES_PER_TOKEN`], [`Caches`]) and violations out. Each request is checked as strictly as the
+//! real service would (and must stream, DESIGN §12); a bad one gets the real 400/401 AND is a
+//! violation, so `assert_clean` fails even if the agent swallowed the error. Invariant: a request
+//! rejected, or refused for the context window, never consumes a scripted reply.
 
+use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::hash::Hasher;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
-/// The token [`FakeLlm::start`] expects: `authorization: Bearer TOKEN` (OpenAI) or
+/// The token [`FakeLlm::start`] expects: `authorization: Bearer TOKEN` (OpenAI's two APIs) or
 /// `x-api-key: TOKEN` (Anthropic).
 pub const TOKEN: &str = "sk-fake-test-token";
 
@@ -33,8 +33,36 @@ const MAX_LINE_BYTES: u64 = 64 << 10;
 /// connection threads left behind by a client that neither closes nor sends.
 const IDLE_CONNECTION: Duration = Duration::from_secs(30);
 
+/// Bytes the fake counts as one token, roughly what real tokenizers give for English and JSON. A
+/// request's prompt is ceil(body bytes / 4) tokens and an answer's output ceil(bytes written / 4)
+/// (at least 1): deterministic, so a test can compute every number it expects.
+const BYTES_PER_TOKEN: usize = 4;
+
+/// The most `cache_control` breakpoints the Messages API accepts in one request; one more is
+/// answered 400.
+const MAX_CACHE_BREAKPOINTS: usize = 4;
+
+/// The longest piece (in bytes) of text or arguments one delta event carries. Text is cut at
+/// words first, so even a short answer arrives as several deltas, as from the real services.
+const MAX_DELTA_BYTES: usize = 8;
+
+/// The most spaces padded before the closing brace of an Anthropic `data:` line; the recordings
+/// show such padding (a parser must not expect the line to end at the JSON).
+const MAX_PADDING: usize = 15;
+
+/// The length OpenAI's `obfuscation` field pads a delta to (it hides the delta's size on the
+/// wire); a field the agent must ignore.
+const OBFUSCATION_BYTES: usize = 16;
+
+/// The comment OpenAI-style streams carry (as proxies and local servers send while a model
+/// thinks); an SSE parser ignores it.
+const KEEP_ALIVE: &str = ": keep-alive\n\n";
+
 /// The `anthropic-version` values the real API accepts.
 const ANTHROPIC_VERSIONS: &[&str] = &["2023-06-01", "2023-01-01"];
+
+/// The rule every request of every API must keep.
+const MUST_STREAM: &str = "stream: the agent must stream every request (DESIGN §12)";
 
 /// Top-level fields the real Responses API knows; any other is rejected, as the real one does.
 const OPENAI_FIELDS: &[&str] = &[
@@ -90,6 +118,46 @@ const ANTHROPIC_FIELDS: &[&str] = &[
     "top_p",
 ];
 
+/// Top-level fields the real Chat Completions API knows; any other is rejected, as the real one
+/// does.
+const CHAT_FIELDS: &[&str] = &[
+    "audio",
+    "frequency_penalty",
+    "function_call",
+    "functions",
+    "logit_bias",
+    "logprobs",
+    "max_completion_tokens",
+    "max_tokens",
+    "messages",
+    "metadata",
+    "modalities",
+    "model",
+    "n",
+    "parallel_tool_calls",
+    "prediction",
+    "presence_penalty",
+    "prompt_cache_key",
+    "prompt_cache_retention",
+    "reasoning_effort",
+    "response_format",
+    "safety_identifier",
+    "seed",
+    "service_tier",
+    "stop",
+    "store",
+    "stream",
+    "stream_options",
+    "temperature",
+    "tool_choice",
+    "tools",
+    "top_logprobs",
+    "top_p",
+    "user",
+    "verbosity",
+    "web_search_options",
+];
+
 /// One request as the fake received it.
 #[derive(Debug, Clone)]
 pub struct Recorded {
@@ -99,8 +167,23 @@ pub struct Recorded {
     pub headers: BTreeMap<String, String>,
     /// The parsed body, `Null` when it was not JSON.
     pub body: Value,
-    /// The status the fake answered with.
+    /// The status the fake answered with (400 for a context window refusal).
     pub status: u16,
+    /// The usage a complete stream reported, in its API's own shape (`Responses` and Chat: the
+    /// final usage; Anthropic: `message_start`'s counts with `message_delta`'s output tokens).
+    /// `None` for errors, refusals, broken streams and streamed errors.
+    pub usage: Option<Value>,
+}
+
+/// Which API a scripted stream belongs to.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Api {
+    /// OpenAI Responses, `POST /v1/responses`.
+    OpenAi,
+    /// Anthropic Messages, `POST /v1/messages`.
+    Anthropic,
+    /// OpenAI Chat Completions, `POST /v1/chat/completions`.
+    Chat,
 }
 
 /// A running fake provider. Its server thread stops when it is dropped.
@@ -114,7 +197,7 @@ pub struct FakeLlm {
 }
 
 impl FakeLlm {
-    /// Starts a fake expecting [`TOKEN`].
+    /// Starts a fake expecting [`TOKEN`], with no context window and no delay between events.
     pub fn start() -> FakeLlm {
         FakeLlm::start_with_token(TOKEN)
     }
@@ -163,29 +246,105 @@ impl FakeLlm {
         format!("http://{}", self.addr)
     }
 
-    /// Queues a 200 reply for the next valid `POST /v1/responses`.
+    /// Queues a whole Responses answer (from [`openai::reply`]) for the next valid
+    /// `POST /v1/responses`, which gets it as the real event stream.
     pub fn push_openai(&self, body: Value) {
-        self.push(Reply::OpenAi(body));
+        self.push(Reply::Stream {
+            api: Api::OpenAi,
+            body,
+            broken: false,
+        });
     }
 
-    /// Queues a 200 reply for the next valid `POST /v1/messages`.
+    /// Queues a whole Messages answer (from [`anthropic::reply`]) for the next valid
+    /// `POST /v1/messages`, which gets it as the real event stream.
     pub fn push_anthropic(&self, body: Value) {
-        self.push(Reply::Anthropic(body));
+        self.push(Reply::Stream {
+            api: Api::Anthropic,
+            body,
+            broken: false,
+        });
     }
 
-    /// Queues a reply with this status for the next valid request to either API; build the body
-    /// with [`openai::error`] or [`anthropic::error`].
+    /// Queues a whole `chat.completion` (from [`chat::reply`]) for the next valid
+    /// `POST /v1/chat/completions`, which gets it as the real chunk stream.
+    pub fn push_chat(&self, body: Value) {
+        self.push(Reply::Stream {
+            api: Api::Chat,
+            body,
+            broken: false,
+        });
+    }
+
+    /// Queues a reply with this status for the next valid request to any API; build the body
+    /// with [`openai::error`], [`anthropic::error`] or [`chat::error`].
     pub fn push_error(&self, status: u16, body: Value) {
-        self.push(Reply::Error { status, body });
+        self.push_error_with_headers(status, body, &[]);
+    }
+
+    /// [`FakeLlm::push_error`] with response headers, such as a 429's `retry-after: 1` and
+    /// `retry-after-ms: 1000`.
+    pub fn push_error_with_headers(&self, status: u16, body: Value, headers: &[(&str, &str)]) {
+        let headers = headers
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect();
+        self.push(Reply::Error {
+            status,
+            body,
+            headers,
+        });
+    }
+
+    /// Queues a 200 stream of this whole answer (of any API, told by its shape) that stops
+    /// half-way: the connection closes before the final event and before the chunked body ends.
+    pub fn push_broken(&self, body: Value) {
+        let api = api_of(&body);
+        self.push(Reply::Stream {
+            api,
+            body,
+            broken: true,
+        });
+    }
+
+    /// Queues a 200 stream that carries `error` (the API's error body, from [`openai::error`],
+    /// [`anthropic::error`] or [`chat::error`]) as the API's error event: Anthropic
+    /// `event: error` after `message_start`; Responses `error` then `response.failed`; Chat a
+    /// `data: {"error": …}` chunk after the first one.
+    pub fn push_stream_error(&self, api: Api, error: Value) {
+        self.push(Reply::StreamError { api, error });
+    }
+
+    /// Waits `delay` between the events of every later stream (none by default), so a test can
+    /// watch progress arrive while a step streams.
+    pub fn set_event_delay(&self, delay: Duration) {
+        self.shared.state.lock().unwrap().event_delay = delay;
+    }
+
+    /// Refuses, from now on, a request whose prompt tokens (plus `max_tokens` on Anthropic, which
+    /// counts the output it reserves) exceed `tokens`, with the API's real 400. Not a violation:
+    /// it is an answer the agent must handle, and it consumes no scripted reply.
+    pub fn set_context_window(&self, tokens: u64) {
+        self.shared.state.lock().unwrap().context_window = Some(tokens);
     }
 
     fn push(&self, reply: Reply) {
         self.shared.state.lock().unwrap().script.push_back(reply);
     }
 
-    /// Every request received so far, in order, rejected ones included.
+    /// Every request received so far, in order, rejected and refused ones included.
     pub fn requests(&self) -> Vec<Recorded> {
         self.shared.state.lock().unwrap().requests.clone()
+    }
+
+    /// The usage of every complete stream so far, in order (see [`Recorded::usage`]).
+    pub fn usage_log(&self) -> Vec<Value> {
+        let state = self.shared.state.lock().unwrap();
+        state
+            .requests
+            .iter()
+            .filter_map(|r| r.usage.clone())
+            .collect()
     }
 
     /// Every rule a request broke so far, subject first (`POST /v1/messages: messages.2: …`).
@@ -221,18 +380,49 @@ impl Drop for FakeLlm {
     }
 }
 
+/// The API a whole answer belongs to, told by its shape.
+fn api_of(body: &Value) -> Api {
+    match (body["object"].as_str(), body["type"].as_str()) {
+        (Some("response"), _) => Api::OpenAi,
+        (Some("chat.completion"), _) => Api::Chat,
+        (_, Some("message")) => Api::Anthropic,
+        _ => panic!(
+            "push_broken: not a whole answer of any API (object \"response\" or \
+             \"chat.completion\", or type \"message\"): {body}"
+        ),
+    }
+}
+
 enum Reply {
-    OpenAi(Value),
-    Anthropic(Value),
-    Error { status: u16, body: Value },
+    /// A 200 event stream made from a whole answer; a `broken` one stops half-way.
+    Stream { api: Api, body: Value, broken: bool },
+    /// A 200 event stream that carries the API's error event.
+    StreamError { api: Api, error: Value },
+    /// A JSON answer with this status, for a request to any API.
+    Error {
+        status: u16,
+        body: Value,
+        headers: Vec<(String, String)>,
+    },
+}
+
+impl Reply {
+    /// The API the reply is for; `None` fits any.
+    fn api(&self) -> Option<Api> {
+        match self {
+            Reply::Stream { api, .. } | Reply::StreamError { api, .. } => Some(*api),
+            Reply::Error { .. } => None,
+        }
+    }
 }
 
 struct Shared {
     token: String,
     /// Set by `Drop`; the accept loop ends at the next connection it sees.
     stopping: AtomicBool,
-    /// Locked by connection threads for one request's check and by the test's calls. A check
-    /// that panicked (a bug in this fake) poisons it, and the test's next call fails loudly.
+    /// Locked by connection threads for one request's check and by the test's calls, never while
+    /// a stream is written. A check that panicked (a bug in this fake) poisons it, and the test's
+    /// next call fails loudly.
     state: Mutex<State>,
 }
 
@@ -242,6 +432,11 @@ struct State {
     requests: Vec<Recorded>,
     violations: Vec<String>,
     sent: Sent,
+    caches: Caches,
+    /// The pause between two events of a stream.
+    event_delay: Duration,
+    /// The model's context window in tokens, when the test set one.
+    context_window: Option<u64>,
 }
 
 /// What the fake's served replies carried that the provider would later verify when passed back.
@@ -256,9 +451,9 @@ struct Sent {
 }
 
 impl Sent {
-    fn remember(&mut self, reply: &Reply) {
-        match reply {
-            Reply::OpenAi(body) => {
+    fn remember(&mut self, api: Api, body: &Value) {
+        match api {
+            Api::OpenAi => {
                 for item in body["output"].as_array().into_iter().flatten() {
                     if let (Some("reasoning"), Some(encrypted)) =
                         (item["type"].as_str(), item["encrypted_content"].as_str())
@@ -268,7 +463,7 @@ impl Sent {
                     }
                 }
             }
-            Reply::Anthropic(body) => {
+            Api::Anthropic => {
                 for block in body["content"].as_array().into_iter().flatten() {
                     match block["type"].as_str() {
                         Some("thinking") => self.thinking.push((
@@ -282,15 +477,10 @@ impl Sent {
                     }
                 }
             }
-            Reply::Error { .. } => {}
+            // Chat Completions carries nothing opaque back.
+            Api::Chat => {}
         }
     }
-}
-
-#[derive(Clone, Copy, PartialEq, Debug)]
-enum Api {
-    OpenAi,
-    Anthropic,
 }
 
 impl Api {
@@ -298,13 +488,14 @@ impl Api {
         match self {
             Api::OpenAi => "OpenAI Responses",
             Api::Anthropic => "Anthropic Messages",
+            Api::Chat => "OpenAI Chat Completions",
         }
     }
 
     /// The real API's error body for `status`.
     fn error_body(self, status: u16, message: &str) -> Value {
         match self {
-            Api::OpenAi => {
+            Api::OpenAi | Api::Chat => {
                 let kind = if status >= 500 {
                     "server_error"
                 } else {
@@ -328,30 +519,55 @@ impl Api {
         }
     }
 
-    fn request_id_header(self) -> (&'static str, String) {
-        match self {
-            Api::OpenAi => ("x-request-id", fresh_id("req_", HEX, 32)),
+    fn request_id_header(self) -> (String, String) {
+        let (name, value) = match self {
+            Api::OpenAi | Api::Chat => ("x-request-id", fresh_id("req_", HEX, 32)),
             Api::Anthropic => ("request-id", fresh_id("req_011", BASE62, 21)),
-        }
+        };
+        (name.to_string(), value)
     }
 }
 
 /// What the fake answers one request with.
 struct Answer {
     status: u16,
-    body: Value,
     api: Api,
+    body: Body,
+    /// Headers the script asked for (`retry-after`, …), beside the request id.
+    headers: Vec<(String, String)>,
     /// The rule the request broke, recorded as a violation.
     violation: Option<String>,
+    /// What a complete stream reports, for [`Recorded::usage`].
+    usage: Option<Value>,
+}
+
+enum Body {
+    Json(Value),
+    /// Server-sent events, each framed already. A `broken` stream closes the connection after
+    /// its last event without ending the chunked body; `delay` passes between two events.
+    Events {
+        events: Vec<String>,
+        broken: bool,
+        delay: Duration,
+    },
 }
 
 impl Answer {
-    fn reject(api: Api, status: u16, message: String) -> Answer {
+    fn json(api: Api, status: u16, body: Value) -> Answer {
         Answer {
             status,
-            body: api.error_body(status, &message),
             api,
-            violation: Some(message),
+            body: Body::Json(body),
+            headers: Vec::new(),
+            violation: None,
+            usage: None,
+        }
+    }
+
+    fn reject(api: Api, status: u16, message: String) -> Answer {
+        Answer {
+            violation: Some(message.clone()),
+            ..Answer::json(api, status, api.error_body(status, &message))
         }
     }
 }
@@ -371,20 +587,24 @@ impl Shared {
             headers: request.headers.clone(),
             body,
             status: answer.status,
+            usage: answer.usage.clone(),
         });
         answer
     }
 }
 
 impl State {
-    /// Checks the request, then takes the next scripted reply.
+    /// Checks the request, refuses it if it overflows the context window, then takes the next
+    /// scripted reply and turns it into what goes on the wire.
     fn judge(&mut self, token: &str, request: &HttpRequest, body: &Value) -> Answer {
         let api = match (request.method.as_str(), request.path.as_str()) {
             ("POST", "/v1/responses") => Api::OpenAi,
             ("POST", "/v1/messages") => Api::Anthropic,
+            ("POST", "/v1/chat/completions") => Api::Chat,
             _ => {
-                let message = "no such endpoint: the fake serves POST /v1/responses and POST \
-                               /v1/messages (is base_url missing or doubling /v1?)";
+                let message = "no such endpoint: the fake serves POST /v1/responses, \
+                               /v1/messages and /v1/chat/completions (is base_url missing or \
+                               doubling /v1?)";
                 return Answer::reject(Api::OpenAi, 404, message.to_string());
             }
         };
@@ -398,19 +618,25 @@ impl State {
             match api {
                 Api::OpenAi => check_openai(body, &self.sent),
                 Api::Anthropic => check_anthropic(body, &self.sent),
+                Api::Chat => check_chat(body),
             }
         });
         if let Err(message) = checked {
             return Answer::reject(api, 400, message);
+        }
+        let prompt_tokens = tokens(request.body.len());
+        let refusal = self
+            .context_window
+            .and_then(|window| context_refusal(api, prompt_tokens, body, window));
+        if let Some(refusal) = refusal {
+            return Answer::json(api, 400, refusal);
         }
         let wrong_api = match self.script.front() {
             None => {
                 let message = "the script is empty: the test pushed no reply for this request";
                 return Answer::reject(api, 500, message.to_string());
             }
-            Some(Reply::OpenAi(_)) => api != Api::OpenAi,
-            Some(Reply::Anthropic(_)) => api != Api::Anthropic,
-            Some(Reply::Error { .. }) => false,
+            Some(reply) => reply.api().is_some_and(|scripted| scripted != api),
         };
         if wrong_api {
             let message = format!(
@@ -422,23 +648,101 @@ impl State {
         }
         // The front of the script was just matched above.
         let reply = self.script.pop_front().unwrap();
-        self.sent.remember(&reply);
-        let (status, body) = match reply {
-            Reply::OpenAi(body) | Reply::Anthropic(body) => (200, body),
-            Reply::Error { status, body } => (status, body),
-        };
-        Answer {
-            status,
-            body,
-            api,
-            violation: None,
+        self.serve(api, reply, body, &request.body)
+    }
+
+    /// Turns a scripted reply into what goes on the wire: a JSON error, or the events of a whole
+    /// answer whose usage the fake counts (and whose prompt it caches), or of a streamed error.
+    fn serve(&mut self, api: Api, reply: Reply, request: &Value, raw: &[u8]) -> Answer {
+        let delay = self.event_delay;
+        match reply {
+            Reply::Error {
+                status,
+                body,
+                headers,
+            } => Answer {
+                headers,
+                ..Answer::json(api, status, body)
+            },
+            Reply::Stream {
+                body: mut answer,
+                broken,
+                ..
+            } => {
+                self.sent.remember(api, &answer);
+                let prompt = self.caches.prompt(api, request, raw, true);
+                answer["usage"] = usage(api, &prompt, &answer);
+                let mut events = stream(api, &answer);
+                if broken {
+                    events.truncate((events.len() / 2).max(1));
+                }
+                Answer {
+                    usage: (!broken).then(|| answer["usage"].clone()),
+                    body: Body::Events {
+                        events,
+                        broken,
+                        delay,
+                    },
+                    ..Answer::json(api, 200, Value::Null)
+                }
+            }
+            Reply::StreamError { error, .. } => {
+                let prompt = self.caches.prompt(api, request, raw, false);
+                Answer {
+                    body: Body::Events {
+                        events: stream_error(api, &prompt, &error),
+                        broken: false,
+                        delay,
+                    },
+                    ..Answer::json(api, 200, Value::Null)
+                }
+            }
         }
+    }
+}
+
+/// The API's real refusal of a prompt too long for `window`, or `None` when it fits. OpenAI's
+/// two APIs count the input alone; Anthropic refuses input plus `max_tokens` beyond the window
+/// too, with its own message for each case.
+fn context_refusal(api: Api, prompt: u64, body: &Value, window: u64) -> Option<Value> {
+    match api {
+        Api::OpenAi if prompt > window => Some(json!({"error": {
+            "message": "Your input exceeds the context window of this model. Please adjust your \
+                        input and try again.",
+            "type": "invalid_request_error",
+            "param": "input",
+            "code": "context_length_exceeded",
+        }})),
+        Api::Chat if prompt > window => Some(json!({"error": {
+            "message": format!(
+                "This model's maximum context length is {window} tokens. However, your messages \
+                 resulted in {prompt} tokens. Please reduce the length of the messages."
+            ),
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }})),
+        Api::Anthropic => {
+            let max_tokens = body["max_tokens"].as_u64().unwrap_or(0);
+            let message = if prompt > window {
+                format!("prompt is too long: {prompt} tokens > {window} maximum")
+            } else if prompt + max_tokens > window {
+                format!(
+                    "input length and `max_tokens` exceed context limit: {prompt} + {max_tokens} \
+                     > {window}, decrease input length or `max_tokens` and try again"
+                )
+            } else {
+                return None;
+            };
+            Some(anthropic::error("invalid_request_error", &message))
+        }
+        _ => None,
     }
 }
 
 fn check_auth(api: Api, token: &str, headers: &BTreeMap<String, String>) -> Result<(), String> {
     match api {
-        Api::OpenAi => match headers.get("authorization") {
+        Api::OpenAi | Api::Chat => match headers.get("authorization") {
             None => Err(
                 "You didn't provide an API key. You need to provide your API key in an \
                          Authorization header using Bearer auth (i.e. Authorization: Bearer \
@@ -509,7 +813,7 @@ fn check_openai(body: &Value, sent: &Sent) -> Result<(), String> {
             ));
         }
     }
-    no_stream(body)?;
+    must_stream(body)?;
     let max_output = body.get("max_output_tokens").filter(|v| !v.is_null());
     if let Some(max) = max_output.filter(|max| max.as_u64().is_none_or(|n| n < 16)) {
         return Err(format!(
@@ -775,7 +1079,7 @@ fn check_anthropic(body: &Value, sent: &Sent) -> Result<(), String> {
             .filter(|n| *n >= 1)
             .ok_or(format!("max_tokens: expected a positive integer, got {n}"))?,
     };
-    no_stream(body)?;
+    must_stream(body)?;
     match body.get("system") {
         None | Some(Value::String(_)) => {}
         Some(Value::Array(blocks)) => {
@@ -783,6 +1087,11 @@ fn check_anthropic(body: &Value, sent: &Sent) -> Result<(), String> {
                 if block["type"] != "text" || !block["text"].is_string() {
                     return Err(format!("system.{j}: expected a text block"));
                 }
+                only_keys(
+                    object(block, "system")?,
+                    &["type", "text", "cache_control", "citations"],
+                    &format!("system.{j}"),
+                )?;
             }
         }
         Some(_) => return Err("system: expected a string or text blocks".to_string()),
@@ -818,6 +1127,7 @@ fn check_anthropic(body: &Value, sent: &Sent) -> Result<(), String> {
     if thinking && tool_choice.is_some_and(|c| c == "any" || c == "tool") {
         return Err("Thinking may not be enabled when tool_choice forces tool use.".to_string());
     }
+    check_cache_control(body)?;
     let messages = body
         .get("messages")
         .and_then(Value::as_array)
@@ -1067,6 +1377,301 @@ fn check_thinking_leads(messages: &[Value]) -> Result<(), String> {
     Ok(())
 }
 
+/// Prompt caching's rules: at most [`MAX_CACHE_BREAKPOINTS`] blocks (tools, system blocks,
+/// message blocks) carry `cache_control`, each `{"type": "ephemeral"}` with an optional `ttl` of
+/// `5m` or `1h` (every `1h` one before the `5m` ones), and never on an empty text block.
+fn check_cache_control(body: &Map<String, Value>) -> Result<(), String> {
+    let marked = cache_breakpoints(body);
+    if marked.len() > MAX_CACHE_BREAKPOINTS {
+        return Err(format!(
+            "A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. \
+             Found {}.",
+            marked.len()
+        ));
+    }
+    let mut five_minutes_seen = false;
+    for (at, block) in marked {
+        let control = object(&block["cache_control"], &format!("{at}.cache_control"))?;
+        only_keys(control, &["type", "ttl"], &format!("{at}.cache_control"))?;
+        if control.get("type") != Some(&json!("ephemeral")) {
+            return Err(format!(
+                "{at}.cache_control.type: Input should be 'ephemeral'"
+            ));
+        }
+        let one_hour = match control.get("ttl") {
+            None => false,
+            Some(ttl) if ttl == "5m" => false,
+            Some(ttl) if ttl == "1h" => true,
+            Some(ttl) => {
+                return Err(format!(
+                    "{at}.cache_control.ttl: Input should be '5m' or '1h', got {ttl}"
+                ));
+            }
+        };
+        if one_hour && five_minutes_seen {
+            return Err(format!(
+                "{at}.cache_control.ttl: a ttl='1h' cache_control block must not come after a \
+                 ttl='5m' one"
+            ));
+        }
+        five_minutes_seen |= !one_hour;
+        if block["type"] == "text" && block["text"] == "" {
+            return Err(format!(
+                "{at}.text: cache_control cannot be set for empty text blocks"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The blocks of a Messages request that carry a `cache_control` (not null), with where they
+/// are, in the order the API caches them: tools, system blocks, then message blocks.
+fn cache_breakpoints(body: &Map<String, Value>) -> Vec<(String, &Value)> {
+    let marked = |block: &&Value| block.get("cache_control").is_some_and(|c| !c.is_null());
+    let mut found = Vec::new();
+    let tools = body.get("tools").and_then(Value::as_array);
+    for (i, tool) in tools.into_iter().flatten().enumerate() {
+        found.push((format!("tools.{i}"), tool));
+    }
+    let system = body.get("system").and_then(Value::as_array);
+    for (j, block) in system.into_iter().flatten().enumerate() {
+        found.push((format!("system.{j}"), block));
+    }
+    let messages = body.get("messages").and_then(Value::as_array);
+    for (i, message) in messages.into_iter().flatten().enumerate() {
+        let blocks = message["content"].as_array();
+        for (j, block) in blocks.into_iter().flatten().enumerate() {
+            found.push((format!("messages.{i}.content.{j}"), block));
+        }
+    }
+    found.retain(|(_, block)| marked(block));
+    found
+}
+
+// ---------------------------------------------------------------------------------------------
+// OpenAI Chat Completions
+
+fn check_chat(body: &Value) -> Result<(), String> {
+    let body = object(body, "the body")?;
+    if let Some(key) = body.keys().find(|k| !CHAT_FIELDS.contains(&k.as_str())) {
+        return Err(format!("Unrecognized request argument supplied: {key}"));
+    }
+    non_empty_str(body.get("model"), "model")?;
+    must_stream(body)?;
+    let include_usage = body
+        .get("stream_options")
+        .and_then(|o| o.get("include_usage"))
+        .is_some_and(|u| u == true);
+    if !include_usage {
+        return Err(
+            "stream_options: must be {\"include_usage\": true}: a stream without it reports no \
+             usage, and the agent must count what it spends"
+                .to_string(),
+        );
+    }
+    only_keys(
+        object(&body["stream_options"], "stream_options")?,
+        &["include_usage", "include_obfuscation"],
+        "stream_options",
+    )?;
+    for key in ["max_tokens", "max_completion_tokens"] {
+        let given = body.get(key).filter(|n| !n.is_null());
+        if let Some(n) = given.filter(|n| n.as_u64().is_none_or(|n| n < 1)) {
+            return Err(format!("{key}: expected a positive integer, got {n}"));
+        }
+    }
+    if body.contains_key("max_tokens") && body.contains_key("max_completion_tokens") {
+        return Err(
+            "max_tokens and max_completion_tokens: give one of them, not both (max_tokens is \
+             deprecated in favour of max_completion_tokens)"
+                .to_string(),
+        );
+    }
+    if let Some(tools) = body.get("tools") {
+        check_chat_tools(tools)?;
+    }
+    let messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .ok_or("messages: Missing required parameter: 'messages'.")?;
+    if messages.is_empty() {
+        return Err("messages: [] is too short - 'messages'".to_string());
+    }
+    check_chat_messages(messages)
+}
+
+fn check_chat_tools(tools: &Value) -> Result<(), String> {
+    let tools = tools.as_array().ok_or("tools: expected an array")?;
+    for (i, tool) in tools.iter().enumerate() {
+        let at = format!("tools[{i}]");
+        let tool = object(tool, &at)?;
+        only_keys(tool, &["type", "function"], &at)?;
+        if tool.get("type") != Some(&json!("function")) {
+            return Err(format!("{at}.type: expected \"function\""));
+        }
+        let at = format!("{at}.function");
+        let function = object(tool.get("function").unwrap_or(&Value::Null), &at)?;
+        only_keys(
+            function,
+            &["name", "description", "parameters", "strict"],
+            &at,
+        )?;
+        tool_name(function.get("name"), &at)?;
+        if let Some(description) = function.get("description") {
+            description
+                .as_str()
+                .ok_or(format!("{at}.description: expected a string"))?;
+        }
+        let parameters = function.get("parameters").unwrap_or(&Value::Null);
+        check_schema_object(parameters, &format!("{at}.parameters"))?;
+        if function.get("strict") == Some(&json!(true)) {
+            check_strict_schema(parameters, &format!("{at}.parameters"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks roles and contents, and that every tool call is answered by a tool message before the
+/// next message of another role, and no tool message answers nothing.
+fn check_chat_messages(messages: &[Value]) -> Result<(), String> {
+    // The latest assistant message's tool call ids not answered yet.
+    let mut open: Vec<&str> = Vec::new();
+    let mut call_ids = HashSet::new();
+    for (i, message) in messages.iter().enumerate() {
+        let at = format!("messages[{i}]");
+        let message = object(message, &at)?;
+        let role = message.get("role").and_then(Value::as_str).unwrap_or("");
+        if role != "tool" && !open.is_empty() {
+            return Err(unanswered_tool_calls(&open));
+        }
+        let content = message.get("content").filter(|c| !c.is_null());
+        match role {
+            "system" | "developer" => {
+                only_keys(message, &["role", "content", "name"], &at)?;
+                check_chat_content(content, &["text"], &format!("{at}.content"))?;
+            }
+            "user" => {
+                only_keys(message, &["role", "content", "name"], &at)?;
+                let parts = ["text", "image_url", "input_audio", "file"];
+                check_chat_content(content, &parts, &format!("{at}.content"))?;
+            }
+            "assistant" => {
+                only_keys(
+                    message,
+                    &[
+                        "role",
+                        "content",
+                        "name",
+                        "tool_calls",
+                        "refusal",
+                        "audio",
+                        "function_call",
+                    ],
+                    &at,
+                )?;
+                let calls = match message.get("tool_calls") {
+                    None | Some(Value::Null) => &[][..],
+                    Some(Value::Array(calls)) if !calls.is_empty() => calls.as_slice(),
+                    Some(_) => {
+                        return Err(format!(
+                            "{at}.tool_calls: expected a non-empty array ([] is too short)"
+                        ));
+                    }
+                };
+                if content.is_some() || calls.is_empty() {
+                    check_chat_content(content, &["text", "refusal"], &format!("{at}.content"))
+                        .map_err(|e| {
+                            format!("{e} (content is required unless tool_calls are given)")
+                        })?;
+                }
+                for (j, call) in calls.iter().enumerate() {
+                    let id = check_chat_tool_call(call, &format!("{at}.tool_calls[{j}]"))?;
+                    if !call_ids.insert(id) {
+                        return Err(format!(
+                            "{at}.tool_calls[{j}].id: duplicate tool call id {id}"
+                        ));
+                    }
+                    open.push(id);
+                }
+            }
+            "tool" => {
+                only_keys(message, &["role", "content", "tool_call_id"], &at)?;
+                let id = non_empty_str(message.get("tool_call_id"), &format!("{at}.tool_call_id"))?;
+                check_chat_content(content, &["text"], &format!("{at}.content"))?;
+                let Some(k) = open.iter().position(|c| *c == id) else {
+                    return Err(format!(
+                        "{at}: Invalid parameter: messages with role 'tool' must be a response \
+                         to a preceeding message with 'tool_calls' (no open call {id})."
+                    ));
+                };
+                open.remove(k);
+            }
+            _ => {
+                return Err(format!(
+                    "{at}.role: Invalid value: {role:?}. Supported values are: 'system', \
+                     'developer', 'user', 'assistant' and 'tool'."
+                ));
+            }
+        }
+    }
+    if !open.is_empty() {
+        return Err(unanswered_tool_calls(&open));
+    }
+    Ok(())
+}
+
+fn unanswered_tool_calls(ids: &[&str]) -> String {
+    format!(
+        "An assistant message with 'tool_calls' must be followed by tool messages responding to \
+         each 'tool_call_id'. The following tool_call_ids did not have response messages: {}",
+        ids.join(", ")
+    )
+}
+
+/// One tool call of an assistant message; returns its id.
+fn check_chat_tool_call<'a>(call: &'a Value, at: &str) -> Result<&'a str, String> {
+    let call = object(call, at)?;
+    only_keys(call, &["id", "type", "function"], at)?;
+    let id = non_empty_str(call.get("id"), &format!("{at}.id"))?;
+    if call.get("type") != Some(&json!("function")) {
+        return Err(format!("{at}.type: expected \"function\""));
+    }
+    let at = format!("{at}.function");
+    let function = object(call.get("function").unwrap_or(&Value::Null), &at)?;
+    only_keys(function, &["name", "arguments"], &at)?;
+    non_empty_str(function.get("name"), &format!("{at}.name"))?;
+    let arguments = function
+        .get("arguments")
+        .and_then(Value::as_str)
+        .ok_or(format!("{at}.arguments: expected a string holding JSON"))?;
+    if serde_json::from_str::<Value>(arguments).is_err() {
+        return Err(format!("{at}.arguments: not JSON: {arguments:?}"));
+    }
+    Ok(id)
+}
+
+/// A message's content: a string, or an array of parts whose types are among `parts`.
+fn check_chat_content(content: Option<&Value>, parts: &[&str], at: &str) -> Result<(), String> {
+    match content {
+        Some(Value::String(_)) => Ok(()),
+        Some(Value::Array(list)) => {
+            for (j, part) in list.iter().enumerate() {
+                let kind = part["type"].as_str().unwrap_or("");
+                if !parts.contains(&kind) {
+                    return Err(format!(
+                        "{at}[{j}].type: Invalid value: {kind:?}. Supported values are: {parts:?}."
+                    ));
+                }
+                if kind == "text" && !part["text"].is_string() {
+                    return Err(format!("{at}[{j}].text: expected a string"));
+                }
+            }
+            Ok(())
+        }
+        _ => Err(format!("{at}: expected a string or an array of parts")),
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Shared checks
 
@@ -1098,7 +1703,7 @@ fn one_of(value: Option<&Value>, allowed: &[&str], at: &str) -> Result<(), Strin
     }
 }
 
-/// Both APIs: `^[a-zA-Z0-9_-]{1,64}$`.
+/// Every API: `^[a-zA-Z0-9_-]{1,64}$`.
 fn tool_name<'a>(value: Option<&'a Value>, at: &str) -> Result<&'a str, String> {
     let name = non_empty_str(value, &format!("{at}.name"))?;
     let valid = name.len() <= 64
@@ -1122,12 +1727,666 @@ fn check_schema_object(schema: &Value, at: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The fake answers only with whole JSON bodies; a streaming client would wait for SSE events.
-fn no_stream(body: &Map<String, Value>) -> Result<(), String> {
-    if body.get("stream") == Some(&json!(true)) {
-        return Err("stream: this fake serves only non-streaming replies".to_string());
+/// DESIGN §12: every request streams, so a person sees the model's progress while it writes.
+fn must_stream(body: &Map<String, Value>) -> Result<(), String> {
+    if body.get("stream") != Some(&json!(true)) {
+        return Err(MUST_STREAM.to_string());
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Usage: tokens counted, prompt caches simulated
+
+/// ceil(bytes / [`BYTES_PER_TOKEN`]).
+fn tokens(bytes: usize) -> u64 {
+    bytes.div_ceil(BYTES_PER_TOKEN) as u64
+}
+
+/// The prompt side of one request's usage. `tokens` is the whole prompt; `cache_read` of it came
+/// from the cache and `cache_5m` + `cache_1h` were written to it (Anthropic only).
+#[derive(Default)]
+struct Prompt {
+    tokens: u64,
+    cache_read: u64,
+    cache_5m: u64,
+    cache_1h: u64,
+}
+
+/// The providers' prompt caches, simulated. OpenAI's two APIs cache automatically: a request
+/// reads from the cache the longest byte prefix its body shares with a body served before (no
+/// minimum length, no 128-token steps). Anthropic caches only what `cache_control` marks: the
+/// prefix up to and including each marked block (tools, then system, then messages, with
+/// `cache_control` itself left out so a moved breakpoint does not change the prefix) is written;
+/// a later request whose last breakpoint is at or after a remembered prefix reads the longest
+/// one, and what lies between that and its own breakpoints is written (no expiry, no minimum
+/// length, no 20-block look-back).
+#[derive(Default)]
+struct Caches {
+    /// Bodies served on `/v1/responses`.
+    responses: Vec<Vec<u8>>,
+    /// Bodies served on `/v1/chat/completions`.
+    chat: Vec<Vec<u8>>,
+    /// Hashes of the Anthropic prefixes written.
+    messages: HashSet<u64>,
+}
+
+/// The end of one unit of a Messages request's cacheable prefix.
+struct PrefixEnd {
+    /// The hash of the prefix up to and including this unit.
+    hash: u64,
+    /// That prefix's length in bytes, as the fake serialises it.
+    bytes: usize,
+    /// Whether this unit carries `cache_control`, and for how long (`true`: `1h`).
+    mark: Option<bool>,
+}
+
+impl Caches {
+    /// Measures a request's prompt; `write` records what it puts into the cache (a served
+    /// stream does; a streamed error does not).
+    fn prompt(&mut self, api: Api, body: &Value, raw: &[u8], write: bool) -> Prompt {
+        let total = tokens(raw.len());
+        match api {
+            Api::OpenAi | Api::Chat => {
+                let served = match api {
+                    Api::OpenAi => &mut self.responses,
+                    _ => &mut self.chat,
+                };
+                let shared = served
+                    .iter()
+                    .map(|old| old.iter().zip(raw).take_while(|(a, b)| a == b).count())
+                    .max()
+                    .unwrap_or(0);
+                if write {
+                    served.push(raw.to_vec());
+                }
+                Prompt {
+                    tokens: total,
+                    cache_read: tokens(shared),
+                    ..Prompt::default()
+                }
+            }
+            Api::Anthropic => {
+                let ends = prefix_ends(body);
+                let Some(last) = ends.iter().rposition(|e| e.mark.is_some()) else {
+                    return Prompt {
+                        tokens: total,
+                        ..Prompt::default()
+                    };
+                };
+                let read_at = (0..=last)
+                    .rev()
+                    .find(|&k| self.messages.contains(&ends[k].hash));
+                let read = read_at.map_or(0, |k| tokens(ends[k].bytes));
+                let (mut cache_5m, mut cache_1h, mut before) = (0, 0, read);
+                for end in &ends[read_at.map_or(0, |k| k + 1)..=last] {
+                    let Some(one_hour) = end.mark else { continue };
+                    let written = tokens(end.bytes) - before;
+                    before = tokens(end.bytes);
+                    if one_hour {
+                        cache_1h += written;
+                    } else {
+                        cache_5m += written;
+                    }
+                }
+                if write {
+                    let marked = ends.iter().filter(|e| e.mark.is_some());
+                    self.messages.extend(marked.map(|e| e.hash));
+                }
+                // The fake's serialisation of the prefix is not the body's own bytes: never
+                // report more cached tokens than the prompt has.
+                let cache_read = read.min(total);
+                let cache_5m = cache_5m.min(total - cache_read);
+                let cache_1h = cache_1h.min(total - cache_read - cache_5m);
+                Prompt {
+                    tokens: total,
+                    cache_read,
+                    cache_5m,
+                    cache_1h,
+                }
+            }
+        }
+    }
+}
+
+/// A Messages request's cacheable prefix, unit by unit: each tool, each system block (a string
+/// system is one text block), each message block with its role (a string content is one text
+/// block).
+fn prefix_ends(body: &Value) -> Vec<PrefixEnd> {
+    // Each unit: the role of its message (none for tools and system), and the block.
+    let mut units: Vec<(Option<&Value>, Value)> = Vec::new();
+    let tools = body["tools"].as_array().into_iter().flatten();
+    units.extend(tools.map(|tool| (None, tool.clone())));
+    match &body["system"] {
+        Value::String(text) => units.push((None, json!({"type": "text", "text": text}))),
+        Value::Array(blocks) => units.extend(blocks.iter().map(|b| (None, b.clone()))),
+        _ => {}
+    }
+    for message in body["messages"].as_array().into_iter().flatten() {
+        let role = Some(&message["role"]);
+        match &message["content"] {
+            Value::String(text) => units.push((role, json!({"type": "text", "text": text}))),
+            Value::Array(blocks) => units.extend(blocks.iter().map(|b| (role, b.clone()))),
+            _ => {}
+        }
+    }
+    let mut hasher = DefaultHasher::new();
+    let mut bytes = 0;
+    let mut ends = Vec::new();
+    for (role, mut block) in units {
+        let control = block
+            .as_object_mut()
+            .and_then(|b| b.remove("cache_control"))
+            .filter(|c| !c.is_null());
+        let text = match role {
+            Some(role) => json!({"role": role, "block": block}).to_string(),
+            None => block.to_string(),
+        };
+        hasher.write(text.as_bytes());
+        bytes += text.len();
+        ends.push(PrefixEnd {
+            hash: hasher.finish(),
+            bytes,
+            mark: control.map(|c| c["ttl"] == "1h"),
+        });
+    }
+    ends
+}
+
+/// The bytes of what the model wrote in a whole answer (texts, refusals, tool arguments,
+/// thinking and reasoning summaries), and of those the reasoning alone.
+fn written_bytes(api: Api, answer: &Value) -> (usize, usize) {
+    let len = |v: &Value| v.as_str().map_or(0, str::len);
+    let (mut all, mut reasoning) = (0, 0);
+    match api {
+        Api::OpenAi => {
+            for item in answer["output"].as_array().into_iter().flatten() {
+                match item["type"].as_str() {
+                    Some("message") => {
+                        for part in item["content"].as_array().into_iter().flatten() {
+                            all += len(&part["text"]) + len(&part["refusal"]);
+                        }
+                    }
+                    Some("function_call") => all += len(&item["arguments"]),
+                    Some("reasoning") => {
+                        for part in item["summary"].as_array().into_iter().flatten() {
+                            reasoning += len(&part["text"]);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Api::Anthropic => {
+            for block in answer["content"].as_array().into_iter().flatten() {
+                match block["type"].as_str() {
+                    Some("text") => all += len(&block["text"]),
+                    Some("thinking") => reasoning += len(&block["thinking"]),
+                    Some("tool_use") => all += block["input"].to_string().len(),
+                    _ => {}
+                }
+            }
+        }
+        Api::Chat => {
+            let message = &answer["choices"][0]["message"];
+            all += len(&message["content"]);
+            for call in message["tool_calls"].as_array().into_iter().flatten() {
+                all += len(&call["function"]["arguments"]);
+            }
+        }
+    }
+    (all + reasoning, reasoning)
+}
+
+/// The usage object a whole answer reports, in the API's own fields: Responses and Chat count
+/// cached tokens inside the prompt's; Anthropic's `input_tokens` exclude what was read from or
+/// written to the cache. Anthropic keeps the scripted usage's other fields (`service_tier`, …).
+fn usage(api: Api, prompt: &Prompt, answer: &Value) -> Value {
+    let (written, reasoning) = written_bytes(api, answer);
+    let output = tokens(written).max(1);
+    match api {
+        Api::OpenAi => json!({
+            "input_tokens": prompt.tokens,
+            "input_tokens_details": {"cached_tokens": prompt.cache_read},
+            "output_tokens": output,
+            "output_tokens_details": {"reasoning_tokens": tokens(reasoning)},
+            "total_tokens": prompt.tokens + output,
+        }),
+        Api::Anthropic => {
+            let mut usage = answer["usage"].as_object().cloned().unwrap_or_default();
+            let created = prompt.cache_5m + prompt.cache_1h;
+            let fields = json!({
+                "input_tokens": prompt.tokens - prompt.cache_read - created,
+                "cache_creation_input_tokens": created,
+                "cache_read_input_tokens": prompt.cache_read,
+                "cache_creation": {
+                    "ephemeral_5m_input_tokens": prompt.cache_5m,
+                    "ephemeral_1h_input_tokens": prompt.cache_1h,
+                },
+                "output_tokens": output,
+            });
+            if let Value::Object(fields) = fields {
+                usage.extend(fields);
+            }
+            Value::Object(usage)
+        }
+        Api::Chat => json!({
+            "prompt_tokens": prompt.tokens,
+            "completion_tokens": output,
+            "total_tokens": prompt.tokens + output,
+            "prompt_tokens_details": {"cached_tokens": prompt.cache_read},
+            "completion_tokens_details": {"reasoning_tokens": 0},
+        }),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streams: a whole answer as the real event sequence
+
+/// The framed events of a whole answer (whose `usage` is the fake's count).
+fn stream(api: Api, answer: &Value) -> Vec<String> {
+    match api {
+        Api::OpenAi => responses_stream(answer),
+        Api::Anthropic => messages_stream(answer),
+        Api::Chat => chat_stream(answer),
+    }
+}
+
+/// `text` cut into pieces of at most [`MAX_DELTA_BYTES`], each starting at a word where it can;
+/// joined, they give `text` back.
+fn pieces(text: &str) -> Vec<&str> {
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    let mut previous_space = true;
+    for (at, c) in text.char_indices() {
+        let word_starts = c.is_whitespace() && !previous_space;
+        if at > start && (word_starts || at + c.len_utf8() - start > MAX_DELTA_BYTES) {
+            pieces.push(&text[start..at]);
+            start = at;
+        }
+        previous_space = c.is_whitespace();
+    }
+    if start < text.len() {
+        pieces.push(&text[start..]);
+    }
+    pieces
+}
+
+/// The `event:` line is the payload's `type`, as in every Responses recording.
+fn responses_event(sequence: usize, mut payload: Value) -> String {
+    payload["sequence_number"] = json!(sequence);
+    format!(
+        "event: {}\ndata: {payload}\n\n",
+        payload["type"].as_str().unwrap_or("")
+    )
+}
+
+/// A random-looking `obfuscation` value that pads `delta` towards [`OBFUSCATION_BYTES`].
+fn obfuscation(delta: &str) -> String {
+    fresh_id(
+        "",
+        BASE62,
+        OBFUSCATION_BYTES.saturating_sub(delta.len()).max(4),
+    )
+}
+
+/// The answer as it looks while in progress: no output, no usage yet.
+fn responses_skeleton(answer: &Value) -> Value {
+    let mut skeleton = answer.clone();
+    skeleton["status"] = json!("in_progress");
+    skeleton["output"] = json!([]);
+    skeleton["usage"] = Value::Null;
+    if skeleton.get("completed_at").is_some() {
+        skeleton["completed_at"] = Value::Null;
+    }
+    skeleton
+}
+
+/// Responses: `response.created`, `response.in_progress`, then per output item its `added`, its
+/// parts and deltas and its `done`, then `response.completed` with the whole answer. As the
+/// real API does, a reasoning item's `added` carries another `encrypted_content` than its
+/// `done` (only the final one can be passed back).
+fn responses_stream(answer: &Value) -> Vec<String> {
+    let skeleton = responses_skeleton(answer);
+    let mut events = vec![
+        json!({"type": "response.created", "response": skeleton}),
+        json!({"type": "response.in_progress", "response": skeleton}),
+    ];
+    for (index, item) in answer["output"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let id = &item["id"];
+        let mut added = item.clone();
+        if added.get("status").is_some() {
+            added["status"] = json!("in_progress");
+        }
+        match item["type"].as_str() {
+            Some("message") => added["content"] = json!([]),
+            Some("function_call") => added["arguments"] = json!(""),
+            Some("reasoning") => {
+                added["summary"] = json!([]);
+                if added.get("encrypted_content").is_some() {
+                    added["encrypted_content"] = json!(fresh_id("gAAAAAB", BASE64URL, 400));
+                }
+            }
+            _ => {}
+        }
+        events.push(
+            json!({"type": "response.output_item.added", "output_index": index, "item": added}),
+        );
+        match item["type"].as_str() {
+            Some("message") => {
+                for (c, part) in item["content"].as_array().into_iter().flatten().enumerate() {
+                    let (field, kind) = match part["type"].as_str() {
+                        Some("refusal") => ("refusal", "response.refusal"),
+                        _ => ("text", "response.output_text"),
+                    };
+                    let text = part[field].as_str().unwrap_or("");
+                    let mut empty = part.clone();
+                    empty[field] = json!("");
+                    let at = json!({"item_id": id, "output_index": index, "content_index": c});
+                    let with = |fields: Value| merged(&at, fields);
+                    events.push(with(
+                        json!({"type": "response.content_part.added", "part": empty}),
+                    ));
+                    for piece in pieces(text) {
+                        events.push(with(json!({
+                            "type": format!("{kind}.delta"),
+                            "delta": piece,
+                            "logprobs": [],
+                            "obfuscation": obfuscation(piece),
+                        })));
+                    }
+                    events.push(with(
+                        json!({"type": format!("{kind}.done"), field: text, "logprobs": []}),
+                    ));
+                    events.push(with(
+                        json!({"type": "response.content_part.done", "part": part}),
+                    ));
+                }
+            }
+            Some("function_call") => {
+                let arguments = item["arguments"].as_str().unwrap_or("");
+                let at = json!({"item_id": id, "output_index": index});
+                for piece in pieces(arguments) {
+                    events.push(merged(
+                        &at,
+                        json!({
+                            "type": "response.function_call_arguments.delta",
+                            "delta": piece,
+                            "obfuscation": obfuscation(piece),
+                        }),
+                    ));
+                }
+                events.push(merged(
+                    &at,
+                    json!({
+                        "type": "response.function_call_arguments.done",
+                        "arguments": arguments,
+                    }),
+                ));
+            }
+            Some("reasoning") => {
+                for (s, part) in item["summary"].as_array().into_iter().flatten().enumerate() {
+                    let text = part["text"].as_str().unwrap_or("");
+                    let at = json!({"item_id": id, "output_index": index, "summary_index": s});
+                    let empty = json!({"type": "summary_text", "text": ""});
+                    events.push(merged(
+                        &at,
+                        json!({"type": "response.reasoning_summary_part.added", "part": empty}),
+                    ));
+                    for piece in pieces(text) {
+                        events.push(merged(
+                            &at,
+                            json!({
+                                "type": "response.reasoning_summary_text.delta",
+                                "delta": piece,
+                                "obfuscation": obfuscation(piece),
+                            }),
+                        ));
+                    }
+                    events.push(merged(
+                        &at,
+                        json!({"type": "response.reasoning_summary_text.done", "text": text}),
+                    ));
+                    events.push(merged(
+                        &at,
+                        json!({"type": "response.reasoning_summary_part.done", "part": part}),
+                    ));
+                }
+            }
+            _ => {}
+        }
+        events.push(
+            json!({"type": "response.output_item.done", "output_index": index, "item": item}),
+        );
+    }
+    events.push(json!({"type": "response.completed", "response": answer}));
+    let mut framed: Vec<String> = events
+        .into_iter()
+        .enumerate()
+        .map(|(sequence, payload)| responses_event(sequence, payload))
+        .collect();
+    framed.insert(2, KEEP_ALIVE.to_string());
+    framed
+}
+
+/// `base`'s fields and `fields`' together.
+fn merged(base: &Value, fields: Value) -> Value {
+    let mut all = base.clone();
+    for (key, value) in fields.as_object().into_iter().flatten() {
+        all[key] = value.clone();
+    }
+    all
+}
+
+/// One Anthropic event, its data line padded before the closing brace as the recordings are.
+fn messages_event(payload: &Value) -> String {
+    // Steps through the paddings so they vary from line to line, as in the recordings.
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let data = payload.to_string();
+    let padding = (NEXT.fetch_add(7, Ordering::Relaxed) as usize) % (MAX_PADDING + 1);
+    let (json, brace) = data.split_at(data.len() - 1);
+    let kind = payload["type"].as_str().unwrap_or("");
+    format!(
+        "event: {kind}\ndata: {json}{}{brace}\n\n",
+        " ".repeat(padding)
+    )
+}
+
+/// Messages: `message_start` (usage with the prompt's counts and `output_tokens: 1`), a `ping`
+/// after the first block starts, per block its start, deltas and stop, `message_delta` (stop
+/// reason, final usage) and `message_stop`, which ends the body with no newline after it (as
+/// the tool-use recording does).
+fn messages_stream(answer: &Value) -> Vec<String> {
+    let usage = &answer["usage"];
+    let mut start = answer.clone();
+    start["content"] = json!([]);
+    start["stop_reason"] = Value::Null;
+    start["stop_sequence"] = Value::Null;
+    start["usage"]["output_tokens"] = json!(1);
+    let ping = "event: ping\ndata: {\"type\": \"ping\"}\n\n".to_string();
+    let mut events = vec![messages_event(
+        &json!({"type": "message_start", "message": start}),
+    )];
+    let blocks = answer["content"].as_array().map_or(&[][..], Vec::as_slice);
+    if blocks.is_empty() {
+        events.push(ping.clone());
+    }
+    for (index, block) in blocks.iter().enumerate() {
+        let started = match block["type"].as_str() {
+            Some("text") => json!({"type": "text", "text": ""}),
+            Some("thinking") => json!({"type": "thinking", "thinking": "", "signature": ""}),
+            Some("tool_use") => merged(block, json!({"input": {}})),
+            _ => block.clone(),
+        };
+        events.push(messages_event(
+            &json!({"type": "content_block_start", "index": index, "content_block": started}),
+        ));
+        if index == 0 {
+            events.push(ping.clone());
+        }
+        let delta = |delta: Value| {
+            messages_event(&json!({"type": "content_block_delta", "index": index, "delta": delta}))
+        };
+        match block["type"].as_str() {
+            Some("text") => {
+                for piece in pieces(block["text"].as_str().unwrap_or("")) {
+                    events.push(delta(json!({"type": "text_delta", "text": piece})));
+                }
+            }
+            Some("thinking") => {
+                for piece in pieces(block["thinking"].as_str().unwrap_or("")) {
+                    events.push(delta(json!({"type": "thinking_delta", "thinking": piece})));
+                }
+                let signature = &block["signature"];
+                events.push(delta(
+                    json!({"type": "signature_delta", "signature": signature}),
+                ));
+            }
+            Some("tool_use") => {
+                let input = block["input"].to_string();
+                events.push(delta(
+                    json!({"type": "input_json_delta", "partial_json": ""}),
+                ));
+                for piece in pieces(&input) {
+                    events.push(delta(
+                        json!({"type": "input_json_delta", "partial_json": piece}),
+                    ));
+                }
+            }
+            _ => {}
+        }
+        events.push(messages_event(
+            &json!({"type": "content_block_stop", "index": index}),
+        ));
+    }
+    let final_usage = json!({
+        "input_tokens": usage["input_tokens"],
+        "cache_creation_input_tokens": usage["cache_creation_input_tokens"],
+        "cache_read_input_tokens": usage["cache_read_input_tokens"],
+        "output_tokens": usage["output_tokens"],
+    });
+    events.push(messages_event(&json!({
+        "type": "message_delta",
+        "delta": {"stop_reason": answer["stop_reason"], "stop_sequence": answer["stop_sequence"]},
+        "usage": final_usage,
+    })));
+    let stop = messages_event(&json!({"type": "message_stop"}));
+    events.push(stop.trim_end_matches('\n').to_string());
+    events
+}
+
+/// Chat: a first chunk with the role (and the first tool call when there is no text), content
+/// deltas, tool call deltas (id and name in a call's first fragment only), a chunk with
+/// `finish_reason`, a `choices: []` chunk with the usage, then `data: [DONE]`.
+fn chat_stream(answer: &Value) -> Vec<String> {
+    let base = json!({
+        "id": answer["id"],
+        "object": "chat.completion.chunk",
+        "created": answer["created"],
+        "model": answer["model"],
+        "system_fingerprint": answer["system_fingerprint"],
+    });
+    let chunk = |delta: Value, finish: Value| {
+        let choice = json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish});
+        let chunk = merged(&base, json!({"choices": [choice]}));
+        format!("data: {chunk}\n\n")
+    };
+    let choice = &answer["choices"][0];
+    let text = choice["message"]["content"].as_str().unwrap_or("");
+    let calls = choice["message"]["tool_calls"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
+    let first_fragment = |i: usize| {
+        let call = &calls[i];
+        json!({"index": i, "id": call["id"], "type": "function",
+               "function": {"name": call["function"]["name"], "arguments": ""}})
+    };
+    let mut events = Vec::new();
+    let opened_with_call = text.is_empty() && !calls.is_empty();
+    if opened_with_call {
+        let delta = json!({"role": "assistant", "content": null,
+                           "tool_calls": [first_fragment(0)], "refusal": null});
+        events.push(chunk(delta, Value::Null));
+    } else {
+        let delta = json!({"role": "assistant", "content": "", "refusal": null});
+        events.push(chunk(delta, Value::Null));
+    }
+    events.push(KEEP_ALIVE.to_string());
+    for piece in pieces(text) {
+        events.push(chunk(json!({"content": piece}), Value::Null));
+    }
+    for (i, call) in calls.iter().enumerate() {
+        if i > 0 || !opened_with_call {
+            events.push(chunk(
+                json!({"tool_calls": [first_fragment(i)]}),
+                Value::Null,
+            ));
+        }
+        for piece in pieces(call["function"]["arguments"].as_str().unwrap_or("")) {
+            let fragment = json!({"index": i, "function": {"arguments": piece}});
+            events.push(chunk(json!({"tool_calls": [fragment]}), Value::Null));
+        }
+    }
+    events.push(chunk(json!({}), choice["finish_reason"].clone()));
+    let last = merged(&base, json!({"choices": [], "usage": answer["usage"]}));
+    events.push(format!("data: {last}\n\n"));
+    events.push("data: [DONE]\n\n".to_string());
+    events
+}
+
+/// A 200 stream that fails with `error` (the API's error body): Responses `response.created`,
+/// `response.in_progress`, `error` (fields nested under `error`, as recorded) and
+/// `response.failed`; Anthropic `message_start`, `ping` and `event: error` with the body as its
+/// data; Chat its first chunk, then `data:` the body, and no `[DONE]`.
+fn stream_error(api: Api, prompt: &Prompt, error: &Value) -> Vec<String> {
+    match api {
+        Api::OpenAi => {
+            let skeleton = responses_skeleton(&openai::reply(vec![]));
+            let inner = &error["error"];
+            let code = match &inner["code"] {
+                Value::Null => inner["type"].clone(),
+                code => code.clone(),
+            };
+            let mut failed = skeleton.clone();
+            failed["status"] = json!("failed");
+            failed["error"] = json!({"code": code, "message": inner["message"]});
+            let events = [
+                json!({"type": "response.created", "response": skeleton}),
+                json!({"type": "response.in_progress", "response": skeleton}),
+                json!({"type": "error", "error": {
+                    "type": inner["type"], "code": code, "message": inner["message"], "param": inner["param"],
+                }}),
+                json!({"type": "response.failed", "response": failed}),
+            ];
+            let mut framed: Vec<String> = events
+                .into_iter()
+                .enumerate()
+                .map(|(sequence, payload)| responses_event(sequence, payload))
+                .collect();
+            framed.insert(2, KEEP_ALIVE.to_string());
+            framed
+        }
+        Api::Anthropic => {
+            let mut empty = anthropic::reply(vec![]);
+            empty["usage"] = usage(api, prompt, &empty);
+            let mut events = messages_stream(&empty);
+            // `message_start` and its `ping`, then the error instead of the rest.
+            events.truncate(2);
+            events.push(format!("event: error\ndata: {error}\n\n"));
+            events
+        }
+        Api::Chat => {
+            let mut events = chat_stream(&chat::text_reply(""));
+            events.truncate(2);
+            events.push(format!("data: {error}\n\n"));
+            events
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1138,15 +2397,9 @@ pub mod openai {
     use super::*;
 
     /// A completed response whose `output` is `items` (from [`message`], [`function_call`],
-    /// [`reasoning`]).
+    /// [`reasoning`]). Its `usage` numbers are placeholders: the fake reports its own count.
     pub fn reply(items: Vec<Value>) -> Value {
         let now = now();
-        let reasoning_tokens = if items.iter().any(|i| i["type"] == "reasoning") {
-            64
-        } else {
-            0
-        };
-        let output_tokens = 20 * items.len() as u64 + reasoning_tokens;
         json!({
             "id": fresh_id("resp_", HEX, 50),
             "object": "response",
@@ -1178,11 +2431,11 @@ pub mod openai {
             "top_p": 1.0,
             "truncation": "disabled",
             "usage": {
-                "input_tokens": 300,
+                "input_tokens": 0,
                 "input_tokens_details": {"cached_tokens": 0},
-                "output_tokens": output_tokens,
-                "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
-                "total_tokens": 300 + output_tokens,
+                "output_tokens": 0,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": 0,
             },
             "user": null,
             "metadata": {},
@@ -1250,7 +2503,8 @@ pub mod anthropic {
     use super::*;
 
     /// An assistant message made of `blocks` (from [`text`], [`tool_use`], [`thinking`]);
-    /// `stop_reason` is `tool_use` when a block is one, else `end_turn`.
+    /// `stop_reason` is `tool_use` when a block is one, else `end_turn`. Its `usage` numbers are
+    /// placeholders: the fake reports its own count.
     pub fn reply(blocks: Vec<Value>) -> Value {
         let stop_reason = if blocks.iter().any(|b| b["type"] == "tool_use") {
             "tool_use"
@@ -1270,8 +2524,8 @@ pub mod anthropic {
                 "cache_creation_input_tokens": 0,
                 "cache_read_input_tokens": 0,
                 "inference_geo": "not_available",
-                "input_tokens": 400,
-                "output_tokens": 30 * blocks.len() as u64,
+                "input_tokens": 0,
+                "output_tokens": 0,
                 "service_tier": "standard",
             },
         })
@@ -1335,6 +2589,70 @@ fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// Replies in the Chat Completions API's exact shape (keys as in the recorded fixtures).
+pub mod chat {
+    use super::*;
+
+    /// A whole `chat.completion` whose one choice is `message` (from [`message`]);
+    /// `finish_reason` is `tool_calls` when it has any, else `stop`. Its `usage` numbers are
+    /// placeholders: the fake reports its own count.
+    pub fn reply(message: Value) -> Value {
+        let calls = message["tool_calls"]
+            .as_array()
+            .is_some_and(|c| !c.is_empty());
+        let finish_reason = if calls { "tool_calls" } else { "stop" };
+        json!({
+            "id": fresh_id("chatcmpl-", BASE62, 29),
+            "object": "chat.completion",
+            "created": now(),
+            "model": "gpt-4o-2024-08-06",
+            "choices": [{
+                "index": 0,
+                "message": message,
+                "logprobs": null,
+                "finish_reason": finish_reason,
+            }],
+            "usage": {
+                "prompt_tokens": 0,
+                "completion_tokens": 0,
+                "total_tokens": 0,
+                "prompt_tokens_details": {"cached_tokens": 0},
+                "completion_tokens_details": {"reasoning_tokens": 0},
+            },
+            "system_fingerprint": fresh_id("fp_", HEX, 10),
+        })
+    }
+
+    /// A reply that is one text message: the end of a turn.
+    pub fn text_reply(text: &str) -> Value {
+        reply(message(Some(text), vec![]))
+    }
+
+    /// An assistant message: `content` (null without text, as the API sends it beside tool
+    /// calls) and `tool_calls` (from [`tool_call`]; the field is left out when there are none).
+    pub fn message(content: Option<&str>, tool_calls: Vec<Value>) -> Value {
+        let mut message = json!({"role": "assistant", "content": content, "refusal": null});
+        if !tool_calls.is_empty() {
+            message["tool_calls"] = json!(tool_calls);
+        }
+        message
+    }
+
+    /// One tool call; `arguments` is sent as a string holding its JSON.
+    pub fn tool_call(name: &str, arguments: Value) -> Value {
+        json!({
+            "id": fresh_id("call_", BASE62, 24),
+            "type": "function",
+            "function": {"name": name, "arguments": arguments.to_string()},
+        })
+    }
+
+    /// An error body: the same shape as [`openai::error`].
+    pub fn error(kind: &str, message: &str) -> Value {
+        openai::error(kind, message)
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // HTTP/1.1
 
@@ -1374,21 +2692,31 @@ fn serve_connection(shared: &Shared, stream: TcpStream) {
                     .push(message.clone());
                 let body = Api::OpenAi.error_body(400, &message);
                 // The connection is dropped right after; a client gone already changes nothing.
-                let _ = write_response(&mut writer, 400, None, &body, false);
+                let _ = write_response(&mut writer, 400, &[], &body, false);
                 return;
             }
             Err(_) => return,
         };
         let answer = shared.answer(&request);
-        let header = answer.api.request_id_header();
-        let written = write_response(
-            &mut writer,
-            answer.status,
-            Some(header),
-            &answer.body,
-            request.keep_alive,
-        );
-        if written.is_err() || !request.keep_alive {
+        let mut headers = vec![answer.api.request_id_header()];
+        headers.extend(answer.headers);
+        let keep_alive = request.keep_alive;
+        let (written, broken) = match &answer.body {
+            Body::Json(body) => (
+                write_response(&mut writer, answer.status, &headers, body, keep_alive),
+                false,
+            ),
+            Body::Events {
+                events,
+                broken,
+                delay,
+            } => (
+                write_events(&mut writer, &headers, events, *broken, *delay, keep_alive),
+                *broken,
+            ),
+        };
+        // A broken stream ends by closing the connection: the chunked body never ends.
+        if written.is_err() || broken || !keep_alive {
             return;
         }
     }
@@ -1530,13 +2858,14 @@ fn read_chunked(reader: &mut BufReader<TcpStream>) -> io::Result<Vec<u8>> {
     }
 }
 
-fn write_response(
-    writer: &mut TcpStream,
+/// The status line and headers; `length` `None` means a chunked body.
+fn head(
     status: u16,
-    header: Option<(&str, String)>,
-    body: &Value,
+    content_type: &str,
+    length: Option<usize>,
+    headers: &[(String, String)],
     keep_alive: bool,
-) -> io::Result<()> {
+) -> String {
     let reason = match status {
         200 => "OK",
         400 => "Bad Request",
@@ -1545,23 +2874,73 @@ fn write_response(
         404 => "Not Found",
         429 => "Too Many Requests",
         500 => "Internal Server Error",
+        502 => "Bad Gateway",
         503 => "Service Unavailable",
+        504 => "Gateway Timeout",
         529 => "Overloaded",
         _ => "Status",
     };
-    let body = body.to_string();
-    let mut head = format!(
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
-        body.len()
-    );
-    if let Some((name, value)) = header {
+    let mut head = format!("HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\n");
+    match length {
+        Some(length) => head.push_str(&format!("content-length: {length}\r\n")),
+        None => head.push_str("transfer-encoding: chunked\r\n"),
+    }
+    for (name, value) in headers {
         head.push_str(&format!("{name}: {value}\r\n"));
     }
     if !keep_alive {
         head.push_str("connection: close\r\n");
     }
     head.push_str("\r\n");
+    head
+}
+
+fn write_response(
+    writer: &mut TcpStream,
+    status: u16,
+    headers: &[(String, String)],
+    body: &Value,
+    keep_alive: bool,
+) -> io::Result<()> {
+    let body = body.to_string();
+    let head = head(
+        status,
+        "application/json",
+        Some(body.len()),
+        headers,
+        keep_alive,
+    );
     writer.write_all(head.as_bytes())?;
     writer.write_all(body.as_bytes())?;
+    writer.flush()
+}
+
+/// A 200 `text/event-stream`, one chunk per event, flushed as it goes so the client sees each
+/// event when it is sent; `delay` passes between two events. A `broken` stream stops without
+/// the last chunk, so the client can tell it was cut.
+fn write_events(
+    writer: &mut TcpStream,
+    headers: &[(String, String)],
+    events: &[String],
+    broken: bool,
+    delay: Duration,
+    keep_alive: bool,
+) -> io::Result<()> {
+    let content_type = "text/event-stream; charset=utf-8";
+    let mut headers = headers.to_vec();
+    headers.push(("cache-control".to_string(), "no-cache".to_string()));
+    writer.write_all(head(200, content_type, None, &headers, keep_alive).as_bytes())?;
+    writer.flush()?;
+    for (i, event) in events.iter().enumerate() {
+        if i > 0 && !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
+        // Every event holds at least its `data:` line, so no chunk is the empty last one.
+        write!(writer, "{:x}\r\n{event}\r\n", event.len())?;
+        writer.flush()?;
+    }
+    if !broken {
+        writer.write_all(b"0\r\n\r\n")?;
+    }
     writer.flush()
 }
