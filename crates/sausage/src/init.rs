@@ -4,7 +4,8 @@
 //!
 //! The source of Sausage holds no endpoint and no token: both come from the person. The token
 //! goes to `broker/credentials/agent.json`, outside every mount; the host adds it to the
-//! agent's requests to its base URL, so no actor ever sees it.
+//! agent's requests to its base URL, so no actor ever sees it. A local server spoken to as
+//! `openai-chat` may need no token: then there is no credentials file at all.
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -19,7 +20,17 @@ use crate::world::{MANIFEST, World};
 include!(concat!(env!("OUT_DIR"), "/agent_source.rs"));
 
 /// The API shapes the agent speaks.
-pub const APIS: [&str; 2] = ["openai-responses", "anthropic-messages"];
+pub const APIS: [&str; 3] = ["openai-responses", "anthropic-messages", "openai-chat"];
+
+/// The API shape whose token may be empty: local model servers (llama.cpp, vLLM, Ollama)
+/// speak it and often need none.
+const TOKENLESS_API: &str = "openai-chat";
+
+/// The agent's spending limits `init` writes into its configuration (DESIGN §12), in USD, for
+/// a person to edit: a turn that reaches the first ends with what it did; past the second, no
+/// turn starts until the next day.
+const MAX_TURN_USD: f64 = 5.0;
+const MAX_DAY_USD: f64 = 25.0;
 
 /// The environment variable that may hold the model token.
 pub const TOKEN_VARIABLE: &str = "SAUSAGE_API_TOKEN";
@@ -38,27 +49,37 @@ pub struct AgentConfig {
 }
 
 impl AgentConfig {
-    /// Asks on `input` for every value still missing, checking each answer.
+    /// Asks on `input` for every value still missing, checking each answer. At a `terminal`,
+    /// the token is read from it without being shown.
     pub fn complete(
         mut self,
         input: &mut impl BufRead,
         out: &mut impl Write,
+        terminal: bool,
     ) -> Result<AgentConfig> {
         if self.token.is_none() {
             self.token = std::env::var(TOKEN_VARIABLE).ok().filter(|t| !t.is_empty());
         }
-        // Asks until the answer passes `check`; `instead` says how to answer without a question.
+        // Asks until the answer passes `check`; `instead` says how to answer without a question;
+        // a `hidden` answer is not shown as it is typed.
         let mut ask = |question: &str,
                        instead: &str,
-                       check: &dyn Fn(&str) -> Result<(), String>|
+                       check: &dyn Fn(&str) -> Result<(), String>,
+                       hidden: bool|
          -> Result<String> {
             loop {
-                write!(out, "{question}: ")?;
-                out.flush()?;
-                let mut line = String::new();
-                if input.read_line(&mut line)? == 0 {
-                    bail!("no answer to \"{question}\"; {instead}");
-                }
+                let line = if hidden {
+                    rpassword::prompt_password(format!("{question}: "))
+                        .with_context(|| format!("cannot read the answer to \"{question}\""))?
+                } else {
+                    write!(out, "{question}: ")?;
+                    out.flush()?;
+                    let mut line = String::new();
+                    if input.read_line(&mut line)? == 0 {
+                        bail!("no answer to \"{question}\"; {instead}");
+                    }
+                    line
+                };
                 let answer = line.trim().to_string();
                 match check(&answer) {
                     Ok(()) => return Ok(answer),
@@ -68,9 +89,10 @@ impl AgentConfig {
         };
         if self.api.is_none() {
             self.api = Some(ask(
-                &format!("API shape ({})", APIS.join(" or ")),
+                &format!("API shape ({})", apis()),
                 "give it with --api",
                 &check_api,
+                false,
             )?);
         }
         if self.base_url.is_none() {
@@ -78,16 +100,34 @@ impl AgentConfig {
                 "Base URL of the model provider (https://…)",
                 "give it with --base-url",
                 &check_base_url,
+                false,
             )?);
         }
         if self.model.is_none() {
-            self.model = Some(ask("Model", "give it with --model", &check_not_empty)?);
+            self.model = Some(ask(
+                "Model",
+                "give it with --model",
+                &check_not_empty,
+                false,
+            )?);
         }
         if self.token.is_none() {
+            let tokenless = self.api.as_deref() == Some(TOKENLESS_API);
+            let question = if tokenless {
+                format!("API token (empty if the server needs none, or set {TOKEN_VARIABLE})")
+            } else {
+                format!("API token (or set {TOKEN_VARIABLE})")
+            };
+            let check = if tokenless {
+                |_: &str| Ok(())
+            } else {
+                check_not_empty
+            };
             self.token = Some(ask(
-                &format!("API token (or set {TOKEN_VARIABLE})"),
+                &question,
                 &format!("set it in the environment variable {TOKEN_VARIABLE}"),
-                &check_not_empty,
+                &check,
+                terminal,
             )?);
         }
         for (value, check) in [
@@ -105,7 +145,8 @@ impl AgentConfig {
     }
 
     /// The agent's `/data/config.json` (everything but the token) and its credentials (the
-    /// token as the header its API shape wants).
+    /// token as the header its API shape wants), if it has a token. Prices and the context
+    /// window are left to the agent, which knows them for the models it knows.
     pub fn write(&self, world: &World) -> Result<()> {
         let agent = ActorId::parse("agent").expect("valid id");
         world.create_actor_dirs(&agent)?;
@@ -114,28 +155,33 @@ impl AgentConfig {
             "base_url": self.base_url(),
             "model": self.model,
             "max_tokens": 16000,
+            "max_turn_usd": MAX_TURN_USD,
+            "max_day_usd": MAX_DAY_USD,
         });
         crate::fs::write_atomically(
             &world.data_dir(&agent).join("config.json"),
             &serde_json::to_vec_pretty(&config).expect("config serialises"),
         )
         .context("cannot write the agent's configuration")?;
-        world.write_credentials(&agent, &self.credentials())
+        match self.credentials() {
+            Some(credentials) => world.write_credentials(&agent, &credentials),
+            None => Ok(()),
+        }
     }
 
-    /// The header that carries the token: `authorization: Bearer <token>` for OpenAI,
-    /// `x-api-key: <token>` for Anthropic.
-    fn credentials(&self) -> Credentials {
-        let token = self.token.as_deref().unwrap_or_default();
+    /// The header that carries the token: `authorization: Bearer <token>` for both OpenAI
+    /// shapes, `x-api-key: <token>` for Anthropic; none without a token.
+    fn credentials(&self) -> Option<Credentials> {
+        let token = self.token.as_deref().filter(|t| !t.is_empty())?;
         let (header, value) = match self.api.as_deref() {
             Some("anthropic-messages") => ("x-api-key", token.to_string()),
             _ => ("authorization", format!("Bearer {token}")),
         };
-        Credentials {
+        Some(Credentials {
             base_url: self.base_url().to_string(),
             header: header.into(),
             value,
-        }
+        })
     }
 
     /// The provider's `host[:port]`, as the agent's manifest allows it.
@@ -156,13 +202,19 @@ impl AgentConfig {
     }
 }
 
+/// `openai-responses, anthropic-messages or openai-chat`.
+fn apis() -> String {
+    let (last, others) = APIS.split_last().expect("APIS is not empty");
+    format!("{} or {last}", others.join(", "))
+}
+
 fn check_api(api: &str) -> Result<(), String> {
     if APIS.contains(&api) {
         Ok(())
     } else {
         Err(format!(
             "`{api}` is not an API shape Sausage speaks; choose {}",
-            APIS.join(" or ")
+            apis()
         ))
     }
 }
@@ -217,7 +269,7 @@ mod tests {
 
     fn complete(config: AgentConfig, answers: &str) -> (Result<AgentConfig>, String) {
         let mut out = Vec::new();
-        let result = config.complete(&mut answers.as_bytes(), &mut out);
+        let result = config.complete(&mut answers.as_bytes(), &mut out, false);
         (result, String::from_utf8(out).unwrap())
     }
 
@@ -253,17 +305,42 @@ mod tests {
         let openai = config("openai-responses", "https://api.openai.com/");
         assert_eq!(
             openai.credentials(),
-            Credentials {
+            Some(Credentials {
                 base_url: "https://api.openai.com".into(),
                 header: "authorization".into(),
                 value: "Bearer sk-1".into()
-            }
+            })
         );
         assert_eq!(openai.provider_host().unwrap(), "api.openai.com");
-        let anthropic = config("anthropic-messages", "http://127.0.0.1:8080");
-        assert_eq!(anthropic.credentials().header, "x-api-key");
-        assert_eq!(anthropic.credentials().value, "sk-1");
-        assert_eq!(anthropic.provider_host().unwrap(), "127.0.0.1:8080");
+        let anthropic = config("anthropic-messages", "http://127.0.0.1:8080")
+            .credentials()
+            .unwrap();
+        assert_eq!(anthropic.header, "x-api-key");
+        assert_eq!(anthropic.value, "sk-1");
+        let chat = config("openai-chat", "http://127.0.0.1:8080/").credentials();
+        assert_eq!(chat.unwrap().value, "Bearer sk-1");
+        let local = AgentConfig {
+            token: Some(String::new()),
+            ..config("openai-chat", "http://127.0.0.1:8080/")
+        };
+        assert_eq!(local.credentials(), None, "no token, no header");
+        assert_eq!(local.provider_host().unwrap(), "127.0.0.1:8080");
+    }
+
+    #[test]
+    fn only_openai_chat_may_go_without_a_token() {
+        let given = |api: &str| AgentConfig {
+            api: Some(api.into()),
+            base_url: Some("http://127.0.0.1:8080".into()),
+            model: Some("m".into()),
+            token: None,
+        };
+        let (local, out) = complete(given("openai-chat"), "\n");
+        assert_eq!(local.unwrap().token.as_deref(), Some(""));
+        assert!(out.contains("empty if the server needs none"), "{out}");
+        let (hosted, out) = complete(given("openai-responses"), "\n sk-2 \n");
+        assert_eq!(hosted.unwrap().token.as_deref(), Some("sk-2"));
+        assert!(out.contains("an answer is needed"), "{out}");
     }
 
     #[test]
@@ -275,7 +352,10 @@ mod tests {
             token: Some("t".into()),
         };
         let (result, _) = complete(bad_flag, "");
-        assert!(result.unwrap_err().to_string().contains("not an API shape"));
+        assert!(result.unwrap_err().to_string().contains(
+            "`soap` is not an API shape Sausage speaks; choose openai-responses, \
+                 anthropic-messages or openai-chat"
+        ));
         let (result, _) = complete(
             AgentConfig {
                 token: Some("t".into()),

@@ -32,7 +32,8 @@ enum Command {
         /// The world's folder.
         #[arg(default_value = "world")]
         dir: PathBuf,
-        /// The model provider's API shape: openai-responses or anthropic-messages.
+        /// The model provider's API shape: openai-responses, anthropic-messages or openai-chat
+        /// (`/v1/chat/completions`, as local servers such as llama.cpp speak it).
         #[arg(long)]
         api: Option<String>,
         /// The provider's base URL, such as https://api.example.com (asked if missing).
@@ -90,14 +91,19 @@ fn block_on(job: impl Future<Output = Result<ExitCode>>) -> Result<ExitCode> {
 async fn init(dir: PathBuf, config: AgentConfig) -> Result<ExitCode> {
     let world = World::new(&dir);
     world.check_new()?;
-    let config = config.complete(&mut std::io::stdin().lock(), &mut std::io::stdout())?;
+    let terminal = std::io::stdin().is_terminal();
+    let config = config.complete(
+        &mut std::io::stdin().lock(),
+        &mut std::io::stdout(),
+        terminal,
+    )?;
     world.create()?;
     config.write(&world)?;
     println!("Created the world `{}`. Building the agent…", dir.display());
     let source = init::write_agent_source(&world, &config)?;
     let (broker, services) = open(&world).await?;
     let script = BufReader::new(std::io::Cursor::new(init::deploy_script(&source)));
-    let end = console::run(broker.clone(), script, true).await;
+    let end = console::run(broker.clone(), script).await;
     close(&broker, services).await;
     if end != End::Quit {
         eprintln!(
@@ -145,18 +151,29 @@ async fn run(dir: PathBuf) -> Result<ExitCode> {
     );
 
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let stdin = BufReader::new(tokio::io::stdin());
-    // Waits for: the console to end (`/quit`, end of input, a failed `/await`), Ctrl-C, or
-    // SIGTERM. Each ends the run the same way: every actor is stopped gracefully.
-    let script = !std::io::stdin().is_terminal();
-    let end = tokio::select! {
-        end = console::run(broker.clone(), stdin, script) => end,
-        _ = tokio::signal::ctrl_c() => End::Quit,
-        _ = sigterm.recv() => End::Quit,
+    // A person at a terminal gets the line editor; anything else (a pipe on either side) is a
+    // script, which sees every message as one line.
+    let end = if std::io::stdin().is_terminal() && std::io::stdout().is_terminal() {
+        // Waits for: the console to end (`/quit`, Ctrl-D, a Ctrl-C when no turn of the agent
+        // runs or pressed twice; the console handles Ctrl-C itself), or SIGTERM.
+        tokio::select! {
+            end = console::run_terminal(broker.clone()) => end,
+            _ = sigterm.recv() => Ok(End::Quit),
+        }
+    } else {
+        let stdin = BufReader::new(tokio::io::stdin());
+        // Waits for: the script to end (`/quit`, end of input, a failed `/await` or
+        // `/deploy`), Ctrl-C, or SIGTERM.
+        tokio::select! {
+            end = console::run(broker.clone(), stdin) => Ok(end),
+            _ = tokio::signal::ctrl_c() => Ok(End::Quit),
+            _ = sigterm.recv() => Ok(End::Quit),
+        }
     };
+    // Each way ends the run the same way: every actor is stopped gracefully.
     eprintln!("sausage: stopping every actor");
     close(&broker, services).await;
-    Ok(match end {
+    Ok(match end? {
         End::Quit => ExitCode::SUCCESS,
         End::Failed => ExitCode::FAILURE,
     })

@@ -114,6 +114,13 @@ impl World {
         self.root.join("private").join(id.as_str()).join("data")
     }
 
+    /// `private/console/data/history`: the lines a person typed at the console, like a shell's
+    /// history. In the console's own folder, which no WASM actor mounts.
+    pub fn console_history_path(&self) -> PathBuf {
+        let console = ActorId::parse("console").expect("valid id");
+        self.data_dir(&console).join("history")
+    }
+
     /// `broker/versions/<id>/<n>/`.
     pub fn version_dir(&self, id: &ActorId, version: u32) -> PathBuf {
         self.root
@@ -608,6 +615,11 @@ mod tests {
             assert!(w.public_dir(&id(native)).is_dir());
             assert_eq!(w.read_status(&id(native)).unwrap().state, State::Stopped);
         }
+        assert_eq!(
+            w.console_history_path(),
+            dir.path().join("w/private/console/data/history")
+        );
+        assert!(w.console_history_path().parent().unwrap().is_dir());
         let again = w.create().unwrap_err().to_string();
         assert!(again.contains("already exists"), "{again}");
     }

@@ -1,9 +1,11 @@
-//! `sausage init` end to end: the questions answered by flags and the environment, the agent
-//! built from the source the binary carries, and the new world answering through the agent.
+//! `sausage init` end to end: the questions answered by flags, the environment or stdin, the
+//! agent built from the source the binary carries, and the new world answering through the
+//! agent.
 
 mod support;
 
-use std::process::{Command, Stdio};
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use support::fake_llm::{FakeLlm, TOKEN, openai};
@@ -52,6 +54,8 @@ fn init_builds_and_registers_the_agent_and_the_world_answers() {
     let config = world.json("private/agent/data/config.json");
     assert_eq!(config["api"], "openai-responses");
     assert_eq!(config["model"], "m-1");
+    assert_eq!(config["max_turn_usd"], 5.0, "budgets a person can edit");
+    assert_eq!(config["max_day_usd"], 25.0);
     assert_eq!(config.get("token"), None, "the host keeps the token");
     let credentials = world.json("broker/credentials/agent.json");
     assert_eq!(credentials["header"], "authorization");
@@ -71,12 +75,93 @@ fn init_builds_and_registers_the_agent_and_the_world_answers() {
     fake.push_openai(openai::text_reply("Ready when you are."));
     let mut host = world.run();
     host.send("hello");
-    let answer = host.wait_for_within(Duration::from_secs(60), "the agent", |m| m.from == "agent");
+    let answer = host.wait_for_within(Duration::from_secs(60), "the agent's reply", |m| {
+        m.from == "agent" && m.body["type"] == "text"
+    });
     assert_eq!(answer.body["text"], "Ready when you are.");
     assert!(host.quit().success());
     assert_eq!(
         world.visible_files_containing(TOKEN),
         Vec::<std::path::PathBuf>::new(),
         "no file an actor can see holds the token"
+    );
+}
+
+/// Runs `sausage init DIR ARGS…` with `answers` on stdin and no token in the environment.
+fn init(root: &std::path::Path, args: &[&str], answers: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sausage"))
+        .arg("init")
+        .arg(root)
+        .args(args)
+        .env_remove("SAUSAGE_API_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(answers.as_bytes()).unwrap();
+    drop(stdin);
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_local_openai_chat_server_needs_no_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("world");
+    warm_cargo_for_agent(&root);
+    let args = [
+        "--api",
+        "openai-chat",
+        "--base-url",
+        "http://127.0.0.1:8080",
+        "--model",
+        "local",
+    ];
+    // The token question is answered with an empty line.
+    let out = init(&root, &args, "\n");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("empty if the server needs none"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("deploy: agent runs version 1"), "{stdout}");
+    let world = TestWorld::adopt(dir, root);
+    let config = world.json("private/agent/data/config.json");
+    assert_eq!(config["api"], "openai-chat");
+    assert_eq!(config["base_url"], "http://127.0.0.1:8080");
+    assert!(
+        !world.path("broker/credentials/agent.json").exists(),
+        "no token, no credentials: nothing is added to the agent's requests"
+    );
+    assert_eq!(
+        world.json("actor/agent/source/actor.json"),
+        serde_json::json!({ "network": ["127.0.0.1:8080"] })
+    );
+}
+
+#[test]
+fn an_unknown_api_shape_is_refused_naming_the_three() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("world");
+    let args = ["--api", "soap", "--base-url", "https://x", "--model", "m"];
+    let out = init(&root, &args, "t\n");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "`soap` is not an API shape Sausage speaks; choose openai-responses, \
+             anthropic-messages or openai-chat"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        !root.join("sausage.json").exists(),
+        "no world is left behind"
     );
 }

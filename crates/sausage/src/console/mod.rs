@@ -1,73 +1,129 @@
 //! The console (DESIGN §5): the native actor `console`, a terminal onto the world.
 //!
-//! It turns typed lines into messages and prints every message it gets. It is a client of the
+//! It turns typed lines into messages and shows every message it gets. It is a client of the
 //! broker like any actor: it sends through the router and reads its own mailbox. Scripts drive
-//! it on stdin with `/sleep` and `/await`; end of input ends the run like `/quit`.
+//! it on stdin (`run`) with `/sleep` and `/await` and see every message as one line; a person at
+//! a terminal (`run_terminal`) gets a line editor, the agent's turns shown as they happen, and
+//! Ctrl-C to stop a turn. End of input ends the run like `/quit`.
+
+mod render;
+mod terminal;
+mod turns;
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use anyhow::Result;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Notify, oneshot};
+use tokio::task::JoinHandle;
 
 use crate::broker::Broker;
 use crate::message::{ActorId, Envelope, Outgoing};
+use render::{DEFAULT_WIDTH, Renderer, script_line};
+use terminal::{Input, Known, LivePrompt, Printer, Terminal};
+use turns::{AGENT, Interrupt, Turns};
 
-pub const HELP: &str = "\
+/// A console command: how it is typed and what it does. `/help`, Tab completion and the error
+/// for an unknown command all read [`COMMANDS`].
+struct CommandInfo {
+    name: &'static str,
+    args: &'static str,
+    does: &'static str,
+}
+
+const COMMANDS: [CommandInfo; 6] = [
+    CommandInfo {
+        name: "deploy",
+        args: "<actor> <dir>",
+        does: "build the crate in <dir> with cargo, then spawn or upgrade <actor>",
+    },
+    CommandInfo {
+        name: "list",
+        args: "",
+        does: "list the actors (asks the broker)",
+    },
+    CommandInfo {
+        name: "sleep",
+        args: "<seconds>",
+        does: "wait (for scripts)",
+    },
+    CommandInfo {
+        name: "await",
+        args: "<actor> <seconds>",
+        does: "wait for a message from <actor> that no earlier /await took\n\
+               (it may have arrived already); fail after the time",
+    },
+    CommandInfo {
+        name: "help",
+        args: "",
+        does: "this help",
+    },
+    CommandInfo {
+        name: "quit",
+        args: "",
+        does: "stop every actor gracefully and exit (end of input does the same)",
+    },
+];
+
+/// What lines other than commands do, for `/help`.
+const LINES_HELP: &str = "\
 @<actor> <json>     send that JSON object as the message body
 @<actor> <text>     send {\"type\":\"text\",\"text\":<text>}
-<text>              send text to the agent
-/deploy <actor> <dir>
-                    build the crate in <dir> with cargo, then spawn or upgrade <actor>
-/list               list the actors (asks the broker)
-/sleep <seconds>    wait (for scripts)
-/await <actor> <seconds>
-                    wait for a message from <actor> that no earlier /await took
-                    (it may have arrived already); fail after the time
-/help               this help
-/quit               stop every actor gracefully and exit (end of input does the same)";
+<text>              send text to the agent; while the agent asks a question, the answer";
 
-/// Fields whose multi-line text is printed below the message, indented.
-const BLOCK_FIELDS: [&str; 3] = ["errors", "warnings", "reason"];
+/// What keys do at a terminal, for `/help`.
+const KEYS_HELP: &str = "\
+Ctrl-C              stop the agent's turn; pressed again, or when no turn runs, stop the world
+Tab                 complete a command, an actor id, a folder or an answer's choice";
+
+/// The column where `/help` describes each command.
+const HELP_COLUMN: usize = 20;
+
+/// The text of `/help`.
+fn help() -> String {
+    let mut text = format!("{LINES_HELP}\n");
+    let indent = " ".repeat(HELP_COLUMN);
+    for command in &COMMANDS {
+        let usage = format!("/{} {}", command.name, command.args);
+        let usage = usage.trim_end();
+        if usage.len() < HELP_COLUMN {
+            text.push_str(&format!("{usage:HELP_COLUMN$}"));
+        } else {
+            text.push_str(&format!("{usage}\n{indent}"));
+        }
+        text.push_str(&command.does.replace('\n', &format!("\n{indent}")));
+        text.push('\n');
+    }
+    text.push_str(KEYS_HELP);
+    text
+}
 
 /// How a console session ended.
 #[derive(Debug, PartialEq, Eq)]
 pub enum End {
-    /// `/quit` or end of input.
+    /// `/quit`, end of input, or Ctrl-C.
     Quit,
-    /// A script failed: an `/await` ran out of time, or a `/deploy` failed in a script.
+    /// A script failed: an `/await` ran out of time, or a `/deploy` failed.
     Failed,
 }
 
-/// Runs the console on `input` until `/quit`, end of input, or a failed `/await`. When
-/// `script` is set (input is not a person at a terminal), a failed `/deploy` ends it too.
-pub async fn run(broker: Arc<Broker>, input: impl AsyncBufRead + Unpin, script: bool) -> End {
-    let me = ActorId::parse("console").expect("valid id");
-    let mailbox = broker.native_mailbox("console");
-    let arrivals = Arc::new(Arrivals::default());
-    let awaited = Arc::new(Awaited::default());
-    let printer = tokio::spawn({
-        let (arrivals, awaited) = (arrivals.clone(), awaited.clone());
-        async move {
-            loop {
-                let message = mailbox.recv().await;
-                let Some(message) = awaited.answer(message) else {
-                    continue;
-                };
-                print_message(&message);
-                arrivals.count(&message.from);
-            }
-        }
-    });
-    let session = Session {
-        broker: broker.clone(),
-        me: me.clone(),
-        awaited,
-    };
+/// The longest a `/deploy` step waits for its reply: a build may take cargo's whole limit.
+const DEPLOY_STEP_LIMIT: Duration = Duration::from_secs(16 * 60);
 
+/// How long completion waits for the broker's list of actors; past it, the ids it offers stay
+/// as they were.
+const LIST_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Runs the console for a script on `input` until `/quit`, end of input, a failed `/await` or
+/// a failed `/deploy`. Every message is printed as one line.
+pub async fn run(broker: Arc<Broker>, input: impl AsyncBufRead + Unpin) -> End {
+    let console = Console::new(broker, Output::Script, None);
+    let printer = console.spawn_printer();
     let mut lines = input.lines();
     let end = loop {
         let line = match lines.next_line().await {
@@ -78,32 +134,9 @@ pub async fn run(broker: Arc<Broker>, input: impl AsyncBufRead + Unpin, script: 
                 break End::Quit;
             }
         };
-        match command(&line) {
-            Command::Nothing => {}
-            Command::Send { to, body } => {
-                broker.send(&me, Outgoing::new(&to, &body)).await;
-            }
-            Command::Help => println!("{HELP}"),
-            Command::Quit => break End::Quit,
-            Command::Sleep(time) => tokio::time::sleep(time).await,
-            Command::Await { from, time } => {
-                if tokio::time::timeout(time, arrivals.take(&from))
-                    .await
-                    .is_err()
-                {
-                    eprintln!(
-                        "console: /await {from}: no message within {} s",
-                        time.as_secs_f64()
-                    );
-                    break End::Failed;
-                }
-            }
-            Command::Deploy { actor, dir } => {
-                if !session.deploy(&actor, &dir).await && script {
-                    break End::Failed;
-                }
-            }
-            Command::Error(message) => eprintln!("console: {message}"),
+        let command = console.command(&line);
+        if let Some(end) = console.execute(command, true).await {
+            break end;
         }
         flush();
     };
@@ -111,11 +144,404 @@ pub async fn run(broker: Arc<Broker>, input: impl AsyncBufRead + Unpin, script: 
     end
 }
 
+/// Runs the console for a person at a terminal until `/quit`, Ctrl-D, or a Ctrl-C that stops
+/// the world (see [`Turns::interrupt`]). Lines typed are kept in the world's console history.
+pub async fn run_terminal(broker: Arc<Broker>) -> Result<End> {
+    let prompt = LivePrompt::new();
+    let known = Arc::new(Mutex::new(Known::default()));
+    let history = broker.world.console_history_path();
+    let (mut terminal, printer) = Terminal::start(&history, prompt.clone(), known.clone())?;
+    // From here on SIGINT no longer ends the process: it comes here, as a Ctrl-C.
+    let mut interrupts = signal(SignalKind::interrupt())?;
+    let view = View {
+        prompt,
+        known,
+        refresh: Notify::new(),
+    };
+    let console = Console::new(broker, Output::terminal(printer), Some(view));
+    let tasks = [console.spawn_printer(), console.spawn_refresher()];
+    console.refresh_ids();
+    let end = loop {
+        // Waits for: what the person typed (a line, Ctrl-C in the editor, the end), or a
+        // SIGINT, which comes while the editor is not reading (the terminal is not raw then).
+        let input = tokio::select! {
+            input = terminal.next() => input,
+            Some(()) = interrupts.recv() => Input::Interrupted,
+        };
+        let command = match input {
+            Input::Line(line) => {
+                console.refresh_ids();
+                console.command(&line)
+            }
+            Input::Interrupted => match console.interrupt().await {
+                Some(end) => break end,
+                None => continue,
+            },
+            Input::End => break End::Quit,
+        };
+        let run = console.execute(command, false);
+        tokio::pin!(run);
+        // Waits for: the command to finish, or a SIGINT while it runs (a long `/deploy`, a
+        // `/sleep`), which is decided like a Ctrl-C at the prompt.
+        let done = loop {
+            tokio::select! {
+                done = &mut run => break done,
+                Some(()) = interrupts.recv() => {
+                    if let Some(end) = console.interrupt().await {
+                        break Some(end);
+                    }
+                }
+            }
+        };
+        if let Some(end) = done {
+            break end;
+        }
+    };
+    for task in tasks {
+        task.abort();
+    }
+    Ok(end)
+}
+
+/// The console's parts, shared by its loop and its tasks (all on the world's thread).
+struct Console {
+    broker: Arc<Broker>,
+    me: ActorId,
+    awaited: Awaited,
+    arrivals: Arrivals,
+    /// Changed through [`Console::turns`], which keeps the prompt and completion in step.
+    turns: Mutex<Turns>,
+    out: Output,
+    /// At a terminal only.
+    view: Option<View>,
+}
+
+/// What a person at a terminal sees of the console's state besides messages.
+struct View {
+    prompt: LivePrompt,
+    known: Arc<Mutex<Known>>,
+    /// Wakes the task that asks the broker for the actor ids completion offers (after each
+    /// line and each finished turn, when actors may have come or gone).
+    refresh: Notify,
+}
+
+impl Console {
+    fn new(broker: Arc<Broker>, out: Output, view: Option<View>) -> Arc<Console> {
+        Arc::new(Console {
+            broker,
+            me: ActorId::parse("console").expect("valid id"),
+            awaited: Awaited::default(),
+            arrivals: Arrivals::default(),
+            turns: Mutex::default(),
+            out,
+            view,
+        })
+    }
+
+    /// Reads or changes the turns, then shows their state in the prompt and completion.
+    fn turns<R>(&self, change: impl FnOnce(&mut Turns) -> R) -> R {
+        let mut turns = self.turns.lock().expect("turns lock");
+        let result = change(&mut turns);
+        if let Some(view) = &self.view {
+            view.prompt.set(turns.prompt());
+            view.known.lock().expect("known lock").choices = turns
+                .question()
+                .map(|q| q.choices.clone())
+                .unwrap_or_default();
+        }
+        result
+    }
+
+    /// The task that shows every message to the console, except replies a command waits for.
+    /// The turns' state changes before the message is shown, so the prompt redrawn under it
+    /// already says what comes next.
+    fn spawn_printer(self: &Arc<Self>) -> JoinHandle<()> {
+        let mailbox = self.broker.native_mailbox("console");
+        let console = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let message = mailbox.recv().await;
+                let Some(message) = console.awaited.answer(message) else {
+                    continue;
+                };
+                let body = message.body_value();
+                let ended = console.turns(|t| {
+                    t.observe(
+                        &message.id,
+                        &message.from,
+                        message.reply_to.as_deref(),
+                        &body,
+                    )
+                });
+                if ended {
+                    console.refresh_ids();
+                }
+                console
+                    .out
+                    .message(&message.from, message.reply_to.is_some(), body);
+                console.arrivals.count(&message.from);
+            }
+        })
+    }
+
+    /// The task that keeps the actor ids completion offers, asking the broker for its `list`
+    /// when [`Console::refresh_ids`] says so.
+    fn spawn_refresher(self: &Arc<Self>) -> JoinHandle<()> {
+        let console = self.clone();
+        tokio::spawn(async move {
+            let Some(view) = &console.view else { return };
+            loop {
+                view.refresh.notified().await;
+                let list = json!({"type": "list"});
+                if let Ok(list) = console.ask(&ActorId::broker(), list, LIST_PATIENCE).await {
+                    let ids = list["actors"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|a| a["id"].as_str().map(str::to_string))
+                        .collect();
+                    view.known.lock().expect("known lock").ids = ids;
+                }
+            }
+        })
+    }
+
+    fn refresh_ids(&self) {
+        if let Some(view) = &self.view {
+            view.refresh.notify_one();
+        }
+    }
+
+    fn command(&self, line: &str) -> Command {
+        let question = self.turns(|t| t.question().map(|q| q.id.clone()));
+        command(line, question.as_deref())
+    }
+
+    /// Runs one command. Returns how the session ends, if it does. In a `script`, a failed
+    /// `/await` or `/deploy` ends it; a person just reads what failed.
+    async fn execute(&self, command: Command, script: bool) -> Option<End> {
+        match command {
+            Command::Nothing => {}
+            Command::Send { to, body } => self.send(&to, &body, None).await,
+            Command::Answer { question, text } => {
+                self.turns(Turns::answered);
+                let agent = ActorId::parse(AGENT).expect("valid id");
+                let body = json!({"type": "answer", "text": text});
+                self.send(&agent, &body, Some(&question)).await;
+            }
+            Command::Help => self.out.line(&help()),
+            Command::Quit => return Some(End::Quit),
+            Command::Sleep(time) => tokio::time::sleep(time).await,
+            Command::Await { from, time } => {
+                if tokio::time::timeout(time, self.arrivals.take(&from))
+                    .await
+                    .is_err()
+                {
+                    eprintln!(
+                        "console: /await {from}: no message within {} s",
+                        time.as_secs_f64()
+                    );
+                    if script {
+                        return Some(End::Failed);
+                    }
+                }
+            }
+            Command::Deploy { actor, dir } => {
+                if !self.deploy(&actor, &dir).await && script {
+                    return Some(End::Failed);
+                }
+            }
+            Command::Error(message) => eprintln!("console: {message}"),
+        }
+        None
+    }
+
+    /// Sends a message. A text to the agent starts a turn, known by the message's id, which
+    /// the console follows until its final reply.
+    async fn send(&self, to: &ActorId, body: &Value, reply_to: Option<&str>) {
+        let out = Outgoing::new(to, body).replying_to(reply_to);
+        let delivery = self.broker.router.accept(&self.me, out);
+        if to.as_str() == AGENT && reply_to.is_none() && body["type"] == "text" {
+            // Noted before delivery, so even the quickest reply finds its turn.
+            self.turns(|t| t.started(delivery.id()));
+        }
+        self.broker.router.deliver(delivery).await;
+    }
+
+    /// Ctrl-C: stops the agent's running turns, or says how the session ends.
+    async fn interrupt(&self) -> Option<End> {
+        match self.turns(Turns::interrupt) {
+            Interrupt::Quit => Some(End::Quit),
+            Interrupt::Stop(turns) => {
+                let agent = ActorId::parse(AGENT).expect("valid id");
+                for turn in turns {
+                    let body = json!({"type": "stop", "turn": turn});
+                    self.send(&agent, &body, None).await;
+                }
+                self.out
+                    .line("stopping the turn; press Ctrl-C again to stop the world");
+                None
+            }
+        }
+    }
+
+    /// Sends a request and waits up to `patience` for its reply, which is not shown.
+    async fn ask(&self, to: &ActorId, body: Value, patience: Duration) -> Result<Value, String> {
+        let (tx, rx) = oneshot::channel();
+        let delivery = self
+            .broker
+            .router
+            .accept(&self.me, Outgoing::new(to, &body));
+        self.awaited
+            .waiting
+            .lock()
+            .expect("awaited lock")
+            .insert(delivery.id().to_string(), tx);
+        self.broker.router.deliver(delivery).await;
+        match tokio::time::timeout(patience, rx).await {
+            Ok(Ok(reply)) => Ok(reply.body_value()),
+            _ => Err(format!("no reply from {to}")),
+        }
+    }
+
+    /// `/deploy <actor> <dir>`: build with `cargo`, then `spawn` or `upgrade`, showing each
+    /// step and the outcome. Returns whether the actor runs the new version.
+    async fn deploy(&self, actor: &ActorId, dir: &str) -> bool {
+        let dir = match std::path::absolute(dir) {
+            Ok(dir) => dir.display().to_string(),
+            Err(e) => {
+                self.out.line(&format!("deploy: `{dir}`: {e}"));
+                return false;
+            }
+        };
+        match self.try_deploy(actor, &dir).await {
+            Ok(()) => true,
+            Err(reason) => {
+                self.out
+                    .line(&format!("deploy: {actor} was not deployed: {reason}"));
+                false
+            }
+        }
+    }
+
+    async fn try_deploy(&self, actor: &ActorId, dir: &str) -> Result<(), String> {
+        let cargo = ActorId::parse("cargo").expect("valid id");
+        self.out.line(&format!("deploy: building {dir} …"));
+        let build = json!({"type": "build", "source": dir});
+        let built = self.ask(&cargo, build, DEPLOY_STEP_LIMIT).await?;
+        if built["type"] != "built" {
+            self.out.line(&script_line("cargo", true, built.clone()));
+            return Err("the build failed".into());
+        }
+        self.out.line(&format!(
+            "deploy: built {} in {} s",
+            built["wasm"].as_str().unwrap_or("?"),
+            built["seconds"]
+        ));
+        if let Some(warnings) = built["warnings"].as_str().filter(|w| !w.is_empty()) {
+            let mut text = "  warnings:".to_string();
+            for line in warnings.lines() {
+                text.push_str(&format!("\n    {line}"));
+            }
+            self.out.line(&text);
+        }
+        let list = json!({"type": "list"});
+        let list = self
+            .ask(&ActorId::broker(), list, DEPLOY_STEP_LIMIT)
+            .await?;
+        let exists = list["actors"]
+            .as_array()
+            .is_some_and(|actors| actors.iter().any(|a| a["id"] == actor.as_str()));
+        let kind = if exists { "upgrade" } else { "spawn" };
+        self.out.line(&format!("deploy: {kind} {actor} …"));
+        let request = json!({
+            "type": kind, "actor": actor.as_str(), "wasm": built["wasm"],
+            "source": dir, "built_by": "cargo",
+        });
+        let reply = self
+            .ask(&ActorId::broker(), request, DEPLOY_STEP_LIMIT)
+            .await?;
+        self.out.line(&script_line("broker", true, reply.clone()));
+        match reply["type"].as_str() {
+            Some("spawned" | "upgraded") => {
+                self.out.line(&format!(
+                    "deploy: {actor} runs version {}",
+                    reply["version"]
+                ));
+                Ok(())
+            }
+            _ => Err(format!("the {kind} failed")),
+        }
+    }
+}
+
+/// Where the console's lines go.
+enum Output {
+    /// A script's stdout: every message as one line.
+    Script,
+    /// A person's terminal: above the line being typed, the agent's turns rendered.
+    Terminal {
+        printer: Printer,
+        renderer: Mutex<Renderer>,
+    },
+}
+
+impl Output {
+    fn terminal(printer: Printer) -> Output {
+        Output::Terminal {
+            printer,
+            renderer: Mutex::new(Renderer::new(DEFAULT_WIDTH)),
+        }
+    }
+
+    /// Shows a message to the console.
+    fn message(&self, from: &ActorId, reply: bool, body: Value) {
+        match self {
+            Output::Script => Output::script(&script_line(from.as_str(), reply, body)),
+            Output::Terminal { printer, renderer } => {
+                let mut renderer = renderer.lock().expect("renderer lock");
+                // One column is left free: a line that fills the last one makes some
+                // terminals wrap an empty line after it.
+                renderer.width = terminal::width().map_or(DEFAULT_WIDTH, |w| w.saturating_sub(1));
+                let lines = renderer.message(from.as_str(), reply, body);
+                print_lines(printer, lines);
+            }
+        }
+    }
+
+    /// Shows a line of the console's own (a step of `/deploy`, `/help`).
+    fn line(&self, text: &str) {
+        match self {
+            Output::Script => Output::script(text),
+            Output::Terminal { printer, renderer } => {
+                let mut lines = renderer.lock().expect("renderer lock").end_block();
+                lines.push(text.to_string());
+                print_lines(printer, lines);
+            }
+        }
+    }
+
+    fn script(text: &str) {
+        println!("{text}");
+        flush();
+    }
+}
+
+/// Prints lines above the prompt, in one piece so that the prompt is redrawn once.
+fn print_lines(printer: &Printer, lines: Vec<String>) {
+    if lines.is_empty() {
+        return;
+    }
+    let mut text = lines.join("\n");
+    text.push('\n');
+    printer.print(text);
+}
+
 /// Replies a console command waits for itself (by the id of its request): they go to the
-/// command instead of being printed.
+/// command instead of being shown.
 #[derive(Default)]
 struct Awaited {
-    waiting: std::sync::Mutex<HashMap<String, oneshot::Sender<Arc<Envelope>>>>,
+    waiting: Mutex<HashMap<String, oneshot::Sender<Arc<Envelope>>>>,
 }
 
 impl Awaited {
@@ -133,112 +559,12 @@ impl Awaited {
     }
 }
 
-/// What console commands that talk to other actors need.
-struct Session {
-    broker: Arc<Broker>,
-    me: ActorId,
-    awaited: Arc<Awaited>,
-}
-
-/// The longest a `/deploy` step waits for its reply: a build may take cargo's whole limit.
-const DEPLOY_STEP_LIMIT: Duration = Duration::from_secs(16 * 60);
-
-impl Session {
-    /// Sends a request and waits for its reply, which is not printed.
-    async fn ask(&self, to: &ActorId, body: Value) -> Result<Value, String> {
-        let (tx, rx) = oneshot::channel();
-        let delivery = self
-            .broker
-            .router
-            .accept(&self.me, Outgoing::new(to, &body));
-        self.awaited
-            .waiting
-            .lock()
-            .expect("awaited lock")
-            .insert(delivery.id().to_string(), tx);
-        self.broker.router.deliver(delivery).await;
-        match tokio::time::timeout(DEPLOY_STEP_LIMIT, rx).await {
-            Ok(Ok(reply)) => Ok(reply.body_value()),
-            _ => Err(format!("no reply from {to}")),
-        }
-    }
-
-    /// `/deploy <actor> <dir>`: build with `cargo`, then `spawn` or `upgrade`, printing each
-    /// step and the outcome. Returns whether the actor runs the new version.
-    async fn deploy(&self, actor: &ActorId, dir: &str) -> bool {
-        let dir = match std::path::absolute(dir) {
-            Ok(dir) => dir.display().to_string(),
-            Err(e) => {
-                println!("deploy: `{dir}`: {e}");
-                return false;
-            }
-        };
-        match self.try_deploy(actor, &dir).await {
-            Ok(()) => true,
-            Err(reason) => {
-                println!("deploy: {actor} was not deployed: {reason}");
-                false
-            }
-        }
-    }
-
-    async fn try_deploy(&self, actor: &ActorId, dir: &str) -> Result<(), String> {
-        let cargo = ActorId::parse("cargo").expect("valid id");
-        println!("deploy: building {dir} …");
-        flush();
-        let built = self
-            .ask(&cargo, json!({"type": "build", "source": dir}))
-            .await?;
-        if built["type"] != "built" {
-            println!("{}", render_body("cargo", true, built.clone()));
-            return Err("the build failed".into());
-        }
-        println!(
-            "deploy: built {} in {} s",
-            built["wasm"].as_str().unwrap_or("?"),
-            built["seconds"]
-        );
-        if let Some(warnings) = built["warnings"].as_str().filter(|w| !w.is_empty()) {
-            println!("  warnings:");
-            for line in warnings.lines() {
-                println!("    {line}");
-            }
-        }
-        let list = self
-            .ask(&ActorId::broker(), json!({"type": "list"}))
-            .await?;
-        let exists = list["actors"]
-            .as_array()
-            .is_some_and(|actors| actors.iter().any(|a| a["id"] == actor.as_str()));
-        let kind = if exists { "upgrade" } else { "spawn" };
-        println!("deploy: {kind} {actor} …");
-        flush();
-        let reply = self
-            .ask(
-                &ActorId::broker(),
-                json!({
-                    "type": kind, "actor": actor.as_str(), "wasm": built["wasm"],
-                    "source": dir, "built_by": "cargo",
-                }),
-            )
-            .await?;
-        println!("{}", render_body("broker", true, reply.clone()));
-        match reply["type"].as_str() {
-            Some("spawned" | "upgraded") => {
-                println!("deploy: {actor} runs version {}", reply["version"]);
-                Ok(())
-            }
-            _ => Err(format!("the {kind} failed")),
-        }
-    }
-}
-
-/// Messages printed per sender and not yet taken by an `/await`, so that a reply printed
-/// before its script reached `/await` still counts.
+/// Messages shown per sender and not yet taken by an `/await`, so that a reply shown before
+/// its script reached `/await` still counts.
 #[derive(Default)]
 struct Arrivals {
-    untaken: std::sync::Mutex<HashMap<ActorId, u64>>,
-    /// Wakes every waiting `/await` after each printed message.
+    untaken: Mutex<HashMap<ActorId, u64>>,
+    /// Wakes every waiting `/await` after each message shown.
     printed: Notify,
 }
 
@@ -274,16 +600,32 @@ impl Arrivals {
 #[derive(Debug, PartialEq)]
 enum Command {
     Nothing,
-    Send { to: ActorId, body: Value },
+    Send {
+        to: ActorId,
+        body: Value,
+    },
+    /// A plain line while the agent's question `question` is open.
+    Answer {
+        question: String,
+        text: String,
+    },
     Help,
     Quit,
     Sleep(Duration),
-    Await { from: ActorId, time: Duration },
-    Deploy { actor: ActorId, dir: String },
+    Await {
+        from: ActorId,
+        time: Duration,
+    },
+    Deploy {
+        actor: ActorId,
+        dir: String,
+    },
     Error(String),
 }
 
-fn command(line: &str) -> Command {
+/// Understands a line. A plain line goes to the agent: as the answer while its `question` is
+/// open (DESIGN §12), as a text otherwise.
+fn command(line: &str, question: Option<&str>) -> Command {
     let line = line.trim();
     if line.is_empty() {
         return Command::Nothing;
@@ -305,9 +647,15 @@ fn command(line: &str) -> Command {
         return Command::Send { to, body };
     }
     let Some(rest) = line.strip_prefix('/') else {
-        return Command::Send {
-            to: ActorId::parse("agent").expect("valid id"),
-            body: json!({"type": "text", "text": line}),
+        return match question {
+            Some(question) => Command::Answer {
+                question: question.to_string(),
+                text: line.to_string(),
+            },
+            None => Command::Send {
+                to: ActorId::parse(AGENT).expect("valid id"),
+                body: json!({"type": "text", "text": line}),
+            },
         };
     };
     let mut words = rest.split_whitespace();
@@ -335,12 +683,16 @@ fn command(line: &str) -> Command {
             },
             Err(e) => Command::Error(format!("/deploy: {e}")),
         },
-        ("sleep" | "await" | "help" | "quit" | "list" | "deploy", _) => {
-            Command::Error(format!("/{name}: wrong arguments; usage:\n{HELP}"))
+        _ if COMMANDS.iter().any(|c| c.name == name) => {
+            Command::Error(format!("/{name}: wrong arguments; usage:\n{}", help()))
         }
-        _ => Command::Error(format!(
-            "unknown command `/{name}`; commands: /deploy, /list, /help, /quit, /sleep, /await"
-        )),
+        _ => {
+            let names: Vec<String> = COMMANDS.iter().map(|c| format!("/{}", c.name)).collect();
+            Command::Error(format!(
+                "unknown command `/{name}`; commands: {}",
+                names.join(", ")
+            ))
+        }
     }
 }
 
@@ -351,47 +703,6 @@ fn seconds(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("`{text}` is not a number of seconds"))
 }
 
-/// Prints one message: `[from] text` for text bodies, `[from] {json}` otherwise, with
-/// multi-line `errors`/`warnings`/`reason` below as indented blocks; replies are marked.
-fn print_message(message: &Envelope) {
-    println!("{}", render(message));
-    flush();
-}
-
-fn render(message: &Envelope) -> String {
-    render_body(
-        message.from.as_str(),
-        message.reply_to.is_some(),
-        message.body_value(),
-    )
-}
-
-fn render_body(from: &str, reply: bool, mut body: Value) -> String {
-    let mark = if reply { " (reply)" } else { "" };
-    let head = format!("[{from}]{mark}");
-    if body["type"] == "text"
-        && let Some(text) = body["text"].as_str()
-    {
-        return format!("{head} {text}");
-    }
-    let mut blocks = String::new();
-    for field in BLOCK_FIELDS {
-        if let Some(text) = body.get(field).and_then(Value::as_str)
-            && text.contains('\n')
-        {
-            blocks.push_str(&format!("\n  {field}:"));
-            let mut lines = 0;
-            for line in text.lines() {
-                blocks.push_str(&format!("\n    {line}"));
-                lines += 1;
-            }
-            // The count tells a reader (a person or a script) where the message ends.
-            body[field] = json!(format!("({lines} lines below)"));
-        }
-    }
-    format!("{head} {body}{blocks}")
-}
-
 fn flush() {
     // A closed terminal is noticed at the next read; nothing to do here.
     let _ = std::io::stdout().flush();
@@ -400,7 +711,6 @@ fn flush() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::raw;
 
     fn to(s: &str) -> ActorId {
         ActorId::parse(s).unwrap()
@@ -408,6 +718,7 @@ mod tests {
 
     #[test]
     fn lines_become_commands() {
+        let command = |line| command(line, None);
         assert_eq!(
             command(r#"@echo {"type":"ping"}"#),
             Command::Send {
@@ -452,6 +763,32 @@ mod tests {
     }
 
     #[test]
+    fn while_a_question_is_open_the_next_plain_line_is_its_answer() {
+        let question = Some("m-7");
+        assert_eq!(
+            command("  blue, please ", question),
+            Command::Answer {
+                question: "m-7".into(),
+                text: "blue, please".into()
+            }
+        );
+        assert_eq!(
+            command("@agent blue", question),
+            Command::Send {
+                to: to("agent"),
+                body: json!({"type": "text", "text": "blue"})
+            },
+            "an addressed line is not the answer"
+        );
+        assert_eq!(command("/list", question), command("/list", None));
+        assert_eq!(
+            command(" ", question),
+            Command::Nothing,
+            "nor is an empty one"
+        );
+    }
+
+    #[test]
     fn wrong_lines_say_what_to_do() {
         for (line, expect) in [
             ("@Echo hi", "character"),
@@ -461,11 +798,14 @@ mod tests {
             ("/sleep -1", "not a number"),
             ("/await echo", "usage"),
             ("/await ../x 1", "character"),
-            ("/frobnicate", "unknown command `/frobnicate`"),
+            (
+                "/frobnicate",
+                "unknown command `/frobnicate`; commands: /deploy, /list, /sleep, /await, /help, /quit",
+            ),
             ("/deploy x", "usage"),
             ("/deploy X dir", "character"),
         ] {
-            match command(line) {
+            match command(line, None) {
                 Command::Error(e) => assert!(e.contains(expect), "{line}: {e}"),
                 other => panic!("{line}: {other:?}"),
             }
@@ -473,28 +813,24 @@ mod tests {
     }
 
     #[test]
-    fn messages_print_text_json_and_blocks() {
-        let message = |body: Value, reply: bool| Envelope {
-            id: "m-1".into(),
-            from: to("echo"),
-            reply_to: reply.then(|| "m-0".into()),
-            body: raw(&body),
-        };
-        assert_eq!(
-            render(&message(json!({"type": "text", "text": "hi"}), false)),
-            "[echo] hi"
+    fn help_lists_every_command_in_one_column() {
+        let help = help();
+        assert!(
+            help.contains(
+                "/deploy <actor> <dir>\n                    build the crate in <dir> with cargo"
+            ),
+            "{help}"
         );
-        assert_eq!(
-            render(&message(json!({"type": "pong"}), true)),
-            r#"[echo] (reply) {"type":"pong"}"#
+        assert!(
+            help.contains("/list               list the actors (asks the broker)\n"),
+            "{help}"
         );
-        let shown = render(&message(
-            json!({"type": "error", "reason": "line one\nline two"}),
-            true,
-        ));
-        assert_eq!(
-            shown,
-            "[echo] (reply) {\"reason\":\"(2 lines below)\",\"type\":\"error\"}\n  reason:\n    line one\n    line two"
+        assert!(
+            help.contains("that no earlier /await took\n                    (it may have arrived"),
+            "{help}"
         );
+        for command in &COMMANDS {
+            assert!(help.contains(&format!("\n/{}", command.name)), "{help}");
+        }
     }
 }

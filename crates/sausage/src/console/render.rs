@@ -1,0 +1,464 @@
+//! How the console shows the messages it gets. Scripts see every message as one line
+//! (`[from] (reply) {json}` or `[from] text`), the format tests and scripts parse. A person at a
+//! terminal sees the agent's turns as they happen (DESIGN §12): the streamed text on lines of
+//! its own, one line per tool, the final reply once, and what the turn cost.
+//! Every decision here is a plain function of the messages in order: no terminal, no clock.
+
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+
+/// Fields whose multi-line text is printed below the message, indented.
+const BLOCK_FIELDS: [&str; 3] = ["errors", "warnings", "reason"];
+
+/// A tool's end is shown only when it failed or took at least this long. A quick success says
+/// nothing its start line did not, and that line cannot be rewritten once the prompt (or other
+/// output) sits below it.
+const SLOW_TOOL_SECONDS: f64 = 1.0;
+
+/// The width streamed text is cut to when the terminal does not say its own.
+pub const DEFAULT_WIDTH: usize = 80;
+
+/// Streamed text keeps at least this many columns beside its prefix, however narrow the
+/// terminal, so a line is never cut into single letters.
+const MIN_TEXT_WIDTH: usize = 20;
+
+/// Faint text (usage lines): ANSI "dim" and "reset".
+const DIM: &str = "\x1b[2m";
+const RESET: &str = "\x1b[0m";
+
+/// One message as a script sees it: `[from] text` for text bodies, `[from] {json}` otherwise,
+/// with multi-line `errors`/`warnings`/`reason` below as indented blocks; replies are marked.
+pub fn script_line(from: &str, reply: bool, mut body: Value) -> String {
+    let mark = if reply { " (reply)" } else { "" };
+    let head = format!("[{from}]{mark}");
+    if body["type"] == "text"
+        && let Some(text) = body["text"].as_str()
+    {
+        return format!("{head} {text}");
+    }
+    let mut blocks = String::new();
+    for field in BLOCK_FIELDS {
+        if let Some(text) = body.get(field).and_then(Value::as_str)
+            && text.contains('\n')
+        {
+            blocks.push_str(&format!("\n  {field}:"));
+            let mut lines = 0;
+            for line in text.lines() {
+                blocks.push_str(&format!("\n    {line}"));
+                lines += 1;
+            }
+            // The count tells a reader (a person or a script) where the message ends.
+            body[field] = json!(format!("({lines} lines below)"));
+        }
+    }
+    format!("{head} {body}{blocks}")
+}
+
+/// What a person at a terminal sees. Streamed text is printed a whole line at a time (a line
+/// printed above the prompt cannot be continued later), cut at a space when it would pass
+/// `width`; the first line of a block carries `[from] `, the next ones are indented under it.
+pub struct Renderer {
+    /// Columns a streamed line may take.
+    pub width: usize,
+    /// The block of streamed text being printed, if its last line has not ended yet.
+    block: Option<Block>,
+    /// What each turn streamed so far, to tell whether its final reply was already seen.
+    streamed: HashMap<String, Streamed>,
+}
+
+/// Streamed text of one turn, printed line by line as it comes.
+struct Block {
+    turn: String,
+    from: String,
+    /// Text after the last line printed.
+    partial: String,
+    /// Whether a line of the block was printed (later lines are indented, not prefixed).
+    continued: bool,
+}
+
+#[derive(Default)]
+struct Streamed {
+    /// Everything the turn streamed.
+    all: String,
+    /// What it streamed since its last tool began: the final reply is usually this.
+    since_tool: String,
+    /// The tool running, as its start line named it (`write_file /data/x`).
+    tool: Option<String>,
+}
+
+impl Renderer {
+    pub fn new(width: usize) -> Renderer {
+        Renderer {
+            width,
+            block: None,
+            streamed: HashMap::new(),
+        }
+    }
+
+    /// The lines to print for one message, in order. There may be none: streamed text whose
+    /// line has not ended, or a tool that ended well and quickly.
+    pub fn message(&mut self, from: &str, reply: bool, body: Value) -> Vec<String> {
+        let turn = body["turn"].as_str().map(str::to_string);
+        match (body["type"].as_str(), turn) {
+            (Some("progress"), Some(turn)) => {
+                self.progress(from, &turn, body["text"].as_str().unwrap_or(""))
+            }
+            (Some("tool"), Some(turn)) => {
+                let mut lines = self.end_block();
+                lines.extend(self.tool(&turn, &body));
+                lines
+            }
+            (Some("question"), _) => {
+                let mut lines = self.end_block();
+                lines.extend(question(from, &body));
+                lines
+            }
+            (Some("text"), Some(turn)) => self.final_reply(from, reply, &turn, body),
+            _ => {
+                let mut lines = self.end_block();
+                lines.push(script_line(from, reply, body));
+                lines
+            }
+        }
+    }
+
+    /// Ends the block of streamed text, giving its unfinished line, so that something else can
+    /// be printed below it. Later text of the same turn starts a new block.
+    pub fn end_block(&mut self) -> Vec<String> {
+        let Some(mut block) = self.block.take() else {
+            return Vec::new();
+        };
+        let rest = block.partial.trim_end().to_string();
+        if rest.is_empty() {
+            Vec::new()
+        } else {
+            vec![block.line(&rest)]
+        }
+    }
+
+    fn progress(&mut self, from: &str, turn: &str, text: &str) -> Vec<String> {
+        let mut lines = Vec::new();
+        if self
+            .block
+            .as_ref()
+            .is_some_and(|b| b.turn != turn || b.from != from)
+        {
+            lines = self.end_block();
+        }
+        let streamed = self.streamed.entry(turn.to_string()).or_default();
+        streamed.all.push_str(text);
+        streamed.since_tool.push_str(text);
+        let block = self.block.get_or_insert_with(|| Block {
+            turn: turn.to_string(),
+            from: from.to_string(),
+            partial: String::new(),
+            continued: false,
+        });
+        block.partial.push_str(text);
+        while let Some(end) = block.partial.find('\n') {
+            let line: String = block.partial.drain(..=end).collect();
+            let line = line.trim_end();
+            // A block does not open with an empty line.
+            if !line.is_empty() || block.continued {
+                lines.push(block.line(line));
+            }
+        }
+        let room = self
+            .width
+            .saturating_sub(block.prefix_width())
+            .max(MIN_TEXT_WIDTH);
+        while block.partial.chars().count() > room {
+            let cut = cut_point(&block.partial, room);
+            let line: String = block.partial.drain(..cut).collect();
+            lines.push(block.line(line.trim_end()));
+            let spaces = block.partial.len() - block.partial.trim_start_matches(' ').len();
+            block.partial.drain(..spaces);
+        }
+        lines
+    }
+
+    fn tool(&mut self, turn: &str, body: &Value) -> Vec<String> {
+        let name = body["tool"].as_str().unwrap_or("a tool");
+        let streamed = self.streamed.entry(turn.to_string()).or_default();
+        match body["state"].as_str() {
+            Some("started") => {
+                let what = format!("{name} {}", body["preview"].as_str().unwrap_or(""));
+                let what = what.trim_end().to_string();
+                streamed.since_tool.clear();
+                streamed.tool = Some(what.clone());
+                vec![format!("  ⚙ {what}")]
+            }
+            Some("finished") => {
+                let what = streamed.tool.take().unwrap_or_else(|| name.to_string());
+                let seconds = body["seconds"].as_f64().unwrap_or(0.0);
+                if body["ok"] != true {
+                    vec![format!("  ✗ {what} failed ({seconds:.1} s)")]
+                } else if seconds >= SLOW_TOOL_SECONDS {
+                    vec![format!("  ✓ {what} ({seconds:.1} s)")]
+                } else {
+                    Vec::new()
+                }
+            }
+            _ => vec![script_line("?", false, body.clone())],
+        }
+    }
+
+    /// The final reply of a turn: printed unless its text was streamed already, then its usage
+    /// and why it stopped early, if it did.
+    fn final_reply(&mut self, from: &str, reply: bool, turn: &str, body: Value) -> Vec<String> {
+        let mut lines = self.end_block();
+        let streamed = self.streamed.remove(turn).unwrap_or_default();
+        let text = body["text"].as_str().unwrap_or("").trim();
+        let seen =
+            !text.is_empty() && (text == streamed.all.trim() || text == streamed.since_tool.trim());
+        let usage = body.get("usage").filter(|u| u.is_object()).cloned();
+        let stopped = body["stopped"].as_str().map(stopped_line);
+        if !seen {
+            lines.push(script_line(from, reply, body));
+        }
+        if let Some(usage) = usage {
+            lines.push(format!("{DIM}{}{RESET}", usage_line(&usage)));
+        }
+        lines.extend(stopped);
+        lines
+    }
+}
+
+impl Block {
+    fn prefix_width(&self) -> usize {
+        self.from.chars().count() + "[] ".len()
+    }
+
+    fn line(&mut self, text: &str) -> String {
+        let line = if self.continued {
+            format!("{}{text}", " ".repeat(self.prefix_width()))
+        } else {
+            // A block may start in the middle of the text (after a tool, or a line of the
+            // console's own), where the next word comes with its space.
+            format!("[{}] {}", self.from, text.trim_start())
+        };
+        self.continued = true;
+        line.trim_end().to_string()
+    }
+}
+
+/// Where to cut `text` (longer than `room` characters) into a line: after the last space
+/// within `room` characters, or at `room` characters when a word is longer than the line.
+fn cut_point(text: &str, room: usize) -> usize {
+    let limit = text
+        .char_indices()
+        .nth(room)
+        .map_or(text.len(), |(at, _)| at);
+    match text[..limit].rfind(' ') {
+        Some(space) if space > 0 => space + 1,
+        _ => limit,
+    }
+}
+
+/// A question of the agent: its text, its choices, and what the next line does.
+fn question(from: &str, body: &Value) -> Vec<String> {
+    let text = body["text"].as_str().unwrap_or("");
+    let mut lines = vec![format!("[{from}] asks: {}", text.replace('\n', "\n    "))];
+    let choices: Vec<&str> = body["choices"]
+        .as_array()
+        .map(|c| c.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if !choices.is_empty() {
+        lines.push(format!("  choices: {}", choices.join(" · ")));
+    }
+    lines.push("  (the next line you type is the answer)".to_string());
+    lines
+}
+
+/// `12,345 in · 2,000 cached · 678 out · $0.0123` (or `cost unknown` when the model has no
+/// price).
+fn usage_line(usage: &Value) -> String {
+    let tokens = |field: &str| usage[field].as_u64().unwrap_or(0);
+    let mut parts = vec![format!("{} in", thousands(tokens("input_tokens")))];
+    if tokens("cache_read_tokens") > 0 {
+        parts.push(format!("{} cached", thousands(tokens("cache_read_tokens"))));
+    }
+    parts.push(format!("{} out", thousands(tokens("output_tokens"))));
+    parts.push(match usage["cost_usd"].as_f64() {
+        Some(cost) => format!("${cost:.4}"),
+        None => "cost unknown".to_string(),
+    });
+    format!("  {}", parts.join(" · "))
+}
+
+fn stopped_line(why: &str) -> String {
+    match why {
+        "budget" => "  stopped: the turn reached its cost limit (max_turn_usd in the agent's \
+                     /data/config.json)"
+            .to_string(),
+        "steps" => "  stopped: the turn used all its steps; say \"go on\" to continue".to_string(),
+        "stop" => "  stopped on request".to_string(),
+        other => format!("  stopped: {other}"),
+    }
+}
+
+/// 1234567 → `1,234,567`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a person sees for these messages (all from `agent`, all replies), one string.
+    fn screen(width: usize, messages: &[Value]) -> String {
+        let mut renderer = Renderer::new(width);
+        let mut lines = Vec::new();
+        for body in messages {
+            lines.extend(renderer.message("agent", true, body.clone()));
+        }
+        lines.extend(renderer.end_block());
+        lines.join("\n")
+    }
+
+    fn progress(text: &str) -> Value {
+        json!({"type": "progress", "turn": "m-1", "text": text})
+    }
+
+    fn usage(cost: Value) -> Value {
+        json!({"input_tokens": 12345, "output_tokens": 678, "cache_read_tokens": 2000, "cost_usd": cost})
+    }
+
+    #[test]
+    fn scripts_see_one_line_per_message_with_blocks_below() {
+        assert_eq!(
+            script_line("echo", false, json!({"type": "text", "text": "hi"})),
+            "[echo] hi"
+        );
+        assert_eq!(
+            script_line("echo", true, json!({"type": "pong"})),
+            r#"[echo] (reply) {"type":"pong"}"#
+        );
+        assert_eq!(
+            script_line(
+                "echo",
+                true,
+                json!({"type": "error", "reason": "line one\nline two"})
+            ),
+            "[echo] (reply) {\"reason\":\"(2 lines below)\",\"type\":\"error\"}\n  reason:\n    line one\n    line two"
+        );
+    }
+
+    #[test]
+    fn a_streamed_turn_prints_lines_as_they_end_and_its_reply_once() {
+        let shown = screen(
+            80,
+            &[
+                progress("I will write"),
+                progress(" the greeter.\nFirst the manifest"),
+                json!({"type": "tool", "turn": "m-1", "tool": "write_file", "state": "started", "preview": "/data/greeter/Cargo.toml"}),
+                json!({"type": "tool", "turn": "m-1", "tool": "write_file", "state": "finished", "ok": true, "seconds": 0.01}),
+                json!({"type": "tool", "turn": "m-1", "tool": "send_message", "state": "started", "preview": "cargo build"}),
+                json!({"type": "tool", "turn": "m-1", "tool": "send_message", "state": "finished", "ok": true, "seconds": 12.34}),
+                json!({"type": "tool", "turn": "m-1", "tool": "read_file", "state": "started", "preview": "/data/nothing"}),
+                json!({"type": "tool", "turn": "m-1", "tool": "read_file", "state": "finished", "ok": false, "seconds": 0.0}),
+                progress("The greeter runs."),
+                json!({"type": "text", "turn": "m-1", "text": "The greeter runs.", "usage": usage(json!(0.0123))}),
+            ],
+        );
+        assert_eq!(
+            shown,
+            "[agent] I will write the greeter.\n        First the manifest\n  \
+             ⚙ write_file /data/greeter/Cargo.toml\n  ⚙ send_message cargo build\n  \
+             ✓ send_message cargo build (12.3 s)\n  ⚙ read_file /data/nothing\n  \
+             ✗ read_file /data/nothing failed (0.0 s)\n[agent] The greeter runs.\n\
+             \x1b[2m  12,345 in · 2,000 cached · 678 out · $0.0123\x1b[0m"
+        );
+    }
+
+    #[test]
+    fn a_reply_that_was_not_streamed_is_printed_with_what_stopped_it() {
+        let shown = screen(
+            80,
+            &[
+                progress("Thinking"),
+                json!({"type": "text", "turn": "m-1", "text": "Something else.", "stopped": "budget",
+                       "usage": {"input_tokens": 5, "output_tokens": 1, "cache_read_tokens": 0, "cost_usd": null}}),
+            ],
+        );
+        assert_eq!(
+            shown,
+            "[agent] Thinking\n[agent] (reply) Something else.\n\x1b[2m  5 in · 1 out · cost \
+             unknown\x1b[0m\n  stopped: the turn reached its cost limit (max_turn_usd in the \
+             agent's /data/config.json)"
+        );
+    }
+
+    #[test]
+    fn long_streamed_text_is_cut_at_spaces_to_the_width() {
+        let shown = screen(
+            36,
+            &[progress(
+                "one two three four five six seven eight nine ten eleven twelve",
+            )],
+        );
+        assert_eq!(
+            shown,
+            "[agent] one two three four five six\n        seven eight nine ten eleven\n        \
+             twelve"
+        );
+        let word = "x".repeat(30);
+        assert_eq!(
+            screen(28, &[progress(&word)]),
+            format!("[agent] {}\n        {}", "x".repeat(20), "x".repeat(10)),
+            "a word longer than the line is cut where the line ends"
+        );
+    }
+
+    #[test]
+    fn other_output_ends_the_streamed_line_and_the_next_text_starts_a_block() {
+        let mut renderer = Renderer::new(80);
+        assert!(
+            renderer
+                .message("agent", true, progress("Half a "))
+                .is_empty()
+        );
+        assert_eq!(
+            renderer.message("echo", false, json!({"type": "text", "text": "hi"})),
+            ["[agent] Half a", "[echo] hi"]
+        );
+        assert!(
+            renderer
+                .message("agent", true, progress(" line."))
+                .is_empty()
+        );
+        assert_eq!(renderer.end_block(), ["[agent] line."]);
+    }
+
+    #[test]
+    fn a_question_shows_its_choices_and_what_the_next_line_does() {
+        assert_eq!(
+            screen(
+                80,
+                &[
+                    json!({"type": "question", "turn": "m-1", "text": "Which colour?", "choices": ["red", "blue"]})
+                ]
+            ),
+            "[agent] asks: Which colour?\n  choices: red · blue\n  (the next line you type is \
+             the answer)"
+        );
+    }
+
+    #[test]
+    fn numbers_get_thousands_separators() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(1234567), "1,234,567");
+    }
+}

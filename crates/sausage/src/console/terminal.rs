@@ -1,0 +1,533 @@
+//! The console at a person's terminal: a line editor (rustyline) on a thread of its own, since
+//! reading blocks; a prompt that says what the console waits for; Tab completion of commands,
+//! actor ids and a question's choices; and a history kept in the world like a shell's.
+//! Invariant: the editor reads only when the console asks for a line, so the terminal is in raw
+//! mode only while the console waits for one, and nothing else reads stdin.
+
+use std::collections::VecDeque;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context as _, Result};
+use rustyline::completion::{Completer, FilenameCompleter, Pair};
+use rustyline::error::ReadlineError;
+use rustyline::highlight::Highlighter;
+use rustyline::hint::Hinter;
+use rustyline::history::MemHistory;
+use rustyline::validate::Validator;
+use rustyline::{CompletionType, Config, Editor, ExternalPrinter};
+use tokio::sync::mpsc;
+
+use super::COMMANDS;
+
+/// The most lines the history keeps, in memory and in the world; past it the oldest go first.
+/// It bounds the file (about 100 KB) and the time to rewrite it after each line.
+pub const HISTORY_LIMIT: usize = 1_000;
+
+/// What the person gave the console.
+#[derive(Debug, PartialEq)]
+pub enum Input {
+    Line(String),
+    /// Ctrl-C.
+    Interrupted,
+    /// Ctrl-D on an empty line, or the terminal went away.
+    End,
+}
+
+/// What the console waits for, as the prompt shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PromptState {
+    /// Nothing runs: a line starts something.
+    Idle = 0,
+    /// A turn of the agent runs: a line still goes where it says, and Ctrl-C stops the turn.
+    Working = 1,
+    /// The agent asked a question: the next plain line is the answer.
+    Answer = 2,
+}
+
+impl PromptState {
+    /// The prompts. They all have the same width: the editor measures its prompt once per
+    /// line, and [`LivePrompt`] may change while a line is typed.
+    pub fn text(self) -> &'static str {
+        match self {
+            PromptState::Idle => "sausage> ",
+            PromptState::Working => "working> ",
+            PromptState::Answer => " answer> ",
+        }
+    }
+}
+
+/// The prompt the editor shows. The editor reads it again whenever it redraws the line (after
+/// each message printed above it), so it follows the console's state while a line is typed.
+#[derive(Clone)]
+pub struct LivePrompt(Arc<AtomicU8>);
+
+impl LivePrompt {
+    pub fn new() -> LivePrompt {
+        LivePrompt(Arc::new(AtomicU8::new(PromptState::Idle as u8)))
+    }
+
+    pub fn set(&self, state: PromptState) {
+        self.0.store(state as u8, Ordering::Relaxed);
+    }
+
+    fn state(&self) -> PromptState {
+        match self.0.load(Ordering::Relaxed) {
+            1 => PromptState::Working,
+            2 => PromptState::Answer,
+            _ => PromptState::Idle,
+        }
+    }
+}
+
+impl rustyline::Prompt for LivePrompt {
+    fn raw(&self) -> &str {
+        self.state().text()
+    }
+}
+
+/// What completion offers besides the commands; the console keeps it current.
+#[derive(Debug, Default)]
+pub struct Known {
+    /// Actor ids, from the broker's latest `list`.
+    pub ids: Vec<String>,
+    /// The open question's choices.
+    pub choices: Vec<String>,
+}
+
+/// What Tab completes in the text before the cursor.
+#[derive(Debug, PartialEq)]
+pub enum Completion {
+    /// Replace from byte `start` to the cursor with one of `words`.
+    Words { start: usize, words: Vec<String> },
+    /// A path: the folder of `/deploy`.
+    Path,
+}
+
+/// Completion candidates: `/`commands; ids after `@`, `/deploy ` and `/await `; a path after
+/// `/deploy <actor> `; and, on a plain line, the open question's choices.
+pub fn complete(before_cursor: &str, known: &Known) -> Completion {
+    let line = before_cursor;
+    let starting = |start: usize, candidates: &mut dyn Iterator<Item = String>| {
+        let typed = &line[start..];
+        Completion::Words {
+            start,
+            words: candidates.filter(|c| c.starts_with(typed)).collect(),
+        }
+    };
+    if let Some(rest) = line.strip_prefix('@')
+        && !rest.contains(char::is_whitespace)
+    {
+        return starting(0, &mut known.ids.iter().map(|id| format!("@{id} ")));
+    }
+    if line.starts_with('/') {
+        let Some((command, _)) = line.split_once(char::is_whitespace) else {
+            return starting(0, &mut COMMANDS.iter().map(|c| format!("/{} ", c.name)));
+        };
+        // The argument being typed: its index, and where it starts.
+        let args: Vec<&str> = line[command.len()..].split_whitespace().collect();
+        let (index, start) = if line.ends_with(char::is_whitespace) {
+            (args.len(), line.len())
+        } else {
+            (
+                args.len() - 1,
+                line.len() - args.last().map_or(0, |a| a.len()),
+            )
+        };
+        return match (command, index) {
+            ("/deploy" | "/await", 0) => {
+                starting(start, &mut known.ids.iter().map(|id| format!("{id} ")))
+            }
+            ("/deploy", 1) => Completion::Path,
+            _ => Completion::Words {
+                start,
+                words: Vec::new(),
+            },
+        };
+    }
+    starting(0, &mut known.choices.iter().cloned())
+}
+
+/// The editor's helper: completion only.
+struct Helper {
+    known: Arc<Mutex<Known>>,
+    files: FilenameCompleter,
+}
+
+impl Completer for Helper {
+    type Candidate = Pair;
+
+    fn complete(
+        &self,
+        line: &str,
+        pos: usize,
+        _: &rustyline::Context<'_>,
+    ) -> rustyline::Result<(usize, Vec<Pair>)> {
+        let known = self.known.lock().expect("known lock");
+        match complete(&line[..pos], &known) {
+            Completion::Words { start, words } => Ok((
+                start,
+                words
+                    .into_iter()
+                    .map(|word| Pair {
+                        display: word.trim_end().to_string(),
+                        replacement: word,
+                    })
+                    .collect(),
+            )),
+            Completion::Path => self.files.complete_path(line, pos),
+        }
+    }
+}
+
+impl Hinter for Helper {
+    type Hint = String;
+}
+impl Highlighter for Helper {}
+impl Validator for Helper {}
+impl rustyline::Helper for Helper {}
+
+/// The lines typed at the console, like a shell's history: loaded at start, at most
+/// [`HISTORY_LIMIT`], a line repeated right after itself kept once, and the file rewritten
+/// whole (by rename) after each line, so it is never half-written.
+#[derive(Debug)]
+pub struct History {
+    path: PathBuf,
+    lines: VecDeque<String>,
+}
+
+impl History {
+    /// The history in `path`; a missing file is an empty history.
+    pub fn load(path: &Path) -> io::Result<History> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(e),
+        };
+        let mut history = History {
+            path: path.to_path_buf(),
+            lines: VecDeque::new(),
+        };
+        for line in text.lines() {
+            history.add(line);
+        }
+        Ok(history)
+    }
+
+    /// Adds a line; returns whether it was added (blank lines and repeats are not).
+    pub fn add(&mut self, line: &str) -> bool {
+        if line.trim().is_empty() || self.lines.back().is_some_and(|last| last == line) {
+            return false;
+        }
+        if self.lines.len() == HISTORY_LIMIT {
+            self.lines.pop_front();
+        }
+        self.lines.push_back(line.to_string());
+        true
+    }
+
+    pub fn lines(&self) -> impl Iterator<Item = &str> {
+        self.lines.iter().map(String::as_str)
+    }
+
+    pub fn save(&self) -> io::Result<()> {
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut text = String::new();
+        for line in &self.lines {
+            text.push_str(line);
+            text.push('\n');
+        }
+        // The history is the console's own state, rewritten after every line: a sync each
+        // time would cost more than losing the last lines to a power cut.
+        crate::fs::write_atomically_unsynced(&self.path, text.as_bytes())
+    }
+}
+
+/// Prints above the line being typed, redrawing the prompt and the line below, from a thread
+/// of its own: the editor's printer may wait until the editor reads again (when a message
+/// came just as a line ended), and the world's thread must never wait for a terminal.
+/// Text is printed in the order given, except that one printed as a line ends may show up
+/// after the next one.
+pub struct Printer {
+    /// Console → printing thread: text ending in a newline. Dropping it ends the thread.
+    texts: std::sync::mpsc::Sender<String>,
+}
+
+impl Printer {
+    fn start(mut printer: Box<dyn ExternalPrinter + Send>) -> Result<Printer> {
+        let (texts, to_print) = std::sync::mpsc::channel::<String>();
+        std::thread::Builder::new()
+            .name("console-printer".into())
+            .spawn(move || {
+                for text in to_print {
+                    // A terminal that went away is noticed by the editor's next read, which
+                    // ends the console.
+                    let _ = printer.print(text);
+                }
+            })
+            .context("cannot start the console's printing thread")?;
+        Ok(Printer { texts })
+    }
+
+    pub fn print(&self, text: String) {
+        // The thread ends only when this sender is dropped, or if printing panicked, when
+        // there is nobody left to show anything to.
+        let _ = self.texts.send(text);
+    }
+}
+
+/// The console's end of the editor thread.
+pub struct Terminal {
+    /// Console → editor thread: read one line. Dropping it ends the thread after its current
+    /// read.
+    ask: std::sync::mpsc::Sender<()>,
+    /// Editor thread → console: what each read gave. It holds at most one input, since the
+    /// thread reads only when asked; closed when the thread ends.
+    inputs: mpsc::UnboundedReceiver<Input>,
+    /// Whether a read was asked and its input has not come yet.
+    reading: bool,
+    /// The terminal's settings at start, put back on drop: an editor stopped in the middle of
+    /// a read (SIGTERM) would otherwise leave the terminal in raw mode.
+    settings: Option<libc::termios>,
+}
+
+impl Terminal {
+    /// Starts the editor thread, with the history in `history` and completion from `known`,
+    /// and returns the printer that prints above its prompt.
+    pub fn start(
+        history: &Path,
+        prompt: LivePrompt,
+        known: Arc<Mutex<Known>>,
+    ) -> Result<(Terminal, Printer)> {
+        let history = History::load(history)
+            .with_context(|| format!("{}: cannot read the history", history.display()))?;
+        let settings = terminal_settings();
+        let (ask, asked) = std::sync::mpsc::channel::<()>();
+        let (send, inputs) = mpsc::unbounded_channel();
+        let (ready, started) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("console-editor".into())
+            .spawn(move || {
+                let mut editor = match editor(&history, known) {
+                    Ok(editor) => editor,
+                    Err(e) => {
+                        // The console waits for this answer; if it is gone, nobody needs it.
+                        let _ = ready.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = ready.send(
+                    editor
+                        .create_external_printer()
+                        .map_err(anyhow::Error::from)
+                        .and_then(|p| Printer::start(Box::new(p))),
+                );
+                read_lines(editor, history, prompt, asked, send);
+            })
+            .context("cannot start the console's editor thread")?;
+        let printer = started
+            .recv()
+            .context("the console's editor thread ended at start")?
+            .context("cannot set up the terminal for the console")?;
+        let terminal = Terminal {
+            ask,
+            inputs,
+            reading: false,
+            settings,
+        };
+        Ok((terminal, printer))
+    }
+
+    /// The next input. Cancel-safe: a read asked and not finished is not asked again.
+    pub async fn next(&mut self) -> Input {
+        if !self.reading {
+            if self.ask.send(()).is_err() {
+                return Input::End;
+            }
+            self.reading = true;
+        }
+        let input = self.inputs.recv().await.unwrap_or(Input::End);
+        self.reading = false;
+        input
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        if let Some(settings) = &self.settings {
+            // SAFETY: fd 0 is the process's stdin, and `settings` came from `tcgetattr` on it.
+            // A failure leaves the terminal as it is, which is all that can be done.
+            unsafe { libc::tcsetattr(libc::STDIN_FILENO, libc::TCSADRAIN, settings) };
+        }
+    }
+}
+
+fn editor(history: &History, known: Arc<Mutex<Known>>) -> Result<Editor<Helper, MemHistory>> {
+    let config = Config::builder()
+        .max_history_size(HISTORY_LIMIT)?
+        .history_ignore_dups(true)?
+        .completion_type(CompletionType::List)
+        .build();
+    let mut editor = Editor::with_history(config.clone(), MemHistory::with_config(&config))?;
+    editor.set_helper(Some(Helper {
+        known,
+        files: FilenameCompleter::new(),
+    }));
+    for line in history.lines() {
+        editor.add_history_entry(line)?;
+    }
+    Ok(editor)
+}
+
+/// The editor thread: reads a line each time one is asked, until the console is gone or the
+/// input ends.
+fn read_lines(
+    mut editor: Editor<Helper, MemHistory>,
+    mut history: History,
+    prompt: LivePrompt,
+    asked: std::sync::mpsc::Receiver<()>,
+    inputs: mpsc::UnboundedSender<Input>,
+) {
+    let mut warned = false;
+    while asked.recv().is_ok() {
+        let input = match editor.readline(&prompt) {
+            Ok(line) => {
+                if history.add(&line) {
+                    // Only the editor's own history can refuse, and only a line it holds
+                    // already: nothing to do.
+                    let _ = editor.add_history_entry(line.as_str());
+                    if let Err(e) = history.save()
+                        && !warned
+                    {
+                        eprintln!(
+                            "console: {}: cannot keep the history ({e}); lines typed now are \
+                             not kept",
+                            history.path.display()
+                        );
+                        warned = true;
+                    }
+                }
+                Input::Line(line)
+            }
+            Err(ReadlineError::Interrupted) => Input::Interrupted,
+            Err(ReadlineError::Eof) => Input::End,
+            Err(e) => {
+                eprintln!("console: cannot read the terminal: {e}");
+                Input::End
+            }
+        };
+        let end = input == Input::End;
+        if inputs.send(input).is_err() || end {
+            return;
+        }
+    }
+}
+
+/// The terminal's settings, to put back at the end; `None` when stdin is not a terminal.
+fn terminal_settings() -> Option<libc::termios> {
+    // SAFETY: `termios` is plain data, for which all zeroes is a valid value; `tcgetattr`
+    // fills it from fd 0, or fails and leaves it unused.
+    unsafe {
+        let mut settings: libc::termios = std::mem::zeroed();
+        (libc::tcgetattr(libc::STDIN_FILENO, &mut settings) == 0).then_some(settings)
+    }
+}
+
+/// The terminal's width in columns, when stdout is a terminal that says.
+pub fn width() -> Option<usize> {
+    // SAFETY: `winsize` is plain data, all zeroes valid; TIOCGWINSZ fills it or fails.
+    unsafe {
+        let mut size: libc::winsize = std::mem::zeroed();
+        (libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) == 0 && size.ws_col > 0)
+            .then_some(usize::from(size.ws_col))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn known() -> Known {
+        Known {
+            ids: ["agent", "broker", "cargo", "echo"]
+                .map(String::from)
+                .to_vec(),
+            choices: ["red", "rose", "blue"].map(String::from).to_vec(),
+        }
+    }
+
+    fn words(line: &str) -> (usize, Vec<String>) {
+        match complete(line, &known()) {
+            Completion::Words { start, words } => (start, words),
+            Completion::Path => panic!("{line}: a path"),
+        }
+    }
+
+    #[test]
+    fn tab_completes_commands_ids_paths_and_choices() {
+        assert_eq!(words("/de"), (0, vec!["/deploy ".to_string()]));
+        assert_eq!(words("/").1.len(), COMMANDS.len());
+        assert_eq!(words("@e"), (0, vec!["@echo ".to_string()]));
+        assert_eq!(words("@").1.len(), 4);
+        assert_eq!(words("@echo hel"), (0, vec![]), "text after an id is free");
+        assert_eq!(words("/deploy c"), (8, vec!["cargo ".to_string()]));
+        assert_eq!(words("/await  ").1.len(), 4);
+        assert_eq!(words("/await echo "), (12, vec![]), "then seconds");
+        assert_eq!(complete("/deploy echo ", &known()), Completion::Path);
+        assert_eq!(complete("/deploy echo ../ac", &known()), Completion::Path);
+        assert_eq!(words("/list "), (6, vec![]));
+        assert_eq!(words("r"), (0, vec!["red".to_string(), "rose".to_string()]));
+        assert_eq!(
+            complete("x", &Known::default()),
+            Completion::Words {
+                start: 0,
+                words: vec![]
+            }
+        );
+    }
+
+    #[test]
+    fn every_prompt_has_the_same_width() {
+        let widths: Vec<usize> = [PromptState::Idle, PromptState::Working, PromptState::Answer]
+            .map(|s| s.text().chars().count())
+            .to_vec();
+        assert!(widths.iter().all(|&w| w == widths[0]), "{widths:?}");
+        let prompt = LivePrompt::new();
+        assert_eq!(rustyline::Prompt::raw(&prompt), "sausage> ");
+        prompt.set(PromptState::Answer);
+        assert_eq!(rustyline::Prompt::raw(&prompt), " answer> ");
+    }
+
+    #[test]
+    fn history_keeps_the_last_lines_once_each_and_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("console/history");
+        let mut history = History::load(&path).unwrap();
+        assert!(history.add("first"));
+        assert!(!history.add("first"), "a repeat right after is kept once");
+        assert!(!history.add("   "), "blank lines are not kept");
+        for n in 0..HISTORY_LIMIT {
+            history.add(&format!("line {n}"));
+        }
+        assert_eq!(history.lines().count(), HISTORY_LIMIT);
+        assert_eq!(
+            history.lines().next(),
+            Some("line 0"),
+            "the oldest went first"
+        );
+        history.save().unwrap();
+        let again = History::load(&path).unwrap();
+        assert_eq!(
+            again.lines().collect::<Vec<_>>(),
+            history.lines().collect::<Vec<_>>()
+        );
+        std::fs::write(&path, "a\nb\n".repeat(HISTORY_LIMIT)).unwrap();
+        let long = History::load(&path).unwrap();
+        assert_eq!(long.lines().count(), HISTORY_LIMIT, "a longer file is cut");
+        assert_eq!(long.lines().last(), Some("b"));
+    }
+}

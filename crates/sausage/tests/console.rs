@@ -1,0 +1,310 @@
+//! The console end to end: the answer rule for the agent's questions (DESIGN §12) in a script,
+//! and the console at a person's terminal (a pseudo-terminal: keys in, screen out), where
+//! Ctrl-C stops the agent's turn before it stops the world. In these tests the test actor
+//! `crasher` plays the agent: its `say` request makes it write any line, so it can ask a
+//! question, and it answers what it does not know (a text, a stop) with an `error` reply.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::*;
+
+use sausage::broker::Broker;
+use sausage::message::{ActorId, Outgoing};
+use sausage::runtime::Runtime;
+use sausage::world::World;
+
+/// The line that makes `crasher` (installed as `agent`) ask the console a question whose id is
+/// `agent/q1`.
+fn ask_the_console(choices: &[&str]) -> Value {
+    let question = json!({
+        "to": "console", "id": "q1",
+        "body": {"type": "question", "turn": "m-0", "text": "Which colour?", "choices": choices},
+    });
+    json!({"type": "say", "line": question.to_string()})
+}
+
+#[test]
+fn the_answer_replies_to_the_question_and_the_line_after_is_a_text_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let world = World::new(dir.path().join("world"));
+    world.create().unwrap();
+    let rt = sausage::scheduler().unwrap();
+    rt.block_on(async {
+        let runtime = Runtime::new(None).unwrap();
+        let broker = Broker::start(world, runtime).await.unwrap();
+        // The test plays the agent, with a mailbox of its own.
+        let agent = ActorId::parse("agent").unwrap();
+        let agents_mailbox = broker.native_mailbox("agent");
+        let console = ActorId::parse("console").unwrap();
+        broker.native_mailbox("console");
+        let question = json!({"type": "question", "turn": "m-0", "text": "Which?"});
+        let question_id = broker
+            .send(&agent, Outgoing::new(&console, &question))
+            .await;
+
+        // `/await` makes sure the console has seen the question before the next line.
+        let script = "/await agent 10\n  red  \nblue\n";
+        let end = sausage::console::run(broker.clone(), std::io::Cursor::new(script)).await;
+        assert_eq!(end, sausage::console::End::Quit);
+
+        let next = || async {
+            tokio::time::timeout(PATIENCE, agents_mailbox.recv())
+                .await
+                .expect("a message for the agent")
+        };
+        let answer = next().await;
+        assert_eq!(answer.from, console);
+        assert_eq!(answer.reply_to.as_deref(), Some(question_id.as_str()));
+        assert_eq!(
+            answer.body_value(),
+            json!({"type": "answer", "text": "red"})
+        );
+        let text = next().await;
+        assert_eq!(
+            text.reply_to, None,
+            "one line answers, the next starts a turn"
+        );
+        assert_eq!(text.body_value(), json!({"type": "text", "text": "blue"}));
+        broker.shutdown().await;
+    });
+}
+
+#[test]
+fn a_script_sees_the_question_as_json_and_answers_it_with_the_next_plain_line() {
+    let world = TestWorld::new();
+    world.install("agent", "crasher");
+    let mut host = world.run();
+    host.tell("agent", ask_the_console(&["red", "blue"]));
+    let question = host.wait_type("agent", "question");
+    assert_eq!(question["choices"], json!(["red", "blue"]));
+    host.send("red");
+    // The answer is a reply, so the crasher only notes that it does not know it.
+    eventually("the answer to reach the agent", || {
+        world.log("agent").contains(r#"unknown type "answer""#)
+    });
+    host.send("blue");
+    let reply = host.wait_for("the agent's reply to a text", |m| {
+        m.from == "agent" && m.reply && m.body["type"] == "error"
+    });
+    assert!(
+        reply.body["reason"]
+            .as_str()
+            .unwrap()
+            .contains(r#"unknown type "text""#),
+        "the line after the answer is a text again: {}",
+        reply.body
+    );
+    assert!(host.quit().success());
+    assert!(
+        !world.path("private/console/data/history").exists(),
+        "a script keeps no history"
+    );
+}
+
+#[test]
+fn at_a_terminal_the_prompt_follows_the_turn_and_ctrl_c_stops_it_before_the_world() {
+    let world = TestWorld::new();
+    world.install("agent", "crasher");
+    let mut screen = Screen::start(&world.root);
+    screen.wait_for("sausage> ");
+
+    // A text to the agent starts a turn: the crasher answers it with an error, which is not
+    // the turn's final reply, so the turn still runs.
+    screen.type_keys("hello\r");
+    screen.wait_for(r#"unknown type \"text\""#);
+    screen.wait_for("working> ");
+
+    // Tab completes a command and an actor id.
+    screen.type_keys("/he\t");
+    screen.wait_for("/help ");
+    screen.type_keys("\x15@ag"); // Ctrl-U empties the line first.
+    screen.tab_until("@agent ");
+    let question = ask_the_console(&["red", "blue"]).to_string();
+    screen.type_keys(&format!("{question}\r"));
+    screen.wait_for("[agent] asks: Which colour?");
+    screen.wait_for("choices: red · blue");
+    screen.wait_for(" answer> ");
+    screen.type_keys("red\r");
+    eventually("the answer to reach the agent", || {
+        world.log("agent").contains(r#"unknown type "answer""#)
+    });
+    screen.wait_for("working> ");
+
+    screen.type_keys("\x03");
+    screen.wait_for("stopping the turn; press Ctrl-C again to stop the world");
+    screen.wait_for(r#"unknown type \"stop\""#);
+    screen.wait_for("working> ");
+    screen.type_keys("\x03");
+    screen.wait_for("sausage: stopping every actor");
+    assert!(screen.wait_exit().success());
+
+    let history = world.read("private/console/data/history");
+    let lines: Vec<&str> = history.lines().collect();
+    assert!(
+        lines.len() == 3
+            && lines[0] == "hello"
+            && lines[1].starts_with("@agent {")
+            && lines[2] == "red",
+        "the lines typed are kept: {history}"
+    );
+}
+
+/// `sausage run` on a pseudo-terminal: keys typed in, the screen's bytes (escape codes
+/// included) read out.
+struct Screen {
+    child: Child,
+    master: std::fs::File,
+    /// Everything the host wrote, and a wake-up for each new piece.
+    output: Arc<(Mutex<Vec<u8>>, Condvar)>,
+    /// Where the next `wait_for` starts looking: each wait looks past the text the last one
+    /// found.
+    seen: usize,
+}
+
+impl Screen {
+    fn start(world: &std::path::Path) -> Screen {
+        let (master, terminal) = open_pty();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sausage"));
+        command
+            .arg("run")
+            .arg(world)
+            .env("TERM", "xterm")
+            .stdin(Stdio::from(terminal.try_clone().unwrap()))
+            .stdout(Stdio::from(terminal.try_clone().unwrap()))
+            .stderr(Stdio::from(terminal));
+        // SAFETY: between fork and exec the closure only makes two system calls, which
+        // allocate nothing and take no lock.
+        unsafe {
+            command.pre_exec(|| {
+                // The host's own session, whose controlling terminal is the pseudo-terminal: a
+                // Ctrl-C typed while the editor is not reading becomes a SIGINT, as at a real
+                // terminal.
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            })
+        };
+        let child = command.spawn().unwrap();
+        let master = std::fs::File::from(master);
+        let output: Arc<(Mutex<Vec<u8>>, Condvar)> = Arc::default();
+        let mut reader = master.try_clone().unwrap();
+        let shared = output.clone();
+        std::thread::spawn(move || {
+            let mut buffer = [0; 4096];
+            // The read fails (EIO) once the host and every copy of the terminal are gone.
+            while let Ok(n @ 1..) = reader.read(&mut buffer) {
+                let (lock, ready) = &*shared;
+                lock.lock().unwrap().extend_from_slice(&buffer[..n]);
+                ready.notify_all();
+            }
+        });
+        Screen {
+            child,
+            master,
+            output,
+            seen: 0,
+        }
+    }
+
+    fn type_keys(&mut self, keys: &str) {
+        self.master.write_all(keys.as_bytes()).unwrap();
+    }
+
+    /// Waits until the screen shows `text` after what the last wait found.
+    fn wait_for(&mut self, text: &str) {
+        self.wait_for_one_of(&[text]);
+    }
+
+    /// Waits until the screen shows one of `texts` after what the last wait found; returns
+    /// the index of the one shown first.
+    fn wait_for_one_of(&mut self, texts: &[&str]) -> usize {
+        let deadline = Instant::now() + PATIENCE;
+        let (lock, ready) = &*self.output;
+        let mut output = lock.lock().unwrap();
+        loop {
+            let shown = String::from_utf8_lossy(&output[self.seen..]).into_owned();
+            let found = texts
+                .iter()
+                .enumerate()
+                .filter_map(|(i, text)| shown.find(text).map(|at| (at + text.len(), i)))
+                .min();
+            if let Some((end, i)) = found {
+                self.seen += shown[..end].len();
+                return i;
+            }
+            let now = Instant::now();
+            assert!(
+                now < deadline,
+                "the screen never showed {texts:?}; after the last wait it shows:\n{shown}"
+            );
+            output = ready.wait_timeout(output, deadline - now).unwrap().0;
+        }
+    }
+
+    /// Presses Tab until the line completes to `text`. The actor ids completion offers come
+    /// from the broker's `list`, which may still be on its way just after start; a Tab that
+    /// finds nothing rings the bell.
+    fn tab_until(&mut self, text: &str) {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            self.type_keys("\t");
+            if self.wait_for_one_of(&[text, "\x07"]) == 0 {
+                return;
+            }
+            assert!(Instant::now() < deadline, "Tab never completed to {text:?}");
+        }
+    }
+
+    fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "the host did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Screen {
+    fn drop(&mut self) {
+        // A test that failed half-way must not leave a host behind.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A pseudo-terminal of 100 columns: its master (the test's end) and its terminal (the host's).
+fn open_pty() -> (OwnedFd, OwnedFd) {
+    let (mut master, mut terminal) = (0, 0);
+    let size = libc::winsize {
+        ws_row: 30,
+        ws_col: 100,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: openpty writes two file descriptors into the integers given, reads the window
+    // size given, and takes no name buffer or settings (null).
+    let opened = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut terminal,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            &size,
+        )
+    };
+    assert_eq!(opened, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just opened by openpty and nothing else owns them.
+    unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(terminal)) }
+}
