@@ -200,6 +200,8 @@ pub struct Agent<H: Host> {
     current: Option<String>,
     /// A `stop` came for the running turn: it ends after its current step.
     stop_asked: bool,
+    /// The id of the message whose turn ended last: a `stop` for it crossed its answer.
+    finished: Option<String>,
     /// When the last progress or tool message went out, for batching.
     progress: Progress,
 }
@@ -221,6 +223,7 @@ impl<H: Host> Agent<H> {
             inbox: Inbox::default(),
             current: None,
             stop_asked: false,
+            finished: None,
             progress: Progress {
                 pending: String::new(),
                 last: None,
@@ -1046,6 +1049,10 @@ impl<H: Host> Agent<H> {
             .as_str()
             .unwrap_or_default()
             .to_string();
+        if self.finished.as_deref() == Some(turn.as_str()) {
+            // The turn ended while the stop was on its way: it is done, as asked.
+            return;
+        }
         if self.current.as_deref() == Some(turn.as_str()) {
             eprintln!("agent: {} stops the turn {turn}", message.from);
             self.stop_asked = true;
@@ -1102,7 +1109,7 @@ impl<H: Host> Agent<H> {
     }
 
     fn finish(&mut self, history: &mut History) -> Flow {
-        self.current = None;
+        self.finished = self.current.take();
         self.stop_asked = false;
         history.cut();
         self.report(history::save(&self.file("history.json"), history));

@@ -957,3 +957,27 @@ fn an_unreadable_saved_turn_is_answered_in_words() {
     assert!(data.join("turn-unreadable.json").exists());
     assert!(!data.join("turn.json").exists());
 }
+
+#[test]
+fn a_stop_that_crossed_its_turns_answer_is_taken_silently() {
+    let data = world(Some(OPENAI));
+    let host = run(
+        &data,
+        vec![
+            text("m-1", "hi"),
+            message(
+                "m-2",
+                "console",
+                None,
+                json!({"type": "stop", "turn": "m-1"}),
+            ),
+        ],
+        vec![openai_text("Hello.")],
+    );
+    assert_eq!(the_final(&host)["text"], "Hello.");
+    assert!(
+        host.sent.iter().all(|m| m.body["type"] != "error"),
+        "{:?}",
+        host.sent
+    );
+}

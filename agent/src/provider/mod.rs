@@ -247,8 +247,11 @@ const NOT_A_STREAM_BYTES: usize = 64 << 10;
 /// Words in an error's message that say the request did not fit the model's context window
 /// (OpenAI, Anthropic's "prompt is too long", vLLM's "maximum context length", llama.cpp's
 /// "exceeds the available context size"), compared in lowercase.
-const CONTEXT_WORDS: [&str; 5] = [
+const CONTEXT_WORDS: [&str; 6] = [
     "prompt is too long",
+    // Anthropic, when the prompt fits but not with max_tokens: "input length and `max_tokens`
+    // exceed context limit: 190000 + 16000 > 200000, decrease input length or `max_tokens`".
+    "context limit",
     "context length",
     "context window",
     "context size",
@@ -721,6 +724,10 @@ mod tests {
             (
                 400,
                 json!({"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long: 208164 tokens > 200000 maximum"}}),
+            ),
+            (
+                400,
+                json!({"type": "error", "error": {"type": "invalid_request_error", "message": "input length and `max_tokens` exceed context limit: 190000 + 16000 > 200000, decrease input length or `max_tokens` and try again"}}),
             ),
             (
                 413,

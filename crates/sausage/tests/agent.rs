@@ -1,12 +1,13 @@
-//! The agent against a fake model provider: turns, tools, limits, failures in words, both API
-//! shapes, building and spawning an actor, and upgrading itself in the middle of a turn.
+//! The agent against a fake model provider: turns, tools, limits, failures in words, the three
+//! API shapes (streamed), progress and tool messages, retries, budgets, compaction, stop, building
+//! and spawning an actor, and upgrading itself in the middle of a turn.
 
 mod support;
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::fake_llm::{FakeLlm, TOKEN, anthropic, openai};
+use support::fake_llm::{FakeLlm, TOKEN, anthropic, chat, openai};
 use support::*;
 
 /// The agent's `/data/config.json` for `api` on the fake: without the token, which the host
@@ -80,8 +81,8 @@ fn the_unconfigured_agent_and_a_provider_error_answer_in_words() {
     );
 
     fake.push_error(
-        429,
-        json!({"error": {"message": "You exceeded your current quota.", "type": "insufficient_quota", "param": null, "code": "insufficient_quota"}}),
+        400,
+        json!({"error": {"message": "Unsupported parameter: 'reasoning.effort'.", "type": "invalid_request_error", "param": "reasoning.effort", "code": "unsupported_parameter"}}),
     );
     std::fs::write(
         world.path("private/agent/data/config.json"),
@@ -90,7 +91,7 @@ fn the_unconfigured_agent_and_a_provider_error_answer_in_words() {
     .unwrap();
     let answer = ask(&mut host, "and now?");
     assert!(
-        answer.contains("429") && answer.contains("quota"),
+        answer.contains("400") && answer.contains("reasoning.effort"),
         "{answer}"
     );
 }
@@ -344,4 +345,352 @@ fn the_agent_upgrades_itself_in_the_middle_of_a_turn_and_finishes_it() {
     eventually("the turn is over", || {
         !world.path("private/agent/data/turn.json").exists()
     });
+}
+
+/// The config of [`config`] with `extra` keys added.
+fn config_with(fake: &FakeLlm, api: &str, extra: Value) -> Value {
+    let mut config = config(fake, api);
+    for (key, value) in extra.as_object().unwrap() {
+        config[key] = value.clone();
+    }
+    config
+}
+
+fn world_with_config(fake: &FakeLlm, api: &str, config: Value) -> TestWorld {
+    let world = TestWorld::new();
+    world.install_agent(Some(config));
+    world.give_agent_credentials(&fake.base_url(), api);
+    world
+}
+
+/// Waits for the final reply of a turn (a text that is a reply), returning its body.
+fn final_reply(host: &mut Host) -> Value {
+    host.wait_for_within(Duration::from_secs(120), "the agent's final reply", |m| {
+        m.from == "agent" && m.reply && m.body["type"] == "text"
+    })
+    .body
+}
+
+#[test]
+fn progress_and_tool_messages_arrive_in_order_and_the_console_prints_them() {
+    let fake = FakeLlm::start();
+    let words = "I will look at your data folder first, and then I will tell you what I \
+                 found there, file by file, in a short list.";
+    fake.push_openai(openai::reply(vec![
+        openai::message(words),
+        openai::function_call("list_dir", json!({"path": "/data"})),
+    ]));
+    fake.push_openai(openai::text_reply("There is one file: config.json."));
+    // Each event of the stream comes a little after the one before, as from a real model.
+    fake.set_event_delay(Duration::from_millis(25));
+    let world = world_with_agent(&fake, "openai-responses");
+    let mut host = world.run();
+    host.send("what is in /data?");
+    let reply = final_reply(&mut host);
+    assert_eq!(reply["text"], "There is one file: config.json.");
+    let turn = reply["turn"].as_str().unwrap().to_string();
+    assert!(turn.starts_with("m-"), "{reply}");
+    let about: Vec<Value> = host
+        .take_all()
+        .into_iter()
+        .filter(|m| m.from == "agent")
+        .map(|m| {
+            assert!(
+                m.reply,
+                "every message about a turn replies to its message: {m:?}"
+            );
+            assert_eq!(m.body["turn"], turn.as_str(), "{m:?}");
+            m.body
+        })
+        .collect();
+    let kinds: Vec<&str> = about.iter().map(|b| b["type"].as_str().unwrap()).collect();
+    let first_tool = kinds
+        .iter()
+        .position(|k| *k == "tool")
+        .expect("a tool message");
+    assert!(
+        kinds[..first_tool].iter().all(|k| *k == "progress"),
+        "{kinds:?}"
+    );
+    assert!(
+        first_tool >= 2,
+        "the text streamed in more than one batch: {kinds:?}"
+    );
+    assert!(
+        first_tool < words.split(' ').count(),
+        "the streamed deltas were batched: {kinds:?}"
+    );
+    let streamed: String = about[..first_tool]
+        .iter()
+        .map(|b| b["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(streamed, words);
+    assert_eq!(
+        about[first_tool],
+        json!({"type": "tool", "turn": turn, "tool": "list_dir", "state": "started", "preview": "/data"})
+    );
+    let finished = &about[first_tool + 1];
+    assert_eq!(
+        (finished["state"].as_str(), finished["ok"].as_bool()),
+        (Some("finished"), Some(true))
+    );
+    assert_eq!(
+        about.last().unwrap()["text"],
+        "There is one file: config.json."
+    );
+    // The final reply carries what the turn used, as the provider reported it.
+    let reported: u64 = fake
+        .usage_log()
+        .iter()
+        .map(|u| u["output_tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(reply["usage"]["output_tokens"], reported);
+    assert!(fake.requests().iter().all(|r| r.body["stream"] == true));
+}
+
+#[test]
+fn a_429_with_retry_after_is_waited_out_and_the_turn_finishes() {
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "anthropic-messages");
+    fake.push_error_with_headers(
+        429,
+        anthropic::error(
+            "rate_limit_error",
+            "This request would exceed your rate limit.",
+        ),
+        &[("retry-after", "1")],
+    );
+    fake.push_stream_error(
+        support::fake_llm::Api::Anthropic,
+        anthropic::error("overloaded_error", "Overloaded"),
+    );
+    fake.push_anthropic(anthropic::text_reply("Hello, after the wait."));
+    let mut host = world.run();
+    host.send("hello");
+    let waiting = host.wait_for("a progress line about the wait", |m| {
+        m.body["type"] == "progress" && m.body["text"].as_str().unwrap().contains("429")
+    });
+    assert!(
+        waiting.body["text"].as_str().unwrap().contains("1 s"),
+        "{}",
+        waiting.body
+    );
+    assert_eq!(final_reply(&mut host)["text"], "Hello, after the wait.");
+    assert_eq!(
+        fake.requests().len(),
+        3,
+        "a 429 and an overloaded stream, then the answer"
+    );
+}
+
+#[test]
+fn a_turn_whose_history_passes_the_window_compacts_and_finishes_also_after_a_restart() {
+    let fake = FakeLlm::start();
+    fake.set_context_window(40_000);
+    let config = config_with(
+        &fake,
+        "anthropic-messages",
+        json!({"context_window": 40_000, "max_tokens": 2000}),
+    );
+    let world = world_with_config(&fake, "anthropic-messages", config);
+    // A long conversation: 40 earlier questions of 5 KB each, 200 KB in all.
+    let entries: Vec<Value> = (0..40)
+        .flat_map(|n| {
+            [
+                json!({"kind": "user", "text": format!("Message m-old{n} from console:\n{}", "q".repeat(5000))}),
+                json!({"kind": "assistant", "text": format!("answer {n}")}),
+            ]
+        })
+        .collect();
+    let history = json!({"sent": 0, "entries": entries});
+    std::fs::write(
+        world.path("private/agent/data/history.json"),
+        history.to_string(),
+    )
+    .unwrap();
+    fake.push_anthropic(anthropic::text_reply(
+        "SUMMARY: forty questions of q, all answered.",
+    ));
+    fake.push_anthropic(anthropic::text_reply("Yes, we talked about q forty times."));
+    let mut host = world.run();
+    assert_eq!(
+        ask(&mut host, "did we talk before?"),
+        "Yes, we talked about q forty times."
+    );
+    let requests = fake.requests();
+    assert!(
+        requests[0].body.get("tools").is_none(),
+        "the summary request offers no tools"
+    );
+    let sent = requests[1].body.to_string();
+    assert!(
+        sent.contains("SUMMARY: forty questions"),
+        "the summary is carried"
+    );
+    assert!(sent.contains("did we talk before?"));
+    assert!(sent.len() < 100_000, "{} bytes", sent.len());
+    assert!(
+        requests.iter().all(|r| r.status == 200),
+        "nothing passed the window"
+    );
+
+    // The same when the agent restarts in the middle of a turn over a long history: it resumes,
+    // compacts, and answers the message that started the turn.
+    host.quit();
+    let long: Vec<Value> = (0..40)
+        .map(|n| json!({"kind": "user", "text": format!("Message m-x{n} from console:\n{}", "r".repeat(5000))}))
+        .collect();
+    let history = json!({"sent": 0, "entries": long});
+    std::fs::write(
+        world.path("private/agent/data/history.json"),
+        history.to_string(),
+    )
+    .unwrap();
+    let turn = json!({"message": {"id": "m-77", "from": "console", "body": {"type": "text", "text": "r?"}}, "steps": 1});
+    std::fs::write(world.path("private/agent/data/turn.json"), turn.to_string()).unwrap();
+    fake.push_anthropic(anthropic::text_reply("SUMMARY: forty r questions."));
+    fake.push_anthropic(anthropic::text_reply("Resumed and compacted."));
+    let mut host = world.run();
+    assert_eq!(final_reply(&mut host)["text"], "Resumed and compacted.");
+    assert!(fake.requests().iter().all(|r| r.status == 200));
+}
+
+#[test]
+fn a_context_length_refusal_compacts_and_the_request_is_tried_once_more() {
+    let fake = FakeLlm::start();
+    // The model's window is smaller than the agent believes (no context_window in its config):
+    // the provider refuses, in its own words, and the agent compacts and tries again.
+    fake.set_context_window(30_000);
+    let world = world_with_agent(&fake, "openai-chat");
+    let entries: Vec<Value> = (0..30)
+        .map(|n| json!({"kind": "user", "text": format!("Message m-y{n} from console:\n{}", "s".repeat(5000))}))
+        .collect();
+    std::fs::write(
+        world.path("private/agent/data/history.json"),
+        json!({"sent": 0, "entries": entries}).to_string(),
+    )
+    .unwrap();
+    fake.push_chat(chat::text_reply("SUMMARY: thirty s questions."));
+    fake.push_chat(chat::text_reply("Fits now."));
+    let mut host = world.run();
+    assert_eq!(ask(&mut host, "still there?"), "Fits now.");
+    let statuses: Vec<u16> = fake.requests().iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [400, 200, 200]);
+}
+
+#[test]
+fn the_budget_stops_a_turn_and_then_the_day_and_the_cost_is_priced_right() {
+    let fake = FakeLlm::start();
+    let prices = json!({"test-model": {"input": 1000.0, "output": 2000.0, "cache_read": 100.0, "cache_write": 1000.0}});
+    let config = config_with(
+        &fake,
+        "openai-responses",
+        json!({"prices": prices, "max_turn_usd": 10, "max_day_usd": 11}),
+    );
+    let world = world_with_config(&fake, "openai-responses", config);
+    for _ in 0..5 {
+        fake.push_openai(openai::reply(vec![openai::function_call(
+            "list_dir",
+            json!({"path": "/data"}),
+        )]));
+    }
+    let mut host = world.run();
+    host.send("loop for ever");
+    let reply = final_reply(&mut host);
+    assert_eq!(reply["stopped"], "budget", "{reply}");
+    // Each request is some 7,000 tokens at $1,000 a million: the cap falls after two steps.
+    let usage = fake.usage_log();
+    assert_eq!(usage.len(), 2, "{usage:?}");
+    let expected: f64 = usage
+        .iter()
+        .map(|u| {
+            let input = u["input_tokens"].as_u64().unwrap() as f64;
+            let cached = u["input_tokens_details"]["cached_tokens"].as_u64().unwrap() as f64;
+            let output = u["output_tokens"].as_u64().unwrap() as f64;
+            ((input - cached) * 1000.0 + cached * 100.0 + output * 2000.0) / 1e6
+        })
+        .sum();
+    let cost = reply["usage"]["cost_usd"].as_f64().unwrap();
+    assert!((cost - expected).abs() < 1e-5, "{cost} != {expected}");
+    assert!(cost >= 10.0);
+    let spend = world.json("private/agent/data/spend.json");
+    assert!(
+        (spend["usd"].as_f64().unwrap() - cost).abs() < 1e-5,
+        "{spend}"
+    );
+
+    // The day's cap is passed too: the next turn is answered without asking the model.
+    let words = ask(&mut host, "and now?");
+    assert!(
+        words.contains("max_day_usd") && words.contains("midnight UTC"),
+        "{words}"
+    );
+    assert_eq!(fake.requests().len(), 2);
+}
+
+#[test]
+fn a_stop_ends_the_running_turn_after_its_step() {
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "wait_for_messages",
+        json!({"seconds": 600}),
+    )]));
+    let mut host = world.run();
+    host.send("wait a long time");
+    let started = host.wait_for("the tool's start", |m| {
+        m.body["type"] == "tool" && m.body["state"] == "started"
+    });
+    let turn = started.body["turn"].as_str().unwrap().to_string();
+    host.tell("agent", json!({"type": "stop", "turn": turn}));
+    let reply = final_reply(&mut host);
+    assert_eq!(reply["stopped"], "stop", "{reply}");
+    assert_eq!(reply["turn"], turn.as_str());
+    assert_eq!(fake.requests().len(), 1, "no step after the stop");
+}
+
+#[test]
+fn openai_chat_builds_spawns_and_messages_a_new_actor() {
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-chat");
+    let writes = greeter_crate("greeter", "greetings")
+        .into_iter()
+        .map(|(path, content)| {
+            let path = format!("/data/greeter/{path}");
+            chat::tool_call("write_file", json!({"path": path, "content": content}))
+        })
+        .collect();
+    fake.push_chat(chat::reply(chat::message(
+        Some("Writing the crate."),
+        writes,
+    )));
+    fake.push_chat(chat::reply(chat::message(None, vec![chat::tool_call(
+        "send_message",
+        json!({"to": "cargo", "body": {"type": "build", "source": "/data/greeter"}, "wait_seconds": 300}),
+    )])));
+    fake.push_chat(chat::reply(chat::message(None, vec![chat::tool_call(
+        "send_message",
+        json!({"to": "broker", "body": {"type": "spawn", "actor": "greeter", "wasm": "/actor/cargo/public/builds/1/greeter.wasm", "source": "/data/greeter"}, "wait_seconds": 60}),
+    )])));
+    fake.push_chat(chat::reply(chat::message(
+        None,
+        vec![chat::tool_call(
+            "send_message",
+            json!({"to": "greeter", "body": {"type": "text", "text": "hi"}, "wait_seconds": 10}),
+        )],
+    )));
+    fake.push_chat(chat::text_reply("The greeter runs and says greetings."));
+    let mut host = world.run();
+    assert_eq!(
+        ask(&mut host, "make me a greeter"),
+        "The greeter runs and says greetings."
+    );
+    assert_eq!(
+        world.json("sausage.json")["actors"]["greeter"]["version"],
+        1
+    );
+    let requests = fake.requests();
+    assert!(requests.iter().all(|r| r.path == "/v1/chat/completions"));
+    assert!(requests[2].body.to_string().contains("built"));
+    assert!(requests[4].body.to_string().contains("greetings"));
 }

@@ -27,12 +27,14 @@ const MIN_TEXT_WIDTH: usize = 20;
 const DIM: &str = "\x1b[2m";
 const RESET: &str = "\x1b[0m";
 
-/// One message as a script sees it: `[from] text` for text bodies, `[from] {json}` otherwise,
-/// with multi-line `errors`/`warnings`/`reason` below as indented blocks; replies are marked.
+/// One message as a script sees it: `[from] text` for a plain text body (`type` and `text`
+/// only), `[from] {json}` otherwise (so a script also sees a turn's `usage` and `stopped`), with
+/// multi-line `errors`/`warnings`/`reason` below as indented blocks; replies are marked.
 pub fn script_line(from: &str, reply: bool, mut body: Value) -> String {
     let mark = if reply { " (reply)" } else { "" };
     let head = format!("[{from}]{mark}");
     if body["type"] == "text"
+        && body.as_object().is_some_and(|fields| fields.len() == 2)
         && let Some(text) = body["text"].as_str()
     {
         return format!("{head} {text}");
@@ -215,7 +217,8 @@ impl Renderer {
         let usage = body.get("usage").filter(|u| u.is_object()).cloned();
         let stopped = body["stopped"].as_str().map(stopped_line);
         if !seen {
-            lines.push(script_line(from, reply, body));
+            let mark = if reply { " (reply)" } else { "" };
+            lines.push(format!("[{from}]{mark} {text}"));
         }
         if let Some(usage) = usage {
             lines.push(format!("{DIM}{}{RESET}", usage_line(&usage)));
@@ -343,6 +346,15 @@ mod tests {
         assert_eq!(
             script_line("echo", true, json!({"type": "pong"})),
             r#"[echo] (reply) {"type":"pong"}"#
+        );
+        // A text with more than its text (a turn's usage) is JSON, so a script sees it all.
+        assert_eq!(
+            script_line(
+                "agent",
+                true,
+                json!({"type": "text", "text": "hi", "turn": "m-1"})
+            ),
+            r#"[agent] (reply) {"text":"hi","turn":"m-1","type":"text"}"#
         );
         assert_eq!(
             script_line(
