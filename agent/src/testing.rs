@@ -60,7 +60,7 @@ pub enum Answer {
 }
 
 /// A host that plays a script: `receive` returns `events` in order (then `Stop`), `post`
-/// answers with `answers` in order; `arrivals` are messages that come while the request with
+/// answers with `answers` in order (then asks `respond`); `arrivals` are messages that come while the request with
 /// the given index (0 = the first) is in flight. What the agent sends and posts is recorded.
 #[derive(Default)]
 pub struct ScriptedHost {
@@ -73,6 +73,8 @@ pub struct ScriptedHost {
     pub waits: Vec<Option<Duration>>,
     /// The wall clock the agent sees; the real one when `None`.
     pub clock: Option<SystemTime>,
+    /// Answers each request once `answers` is empty, for scripts too long to write out.
+    pub respond: Option<Box<dyn FnMut(&HttpRequest) -> Answer>>,
 }
 
 /// How many bytes of a scripted stream the agent gets at a time: few, so parsers meet events,
@@ -122,10 +124,14 @@ impl Host for ScriptedHost {
         stream: &mut dyn FnMut(&[u8]) -> Option<Outgoing>,
     ) -> Posted {
         self.requests.push(request.clone());
-        let answer = self.answers.pop_front().unwrap_or(Answer::Failed {
-            why: "the script has no more answers".into(),
-            retry: false,
-        });
+        let answer = match (self.answers.pop_front(), &mut self.respond) {
+            (Some(answer), _) => answer,
+            (None, Some(respond)) => respond(request),
+            (None, None) => Answer::Failed {
+                why: "the script has no more answers".into(),
+                retry: false,
+            },
+        };
         match answer {
             Answer::Stream(bytes) => {
                 for piece in bytes.chunks(STREAM_PIECE) {

@@ -679,6 +679,13 @@ impl<H: Host> Agent<H> {
             };
             let after = match failure {
                 Failure::Retry { after, .. } if attempt < MAX_RETRIES => after,
+                Failure::Retry { why, .. } => {
+                    return Asked::Failed(Failure::Fatal(format!(
+                        "{why} I tried {} times; the provider may be busy, so ask again in a \
+                         while.",
+                        attempt + 1
+                    )));
+                }
                 _ => return Asked::Failed(failure),
             };
             let wait = after

@@ -981,3 +981,73 @@ fn a_stop_that_crossed_its_turns_answer_is_taken_silently() {
         host.sent
     );
 }
+
+/// Hundreds of tool calls with big outputs, over many turns, against a model that refuses any
+/// request past its window (counted as the fake provider counts: 4 bytes a token): every turn is
+/// answered, no request is ever refused, and the history holds one summary.
+#[test]
+fn a_long_session_of_big_tool_outputs_keeps_within_the_window() {
+    const WINDOW: usize = 40_000;
+    const TURNS: usize = 8;
+    const CALLS: usize = 30;
+    let data = world(Some(&config_with(
+        json!({"context_window": WINDOW, "max_tokens": 2000}),
+    )));
+    let big: String = (0..400)
+        .map(|n| format!("line {n} of a long log\n"))
+        .collect();
+    std::fs::write(data.join("big.log"), &big).unwrap();
+    let path = data.join("big.log").display().to_string();
+    let refused = std::rc::Rc::new(std::cell::Cell::new(0));
+    let (counted, mut calls) = (refused.clone(), 0);
+    let respond = move |request: &crate::provider::HttpRequest| {
+        let tokens = request.body.len() / 4;
+        if tokens + 2000 > WINDOW {
+            counted.set(counted.get() + 1);
+            return ScriptedHost::refused(
+                400,
+                &[],
+                json!({"error": {"message": "Your input \
+                exceeds the context window of this model.", "type": "invalid_request_error",
+                "param": "input", "code": "context_length_exceeded"}}),
+            );
+        }
+        let sent = body(request);
+        let output = if sent.get("tools").is_none() {
+            json!([{"type": "message", "id": "msg_s", "role": "assistant", "content": [
+                {"type": "output_text", "text": "SUMMARY: read big.log many times.", "annotations": []}]}])
+        } else if calls % CALLS == CALLS - 1 {
+            calls += 1;
+            json!([{"type": "message", "id": "msg_t", "role": "assistant", "content": [
+                {"type": "output_text", "text": "Read it all.", "annotations": []}]}])
+        } else {
+            calls += 1;
+            json!([{"type": "function_call", "id": format!("fc_{calls}"), "call_id": format!("c{calls}"),
+                "name": "read_file", "arguments": json!({"path": path}).to_string()}])
+        };
+        openai_reply(output, tokens as u64, 20)
+    };
+    let host = ScriptedHost {
+        events: (0..TURNS)
+            .map(|n| text(&format!("m-{n}"), "read big.log again"))
+            .collect(),
+        respond: Some(Box::new(respond)),
+        ..ScriptedHost::default()
+    };
+    let mut agent = Agent::new(host, &data, "agent", "2", false);
+    agent.run();
+    let words: Vec<String> = answers(&agent.host).into_iter().map(|a| a.2).collect();
+    assert_eq!(words, vec!["Read it all.".to_string(); TURNS]);
+    assert_eq!(
+        refused.get(),
+        0,
+        "the agent compacted before the window, never after"
+    );
+    let kept = history(&data);
+    let summaries = kept
+        .entries
+        .iter()
+        .filter(|e| matches!(e, Entry::Summary { .. }))
+        .count();
+    assert_eq!(summaries, 1);
+}

@@ -400,7 +400,13 @@ fn classify(
             && should_retry.is_none()
             && (status == Some(429) || !report.is(&["insufficient_quota"])))
     {
-        Failure::Retry { why: words, after }
+        // The hint ("ask again in a while") is for a person whose turn ended; the turn says
+        // itself that it waits and tries again.
+        let why = words.strip_suffix(hint(status, report)).unwrap_or(&words);
+        Failure::Retry {
+            why: why.to_string(),
+            after,
+        }
     } else if status == Some(413)
         || report.is(&[
             "context_length_exceeded",
@@ -607,8 +613,8 @@ mod tests {
             "{words}"
         );
         assert!(
-            words.ends_with("check the account's plan and quota."),
-            "{words}"
+            words.ends_with("api-errors."),
+            "the hint is for the end: {words}"
         );
     }
 
@@ -639,9 +645,7 @@ mod tests {
         assert_eq!(
             failure(502, &[], b"<html>Bad Gateway</html>\n"),
             Failure::Retry {
-                why: "The model provider answered 502: <html>Bad Gateway</html> The provider \
-                      may be having trouble; ask again in a while."
-                    .into(),
+                why: "The model provider answered 502: <html>Bad Gateway</html>".into(),
                 after: None
             }
         );
@@ -813,9 +817,7 @@ mod tests {
                 &json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
             ),
             Failure::Retry {
-                why: "The model provider reported an error: Overloaded The provider may be having \
-                      trouble; ask again in a while."
-                    .into(),
+                why: "The model provider reported an error: Overloaded".into(),
                 after: None
             }
         );

@@ -694,3 +694,35 @@ fn openai_chat_builds_spawns_and_messages_a_new_actor() {
     assert!(requests[2].body.to_string().contains("built"));
     assert!(requests[4].body.to_string().contains("greetings"));
 }
+
+#[test]
+fn anthropic_prompt_caching_means_a_long_turn_reads_its_history_from_the_cache() {
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "anthropic-messages");
+    for _ in 0..6 {
+        fake.push_anthropic(anthropic::reply(vec![anthropic::tool_use(
+            "list_dir",
+            json!({"path": "/data"}),
+        )]));
+    }
+    fake.push_anthropic(anthropic::text_reply("Listed it six times."));
+    let mut host = world.run();
+    host.send("list /data six times");
+    let reply = final_reply(&mut host);
+    assert_eq!(reply["text"], "Listed it six times.");
+    let usage = fake.usage_log();
+    assert_eq!(usage.len(), 7);
+    for (step, u) in usage.iter().enumerate().skip(1) {
+        let read = u["cache_read_input_tokens"].as_u64().unwrap();
+        let fresh = u["input_tokens"].as_u64().unwrap();
+        assert!(
+            read > 10 * fresh,
+            "step {step} reads its prompt from the cache: {u}"
+        );
+    }
+    let read: u64 = usage
+        .iter()
+        .map(|u| u["cache_read_input_tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(reply["usage"]["cache_read_tokens"], read);
+}
