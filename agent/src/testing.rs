@@ -74,8 +74,11 @@ pub struct ScriptedHost {
     /// The wall clock the agent sees; the real one when `None`.
     pub clock: Option<SystemTime>,
     /// Answers each request once `answers` is empty, for scripts too long to write out.
-    pub respond: Option<Box<dyn FnMut(&HttpRequest) -> Answer>>,
+    pub respond: Option<Responder>,
 }
+
+/// Answers a request from what it holds.
+pub type Responder = Box<dyn FnMut(&HttpRequest) -> Answer>;
 
 /// How many bytes of a scripted stream the agent gets at a time: few, so parsers meet events,
 /// lines and characters cut anywhere.
