@@ -726,3 +726,29 @@ fn anthropic_prompt_caching_means_a_long_turn_reads_its_history_from_the_cache()
         .sum();
     assert_eq!(reply["usage"]["cache_read_tokens"], read);
 }
+
+#[test]
+fn a_scripts_await_waits_for_the_turns_answer_not_its_progress() {
+    let fake = FakeLlm::start();
+    fake.push_openai(openai::reply(vec![
+        openai::message("Looking."),
+        openai::function_call("list_dir", json!({"path": "/data"})),
+    ]));
+    fake.push_openai(openai::text_reply("Done looking."));
+    fake.set_event_delay(Duration::from_millis(20));
+    let world = world_with_agent(&fake, "openai-responses");
+    world.install("echo", "echo");
+    let mut host = world.run();
+    host.send("look around");
+    host.send("/await agent 120");
+    host.send("@echo after the await");
+    host.wait_for("echo's reply", |m| m.from == "echo");
+    let seen: Vec<String> = host
+        .take_all()
+        .into_iter()
+        .map(|m| m.body["type"].as_str().unwrap_or("").to_string())
+        .collect();
+    // Everything of the turn was printed before the line after /await ran.
+    assert!(seen.contains(&"progress".to_string()), "{seen:?}");
+    assert_eq!(seen.last().map(String::as_str), Some("text"), "{seen:?}");
+}

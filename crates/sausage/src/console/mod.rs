@@ -56,7 +56,8 @@ const COMMANDS: [CommandInfo; 6] = [
         name: "await",
         args: "<actor> <seconds>",
         does: "wait for a message from <actor> that no earlier /await took\n\
-               (it may have arrived already); fail after the time",
+               (it may have arrived already; a turn's progress and tool notices do not\n\
+               count); fail after the time",
     },
     CommandInfo {
         name: "help",
@@ -276,10 +277,15 @@ impl Console {
                 if ended {
                     console.refresh_ids();
                 }
+                // A turn's progress and tool notices (DESIGN §12) are shown, but a script's
+                // `/await agent` waits for what the turn comes to, as it did before they existed.
+                let notice = matches!(body["type"].as_str(), Some("progress" | "tool"));
                 console
                     .out
                     .message(&message.from, message.reply_to.is_some(), body);
-                console.arrivals.count(&message.from);
+                if !notice {
+                    console.arrivals.count(&message.from);
+                }
             }
         })
     }
