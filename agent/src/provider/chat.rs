@@ -260,7 +260,9 @@ impl Stream {
     }
 
     pub fn finish(mut self) -> Result<Reply, Failure> {
-        if !self.done {
+        // A finish reason says the answer is whole, even when the stream then ends without its
+        // usage chunk or `[DONE]` (servers differ; only the usage is lost).
+        if !self.done && !self.finish_reason.is_string() {
             return Err(super::ended_early());
         }
         self.calls.sort_by_key(|(index, _)| *index);
@@ -540,15 +542,20 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_without_done_is_retried() {
+    fn a_stream_cut_before_its_finish_reason_is_retried_and_after_it_is_whole() {
         let Some(raw) = fixture("openai-chat_stream_tool-call.sse") else {
             return;
         };
         let text = String::from_utf8(raw).unwrap();
-        // Cut after the finish reason, before the usage and `[DONE]`.
+        // Cut after the finish reason, before the usage and `[DONE]`: the answer is whole.
         let cut = &text[..text.find("\"choices\":[]").unwrap()];
         let cut = &cut[..cut.rfind("data: ").unwrap()];
         assert!(cut.contains("\"finish_reason\":\"tool_calls\""));
+        let (_, reply) = streamed(Api::OpenaiChat, cut.as_bytes());
+        assert!(reply.unwrap().has_tool_calls());
+        // Cut before it: the answer may be missing its end.
+        let cut = &cut[..cut.rfind("data: ").unwrap()];
+        assert!(!cut.contains("\"finish_reason\":\"tool_calls\""));
         assert_eq!(
             streamed(Api::OpenaiChat, cut.as_bytes()).1,
             Err(super::super::ended_early())

@@ -180,6 +180,8 @@ pub struct Stream {
     /// The `output_index` of the message whose text was shown last: the next message's text is
     /// shown after a blank line, as [`Reply::text`] joins them.
     showing: Option<u64>,
+    /// Every text delta, for a stream whose items never came whole (see [`Stream::finish`]).
+    text: String,
 }
 
 impl Stream {
@@ -190,10 +192,12 @@ impl Stream {
             "response.output_text.delta" | "response.refusal.delta" => {
                 let delta = event["delta"].as_str().unwrap_or_default();
                 let index = event["output_index"].as_u64();
-                return Ok(match self.showing.replace(index.unwrap_or_default()) {
+                let shown = match self.showing.replace(index.unwrap_or_default()) {
                     Some(showing) if index.is_some_and(|i| i != showing) => format!("\n\n{delta}"),
                     _ => delta.to_string(),
-                });
+                };
+                self.text.push_str(&shown);
+                return Ok(shown);
             }
             "response.output_item.done" => {
                 let index = event["output_index"].as_u64().unwrap_or(u64::MAX);
@@ -231,7 +235,13 @@ impl Stream {
             .is_none_or(Vec::is_empty)
         {
             self.items.sort_by_key(|(index, _)| *index);
-            let items = self.items.into_iter().map(|(_, item)| item).collect();
+            let mut items: Vec<Value> = self.items.into_iter().map(|(_, item)| item).collect();
+            // A server that streams text deltas but neither the finished items nor the output
+            // in `response.completed` still said something: keep it as one message.
+            if items.is_empty() && !self.text.is_empty() {
+                items.push(json!({"type": "message", "role": "assistant",
+                    "content": [{"type": "output_text", "text": self.text, "annotations": []}]}));
+            }
             response.insert("output".into(), Value::Array(items));
         }
         parse(&Value::Object(response)).map_err(super::unusable)
@@ -789,5 +799,17 @@ mod tests {
         .unwrap();
         assert_eq!(reply.cut_short.as_deref(), Some("max_output_tokens"));
         assert_eq!(reply.text(), "");
+    }
+
+    #[test]
+    fn text_deltas_alone_still_make_the_answer() {
+        let stream = "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"output_index\":0,\"delta\":\"Hel\"}\n\n\
+                      event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"output_index\":0,\"delta\":\"lo.\"}\n\n\
+                      event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\",\"usage\":{\"input_tokens\":5,\"output_tokens\":2}}}\n\n";
+        let mut parsed = super::super::Stream::new(Api::OpenaiResponses);
+        assert_eq!(parsed.feed(stream.as_bytes()).unwrap(), "Hello.");
+        let reply = parsed.finish().unwrap();
+        assert_eq!(reply.text(), "Hello.");
+        assert_eq!(reply.usage.input_tokens, 5);
     }
 }
