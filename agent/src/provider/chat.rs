@@ -41,16 +41,7 @@ pub fn request(
     if let Some(effort) = &config.reasoning_effort {
         body["reasoning_effort"] = json!(effort);
     }
-    let mut headers = vec![("content-type".into(), "application/json".into())];
-    // The host adds the token; one in an older configuration is still sent.
-    if let Some(token) = &config.token {
-        headers.push(("authorization".into(), format!("Bearer {token}")));
-    }
-    HttpRequest {
-        url: format!("{}/v1/chat/completions", config.base_url),
-        headers,
-        body: body.to_string().into_bytes(),
-    }
+    super::openai_style(config, "/v1/chat/completions", &body)
 }
 
 /// The history as chat messages after the system prompt. Some servers' chat templates insist

@@ -508,6 +508,21 @@ fn count(value: &Value) -> u64 {
     value.as_u64().unwrap_or(0)
 }
 
+/// A request to one of OpenAI's two APIs (`/v1/responses`, `/v1/chat/completions`): JSON, with
+/// the token as a bearer header only when an older configuration still holds it (the host adds
+/// it otherwise).
+fn openai_style(config: &Config, path: &str, body: &Value) -> HttpRequest {
+    let mut headers = vec![("content-type".into(), "application/json".into())];
+    if let Some(token) = &config.token {
+        headers.push(("authorization".into(), format!("Bearer {token}")));
+    }
+    HttpRequest {
+        url: format!("{}{path}", config.base_url),
+        headers,
+        body: body.to_string().into_bytes(),
+    }
+}
+
 /// Tool call arguments as the JSON object both APIs require: the model's own object, or, when
 /// it wrote something else (text that is not JSON), that wrapped so it can still be sent back.
 fn arguments_object(arguments: &Value) -> Value {

@@ -43,16 +43,7 @@ pub fn request(
     if let Some(effort) = &config.reasoning_effort {
         body["reasoning"] = json!({"effort": effort});
     }
-    let mut headers = vec![("content-type".into(), "application/json".into())];
-    // The host adds the token; one in an older configuration is still sent.
-    if let Some(token) = &config.token {
-        headers.push(("authorization".into(), format!("Bearer {token}")));
-    }
-    HttpRequest {
-        url: format!("{}/v1/responses", config.base_url),
-        headers,
-        body: body.to_string().into_bytes(),
-    }
+    super::openai_style(config, "/v1/responses", &body)
 }
 
 /// One history entry as a Responses input item; `None` for what this API cannot take.

@@ -11,7 +11,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{Value, json};
 use support::*;
@@ -265,14 +265,7 @@ impl Screen {
     }
 
     fn wait_exit(&mut self) -> std::process::ExitStatus {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "the host did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        support::wait_exit(&mut self.child)
     }
 }
 

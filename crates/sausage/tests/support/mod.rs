@@ -494,14 +494,19 @@ impl Host {
     }
 
     pub fn wait_exit(&mut self) -> ExitStatus {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "the host did not exit");
-            std::thread::sleep(Duration::from_millis(20));
+        wait_exit(&mut self.child)
+    }
+}
+
+/// Waits for a host process to exit, or fails the test after [`PATIENCE`].
+pub fn wait_exit(child: &mut Child) -> ExitStatus {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
         }
+        assert!(Instant::now() < deadline, "the host did not exit");
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
