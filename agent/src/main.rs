@@ -21,6 +21,7 @@
 mod budget;
 mod config;
 mod context;
+mod goals;
 mod history;
 mod host;
 mod provider;

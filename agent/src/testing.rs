@@ -59,7 +59,8 @@ pub enum Answer {
     Stopped,
 }
 
-/// A host that plays a script: `receive` returns `events` in order (then `Stop`), `post`
+/// A host that plays a script: `receive` returns `events` in order (then times out, or `Stop`s
+/// a wait without a limit), `post`
 /// answers with `answers` in order (then asks `respond`); `arrivals` are messages that come while the request with
 /// the given index (0 = the first) is in flight. What the agent sends and posts is recorded.
 #[derive(Default)]
@@ -112,9 +113,15 @@ impl ScriptedHost {
 }
 
 impl Host for ScriptedHost {
+    /// Past the script, a wait with a time limit times out (as nothing else comes) and a wait
+    /// without one ends the run.
     fn receive(&mut self, timeout: Option<Duration>) -> Event {
         self.waits.push(timeout);
-        self.events.pop_front().unwrap_or(Event::Stop)
+        match (self.events.pop_front(), timeout) {
+            (Some(event), _) => event,
+            (None, Some(_)) => Event::TimedOut,
+            (None, None) => Event::Stop,
+        }
     }
 
     fn send(&mut self, message: &Outgoing) {

@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use crate::budget::{self, Spend};
 use crate::config::{self, Config};
 use crate::context;
+use crate::goals::{self, Goal, Goals};
 use crate::history::{self, Entry, History};
 use crate::host::{Event, Host, Incoming, Outgoing, Posted};
 use crate::provider::{self, Failure, Reply, Usage, shorten};
@@ -45,6 +46,20 @@ pub const MAX_RESUMES: u32 = 3;
 
 /// The most characters of a tool message's `preview`.
 pub const PREVIEW_CHARS: usize = 80;
+
+/// The longest a question waits for its answer (across restarts): a person may be away.
+pub const QUESTION_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The most choices a question offers.
+pub const MAX_CHOICES: usize = 10;
+
+/// The most items of the to-do card, and the most characters of one.
+pub const MAX_PLAN_ITEMS: usize = 30;
+const PLAN_ITEM_CHARS: usize = 200;
+
+/// The longest note, and how much of `notes.md` (its newest end) every request shows.
+pub const MAX_NOTE_BYTES: usize = 2 * 1024;
+pub const NOTES_SHOWN: usize = 8 * 1024;
 
 /// How much of one step's description the step-limit answer shows.
 const STEP_DESCRIPTION_CHARS: usize = 160;
@@ -83,6 +98,23 @@ pub struct SavedTurn {
     /// Request bytes per prompt token, learnt from the last response, for estimating the next.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes_per_token: Option<f64>,
+    /// The goal this turn is a round of; `None` for a turn that answers a message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal: Option<String>,
+    /// The to-do card (`plan`), as `[{"text","done"}]`; null before the first.
+    #[serde(default)]
+    pub plan: Value,
+    /// How the model ended a goal's round with `goal_status`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round_end: Option<RoundEnd>,
+}
+
+/// A round's end as the model gave it with `goal_status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RoundEnd {
+    /// `continue`, `done` or `blocked`.
+    pub status: String,
+    pub summary: String,
 }
 
 impl SavedTurn {
@@ -98,6 +130,9 @@ impl SavedTurn {
             unpriced: false,
             resumes: 0,
             bytes_per_token: None,
+            goal: None,
+            plan: Value::Null,
+            round_end: None,
         }
     }
 }
@@ -109,6 +144,12 @@ pub struct Waiting {
     /// The id the reply names in `reply_to`, such as `agent/t3`.
     pub reply_to: String,
     pub seconds: u64,
+    /// The wait is for a person's answer to `ask`.
+    #[serde(default)]
+    pub question: bool,
+    /// When the wait ends, in seconds since 1970 (the wall clock, so a restart keeps it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<u64>,
 }
 
 /// Messages kept for later, as `inbox.json` keeps them.
@@ -167,6 +208,16 @@ enum Asked {
     Shutdown,
 }
 
+/// How a turn's step loop ended.
+enum Outcome {
+    /// The model answered: its final text.
+    Answered(String),
+    /// The turn was cut short, in words: by a limit (`Some`) or a failure (`None`).
+    Cut(String, Option<Stopped>),
+    /// The model ended a goal's round with `goal_status` (kept in the turn's `round_end`).
+    Status,
+}
+
 /// Streamed text waiting to go to the person, batched to one message per [`PROGRESS_INTERVAL`].
 struct Progress {
     pending: String,
@@ -204,6 +255,9 @@ pub struct Agent<H: Host> {
     finished: Option<String>,
     /// When the last progress or tool message went out, for batching.
     progress: Progress,
+    goals: Goals,
+    /// The goal whose round runs now, if one does.
+    round_of: Option<String>,
 }
 
 impl<H: Host> Agent<H> {
@@ -214,9 +268,9 @@ impl<H: Host> Agent<H> {
         version: &str,
         candidate: bool,
     ) -> Self {
+        let data = data.into();
         Agent {
             host,
-            data: data.into(),
             actor: actor.to_string(),
             version: version.to_string(),
             candidate,
@@ -224,10 +278,13 @@ impl<H: Host> Agent<H> {
             current: None,
             stop_asked: false,
             finished: None,
+            goals: Goals::new(&data),
+            data,
             progress: Progress {
                 pending: String::new(),
                 last: None,
             },
+            round_of: None,
         }
     }
 
@@ -248,12 +305,26 @@ impl<H: Host> Agent<H> {
                 return;
             }
         }
+        // People's texts come first; a goal's rounds run when none waits, so a goal never locks
+        // anyone out for longer than one round.
         loop {
+            // What came while the last turn asked the model waits in the host: people first.
+            self.take_arrived();
+            let goal = (!self.candidate && self.inbox.turns.is_empty())
+                .then(|| self.goals.active())
+                .flatten();
+            let wait = goal.as_ref().map(|_| Duration::ZERO);
             let message = if self.inbox.turns.is_empty() {
-                match self.host.receive(None) {
-                    Event::Message(message) => message,
-                    Event::TimedOut => continue,
-                    Event::Stop => return,
+                match (self.host.receive(wait), goal) {
+                    (Event::Message(message), _) => message,
+                    (Event::TimedOut, Some(goal)) => {
+                        if self.round(goal) == Flow::Stop {
+                            return;
+                        }
+                        continue;
+                    }
+                    (Event::TimedOut, None) => continue,
+                    (Event::Stop, _) => return,
                 }
             } else {
                 let message = self.inbox.turns.remove(0);
@@ -362,22 +433,30 @@ impl<H: Host> Agent<H> {
             );
             self.close_open_calls(&mut history, INTERRUPTED);
             let words = self.failure_words(&turn, words);
-            history.entries.push(Entry::assistant(words.clone()));
-            self.answer_ending(&turn, words, None);
-            return self.finish(&mut history);
+            return self.conclude(history, turn, Outcome::Cut(words, None));
         }
         self.save(&mut history, &turn);
         let config = match config::load(&self.file("config.json")) {
             Ok(config) => config,
             Err(words) => {
-                self.answer_ending(&turn, words, None);
-                self.current = None;
-                self.end_turn();
-                return Flow::Continue;
+                self.close_open_calls(&mut history, INTERRUPTED);
+                return self.conclude(history, turn, Outcome::Cut(words, None));
             }
         };
         for id in history.open_calls() {
             let output = match turn.waiting.clone().filter(|w| w.call_id == id) {
+                Some(waiting) if waiting.question => {
+                    // The same question, waited for until its deadline, whatever the restarts.
+                    let now = unix_seconds(self.host.now());
+                    let left = waiting
+                        .until
+                        .map_or(waiting.seconds, |u| u.saturating_sub(now));
+                    let awaited = self.await_reply(&waiting.reply_to, left);
+                    match answer_words(awaited, &waiting.reply_to) {
+                        Some(words) => format!("(asked before the agent restarted) {words}"),
+                        None => return self.stop(&history, &turn),
+                    }
+                }
                 Some(waiting) => match self.await_reply(&waiting.reply_to, waiting.seconds) {
                     Awaited::Reply(reply) => format!(
                         "The agent restarted while waiting for this reply (for example because \
@@ -397,11 +476,17 @@ impl<H: Host> Agent<H> {
         }
         turn.waiting = None;
         history.entries.extend(self.take_notes());
+        let what = match &turn.goal {
+            Some(goal) => format!("the round of goal {goal} you were in; end it with goal_status"),
+            None => format!(
+                "the turn you were in: your last text will answer message {} from {}",
+                turn.message.id, turn.message.from
+            ),
+        };
         history.entries.push(Entry::user(format!(
             "(You restarted, for example after upgrading yourself, and now run as version {} \
-             of `{}`. Finish the turn you were in: your last text will answer message {} from \
-             {}. Check what an interrupted step did before repeating it.)",
-            self.version, self.actor, turn.message.id, turn.message.from
+             of `{}`. Finish {what}. Check what an interrupted step did before repeating it.)",
+            self.version, self.actor
         )));
         self.work(&config, history, turn)
     }
@@ -411,6 +496,7 @@ impl<H: Host> Agent<H> {
     fn work(&mut self, config: &Config, mut history: History, mut turn: SavedTurn) -> Flow {
         self.current = Some(turn.message.id.clone());
         self.stop_asked = false;
+        self.round_of = turn.goal.clone();
         let (answer, stopped) = loop {
             self.take_arrived();
             if let Some(end) = self.limit(config, &turn) {
@@ -431,10 +517,7 @@ impl<H: Host> Agent<H> {
             if !reply.has_tool_calls() {
                 let text = reply.text();
                 match (&reply.cut_short, text.is_empty()) {
-                    (None, false) => {
-                        self.answer_ending(&turn, text, None);
-                        return self.finish(&mut history);
-                    }
+                    (None, false) => return self.conclude(history, turn, Outcome::Answered(text)),
                     (None, true) => {
                         break ("(The model ended its turn without any text.)".into(), None);
                     }
@@ -446,8 +529,7 @@ impl<H: Host> Agent<H> {
                     }
                     (Some(why), false) => {
                         let text = format!("{text}\n\n(The answer was cut short: {why}.)");
-                        self.answer_ending(&turn, text, None);
-                        return self.finish(&mut history);
+                        return self.conclude(history, turn, Outcome::Answered(text));
                     }
                 }
             }
@@ -495,11 +577,36 @@ impl<H: Host> Agent<H> {
                     output: cut_output(output),
                 });
             }
+            if turn.round_end.is_some() {
+                return self.conclude(history, turn, Outcome::Status);
+            }
         };
+        self.conclude(history, turn, Outcome::Cut(answer, stopped))
+    }
+
+    /// Ends the turn: a message's turn answers it; a goal's round reports to the goal.
+    fn conclude(&mut self, mut history: History, mut turn: SavedTurn, outcome: Outcome) -> Flow {
         self.close_open_calls(&mut history, NOT_RUN);
-        // Words the model did not write still reached the person; the next turn should know them.
-        history.entries.push(Entry::assistant(answer.clone()));
-        self.answer_ending(&turn, answer, stopped);
+        if let Outcome::Cut(words, _) = &outcome {
+            // Words the model did not write still reached the person; the next turn should
+            // know them.
+            history.entries.push(Entry::assistant(words.clone()));
+        }
+        match (&turn.goal, outcome) {
+            (None, Outcome::Answered(text)) => self.answer_ending(&turn, text, None),
+            (None, Outcome::Cut(words, stopped)) => self.answer_ending(&turn, words, stopped),
+            // `goal_status` is refused outside a goal's rounds, so this does not happen; an
+            // answer is owed all the same.
+            (None, Outcome::Status) => {
+                let words = turn
+                    .round_end
+                    .take()
+                    .map(|end| end.summary)
+                    .unwrap_or_default();
+                self.answer_ending(&turn, words, None);
+            }
+            (Some(_), outcome) => self.end_round(&mut turn, outcome),
+        }
         self.finish(&mut history)
     }
 
@@ -594,7 +701,12 @@ impl<H: Host> Agent<H> {
             .rposition(|e| matches!(e, Entry::User { text } if text.starts_with(&opening)))
             .unwrap_or(0);
         let entries = context::view(&history.entries, turn_start);
-        provider::request(config, crate::PROMPT, &entries, &tools::specs())
+        // `goal_status` ends a goal's round: other turns are not offered it.
+        let tools: Vec<tools::ToolSpec> = tools::specs()
+            .into_iter()
+            .filter(|t| turn.goal.is_some() || t.name != "goal_status")
+            .collect();
+        provider::request(config, &self.system_prompt(), &entries, &tools)
     }
 
     /// Replaces the older history by a handoff summary the model writes (DESIGN §12, Context).
@@ -912,6 +1024,10 @@ impl<H: Host> Agent<H> {
         match name {
             "send_message" => self.send_message(history, turn, id, arguments),
             "wait_for_messages" => self.wait_for_messages(arguments),
+            "ask" => self.ask_person(history, turn, id, arguments),
+            "plan" => Some(self.plan(turn, arguments)),
+            "note" => Some(self.note(arguments)),
+            "goal_status" => Some(self.goal_status(turn, arguments)),
             _ => Some(tools::run_file_tool(name, arguments).unwrap_or_else(|| {
                 let names: Vec<&str> = tools::specs().iter().map(|s| s.name).collect();
                 format!(
@@ -920,6 +1036,416 @@ impl<H: Host> Agent<H> {
                 )
             })),
         }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Goals (DESIGN §12): rounds of a turn each, between people's turns.
+
+    /// `{"type":"goal","text","max_rounds"?,"max_usd"?}`: a new goal, answered `goal_started`.
+    fn new_goal(&mut self, message: Incoming) {
+        let added = goals::parse_request(&message.body)
+            .and_then(|(text, rounds, usd)| self.goals.add(message.clone(), text, rounds, usd));
+        let body = match added {
+            Ok(goal) => {
+                eprintln!("agent: goal {} from {}", goal.id, message.from);
+                let mut body = json!({"type": "goal_started", "goal": goal.id});
+                if goal.state == goals::State::Queued {
+                    body["queued"] = json!(true);
+                }
+                body
+            }
+            Err(reason) => json!({"type": "error", "request": "goal", "reason": reason}),
+        };
+        self.reply(&message, body);
+    }
+
+    /// `{"type":"goal_stop","goal"}`: the goal ends; a round in progress ends after its step.
+    fn stop_goal(&mut self, message: Incoming) {
+        let id = message.body["goal"].as_str().unwrap_or_default();
+        let Some(mut goal) = self.goals.get(id) else {
+            let known: Vec<String> = self.goals.all().into_iter().map(|g| g.id).collect();
+            let reason = format!(
+                "there is no goal `{id}`; the goals are: {}",
+                if known.is_empty() {
+                    "none".into()
+                } else {
+                    known.join(", ")
+                }
+            );
+            return self.reply(
+                &message,
+                json!({"type": "error", "request": "goal_stop", "reason": reason}),
+            );
+        };
+        if goal.finished() {
+            let reason = format!("goal {id} has already ended ({:?})", goal.state).to_lowercase();
+            return self.reply(
+                &message,
+                json!({"type": "error", "request": "goal_stop", "reason": reason}),
+            );
+        }
+        let reason = format!("stopped by {} (goal_stop)", message.from);
+        goal.stop = Some(reason.clone());
+        if self.round_of.as_deref() == Some(id) {
+            // The round ends after its current step and reports the stop.
+            self.stop_asked = true;
+            self.report(self.goals.save(&goal));
+        } else {
+            self.end_goal(
+                &mut goal,
+                goals::State::Stopped,
+                "goal_stopped",
+                json!({"reason": reason}),
+            );
+        }
+        if message.from != goal.message.from {
+            self.reply(
+                &message,
+                json!({"type": "goal_stopped", "goal": goal.id, "reason": reason}),
+            );
+        }
+    }
+
+    /// One round of `goal`: a turn of up to [`MAX_STEPS`] steps that ends with `goal_status`.
+    fn round(&mut self, mut goal: Goal) -> Flow {
+        if let Some(reason) = goal.stop.clone() {
+            self.end_goal(
+                &mut goal,
+                goals::State::Stopped,
+                "goal_stopped",
+                json!({"reason": reason}),
+            );
+            return Flow::Continue;
+        }
+        let config = match config::load(&self.file("config.json")) {
+            Ok(config) => config,
+            Err(words) => {
+                self.end_goal(
+                    &mut goal,
+                    goals::State::Stopped,
+                    "goal_stopped",
+                    json!({"reason": words}),
+                );
+                return Flow::Continue;
+            }
+        };
+        let spend = Spend::load(&self.file("spend.json"), self.host.now());
+        if config.price.is_some() && spend.usd >= config.max_day_usd {
+            let reason = self.day_cap_words(&config, &spend);
+            self.end_goal(
+                &mut goal,
+                goals::State::Stopped,
+                "goal_stopped",
+                json!({"reason": reason}),
+            );
+            return Flow::Continue;
+        }
+        goal.state = goals::State::Running;
+        self.report(self.goals.save(&goal));
+        let round = goal.rounds + 1;
+        eprintln!("agent: goal {} round {round}", goal.id);
+        let mut history = self.load_history();
+        history.entries.extend(self.take_notes());
+        let earlier: Vec<String> = goal
+            .summaries
+            .iter()
+            .enumerate()
+            .map(|(n, summary)| format!("- round {}: {summary}", n + 1))
+            .collect();
+        history.entries.push(Entry::user(format!(
+            "Goal {} from {}, round {round} of at most {} ({} of {} spent so far):\n{}\n\n\
+             Earlier rounds:\n{}\n\nWork on the goal in this round (up to {MAX_STEPS} steps): \
+             keep the to-do card (plan) current, test each step. End the round with \
+             goal_status: `continue` with what this round did and what comes next, `done` when \
+             the goal is reached and tested, or `blocked` with what you need (allowed from round \
+             {}).",
+            goal.id,
+            goal.message.from,
+            goal.max_rounds,
+            budget::usd_words(goal.spent_usd),
+            budget::usd_words(goal.max_usd),
+            goal.text,
+            if earlier.is_empty() {
+                "(none: this is the first)".to_string()
+            } else {
+                earlier.join("\n")
+            },
+            goals::BLOCKED_FROM_ROUND,
+        )));
+        let mut message = goal.message.clone();
+        message.body = json!({"type": "text", "text": goal.text});
+        let turn = SavedTurn {
+            goal: Some(goal.id.clone()),
+            plan: goal.plan.clone(),
+            ..SavedTurn::new(message)
+        };
+        self.work(&config, history, turn)
+    }
+
+    /// A round ended: `goal_progress`, then the goal goes on or ends (done, blocked, stopped by
+    /// a stop, a limit, or a failure).
+    fn end_round(&mut self, turn: &mut SavedTurn, outcome: Outcome) {
+        let id = turn.goal.clone().unwrap_or_default();
+        let Some(mut goal) = self.goals.get(&id) else {
+            eprintln!("agent: the goal {id} of this round is gone; its round's end is dropped");
+            return;
+        };
+        goal.rounds += 1;
+        goal.spent_usd += turn.cost_usd;
+        goal.plan = turn.plan.clone();
+        let (status, summary, ended) = match outcome {
+            Outcome::Status => {
+                let end = turn
+                    .round_end
+                    .take()
+                    .expect("a status outcome carries its end");
+                (end.status, end.summary, None)
+            }
+            Outcome::Answered(text) => ("continue".to_string(), text, None),
+            Outcome::Cut(words, Some(Stopped::Steps)) => ("continue".to_string(), words, None),
+            Outcome::Cut(words, _) => ("continue".to_string(), words.clone(), Some(words)),
+        };
+        goal.summaries.push(summary.clone());
+        self.tell_goal_owner(
+            &goal,
+            json!({"type": "goal_progress", "goal": goal.id,
+            "round": goal.rounds, "summary": summary}),
+        );
+        let stopped = |reason: String| {
+            (
+                goals::State::Stopped,
+                "goal_stopped",
+                json!({"reason": reason}),
+            )
+        };
+        let (state, kind, fields) = if let Some(reason) = goal.stop.clone() {
+            stopped(reason)
+        } else if let Some(words) = ended {
+            stopped(words)
+        } else if status == "done" {
+            (goals::State::Done, "goal_done", json!({"summary": summary}))
+        } else if status == "blocked" {
+            (
+                goals::State::Blocked,
+                "goal_blocked",
+                json!({"summary": summary}),
+            )
+        } else if goal.rounds >= goal.max_rounds {
+            stopped(format!(
+                "it reached its limit of {} rounds (max_rounds)",
+                goal.max_rounds
+            ))
+        } else if turn.cost_usd > 0.0 && goal.spent_usd >= goal.max_usd {
+            stopped(format!(
+                "it has cost {}, and its limit is {} (max_usd)",
+                budget::usd_words(goal.spent_usd),
+                budget::usd_words(goal.max_usd)
+            ))
+        } else {
+            self.report(self.goals.save(&goal));
+            return;
+        };
+        self.end_goal(&mut goal, state, kind, fields);
+    }
+
+    /// Ends `goal` in `state`, telling its owner with a `kind` message carrying `fields`.
+    fn end_goal(&mut self, goal: &mut Goal, state: goals::State, kind: &str, fields: Value) {
+        goal.state = state;
+        self.report(self.goals.save(goal));
+        let mut body = json!({"type": kind, "goal": goal.id});
+        for (key, value) in fields.as_object().into_iter().flatten() {
+            body[key] = value.clone();
+        }
+        eprintln!("agent: goal {} ends: {kind}", goal.id);
+        self.tell_goal_owner(goal, body);
+    }
+
+    fn tell_goal_owner(&mut self, goal: &Goal, body: Value) {
+        let message = goal.message.clone();
+        self.reply(&message, body);
+    }
+
+    /// A reply to `message`, to its sender.
+    fn reply(&mut self, message: &Incoming, body: Value) {
+        self.host.send(&Outgoing {
+            to: Some(message.from.clone()),
+            id: None,
+            reply_to: Some(message.id.clone()),
+            body,
+        });
+    }
+
+    /// `goal_status`: ends the round, unless it gives up before [`goals::BLOCKED_FROM_ROUND`].
+    fn goal_status(&mut self, turn: &mut SavedTurn, arguments: &Value) -> String {
+        let Some(id) = turn.goal.clone() else {
+            return "error: goal_status ends a goal's round, and this turn answers a message: \
+                    end it with your answer instead"
+                .into();
+        };
+        let status = match arguments["status"].as_str() {
+            Some(s @ ("continue" | "done" | "blocked")) => s.to_string(),
+            other => {
+                return format!(
+                    "error: `status` is {other:?}; it must be \"continue\", \"done\" or \"blocked\""
+                );
+            }
+        };
+        let summary = match arguments["summary"].as_str().map(str::trim) {
+            Some(summary) if !summary.is_empty() => summary.to_string(),
+            _ => {
+                return "error: `summary` must say what this round did (and what comes next)"
+                    .into();
+            }
+        };
+        let round = self.goals.get(&id).map_or(1, |g| g.rounds + 1);
+        if status == "blocked" && round < goals::BLOCKED_FROM_ROUND {
+            return format!(
+                "error: this is round {round}; a goal may be given up as blocked only from round \
+                 {} on. Keep going: try another way (a smaller step, a different approach, \
+                 reading the logs and sources again), or ask the person with `ask` if only they \
+                 can decide. The round goes on.",
+                goals::BLOCKED_FROM_ROUND
+            );
+        }
+        turn.round_end = Some(RoundEnd {
+            status: status.clone(),
+            summary,
+        });
+        format!("round {round} of goal {id} ends here ({status})")
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // The to-do card, notes, and asking the person.
+
+    /// `plan`: the whole to-do card; the person gets it as `plan` whenever it changes.
+    fn plan(&mut self, turn: &mut SavedTurn, arguments: &Value) -> String {
+        let Some(items) = arguments["items"].as_array() else {
+            return "error: `items` must be an array of {\"text\": \"...\", \"done\": false}"
+                .into();
+        };
+        if items.len() > MAX_PLAN_ITEMS {
+            return format!("error: a card holds at most {MAX_PLAN_ITEMS} items; merge some");
+        }
+        let mut card = Vec::new();
+        for (n, item) in items.iter().enumerate() {
+            let text = item["text"].as_str().map(str::trim).unwrap_or_default();
+            let Some(done) = item["done"].as_bool() else {
+                return format!("error: item {n} needs `done`: true or false");
+            };
+            if text.is_empty() {
+                return format!("error: item {n} needs a `text` saying what to do");
+            }
+            card.push(json!({"text": shorten(text, PLAN_ITEM_CHARS), "done": done}));
+        }
+        let card = Value::Array(card);
+        let done = items.iter().filter(|i| i["done"] == true).count();
+        if card != turn.plan {
+            turn.plan = card.clone();
+            self.tell(turn, json!({"type": "plan", "items": card}));
+        }
+        format!("the card has {} items, {done} done", items.len())
+    }
+
+    /// `note`: appended to `/data/notes.md`, which every request shows the model.
+    fn note(&mut self, arguments: &Value) -> String {
+        let text = match arguments["text"].as_str().map(str::trim) {
+            Some(text) if !text.is_empty() => text,
+            _ => return "error: `text` must say what to remember".into(),
+        };
+        if text.len() > MAX_NOTE_BYTES {
+            return format!("error: a note is at most {MAX_NOTE_BYTES} bytes; keep it short");
+        }
+        let path = self.file("notes.md");
+        let mut notes = std::fs::read_to_string(&path).unwrap_or_default();
+        notes.push_str(&format!("- {}\n", text.replace('\n', "\n  ")));
+        match std::fs::write(&path, &notes) {
+            Ok(()) => format!("noted in /data/notes.md ({} bytes in all)", notes.len()),
+            Err(e) => format!("error: /data/notes.md: {e}"),
+        }
+    }
+
+    /// The prompt with the agent's notes: the newest [`NOTES_SHOWN`] bytes of `notes.md`.
+    fn system_prompt(&self) -> String {
+        let notes = std::fs::read_to_string(self.file("notes.md")).unwrap_or_default();
+        if notes.trim().is_empty() {
+            return crate::PROMPT.to_string();
+        }
+        let mut from = notes.len().saturating_sub(NOTES_SHOWN);
+        while !notes.is_char_boundary(from) {
+            from += 1;
+        }
+        let cut = if from > 0 {
+            "(older notes are in the file)\n"
+        } else {
+            ""
+        };
+        format!(
+            "{}\n\n## Your notes\n\nWhat you wrote down with `note` (in /data/notes.md, the newest \
+             last):\n\n{cut}{}",
+            crate::PROMPT,
+            &notes[from..]
+        )
+    }
+
+    /// `ask`: a `question` to the turn's sender; the turn waits for the answer, durably, up to
+    /// [`QUESTION_WAIT`].
+    fn ask_person(
+        &mut self,
+        history: &mut History,
+        turn: &mut SavedTurn,
+        call_id: &str,
+        arguments: &Value,
+    ) -> Option<String> {
+        let question = match arguments["question"].as_str().map(str::trim) {
+            Some(q) if !q.is_empty() => q.to_string(),
+            _ => return Some("error: `question` must be the question, in words".into()),
+        };
+        let choices = match &arguments["choices"] {
+            Value::Null => None,
+            Value::Array(items)
+                if (1..=MAX_CHOICES).contains(&items.len())
+                    && items
+                        .iter()
+                        .all(|c| c.as_str().is_some_and(|c| !c.trim().is_empty())) =>
+            {
+                Some(items.clone())
+            }
+            other => {
+                return Some(format!(
+                    "error: `choices` is {other}; give 1 to {MAX_CHOICES} non-empty strings, or \
+                     leave it out for a free answer"
+                ));
+            }
+        };
+        if turn.message.from.is_empty() {
+            return Some("error: this turn has no sender to ask".into());
+        }
+        history.sent += 1;
+        let id = format!("q{}", history.sent);
+        let published = format!("{}/{id}", self.actor);
+        let seconds = QUESTION_WAIT.as_secs();
+        turn.waiting = Some(Waiting {
+            call_id: call_id.to_string(),
+            reply_to: published.clone(),
+            seconds,
+            question: true,
+            until: Some(unix_seconds(self.host.now()) + seconds),
+        });
+        // Saved before asking: a restart goes on waiting for this very question.
+        self.save(history, turn);
+        let mut body = json!({"type": "question", "turn": turn.message.id, "text": question});
+        if let Some(choices) = choices {
+            body["choices"] = Value::Array(choices);
+        }
+        self.host.send(&Outgoing {
+            to: Some(turn.message.from.clone()),
+            id: Some(id),
+            reply_to: Some(turn.message.id.clone()),
+            body,
+        });
+        let output = answer_words(self.await_reply(&published, seconds), &published)?;
+        turn.waiting = None;
+        Some(output)
     }
 
     fn send_message(
@@ -954,6 +1480,8 @@ impl<H: Host> Agent<H> {
                 call_id: call_id.to_string(),
                 reply_to: published.clone(),
                 seconds,
+                question: false,
+                until: None,
             });
         }
         // Saved before sending: a restart must neither reuse the id nor forget the wait.
@@ -1038,8 +1566,11 @@ impl<H: Host> Agent<H> {
     /// Keeps a message that does not belong to the current wait: a text for its own turn, any
     /// other for the model to see later. A `stop` is obeyed instead of kept.
     fn keep(&mut self, message: Incoming) {
-        if message.kind() == "stop" {
-            return self.obey_stop(message);
+        match message.kind() {
+            "stop" => return self.obey_stop(message),
+            "goal" => return self.new_goal(message),
+            "goal_stop" => return self.stop_goal(message),
+            _ => {}
         }
         if message.starts_turn() {
             self.inbox.turns.push(message);
@@ -1117,6 +1648,7 @@ impl<H: Host> Agent<H> {
 
     fn finish(&mut self, history: &mut History) -> Flow {
         self.finished = self.current.take();
+        self.round_of = None;
         self.stop_asked = false;
         history.cut();
         self.report(history::save(&self.file("history.json"), history));
@@ -1211,6 +1743,19 @@ fn preview(name: &str, arguments: &Value) -> String {
                 .unwrap_or(DEFAULT_WAIT_SECONDS)
         ),
         "copy_dir" => format!("{} → {}", text("from"), text("to")),
+        "search" | "find_files" => format!("{} in {}", text("pattern"), text("path")),
+        "plan" => {
+            let items = arguments["items"].as_array();
+            let done = items
+                .into_iter()
+                .flatten()
+                .filter(|i| i["done"] == true)
+                .count();
+            format!("{} items, {done} done", items.map_or(0, Vec::len))
+        }
+        "note" => "/data/notes.md".into(),
+        "ask" => text("question").to_string(),
+        "goal_status" => text("status").to_string(),
         "write_file" => format!(
             "{} ({} bytes)",
             text("path"),
@@ -1225,6 +1770,29 @@ fn preview(name: &str, arguments: &Value) -> String {
         Some((at, _)) => format!("{}…", &words[..at]),
         None => words,
     }
+}
+
+/// What a question's wait came to, as the `ask` tool's output; `None` on a shutdown.
+fn answer_words(awaited: Awaited, question: &str) -> Option<String> {
+    Some(match awaited {
+        Awaited::Reply(reply) if reply.kind() == "answer" => format!(
+            "{} answered: {}",
+            reply.from,
+            reply.body["text"].as_str().unwrap_or_default()
+        ),
+        Awaited::Reply(reply) => format!("a reply to the question came: {}", reply.to_line()),
+        Awaited::TimedOut => format!(
+            "no answer to {question} came within {} hours; decide without it (say what you              assumed) or ask again later",
+            QUESTION_WAIT.as_secs() / 3600
+        ),
+        Awaited::Stopped => "the person stopped the turn before answering".into(),
+        Awaited::Stop => return None,
+    })
+}
+
+fn unix_seconds(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Seconds with a tenth, as a person reads a duration.

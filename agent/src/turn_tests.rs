@@ -298,7 +298,9 @@ fn a_shutdown_while_waiting_saves_the_turn_and_the_next_start_finishes_it() {
         Some(Waiting {
             call_id: "c1".into(),
             reply_to: "agent/t1".into(),
-            seconds: 60
+            seconds: 60,
+            question: false,
+            until: None,
         })
     );
     assert_eq!(history(&data).open_calls(), ["c1"]);
@@ -1050,4 +1052,550 @@ fn a_long_session_of_big_tool_outputs_keeps_within_the_window() {
         .filter(|e| matches!(e, Entry::Summary { .. }))
         .count();
     assert_eq!(summaries, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The to-do card, notes, questions and goals (DESIGN §12)
+
+fn call_reply(calls: &[(&str, Value)]) -> Answer {
+    let output: Vec<Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(n, (name, arguments))| {
+            json!({"type": "function_call", "id": format!("fc_{name}{n}"),
+                   "call_id": format!("call_{name}_{n}_{}", arguments.to_string().len()),
+                   "name": name, "arguments": arguments.to_string()})
+        })
+        .collect();
+    ScriptedHost::ok(json!({"status": "completed", "output": output}))
+}
+
+/// The outputs of every tool call the `n`-th request sent back, in order.
+fn tool_outputs(host: &ScriptedHost, n: usize) -> Vec<String> {
+    body(&host.requests[n])["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|item| item["type"] == "function_call_output")
+        .map(|item| item["output"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The bodies the agent sent of this type.
+fn sent_of(host: &ScriptedHost, kind: &str) -> Vec<Value> {
+    host.sent
+        .iter()
+        .filter(|m| m.body["type"] == kind)
+        .map(|m| m.body.clone())
+        .collect()
+}
+
+#[test]
+fn the_plan_goes_to_the_person_when_it_changes_and_bad_cards_are_refused() {
+    let data = world(Some(OPENAI));
+    let card = json!({"items": [{"text": "write", "done": true}, {"text": "test", "done": false}]});
+    let host = run(
+        &data,
+        vec![text("m-1", "work")],
+        vec![
+            call_reply(&[("plan", card.clone())]),
+            call_reply(&[
+                ("plan", card.clone()),
+                ("plan", json!({"items": [{"text": "", "done": false}]})),
+                ("plan", json!({"items": "write"})),
+            ]),
+            openai_text("Planned."),
+        ],
+    );
+    let plans = sent_of(&host, "plan");
+    assert_eq!(
+        plans.len(),
+        1,
+        "the same card twice is sent once: {plans:?}"
+    );
+    assert_eq!(plans[0]["items"], card["items"]);
+    assert_eq!(plans[0]["turn"], "m-1");
+    let outputs = tool_outputs(&host, 2);
+    assert_eq!(outputs[0], "the card has 2 items, 1 done");
+    assert!(
+        outputs[2].starts_with("error: item 0 needs a `text`"),
+        "{outputs:?}"
+    );
+    assert!(
+        outputs[3].starts_with("error: `items` must be an array"),
+        "{outputs:?}"
+    );
+}
+
+#[test]
+fn notes_are_kept_and_shown_in_every_request() {
+    let data = world(Some(OPENAI));
+    let host = run(
+        &data,
+        vec![text("m-1", "remember"), text("m-2", "and now?")],
+        vec![
+            call_reply(&[
+                ("note", json!({"text": "the person likes short answers"})),
+                ("note", json!({"text": ""})),
+            ]),
+            openai_text("Noted."),
+            openai_text("Short."),
+        ],
+    );
+    let notes = std::fs::read_to_string(data.join("notes.md")).unwrap();
+    assert_eq!(notes, "- the person likes short answers\n");
+    let outputs = tool_outputs(&host, 1);
+    assert!(
+        outputs[0].starts_with("noted in /data/notes.md"),
+        "{outputs:?}"
+    );
+    assert!(outputs[1].starts_with("error: `text`"), "{outputs:?}");
+    let instructions = body(&host.requests[2])["instructions"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        instructions.contains("## Your notes"),
+        "the notes are shown"
+    );
+    assert!(instructions.contains("the person likes short answers"));
+    assert!(
+        !body(&host.requests[0])["instructions"]
+            .as_str()
+            .unwrap()
+            .contains("## Your notes")
+    );
+}
+
+fn answer(id: &str, question: &str, text: &str) -> Event {
+    message(
+        id,
+        "console",
+        Some(question),
+        json!({"type": "answer", "text": text}),
+    )
+}
+
+#[test]
+fn a_question_waits_for_its_answer_and_the_answer_reaches_the_model() {
+    let data = world(Some(OPENAI));
+    let host = run(
+        &data,
+        vec![
+            text("m-1", "make a counter"),
+            // A text that is no answer is kept for its own turn; the answer ends the wait.
+            text("m-2", "also, hello"),
+            answer("m-3", "agent/q1", "blue"),
+        ],
+        vec![
+            call_reply(&[(
+                "ask",
+                json!({"question": "Which colour?", "choices": ["red", "blue"]}),
+            )]),
+            openai_text("Blue it is."),
+            openai_text("Hello."),
+        ],
+    );
+    let question = host
+        .sent
+        .iter()
+        .find(|m| m.body["type"] == "question")
+        .unwrap();
+    assert_eq!(question.id.as_deref(), Some("q1"));
+    assert_eq!(question.to.as_deref(), Some("console"));
+    assert_eq!(question.reply_to.as_deref(), Some("m-1"));
+    assert_eq!(
+        question.body,
+        json!({"type": "question", "turn": "m-1", "text": "Which colour?", "choices": ["red", "blue"]})
+    );
+    assert_eq!(tool_outputs(&host, 1), ["console answered: blue"]);
+    let replies: Vec<(String, String)> = answers(&host).into_iter().map(|a| (a.1, a.2)).collect();
+    assert_eq!(
+        replies,
+        [
+            ("m-1".into(), "Blue it is.".into()),
+            ("m-2".into(), "Hello.".into())
+        ]
+    );
+    assert!(
+        host.waits
+            .iter()
+            .flatten()
+            .any(|w| *w > QUESTION_WAIT - Duration::from_secs(1)),
+        "{:?}",
+        host.waits
+    );
+}
+
+#[test]
+fn a_question_is_still_waited_for_after_a_restart_and_answered() {
+    let data = world(Some(OPENAI));
+    let host = run(
+        &data,
+        vec![text("m-1", "make a counter"), Event::Stop],
+        vec![call_reply(&[("ask", json!({"question": "Which colour?"}))])],
+    );
+    assert!(answers(&host).is_empty());
+    let saved: SavedTurn = read_json(&data.join("turn.json")).unwrap();
+    let waiting = saved.waiting.unwrap();
+    assert!(waiting.question && waiting.until.is_some(), "{waiting:?}");
+
+    let host = run(
+        &data,
+        vec![answer("m-5", "agent/q1", "green")],
+        vec![openai_text("Green it is.")],
+    );
+    assert_eq!(answers(&host)[0].2, "Green it is.");
+    let output = &tool_outputs(&host, 0)[0];
+    assert_eq!(
+        output,
+        "(asked before the agent restarted) console answered: green"
+    );
+    // The wait went on for what was left of the 24 hours, not for 24 more.
+    let waited = host.waits[0].unwrap();
+    assert!(waited <= QUESTION_WAIT && waited > QUESTION_WAIT - Duration::from_secs(60));
+}
+
+#[test]
+fn a_question_without_an_answer_in_24_hours_lets_the_model_decide() {
+    let data = world(Some(OPENAI));
+    let host = run(
+        &data,
+        vec![text("m-1", "make a counter")],
+        vec![
+            call_reply(&[
+                ("ask", json!({"question": "Which colour?"})),
+                ("ask", json!({"question": "", "choices": []})),
+            ]),
+            openai_text("I chose red."),
+        ],
+    );
+    let outputs = tool_outputs(&host, 1);
+    assert!(
+        outputs[0].contains("no answer to agent/q1 came within 24 hours"),
+        "{outputs:?}"
+    );
+    assert!(outputs[1].starts_with("error: `question`"), "{outputs:?}");
+}
+
+fn goal(id: &str, extra: Value) -> Event {
+    let mut body = json!({"type": "goal", "text": "a counter actor with tests"});
+    for (key, value) in extra.as_object().unwrap() {
+        body[key] = value.clone();
+    }
+    message(id, "console", None, body)
+}
+
+fn status(status: &str, summary: &str) -> Answer {
+    call_reply(&[("goal_status", json!({"status": status, "summary": summary}))])
+}
+
+/// The goal messages the agent sent, as (type, round or "", summary or reason).
+fn goal_messages(host: &ScriptedHost) -> Vec<(String, String, String)> {
+    host.sent
+        .iter()
+        .filter(|m| m.body["type"].as_str().unwrap_or("").starts_with("goal_"))
+        .map(|m| {
+            let b = &m.body;
+            let words = b["summary"].as_str().or(b["reason"].as_str()).unwrap_or("");
+            (
+                b["type"].as_str().unwrap().into(),
+                b["round"].to_string(),
+                words.into(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_goal_finishes_in_three_rounds_with_progress_after_each() {
+    let data = world(Some(OPENAI));
+    let host = run(
+        &data,
+        vec![goal("m-1", json!({}))],
+        vec![
+            status("continue", "wrote the crate"),
+            status("continue", "built and tested it"),
+            status("done", "the counter runs and its tests pass"),
+        ],
+    );
+    assert_eq!(
+        goal_messages(&host),
+        [
+            ("goal_started".into(), "null".into(), "".into()),
+            ("goal_progress".into(), "1".into(), "wrote the crate".into()),
+            (
+                "goal_progress".into(),
+                "2".into(),
+                "built and tested it".into()
+            ),
+            (
+                "goal_progress".into(),
+                "3".into(),
+                "the counter runs and its tests pass".into()
+            ),
+            (
+                "goal_done".into(),
+                "null".into(),
+                "the counter runs and its tests pass".into()
+            ),
+        ]
+    );
+    assert!(
+        host.sent
+            .iter()
+            .filter(|m| m.body["type"].as_str().unwrap().starts_with("goal_"))
+            .all(|m| m.reply_to.as_deref() == Some("m-1") && m.body["goal"] == "g1")
+    );
+    // The third round knew what the first two did, and only rounds are offered goal_status.
+    let third = body(&host.requests[2]).to_string();
+    assert!(third.contains("round 3 of at most 24") && third.contains("built and tested it"));
+    assert!(third.contains("\"goal_status\""));
+    let goal: Value =
+        serde_json::from_slice(&std::fs::read(data.join("goals/g1.json")).unwrap()).unwrap();
+    assert_eq!(
+        (goal["state"].as_str(), goal["rounds"].as_u64()),
+        (Some("done"), Some(3))
+    );
+}
+
+#[test]
+fn giving_up_before_round_three_is_refused_and_the_goal_goes_on() {
+    let data = world(Some(OPENAI));
+    let host = run(
+        &data,
+        vec![goal("m-1", json!({}))],
+        vec![
+            status("blocked", "too hard"),
+            status("continue", "tried another way"),
+            status("blocked", "still hard"),
+            status("continue", "a third way"),
+            status("blocked", "I need the API key for the weather service"),
+        ],
+    );
+    let refused = &tool_outputs(&host, 1)[0];
+    assert!(
+        refused.starts_with("error: this is round 1;") && refused.contains("another way"),
+        "{refused}"
+    );
+    let messages = goal_messages(&host);
+    assert_eq!(
+        messages.last().unwrap(),
+        &(
+            "goal_blocked".into(),
+            "null".into(),
+            "I need the API key for the weather service".into()
+        )
+    );
+    let rounds = messages.iter().filter(|m| m.0 == "goal_progress").count();
+    assert_eq!(rounds, 3);
+}
+
+#[test]
+fn a_goal_stops_at_its_rounds_and_at_its_money() {
+    let data = world(Some(OPENAI));
+    let host = run(
+        &data,
+        vec![goal("m-1", json!({"max_rounds": 2}))],
+        vec![
+            status("continue", "one"),
+            status("continue", "two"),
+            status("continue", "three"),
+        ],
+    );
+    let last = goal_messages(&host).pop().unwrap();
+    assert_eq!(last.0, "goal_stopped");
+    assert!(last.2.contains("2 rounds (max_rounds)"), "{last:?}");
+    assert_eq!(host.requests.len(), 2);
+
+    let priced = config_with(json!({"prices": {"m": {"input": 1000.0, "output": 0.0}}}));
+    let data = world(Some(&priced));
+    let round = |summary: &str| {
+        openai_reply(
+            json!([{"type": "function_call", "id": "fc_s", "call_id": format!("c_{summary}"),
+            "name": "goal_status", "arguments": json!({"status": "continue", "summary": summary}).to_string()}]),
+            1000,
+            1,
+        )
+    };
+    // Each round costs $1.00; the goal may spend $1.50.
+    let host = run(
+        &data,
+        vec![goal("m-1", json!({"max_usd": 1.5}))],
+        vec![round("one"), round("two"), round("three")],
+    );
+    let last = goal_messages(&host).pop().unwrap();
+    assert_eq!(last.0, "goal_stopped");
+    assert!(
+        last.2.contains("$2.00") && last.2.contains("max_usd"),
+        "{last:?}"
+    );
+    assert_eq!(host.requests.len(), 2);
+}
+
+#[test]
+fn goal_stop_ends_a_goal_after_the_step_in_progress() {
+    let data = world(Some(OPENAI));
+    let stop = Incoming {
+        id: "m-2".into(),
+        from: "console".into(),
+        reply_to: None,
+        body: json!({"type": "goal_stop", "goal": "g1"}),
+    };
+    let host = ScriptedHost {
+        events: vec![goal("m-1", json!({}))].into(),
+        answers: (0..5)
+            .map(|n| openai_call(&format!("c{n}"), "list_dir", json!({"path": "/nowhere"})))
+            .collect(),
+        arrivals: vec![(0, stop)],
+        ..ScriptedHost::default()
+    };
+    let mut agent = Agent::new(host, &data, "agent", "2", false);
+    agent.run();
+    let host = agent.host;
+    assert_eq!(host.requests.len(), 1);
+    let last = goal_messages(&host).pop().unwrap();
+    assert_eq!(last.0, "goal_stopped");
+    assert_eq!(last.2, "stopped by console (goal_stop)");
+    // A stop for a goal that does not exist, or has ended, says so.
+    let host = run(
+        &data,
+        vec![message(
+            "m-3",
+            "console",
+            None,
+            json!({"type": "goal_stop", "goal": "g9"}),
+        )],
+        vec![],
+    );
+    assert!(
+        sent_of(&host, "error")[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no goal `g9`; the goals are: g1")
+    );
+}
+
+#[test]
+fn a_bad_goal_is_refused_with_what_would_be_right() {
+    let data = world(Some(OPENAI));
+    let host = run(
+        &data,
+        vec![
+            message("m-1", "console", None, json!({"type": "goal"})),
+            goal("m-2", json!({"max_rounds": 0})),
+            goal("m-3", json!({"max_usd": "lots"})),
+        ],
+        vec![],
+    );
+    let reasons: Vec<String> = sent_of(&host, "error")
+        .iter()
+        .map(|e| e["reason"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(reasons.len(), 3, "{reasons:?}");
+    assert!(reasons[0].contains("needs `text`"));
+    assert!(reasons[1].starts_with("max_rounds is 0"));
+    assert!(reasons[2].starts_with("max_usd is \"lots\""));
+    assert!(!data.join("goals").exists());
+}
+
+#[test]
+fn peoples_turns_are_served_between_a_goals_rounds() {
+    let data = world(Some(OPENAI));
+    let person = Incoming {
+        id: "m-2".into(),
+        from: "console".into(),
+        reply_to: None,
+        body: json!({"type": "text", "text": "how is it going?"}),
+    };
+    let host = ScriptedHost {
+        events: vec![goal("m-1", json!({}))].into(),
+        answers: vec![
+            status("continue", "round one"),
+            openai_text("Round one is done."),
+            status("done", "all done"),
+        ]
+        .into(),
+        arrivals: vec![(0, person)],
+        ..ScriptedHost::default()
+    };
+    let mut agent = Agent::new(host, &data, "agent", "2", false);
+    agent.run();
+    let host = agent.host;
+    assert_eq!(
+        answers(&host)[0],
+        ("console".into(), "m-2".into(), "Round one is done.".into())
+    );
+    assert!(
+        body(&host.requests[1])
+            .to_string()
+            .contains("how is it going?")
+    );
+    assert!(
+        body(&host.requests[2])
+            .to_string()
+            .contains("round 2 of at most")
+    );
+    assert_eq!(goal_messages(&host).pop().unwrap().0, "goal_done");
+}
+
+#[test]
+fn a_goal_survives_a_restart_in_the_middle_of_a_round() {
+    let data = world(Some(OPENAI));
+    let host = run(
+        &data,
+        // The goal, no message (so its round starts), then a shutdown while the round waits.
+        vec![goal("m-1", json!({})), Event::TimedOut, Event::Stop],
+        vec![call_reply(&[(
+            "send_message",
+            json!({"to": "broker", "body": {"type": "upgrade", "actor": "agent"}, "wait_seconds": 60}),
+        )])],
+    );
+    assert_eq!(goal_messages(&host).len(), 1, "only goal_started so far");
+    let saved: SavedTurn = read_json(&data.join("turn.json")).unwrap();
+    assert_eq!(saved.goal.as_deref(), Some("g1"));
+
+    let upgraded = json!({"type": "upgraded", "actor": "agent", "version": 2});
+    let host = run(
+        &data,
+        vec![message("m-9", "broker", Some("agent/t1"), upgraded)],
+        vec![status("done", "upgraded and done")],
+    );
+    let first = body(&host.requests[0]).to_string();
+    assert!(first.contains("the round of goal g1"), "{first}");
+    assert_eq!(
+        goal_messages(&host),
+        [
+            (
+                "goal_progress".into(),
+                "1".into(),
+                "upgraded and done".into()
+            ),
+            (
+                "goal_done".into(),
+                "null".into(),
+                "upgraded and done".into()
+            ),
+        ]
+    );
+    assert!(!data.join("turn.json").exists());
+}
+
+#[test]
+fn goal_status_outside_a_goal_is_an_error_the_model_can_act_on() {
+    let data = world(Some(OPENAI));
+    let host = run(
+        &data,
+        vec![text("m-1", "hi")],
+        vec![
+            call_reply(&[("goal_status", json!({"status": "done", "summary": "x"}))]),
+            openai_text("Hi."),
+        ],
+    );
+    assert!(tool_outputs(&host, 1)[0].starts_with("error: goal_status ends a goal's round"));
+    let offered = body(&host.requests[0]).to_string();
+    assert!(
+        !offered.contains("\"goal_status\""),
+        "not offered outside a goal"
+    );
 }
