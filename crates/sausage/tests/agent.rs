@@ -752,3 +752,169 @@ fn a_scripts_await_waits_for_the_turns_answer_not_its_progress() {
     assert!(seen.contains(&"progress".to_string()), "{seen:?}");
     assert_eq!(seen.last().map(String::as_str), Some("text"), "{seen:?}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Questions and goals (issue 11)
+
+/// The outputs of every tool call the `n`-th request sent back (OpenAI Responses shape).
+fn tool_outputs(fake: &FakeLlm, n: usize) -> Vec<String> {
+    fake.requests()[n].body["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|item| item["type"] == "function_call_output")
+        .map(|item| item["output"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_question_is_answered_with_the_next_plain_line_at_the_console() {
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "ask",
+        json!({"question": "Which colour should the counter print?", "choices": ["red", "blue"]}),
+    )]));
+    fake.push_openai(openai::text_reply("A blue counter, then."));
+    let mut host = world.run();
+    host.send("make me a counter");
+    let question = host.wait_type("agent", "question");
+    assert_eq!(question["choices"], json!(["red", "blue"]));
+    host.send("blue");
+    assert_eq!(final_reply(&mut host)["text"], "A blue counter, then.");
+    assert_eq!(tool_outputs(&fake, 1), ["console answered: blue"]);
+    // The line was the answer, not a new turn.
+    assert_eq!(fake.requests().len(), 2);
+}
+
+#[test]
+fn a_question_is_still_open_after_the_agent_restarts_and_its_answer_finishes_the_turn() {
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "anthropic-messages");
+    fake.push_anthropic(anthropic::reply(vec![anthropic::tool_use(
+        "ask",
+        json!({"question": "May I delete /data/old?"}),
+    )]));
+    fake.push_anthropic(anthropic::text_reply("Deleted it, as you said."));
+    let mut host = world.run();
+    host.send("clean up");
+    host.wait_type("agent", "question");
+    assert_eq!(
+        host.request(json!({"type": "stop", "actor": "agent"}))["type"],
+        "stopped"
+    );
+    assert_eq!(
+        host.request(json!({"type": "start", "actor": "agent"}))["type"],
+        "started"
+    );
+    host.send("yes, delete it");
+    assert_eq!(final_reply(&mut host)["text"], "Deleted it, as you said.");
+    let sent = fake.requests()[1].body.to_string();
+    assert!(
+        sent.contains("(asked before the agent restarted) console answered: yes, delete it"),
+        "{sent}"
+    );
+}
+
+/// A `goal_status` call in the Responses shape.
+fn status(status: &str, summary: &str) -> Value {
+    openai::reply(vec![openai::function_call(
+        "goal_status",
+        json!({"status": status, "summary": summary}),
+    )])
+}
+
+#[test]
+fn a_goal_finishes_in_three_rounds_and_reports_each() {
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    fake.push_openai(openai::reply(vec![
+        openai::function_call(
+            "plan",
+            json!({"items": [{"text": "write", "done": false}, {"text": "test", "done": false}]}),
+        ),
+        openai::function_call(
+            "goal_status",
+            json!({"status": "blocked", "summary": "giving up early"}),
+        ),
+    ]));
+    fake.push_openai(status("continue", "wrote the crate"));
+    fake.push_openai(status("continue", "built it"));
+    fake.push_openai(status("done", "tested it: it counts"));
+    let mut host = world.run();
+    host.tell(
+        "agent",
+        json!({"type": "goal", "text": "a counter actor", "max_rounds": 5}),
+    );
+    let started = host.wait_type("agent", "goal_started");
+    assert_eq!(started["goal"], "g1");
+    let plan = host.wait_type("agent", "plan");
+    assert_eq!(plan["items"][0]["text"], "write");
+    for (round, summary) in [
+        (1, "wrote the crate"),
+        (2, "built it"),
+        (3, "tested it: it counts"),
+    ] {
+        let progress = host.wait_type("agent", "goal_progress");
+        assert_eq!(
+            (progress["round"].as_u64(), progress["summary"].as_str()),
+            (Some(round), Some(summary))
+        );
+    }
+    let done = host.wait_type("agent", "goal_done");
+    assert_eq!(done["summary"], "tested it: it counts");
+    // Round 1 tried to give up and was told to keep going.
+    assert!(tool_outputs(&fake, 1)[1].starts_with("error: this is round 1;"));
+}
+
+#[test]
+fn goal_stop_ends_a_goal_from_the_console() {
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "wait_for_messages",
+        json!({"seconds": 600}),
+    )]));
+    let mut host = world.run();
+    host.tell("agent", json!({"type": "goal", "text": "wait for ever"}));
+    host.wait_type("agent", "goal_started");
+    host.wait_for("the round's tool", |m| m.body["type"] == "tool");
+    host.tell("agent", json!({"type": "goal_stop", "goal": "g1"}));
+    let stopped = host.wait_type("agent", "goal_stopped");
+    assert_eq!(stopped["reason"], "stopped by console (goal_stop)");
+    assert_eq!(fake.requests().len(), 1);
+}
+
+#[test]
+fn a_goal_survives_an_upgrade_of_the_agent_in_the_middle_of_a_round() {
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    world.warm_cargo_for_agent();
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "copy_dir",
+        json!({"from": "/actor/agent/source", "to": "/data/agent-next"}),
+    )]));
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "send_message",
+        json!({"to": "cargo", "body": {"type": "build", "source": "/data/agent-next"}, "wait_seconds": 900}),
+    )]));
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "send_message",
+        json!({"to": "broker", "body": {"type": "upgrade", "actor": "agent", "wasm": "/actor/cargo/public/builds/1/agent.wasm", "source": "/data/agent-next"}, "wait_seconds": 120}),
+    )]));
+    fake.push_openai(status("done", "upgraded myself and came back"));
+    let mut host = world.run();
+    host.tell("agent", json!({"type": "goal", "text": "upgrade yourself"}));
+    let done = host.wait_for_within(Duration::from_secs(900), "the goal's end", |m| {
+        m.body["type"] == "goal_done"
+    });
+    assert_eq!(done.body["summary"], "upgraded myself and came back");
+    assert_eq!(world.json("sausage.json")["actors"]["agent"]["version"], 2);
+    let last = fake.requests()[3].body.to_string();
+    assert!(last.contains("the round of goal g1"), "{last}");
+    let goal = world.json("private/agent/data/goals/g1.json");
+    assert_eq!(
+        (goal["state"].as_str(), goal["rounds"].as_u64()),
+        (Some("done"), Some(1))
+    );
+}
