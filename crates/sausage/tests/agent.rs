@@ -7,31 +7,9 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::agent::*;
 use support::fake_llm::{FakeLlm, TOKEN, anthropic, chat, openai};
 use support::*;
-
-/// The agent's `/data/config.json` for `api` on the fake: without the token, which the host
-/// keeps.
-fn config(fake: &FakeLlm, api: &str) -> Value {
-    json!({"api": api, "base_url": fake.base_url(), "model": "test-model"})
-}
-
-/// A world with the agent configured for `api` on the fake, as `sausage init` leaves it.
-fn world_with_agent(fake: &FakeLlm, api: &str) -> TestWorld {
-    let world = TestWorld::new();
-    world.install_agent(Some(config(fake, api)));
-    world.give_agent_credentials(&fake.base_url(), api);
-    world
-}
-
-/// Types text for the agent and waits for its answer.
-fn ask(host: &mut Host, text: &str) -> String {
-    host.send(text);
-    let answer = host.wait_for_within(Duration::from_secs(120), "the agent's answer", |m| {
-        m.from == "agent" && m.reply && m.body["type"] == "text"
-    });
-    answer.body["text"].as_str().unwrap().to_string()
-}
 
 /// Every text the agent sent the model in the `n`-th request, as one string.
 fn request_text(fake: &FakeLlm, n: usize) -> String {
@@ -345,30 +323,6 @@ fn the_agent_upgrades_itself_in_the_middle_of_a_turn_and_finishes_it() {
     eventually("the turn is over", || {
         !world.path("private/agent/data/turn.json").exists()
     });
-}
-
-/// The config of [`config`] with `extra` keys added.
-fn config_with(fake: &FakeLlm, api: &str, extra: Value) -> Value {
-    let mut config = config(fake, api);
-    for (key, value) in extra.as_object().unwrap() {
-        config[key] = value.clone();
-    }
-    config
-}
-
-fn world_with_config(fake: &FakeLlm, api: &str, config: Value) -> TestWorld {
-    let world = TestWorld::new();
-    world.install_agent(Some(config));
-    world.give_agent_credentials(&fake.base_url(), api);
-    world
-}
-
-/// Waits for the final reply of a turn (a text that is a reply), returning its body.
-fn final_reply(host: &mut Host) -> Value {
-    host.wait_for_within(Duration::from_secs(120), "the agent's final reply", |m| {
-        m.from == "agent" && m.reply && m.body["type"] == "text"
-    })
-    .body
 }
 
 #[test]
@@ -755,17 +709,6 @@ fn a_scripts_await_waits_for_the_turns_answer_not_its_progress() {
 
 // ---------------------------------------------------------------------------------------------
 // Questions and goals (issue 11)
-
-/// The outputs of every tool call the `n`-th request sent back (OpenAI Responses shape).
-fn tool_outputs(fake: &FakeLlm, n: usize) -> Vec<String> {
-    fake.requests()[n].body["input"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|item| item["type"] == "function_call_output")
-        .map(|item| item["output"].as_str().unwrap().to_string())
-        .collect()
-}
 
 #[test]
 fn a_question_is_answered_with_the_next_plain_line_at_the_console() {

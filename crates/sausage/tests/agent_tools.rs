@@ -6,56 +6,10 @@
 
 mod support;
 
-use std::time::Duration;
-
 use serde_json::{Value, json};
+use support::agent::*;
 use support::fake_llm::{FakeLlm, anthropic, chat, openai};
 use support::*;
-
-/// A world with the agent configured for `api` on the fake, as `sausage init` leaves it.
-fn world_with_agent(fake: &FakeLlm, api: &str) -> TestWorld {
-    let world = TestWorld::new();
-    let config = json!({"api": api, "base_url": fake.base_url(), "model": "test-model"});
-    world.install_agent(Some(config));
-    world.give_agent_credentials(&fake.base_url(), api);
-    world
-}
-
-/// Types text for the agent and waits for its answer.
-fn ask(host: &mut Host, text: &str) -> String {
-    host.send(text);
-    let answer = host.wait_for_within(Duration::from_secs(120), "the agent's answer", |m| {
-        m.from == "agent" && m.reply && m.body["type"] == "text"
-    });
-    answer.body["text"].as_str().unwrap().to_string()
-}
-
-/// The outputs of the tool calls the `n`-th request sent back, in order, whichever of the three
-/// API shapes it has.
-fn tool_outputs(fake: &FakeLlm, n: usize) -> Vec<String> {
-    let body = &fake.requests()[n].body;
-    let items = body["input"]
-        .as_array()
-        .or(body["messages"].as_array())
-        .unwrap();
-    let mut outputs = Vec::new();
-    for item in items {
-        if item["type"] == "function_call_output" {
-            outputs.push(&item["output"]); // OpenAI Responses
-        } else if item["role"] == "tool" {
-            outputs.push(&item["content"]); // OpenAI Chat
-        }
-        for block in item["content"].as_array().into_iter().flatten() {
-            if block["type"] == "tool_result" {
-                outputs.push(&block["content"]); // Anthropic Messages
-            }
-        }
-    }
-    outputs
-        .into_iter()
-        .map(|output| output.as_str().unwrap().to_string())
-        .collect()
-}
 
 /// Whether each tool call of the turn succeeded, from the `tool` messages the console printed.
 fn tools_ok(host: &mut Host) -> Vec<bool> {

@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod agent;
 pub mod fake_llm;
 
 use std::io::{BufRead, BufReader, Write};
