@@ -21,7 +21,7 @@ use crate::goals::{self, Goal, Goals};
 use crate::history::{self, Entry, History};
 use crate::host::{Event, Host, Incoming, Outgoing, Posted};
 use crate::provider::{self, Failure, Reply, Usage, shorten};
-use crate::tools::{self, DEFAULT_WAIT_SECONDS, MAX_WAIT_SECONDS, cut_output, string_arg};
+use crate::tools::{self, DEFAULT_WAIT_SECONDS, MAX_WAIT_SECONDS, card, cut_output, string_arg};
 
 /// The most model steps (requests) one turn may take; then the person is told what was done, so
 /// a model that loops cannot spend without end.
@@ -52,14 +52,6 @@ pub const QUESTION_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The most choices a question offers.
 pub const MAX_CHOICES: usize = 10;
-
-/// The most items of the to-do card, and the most characters of one.
-pub const MAX_PLAN_ITEMS: usize = 30;
-const PLAN_ITEM_CHARS: usize = 200;
-
-/// The longest note, and how much of `notes.md` (its newest end) every request shows.
-pub const MAX_NOTE_BYTES: usize = 2 * 1024;
-pub const NOTES_SHOWN: usize = 8 * 1024;
 
 /// How much of one step's description the step-limit answer shows.
 const STEP_DESCRIPTION_CHARS: usize = 160;
@@ -1319,72 +1311,26 @@ impl<H: Host> Agent<H> {
 
     /// `plan`: the whole to-do card; the person gets it as `plan` whenever it changes.
     fn plan(&mut self, turn: &mut SavedTurn, arguments: &Value) -> String {
-        let Some(items) = arguments["items"].as_array() else {
-            return "error: `items` must be an array of {\"text\": \"...\", \"done\": false}"
-                .into();
+        let card = match card::plan(arguments) {
+            Ok(card) => card,
+            Err(error) => return error,
         };
-        if items.len() > MAX_PLAN_ITEMS {
-            return format!("error: a card holds at most {MAX_PLAN_ITEMS} items; merge some");
-        }
-        let mut card = Vec::new();
-        for (n, item) in items.iter().enumerate() {
-            let text = item["text"].as_str().map(str::trim).unwrap_or_default();
-            let Some(done) = item["done"].as_bool() else {
-                return format!("error: item {n} needs `done`: true or false");
-            };
-            if text.is_empty() {
-                return format!("error: item {n} needs a `text` saying what to do");
-            }
-            card.push(json!({"text": shorten(text, PLAN_ITEM_CHARS), "done": done}));
-        }
-        let card = Value::Array(card);
-        let done = items.iter().filter(|i| i["done"] == true).count();
+        let words = card::plan_words(&card);
         if card != turn.plan {
             turn.plan = card.clone();
             self.tell(turn, json!({"type": "plan", "items": card}));
         }
-        format!("the card has {} items, {done} done", items.len())
+        words
     }
 
     /// `note`: appended to `/data/notes.md`, which every request shows the model.
     fn note(&mut self, arguments: &Value) -> String {
-        let text = match arguments["text"].as_str().map(str::trim) {
-            Some(text) if !text.is_empty() => text,
-            _ => return "error: `text` must say what to remember".into(),
-        };
-        if text.len() > MAX_NOTE_BYTES {
-            return format!("error: a note is at most {MAX_NOTE_BYTES} bytes; keep it short");
-        }
-        let path = self.file("notes.md");
-        let mut notes = std::fs::read_to_string(&path).unwrap_or_default();
-        notes.push_str(&format!("- {}\n", text.replace('\n', "\n  ")));
-        match std::fs::write(&path, &notes) {
-            Ok(()) => format!("noted in /data/notes.md ({} bytes in all)", notes.len()),
-            Err(e) => format!("error: /data/notes.md: {e}"),
-        }
+        card::note(&self.file("notes.md"), arguments)
     }
 
-    /// The prompt with the agent's notes: the newest [`NOTES_SHOWN`] bytes of `notes.md`.
+    /// The prompt, with the agent's notes.
     fn system_prompt(&self) -> String {
-        let notes = std::fs::read_to_string(self.file("notes.md")).unwrap_or_default();
-        if notes.trim().is_empty() {
-            return crate::PROMPT.to_string();
-        }
-        let mut from = notes.len().saturating_sub(NOTES_SHOWN);
-        while !notes.is_char_boundary(from) {
-            from += 1;
-        }
-        let cut = if from > 0 {
-            "(older notes are in the file)\n"
-        } else {
-            ""
-        };
-        format!(
-            "{}\n\n## Your notes\n\nWhat you wrote down with `note` (in /data/notes.md, the newest \
-             last):\n\n{cut}{}",
-            crate::PROMPT,
-            &notes[from..]
-        )
+        crate::PROMPT.to_string() + &card::notes_section(&self.file("notes.md"))
     }
 
     /// `ask`: a `question` to the turn's sender; the turn waits for the answer, durably, up to

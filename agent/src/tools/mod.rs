@@ -1,12 +1,14 @@
 //! The tools the model may call: every tool's JSON-schema description (`specs`, the interface
 //! of DESIGN §12), the limits of their outputs, and the dispatch of the file tools, which run
-//! here: `files` (read, list, write, edit, copy, remove) and `search` (`search`, `find_files`).
+//! here: `files` (read, list, write, edit, copy, remove) and `search` (`search`, `find_files`);
+//! `card` checks the to-do card and keeps the notes.
 //! The turn runs the tools that need the mailbox or the turn's state (`send_message`,
 //! `wait_for_messages`, `plan`, `note`, `ask`, `goal_status`); every output passes through
 //! [`cut_output`]. A tool's failure is an output starting with `error: ` that says what to do
 //! next, never a panic. Paths are absolute guest paths; the host's filesystem decides what may be
 //! written, and its refusals come back to the model as the tool's output.
 
+pub mod card;
 mod files;
 mod search;
 
