@@ -203,12 +203,8 @@ impl Broker {
     fn queue_operation(&self, id: &ActorId, operation: Operation) {
         let mut operations = self.operations.lock().expect("operations lock");
         let queue = operations.entry(id.clone()).or_insert_with(|| {
-            let (queue, mut queued) = mpsc::unbounded_channel::<Operation>();
-            tokio::spawn(async move {
-                while let Some(operation) = queued.recv().await {
-                    operation.await;
-                }
-            });
+            let (queue, queued) = mpsc::unbounded_channel::<Operation>();
+            tokio::spawn(run_operations(id.clone(), queued));
             queue
         });
         // The task only ends when this sender is dropped, so the send cannot fail.
@@ -286,4 +282,46 @@ fn clear_dir(dir: &std::path::Path) -> Result<()> {
         std::fs::remove_dir_all(dir).with_context(|| format!("{}: cannot empty", dir.display()))?;
     }
     std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))
+}
+
+/// Runs one actor's operations in arrival order until its queue's sender is dropped. Each runs
+/// in a task of its own, so an operation that panics (a bug) loses only itself: the ones after
+/// it still run and answer.
+async fn run_operations(id: ActorId, mut queued: mpsc::UnboundedReceiver<Operation>) {
+    while let Some(operation) = queued.recv().await {
+        if let Err(e) = tokio::spawn(operation).await {
+            eprintln!(
+                "sausage: bug: an operation on actor {id} failed ({e}); its later operations go on"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn an_operation_that_panics_does_not_stop_the_ones_after_it() {
+        let (queue, queued) = mpsc::unbounded_channel::<Operation>();
+        let done = Arc::new(AtomicUsize::new(0));
+        let id = ActorId::parse("echo").unwrap();
+        let running = tokio::spawn(run_operations(id, queued));
+        queue
+            .send(Box::pin(async { panic!("a bug in an operation") }))
+            .unwrap();
+        for _ in 0..2 {
+            let done = done.clone();
+            queue
+                .send(Box::pin(async move {
+                    done.fetch_add(1, Ordering::SeqCst);
+                }))
+                .unwrap();
+        }
+        drop(queue);
+        running.await.unwrap();
+        assert_eq!(done.load(Ordering::SeqCst), 2);
+    }
 }
