@@ -4,7 +4,8 @@
 //! It is a client of the broker like any actor: requests come to its mailbox, replies go back
 //! through the router. Builds run one at a time and share one target folder, so a second build
 //! of a similar crate is fast. The broker never learns that Rust exists. Invariant: no code of a
-//! crate runs outside the bubblewrap sandbox (see [`Builder::sandboxed_build`]).
+//! crate runs outside the bubblewrap sandbox (see [`Builder::sandboxed_build`]), and no variable
+//! of the host's environment outside [`BUILD_ENV`] reaches cargo.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -12,9 +13,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
 use crate::broker::Broker;
+use crate::broker::stdio::{Line, Lines, MAX_LINE_BYTES};
 use crate::message::{ActorId, Envelope, Outgoing};
 use crate::world::World;
 
@@ -26,6 +28,39 @@ const SANDBOX: &str = "bwrap";
 
 /// The compilation target of every actor.
 pub const TARGET: &str = "wasm32-wasip2";
+
+/// The only variables of the host's environment that `cargo fetch` and the sandboxed build see
+/// (DESIGN §11); every other one is cleared, so a token of the host (`SAUSAGE_API_TOKEN`, a cloud
+/// key) never reaches a build script or a proc macro, which could bake it into the `.wasm`.
+/// What is kept is what cargo and rustup need to work: where programs, the home, cargo's home
+/// and rustup's toolchains are; the toolchain rustup chose for the host (set when the host runs
+/// under `cargo`, so builds use the same compiler); the proxies, in both spellings, and the
+/// certificates a proxy that inspects TLS needs, for `cargo fetch`.
+pub const BUILD_ENV: [&str; 16] = [
+    "PATH",
+    "HOME",
+    "CARGO_HOME",
+    "RUSTUP_HOME",
+    "RUSTUP_TOOLCHAIN",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "all_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "CARGO_HTTP_CAINFO",
+];
+
+/// How much of each kind of diagnostics a build keeps: the last this many bytes of the errors,
+/// of the warnings and of cargo's stderr. A crate whose build prints without end (a build
+/// script's `cargo:warning` lines, a macro's expansion errors) costs the host no more memory
+/// than about twice this per stream; the older lines are dropped and a note at the top says how
+/// many bytes. It also keeps a reply well under [`MAX_LINE_BYTES`], so an actor can forward it.
+pub const DIAGNOSTICS_LIMIT: usize = 256 * 1024;
 
 /// Cargo's progress lines, dropped from diagnostics shown to people.
 const PROGRESS_WORDS: [&str; 14] = [
@@ -224,7 +259,7 @@ impl Builder {
         if let Ok(credentials) = std::fs::canonicalize(credentials) {
             command.arg("--tmpfs").arg(credentials);
         }
-        let mut child = command
+        let child = command
             .args([
                 "--unshare-net",
                 "--unshare-pid",
@@ -241,6 +276,8 @@ impl Builder {
                 "--manifest-path",
             ])
             .arg(work.join("Cargo.toml"))
+            .env_clear()
+            .envs(build_env())
             .env("CARGO_TARGET_DIR", &target)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -255,21 +292,12 @@ impl Builder {
                 ),
                 _ => Failure::Request(format!("cannot run bubblewrap (`bwrap`): {e}")),
             })?;
-        let stdout = child.stdout.take().expect("piped");
-        let mut stderr = child.stderr.take().expect("piped");
         let mut report = Report::default();
-        let mut lines = BufReader::new(stdout).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            report.read(&line, &krate.binary);
-        }
-        let mut text = String::new();
-        // Unreadable stderr only loses detail; the exit status still tells the outcome.
-        let _ = stderr.read_to_string(&mut text).await;
-        let succeeded = child.wait().await.is_ok_and(|s| s.success());
+        let (succeeded, stderr) = run_to_end(child, |line| report.read(line, &krate.binary)).await;
         match report.artifact {
-            Some(artifact) if succeeded => Ok((artifact, report.warnings.join("\n"))),
-            _ if !report.errors.is_empty() => Err(Failure::Build(report.errors.join("\n"))),
-            _ => Err(Failure::Build(without_progress(&text))),
+            Some(artifact) if succeeded => Ok((artifact, report.warnings.finish())),
+            _ if !report.errors.is_empty() => Err(Failure::Build(report.errors.finish())),
+            _ => Err(Failure::Build(stderr)),
         }
     }
 }
@@ -278,21 +306,77 @@ impl Builder {
 /// sandbox: this is the one step with network, and it runs no code of the crate's (no build
 /// script, no proc macro), so the build that follows can be offline.
 async fn fetch(work: &Path) -> Result<(), Failure> {
-    let fetched = tokio::process::Command::new("cargo")
+    let child = tokio::process::Command::new("cargo")
         .args(["fetch", "--color", "never", "--manifest-path"])
         .arg(work.join("Cargo.toml"))
+        .env_clear()
+        .envs(build_env())
         .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
-        .output()
-        .await
+        .spawn()
         .map_err(|e| Failure::Request(format!("cannot run cargo: {e}; is Rust installed?")))?;
-    if fetched.status.success() {
-        Ok(())
-    } else {
-        Err(Failure::Build(without_progress(&String::from_utf8_lossy(
-            &fetched.stderr,
-        ))))
+    match run_to_end(child, |_| {}).await {
+        (true, _) => Ok(()),
+        (false, stderr) => Err(Failure::Build(stderr)),
     }
+}
+
+/// The host's values of the [`BUILD_ENV`] variables it has.
+fn build_env() -> impl Iterator<Item = (&'static str, std::ffi::OsString)> {
+    BUILD_ENV
+        .into_iter()
+        .filter_map(|name| Some((name, std::env::var_os(name)?)))
+}
+
+/// Waits for a cargo command to end, reading its stdout and its stderr at the same time: read
+/// one after the other, a child that fills the pipe not being read (64 KiB) would block on it
+/// and never end. Each stdout line goes to `each_line`; returns whether the command succeeded
+/// and the last [`DIAGNOSTICS_LIMIT`] bytes of its stderr without progress lines.
+async fn run_to_end(
+    mut child: tokio::process::Child,
+    each_line: impl FnMut(&str),
+) -> (bool, String) {
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let mut text = Tail::default();
+    tokio::join!(
+        read_lines(stdout, each_line),
+        read_lines(stderr, |line| {
+            if !is_progress(line) {
+                text.push(line);
+            }
+        }),
+    );
+    let succeeded = child.wait().await.is_ok_and(|s| s.success());
+    (succeeded, text.finish())
+}
+
+/// Calls `each` with every line of `from` until it ends; a line longer than
+/// [`MAX_LINE_BYTES`] is replaced by a note, so no line costs the host more than that. A read
+/// error ends the stream: it only loses detail, the exit status still tells the outcome.
+async fn read_lines(from: impl AsyncRead + Unpin, mut each: impl FnMut(&str)) {
+    let mut from = BufReader::new(from);
+    let mut lines = Lines::default();
+    let mut each_line = |line: Line<'_>| match line {
+        Line::Whole(bytes) => each(&String::from_utf8_lossy(bytes)),
+        Line::Overlong => each(&format!(
+            "[a line longer than {MAX_LINE_BYTES} bytes was left out]"
+        )),
+    };
+    loop {
+        let read = match from.fill_buf().await {
+            Ok([]) | Err(_) => break,
+            Ok(bytes) => {
+                lines.push(bytes, &mut each_line);
+                bytes.len()
+            }
+        };
+        from.consume(read);
+    }
+    // A last line without its newline; at worst this adds an empty line, which nobody sees.
+    lines.push(b"\n", &mut each_line);
 }
 
 enum Failure {
@@ -305,8 +389,8 @@ enum Failure {
 /// What cargo's JSON messages said.
 #[derive(Default)]
 struct Report {
-    errors: Vec<String>,
-    warnings: Vec<String>,
+    errors: Tail,
+    warnings: Tail,
     artifact: Option<PathBuf>,
 }
 
@@ -322,10 +406,8 @@ impl Report {
                     .unwrap_or("")
                     .trim_end();
                 match message["message"]["level"].as_str() {
-                    Some("error" | "error: internal compiler error") => {
-                        self.errors.push(rendered.to_string())
-                    }
-                    Some("warning") => self.warnings.push(rendered.to_string()),
+                    Some("error" | "error: internal compiler error") => self.errors.push(rendered),
+                    Some("warning") => self.warnings.push(rendered),
                     _ => {}
                 }
             }
@@ -341,6 +423,62 @@ impl Report {
                     .map(PathBuf::from);
             }
             _ => {}
+        }
+    }
+}
+
+/// The last [`DIAGNOSTICS_LIMIT`] bytes of diagnostics pushed line by line, cut at a line's
+/// start where one fits.
+#[derive(Default)]
+struct Tail {
+    /// What is kept: at most twice the limit between trims, so pushes stay cheap.
+    text: String,
+    /// How many bytes were cut from the front.
+    dropped: usize,
+}
+
+impl Tail {
+    fn push(&mut self, line: &str) {
+        self.text.push_str(line);
+        self.text.push('\n');
+        if self.text.len() > 2 * DIAGNOSTICS_LIMIT {
+            self.trim();
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.text.is_empty() && self.dropped == 0
+    }
+
+    /// Cuts the front down to the limit: at the next line's start, or mid-line (on a
+    /// character) when the last line alone is longer than the limit.
+    fn trim(&mut self) {
+        let mut cut = self.text.len().saturating_sub(DIAGNOSTICS_LIMIT);
+        if cut == 0 {
+            return;
+        }
+        while !self.text.is_char_boundary(cut) {
+            cut += 1;
+        }
+        let at_line_start = self.text.as_bytes()[cut - 1] == b'\n';
+        if let Some(n) = self.text[cut..]
+            .trim_end()
+            .find('\n')
+            .filter(|_| !at_line_start)
+        {
+            cut += n + 1;
+        }
+        self.text.drain(..cut);
+        self.dropped += cut;
+    }
+
+    /// The text kept, with a note first when some was cut.
+    fn finish(mut self) -> String {
+        self.trim();
+        let text = self.text.trim();
+        match self.dropped {
+            0 => text.to_string(),
+            n => format!("[{n} earlier bytes of diagnostics were left out]\n{text}"),
         }
     }
 }
@@ -474,18 +612,10 @@ fn next_build_number(builds: &Path) -> u64 {
         + 1
 }
 
-/// Cargo's stderr without its progress lines.
-fn without_progress(stderr: &str) -> String {
-    stderr
-        .lines()
-        .filter(|line| {
-            let first = line.split_whitespace().next().unwrap_or("");
-            !(line.starts_with(' ') && PROGRESS_WORDS.contains(&first))
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-        .trim()
-        .to_string()
+/// Whether a line of cargo's stderr is a progress line.
+fn is_progress(line: &str) -> bool {
+    let first = line.split_whitespace().next().unwrap_or("");
+    line.starts_with(' ') && PROGRESS_WORDS.contains(&first)
 }
 
 #[cfg(test)]
@@ -551,9 +681,35 @@ mod tests {
     #[test]
     fn progress_lines_are_removed() {
         let stderr = "    Updating crates.io index\n   Compiling x v0.1.0\nerror: could not find `Cargo.toml`\n  Downloaded y\n";
-        assert_eq!(
-            without_progress(stderr),
-            "error: could not find `Cargo.toml`"
+        let kept: Vec<&str> = stderr.lines().filter(|l| !is_progress(l)).collect();
+        assert_eq!(kept, ["error: could not find `Cargo.toml`"]);
+    }
+
+    #[test]
+    fn diagnostics_keep_their_last_lines_within_the_limit() {
+        let mut tail = Tail::default();
+        tail.push("first");
+        assert_eq!(tail.finish(), "first");
+
+        let mut tail = Tail::default();
+        let line = "x".repeat(999);
+        for _ in 0..(3 * DIAGNOSTICS_LIMIT / 1000) {
+            tail.push(&line);
+        }
+        tail.push("the end");
+        let text = tail.finish();
+        let (note, kept) = text.split_once('\n').unwrap();
+        assert!(
+            note.ends_with("earlier bytes of diagnostics were left out]"),
+            "{note}"
         );
+        assert!(kept.len() <= DIAGNOSTICS_LIMIT, "{}", kept.len());
+        assert!(kept.len() > DIAGNOSTICS_LIMIT - 1000, "{}", kept.len());
+        assert!(kept.starts_with(&line) && kept.ends_with("\nthe end"));
+
+        let mut tail = Tail::default();
+        tail.push(&"é".repeat(DIAGNOSTICS_LIMIT));
+        let text = tail.finish();
+        assert!(text.lines().nth(1).unwrap().len() <= DIAGNOSTICS_LIMIT);
     }
 }

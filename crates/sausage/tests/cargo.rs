@@ -2,6 +2,7 @@
 
 mod support;
 
+use sausage::cargo::DIAGNOSTICS_LIMIT;
 use serde_json::json;
 use support::*;
 
@@ -253,4 +254,101 @@ fn a_build_script_cannot_read_the_worlds_credentials() {
         built["type"], "built",
         "the read failed, so the build went on: {built}"
     );
+}
+
+#[test]
+fn a_build_sees_none_of_the_hosts_secrets() {
+    let world = TestWorld::new();
+    let dir = world.path("private/console/data/snoop");
+    // The build script fails the build when it finds a secret under any name, or when cargo's
+    // own variables are gone; its message lists every variable it saw.
+    write_crate_with_build_script(
+        &dir,
+        "snoop",
+        "let seen: Vec<String> = std::env::vars().map(|(name, _)| name).collect();\n\
+         for (name, value) in std::env::vars() {\n\
+             if value.contains(\"sausage-test-secret\") {\n\
+                 panic!(\"the build sees {name}={value}; all: {seen:?}\");\n\
+             }\n\
+         }\n\
+         for needed in [\"PATH\", \"HOME\"] {\n\
+             if std::env::var_os(needed).is_none() {\n\
+                 panic!(\"the build lost {needed}; all: {seen:?}\");\n\
+             }\n\
+         }",
+    );
+    let mut host = Host::start_with_env(
+        &world.root,
+        &[
+            ("SAUSAGE_API_TOKEN", "sausage-test-secret-1"),
+            ("SOME_HOST_SECRET", "sausage-test-secret-2"),
+        ],
+    );
+    let built = build(&mut host, "/data/snoop");
+    assert_eq!(built["type"], "built", "{built}");
+}
+
+#[test]
+fn a_build_printing_megabytes_on_both_streams_still_answers() {
+    let world = TestWorld::new();
+    let dir = world.path("private/console/data/loud");
+    // Cargo repeats each `cargo:warning` on its stderr (about 2 MB here), and each unused
+    // function is a compiler warning in JSON on its stdout: both pipes fill many times over.
+    write_crate_with_build_script(
+        &dir,
+        "loud",
+        "for i in 0..20_000 {\n\
+             println!(\"cargo:warning=line {i} of a loud build script {}\", \"x\".repeat(60));\n\
+         }",
+    );
+    let main = dir.join("src/main.rs");
+    let mut code = std::fs::read_to_string(&main).unwrap();
+    for i in 0..2_000 {
+        code.push_str(&format!("fn unused_{i}() {{}}\n"));
+    }
+    std::fs::write(&main, code).unwrap();
+    let mut host = world.run();
+    let built = build(&mut host, "/data/loud");
+    assert_eq!(built["type"], "built", "{built}");
+    let warnings = built["warnings"].as_str().unwrap();
+    assert!(
+        warnings.contains("unused_1999"),
+        "the last warnings are kept"
+    );
+    assert!(
+        warnings.len() <= DIAGNOSTICS_LIMIT + 100,
+        "{}",
+        warnings.len()
+    );
+}
+
+#[test]
+fn a_failed_build_with_megabytes_of_output_keeps_its_end() {
+    let world = TestWorld::new();
+    let dir = world.path("private/console/data/verbose");
+    // A failing build script's output comes back on cargo's stderr, all 2 MB of it.
+    write_crate_with_build_script(
+        &dir,
+        "verbose",
+        "for i in 0..20_000 {\n\
+             eprintln!(\"line {i} of a long story {}\", \"x\".repeat(80));\n\
+         }\n\
+         panic!(\"and that was the end of the story\");",
+    );
+    let mut host = world.run();
+    let failed = build(&mut host, "/data/verbose");
+    assert_eq!(failed["type"], "build_failed", "{failed}");
+    let errors = failed["errors"].as_str().unwrap();
+    assert!(errors.contains("the end of the story"), "the end is kept");
+    assert!(errors.contains("line 19999 of a long story"));
+    assert!(
+        !errors.contains("line 0 of a long story"),
+        "the start is not"
+    );
+    assert!(
+        errors.starts_with("[") && errors.contains("earlier bytes of diagnostics were left out]"),
+        "{}",
+        &errors[..200]
+    );
+    assert!(errors.len() <= DIAGNOSTICS_LIMIT + 100, "{}", errors.len());
 }

@@ -332,9 +332,15 @@ pub struct Host {
 
 impl Host {
     pub fn start(world: &Path) -> Host {
+        Host::start_with_env(world, &[])
+    }
+
+    /// [`Host::start`] with these variables added to the host's environment.
+    pub fn start_with_env(world: &Path, vars: &[(&str, &str)]) -> Host {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sausage"))
             .arg("run")
             .arg(world)
+            .envs(vars.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
