@@ -189,21 +189,63 @@ impl World {
             .map(|k| self.archive_dir().join(format!("{id}-{k}")))
             .find(|dir| !dir.exists())
             .expect("some archive number is free");
-        std::fs::create_dir_all(&archive)?;
-        for (from, name) in [
+        std::fs::create_dir_all(&archive)
+            .with_context(|| format!("actor {id}: cannot create {}", archive.display()))?;
+        let mut moved: Vec<(PathBuf, PathBuf)> = Vec::new();
+        for (from, name) in self.archived_parts(id) {
+            if !from.exists() {
+                continue;
+            }
+            let to = archive.join(name);
+            if let Err(e) = std::fs::rename(&from, &to) {
+                // Whole or not at all: what moved goes back.
+                self.move_back(&moved);
+                let _ = std::fs::remove_dir(&archive);
+                return Err(e)
+                    .with_context(|| format!("actor {id}: cannot archive {}", from.display()));
+            }
+            moved.push((from, to));
+        }
+        Ok(archive)
+    }
+
+    /// Undoes [`World::archive`]: the actor's folders go back from `archive`, which is removed.
+    pub fn unarchive(&self, id: &ActorId, archive: &Path) -> Result<()> {
+        let moved: Vec<(PathBuf, PathBuf)> = self
+            .archived_parts(id)
+            .into_iter()
+            .map(|(home, name)| (home, archive.join(name)))
+            .filter(|(_, archived)| archived.exists())
+            .collect();
+        self.move_back(&moved);
+        // Only an empty folder goes: anything left in it (a failed move back) stays to be seen.
+        std::fs::remove_dir(archive)
+            .with_context(|| format!("actor {id}: {} is not empty", archive.display()))
+    }
+
+    /// Each folder of `id` that `remove` archives, with its name inside the archive.
+    fn archived_parts(&self, id: &ActorId) -> [(PathBuf, &'static str); 3] {
+        [
             (self.actor_dir(id), "actor"),
             (self.root.join("private").join(id.as_str()), "private"),
             (
                 self.root.join("broker/versions").join(id.as_str()),
                 "versions",
             ),
-        ] {
-            if from.exists() {
-                std::fs::rename(&from, archive.join(name))
-                    .with_context(|| format!("actor {id}: cannot archive {}", from.display()))?;
+        ]
+    }
+
+    /// Moves archived folders back home, newest first, noting on stderr any that cannot go.
+    fn move_back(&self, moved: &[(PathBuf, PathBuf)]) {
+        for (home, archived) in moved.iter().rev() {
+            if let Err(e) = std::fs::rename(archived, home) {
+                eprintln!(
+                    "sausage: cannot move {} back to {}: {e}",
+                    archived.display(),
+                    home.display()
+                );
             }
         }
-        Ok(archive)
     }
 
     /// `broker/credentials/<id>.json`: the header the host adds to the actor's requests to

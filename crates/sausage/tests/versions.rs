@@ -389,3 +389,53 @@ fn remove_archives_every_folder_and_deletes_nothing() {
         host.stderr()
     );
 }
+
+#[test]
+fn a_remove_that_cannot_archive_changes_nothing_and_keeps_the_queued_messages() {
+    let world = TestWorld::new();
+    world.install("notes", "notes");
+    // `archive` is a file, so no archive folder can be made there.
+    let _ = std::fs::remove_dir_all(world.path("archive"));
+    std::fs::write(world.path("archive"), "in the way").unwrap();
+    let mut host = world.run();
+    host.tell("notes", json!({"type": "add", "text": "keep me"}));
+    host.wait_type("notes", "added");
+    host.request(json!({"type": "stop", "actor": "notes"}));
+    host.tell("notes", json!({"type": "add", "text": "still queued"}));
+    let refused = host.request(json!({"type": "remove", "actor": "notes"}));
+    assert_eq!(refused["type"], "error", "{refused}");
+    assert!(
+        refused["reason"]
+            .as_str()
+            .unwrap()
+            .ends_with("nothing was removed"),
+        "{refused}"
+    );
+    for kept in ["actor/notes", "private/notes", "broker/versions/notes"] {
+        assert!(world.path(kept).is_dir(), "{kept}");
+    }
+    assert!(world.json("sausage.json")["actors"].get("notes").is_some());
+    // The queued message is still there for the actor when it runs again.
+    host.request(json!({"type": "start", "actor": "notes"}));
+    host.wait_type("notes", "added");
+
+    // With the way clear, the same remove is whole.
+    std::fs::remove_file(world.path("archive")).unwrap();
+    let removed = host.request(json!({"type": "remove", "actor": "notes"}));
+    assert_eq!(removed["type"], "removed", "{removed}");
+    assert!(!world.path("actor/notes").exists());
+}
+
+#[test]
+fn a_running_actor_whose_remove_fails_runs_on() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    let _ = std::fs::remove_dir_all(world.path("archive"));
+    std::fs::write(world.path("archive"), "in the way").unwrap();
+    let mut host = world.run();
+    let refused = host.request(json!({"type": "remove", "actor": "echo"}));
+    assert_eq!(refused["type"], "error", "{refused}");
+    host.send("@echo still here?");
+    let answer = host.wait_for("echo's answer", |m| m.from == "echo");
+    assert_eq!(answer.body["text"], "still here?");
+}

@@ -296,20 +296,43 @@ impl Broker {
     async fn remove(&self, body: &Value) -> Answer {
         let id = actor_field(body)?;
         let handle = self.known_wasm_actor(&id).await?;
-        handle.stop().await;
-        self.actors.lock().expect("actors lock").remove(&id);
+        let was_running = handle.stop().await.is_some();
+        // A removal that fails changes nothing: the folders come back, the waiting messages stay
+        // in the mailbox, and an actor that ran runs again.
+        let undo = |why: String| async move {
+            if was_running {
+                handle.start().await;
+            }
+            Err(format!("{why}; nothing was removed"))
+        };
         let mailbox = self.router.remove(&id);
-        let archive = self.world.archive(&id).map_err(|e| format!("{e:#}"))?;
-        if let Some(mailbox) = mailbox {
-            mailbox.drain(|waiting| {
+        let archive = match self.world.archive(&id) {
+            Ok(archive) => archive,
+            Err(e) => {
+                if let Some(mailbox) = mailbox {
+                    self.router.restore(&id, mailbox);
+                }
+                return undo(format!("{e:#}")).await;
+            }
+        };
+        if let Some(mailbox) = &mailbox {
+            let kept = mailbox.drain(|waiting| {
                 if waiting.is_empty() {
                     return Ok(());
                 }
                 let lines: Vec<u8> = waiting.iter().flat_map(|m| m.to_line()).collect();
                 crate::fs::write_atomically(&archive.join("mailbox.jsonl"), &lines)
                     .map_err(|e| format!("actor {id}: cannot archive its mailbox: {e}"))
-            })?;
+            });
+            if let Err(why) = kept {
+                self.router.restore(&id, mailbox.clone());
+                if let Err(e) = self.world.unarchive(&id, &archive) {
+                    eprintln!("sausage: {e:#}");
+                }
+                return undo(why).await;
+            }
         }
+        self.actors.lock().expect("actors lock").remove(&id);
         self.update_registry(|registry| {
             registry.actors.remove(id.as_str());
             registry.subscriptions.remove(id.as_str());

@@ -59,6 +59,15 @@ impl Router {
         self.mailboxes.write().expect("router lock").remove(id)
     }
 
+    /// Puts back a mailbox [`Router::remove`] took, with what waits in it (a removal that
+    /// failed changes nothing).
+    pub fn restore(&self, id: &ActorId, mailbox: Arc<Mailbox>) {
+        self.mailboxes
+            .write()
+            .expect("router lock")
+            .insert(id.clone(), mailbox);
+    }
+
     pub fn mailbox(&self, id: &ActorId) -> Option<Arc<Mailbox>> {
         self.mailboxes.read().expect("router lock").get(id).cloned()
     }
