@@ -11,6 +11,9 @@
 //!   `{"type":"connect","ok":bool,"error":..}` (the host denies raw sockets).
 //! - An actor whose id starts with `doomed` panics at once when it starts: a candidate that
 //!   fails its smoke test.
+//! - `{"type":"grow","mb":N}` allocates N MiB, writes to every page of it, and replies
+//!   `{"type":"grown","mb":N}` (the memory stays allocated): past the instance's memory limit
+//!   it traps instead.
 //! - `{"type":"ignore_shutdown"}`: later shutdowns and EOF are met with a busy loop, so the host
 //!   has to kill the instance.
 //!
@@ -81,6 +84,16 @@ fn main() {
                 drop(out);
                 proto::reply(&msg, json!({"type": "pong"}));
             }
+            "grow" => {
+                let mb = msg.body["mb"].as_u64().unwrap_or(0) as usize;
+                let mut block = vec![0u8; mb << 20];
+                for page in block.chunks_mut(4096) {
+                    page[0] = 1;
+                }
+                // Kept, so that the next `grow` adds to it.
+                std::mem::forget(block);
+                proto::reply(&msg, json!({"type": "grown", "mb": mb}));
+            }
             "connect" => {
                 let addr = msg.body["addr"].as_str().unwrap_or("127.0.0.1:80");
                 let result = std::net::TcpStream::connect(addr);
@@ -92,7 +105,7 @@ fn main() {
             other => proto::reply_error(
                 &msg,
                 &format!(
-                    "unknown type {other:?}; known: crash, exit, ping, say, say_big, connect, ignore_shutdown"
+                    "unknown type {other:?}; known: crash, exit, ping, say, say_big, grow, connect, ignore_shutdown"
                 ),
             ),
         }

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fs::{Mount, write_atomically};
 use crate::message::{ActorId, NATIVE_ACTORS};
+use crate::runtime::MAX_MEMORY_MB;
 use crate::runtime::network::Credentials;
 
 /// The manifest in an actor's source folder; its `"network"` lists the hosts the actor may
@@ -65,9 +66,10 @@ pub struct Status {
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum State {
-    /// Part of the file's format (DESIGN §7); this host goes from `stopped` or `restarting`
-    /// straight to `running`, since creating an instance happens inside its running task.
+    /// An instance is being created; written only when that takes a while (see the
+    /// supervisor's `STARTING_REPORT_AFTER`) or when the file still claimed `running`.
     Starting,
+    /// The instance exists and its code runs.
     Running,
     Restarting,
     #[default]
@@ -287,14 +289,14 @@ impl World {
             .with_context(|| format!("actor {id}: cannot write its credentials"))
     }
 
-    /// The hosts the running source of `id` may reach (its `actor.json`'s `"network"`). No
-    /// manifest means no network; a broken one too, with the problem in `Err`.
-    pub fn network_allowed(&self, id: &ActorId) -> Result<Vec<String>, String> {
+    /// What the running source of `id` asks of the host (its `actor.json`). No manifest asks
+    /// for nothing; a broken one's problems are in its fields.
+    pub fn manifest(&self, id: &ActorId) -> Manifest {
         let path = self.source_dir(id).join(MANIFEST);
         match std::fs::read(&path) {
             Ok(text) => parse_manifest(&text),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(format!("{MANIFEST}: {e}")),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => parse_manifest(b"{}"),
+            Err(e) => Manifest::broken(format!("{MANIFEST}: {e}")),
         }
     }
 
@@ -527,19 +529,25 @@ impl World {
     }
 }
 
-/// Makes `to` a snapshot of the folder `from` (an empty folder if `from` is missing), sharing
-/// the files by hard links: the cost does not grow with their size. This is safe because no
-/// file under `/data` or `/public` is ever changed in place: every guest write commits by
-/// rename, and so does every host write (`write_atomically`).
-/// The `"network"` of a manifest: a list of `host` or `host:port` strings; missing means none.
-/// The error says what is wrong, naming the file.
-pub fn parse_manifest(text: &[u8]) -> Result<Vec<String>, String> {
-    let manifest: serde_json::Value =
-        serde_json::from_slice(text).map_err(|e| format!("{MANIFEST} is not valid JSON ({e})"))?;
-    if !manifest.is_object() {
-        return Err(format!("{MANIFEST} must be a JSON object"));
-    }
-    match &manifest["network"] {
+/// What an actor's manifest (`actor.json`) asks of the host. Each field is read on its own: a
+/// problem with one (in `Err`, naming the file) leaves the other as asked.
+#[derive(Debug, PartialEq)]
+pub struct Manifest {
+    /// `"network"`: the hosts it may reach, `host` or `host:port`; missing means none.
+    pub network: Result<Vec<String>, String>,
+    /// `"memory_mb"`: its instances' memory limit in MiB, if it sets one (1 to
+    /// [`MAX_MEMORY_MB`]).
+    pub memory_mb: Result<Option<u32>, String>,
+}
+
+/// Reads a manifest's text; a text that is not a JSON object breaks both fields.
+pub fn parse_manifest(text: &[u8]) -> Manifest {
+    let manifest: serde_json::Value = match serde_json::from_slice(text) {
+        Ok(serde_json::Value::Object(fields)) => serde_json::Value::Object(fields),
+        Ok(_) => return Manifest::broken(format!("{MANIFEST} must be a JSON object")),
+        Err(e) => return Manifest::broken(format!("{MANIFEST} is not valid JSON ({e})")),
+    };
+    let network = match &manifest["network"] {
         serde_json::Value::Null => Ok(Vec::new()),
         serde_json::Value::Array(hosts) => hosts
             .iter()
@@ -556,9 +564,33 @@ pub fn parse_manifest(text: &[u8]) -> Result<Vec<String>, String> {
         other => Err(format!(
             "{MANIFEST}: \"network\" is {other}, not a list of hosts"
         )),
+    };
+    let memory_mb = match &manifest["memory_mb"] {
+        serde_json::Value::Null => Ok(None),
+        value => match value.as_u64() {
+            Some(mb @ 1..) if mb <= u64::from(MAX_MEMORY_MB) => Ok(Some(mb as u32)),
+            _ => Err(format!(
+                "{MANIFEST}: \"memory_mb\" is {value}, not a number of MiB from 1 to \
+                 {MAX_MEMORY_MB}"
+            )),
+        },
+    };
+    Manifest { network, memory_mb }
+}
+
+impl Manifest {
+    fn broken(problem: String) -> Manifest {
+        Manifest {
+            network: Err(problem.clone()),
+            memory_mb: Err(problem),
+        }
     }
 }
 
+/// Makes `to` a snapshot of the folder `from` (an empty folder if `from` is missing), sharing
+/// the files by hard links: the cost does not grow with their size. This is safe because no
+/// file under `/data` or `/public` is ever changed in place: every guest write commits by
+/// rename, and so does every host write (`write_atomically`).
 fn replace_with_snapshot(from: &Path, to: &Path) -> io::Result<()> {
     if to.exists() {
         std::fs::remove_dir_all(to)?;
@@ -669,13 +701,10 @@ mod tests {
     #[test]
     fn a_manifest_lists_hosts_and_anything_else_means_no_network() {
         assert_eq!(
-            parse_manifest(br#"{"network": ["api.openai.com", "127.0.0.1:8080"]}"#).unwrap(),
-            ["api.openai.com", "127.0.0.1:8080"]
+            parse_manifest(br#"{"network": ["api.openai.com", "127.0.0.1:8080"]}"#).network,
+            Ok(vec!["api.openai.com".into(), "127.0.0.1:8080".into()])
         );
-        assert_eq!(
-            parse_manifest(br#"{"name": "x"}"#).unwrap(),
-            Vec::<String>::new()
-        );
+        assert_eq!(parse_manifest(br#"{"name": "x"}"#).network, Ok(vec![]));
         for (bad, says) in [
             (&b"{network"[..], "not valid JSON"),
             (b"[]", "JSON object"),
@@ -683,12 +712,36 @@ mod tests {
             (br#"{"network": [1]}"#, "holds 1"),
             (br#"{"network": ["https://a.com/"]}"#, "not a host"),
         ] {
-            let err = parse_manifest(bad).unwrap_err();
+            let err = parse_manifest(bad).network.unwrap_err();
             assert!(err.contains(says) && err.contains("actor.json"), "{err}");
         }
         let dir = tempfile::tempdir().unwrap();
         let w = World::new(dir.path());
-        assert_eq!(w.network_allowed(&id("x")), Ok(vec![]), "no manifest");
+        let none = w.manifest(&id("x"));
+        assert_eq!(none.network, Ok(vec![]), "no manifest");
+        assert_eq!(none.memory_mb, Ok(None), "no manifest");
+    }
+
+    #[test]
+    fn a_manifest_sets_the_memory_limit_within_bounds() {
+        let memory = |text: &str| parse_manifest(text.as_bytes()).memory_mb;
+        assert_eq!(memory(r#"{"network": []}"#), Ok(None));
+        assert_eq!(memory(r#"{"memory_mb": 32}"#), Ok(Some(32)));
+        assert_eq!(memory(r#"{"memory_mb": 4096}"#), Ok(Some(MAX_MEMORY_MB)));
+        for bad in ["0", "4097", "-1", "1.5", "\"lots\""] {
+            let err = memory(&format!(r#"{{"memory_mb": {bad}}}"#)).unwrap_err();
+            assert!(
+                err.contains("\"memory_mb\"") && err.contains("4096"),
+                "{err}"
+            );
+        }
+        let both = parse_manifest(br#"{"network": "a.com", "memory_mb": 64}"#);
+        assert!(both.network.is_err());
+        assert_eq!(
+            both.memory_mb,
+            Ok(Some(64)),
+            "one bad field leaves the other"
+        );
     }
 
     #[test]

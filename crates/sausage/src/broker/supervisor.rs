@@ -16,9 +16,8 @@ use super::router::Router;
 use super::stdio::{LogOutput, RoutedStdout};
 use crate::message::{ActorId, Envelope, raw};
 use crate::runtime::network::Network;
-use crate::runtime::{Exit, InstanceConfig, Program, Runtime};
-use crate::world::MANIFEST;
-use crate::world::{State, Status, World};
+use crate::runtime::{DEFAULT_MEMORY_MB, Exit, InstanceConfig, MAX_MEMORY_MB, Program, Runtime};
+use crate::world::{MANIFEST, Manifest, State, Status, World};
 
 /// First restart delay; each further crash in a row doubles it.
 pub const RESTART_BASE_DELAY: Duration = Duration::from_millis(500);
@@ -33,6 +32,10 @@ pub const STOP_GRACE: Duration = Duration::from_secs(5);
 pub const CRASH_LOOP_CRASHES: u32 = 3;
 /// …when they all happen within this time of the upgrade: the broker then rolls back.
 pub const CRASH_LOOP_WINDOW: Duration = Duration::from_secs(30);
+/// How long an instance may take to be created before `status.json` says `starting`. Creating
+/// one from a compiled component takes well under a millisecond, so on that path the file goes
+/// from `stopped` or `restarting` straight to `running`: one write per start, not two.
+const STARTING_REPORT_AFTER: Duration = Duration::from_millis(10);
 /// How often a running actor's stdin is checked for a write stalled past its timeout.
 const STALL_CHECK: Duration = Duration::from_secs(1);
 /// Commands queued for one supervisor; senders wait beyond it.
@@ -241,6 +244,9 @@ impl Task {
                     in_a_row = restart.in_a_row;
                     self.status.restarts += 1;
                     self.status.last_exit = Some(exit.to_string());
+                    if let Exit::MemoryLimit(mb) = exit {
+                        self.sup.world.log_note(&self.sup.id, &memory_note(mb));
+                    }
                     self.sup.world.log_note(
                         &self.sup.id,
                         &format!(
@@ -316,10 +322,16 @@ impl Task {
         true
     }
 
-    /// Runs one instance until it exits or is stopped.
+    /// Runs one instance until it exits or is stopped. `status.json` says `running` once the
+    /// instance exists and its code runs, `starting` before that if creating it takes longer
+    /// than [`STARTING_REPORT_AFTER`] (or at once if the file still claims `running`, left by a
+    /// host that died).
     async fn run_instance(&mut self) -> Ended {
         self.status.version = self.sup.version;
         let sup = &self.sup;
+        // Read at every start, so an upgrade's manifest applies.
+        let manifest = sup.world.manifest(&sup.id);
+        let memory_mb = memory_mb(&sup.world, &sup.id, &manifest);
         let config = InstanceConfig {
             env: vec![
                 ("SAUSAGE_ACTOR".into(), sup.id.to_string()),
@@ -333,22 +345,46 @@ impl Task {
                 sup.world.clone(),
             )),
             stderr: InstanceConfig::output(LogOutput::append_to(&sup.world.log_path(&sup.id))),
-            network: network(&sup.world, &sup.id),
+            network: network(&sup.world, &sup.id, manifest),
         };
+        // The instance task says when its code starts to run; dropping the sender unsent
+        // means it was never created.
+        let (now_running, mut running) = oneshot::channel();
         let mut instance: JoinHandle<Exit> = tokio::spawn({
             let (runtime, program) = (sup.runtime.clone(), sup.program.clone());
-            async move { runtime.run(&program, config).await }
+            async move {
+                let on_running = move || {
+                    // The supervisor waits for this while the instance task lives.
+                    let _ = now_running.send(());
+                };
+                runtime
+                    .run_with(&program, config, memory_mb, on_running)
+                    .await
+            }
         });
-        // Straight to `running`: the instance is created inside its task, so a `starting`
-        // written before it would be replaced at once (a wasted file write per start).
-        self.set_state(State::Running);
+        if self.status.state == State::Running {
+            self.set_state(State::Starting);
+        }
+        let starting_report = tokio::time::sleep(STARTING_REPORT_AFTER);
+        tokio::pin!(starting_report);
+        let mut created = false;
 
         let mut stall_check = tokio::time::interval(STALL_CHECK);
         let ended = loop {
-            // Waits for: the instance ending by itself; a command (a stop ends the loop);
-            // the periodic check for a stdin write stalled past its limit.
+            // Waits for: the instance ending by itself; its code starting to run (or its
+            // creation failing); creation taking long enough to report `starting`; a command (a
+            // stop ends the loop); the periodic check for a stdin write stalled past its limit.
             tokio::select! {
                 exit = &mut instance => break Ended::ByItself(joined(exit)),
+                ran = &mut running, if !created => {
+                    created = true;
+                    if ran.is_ok() {
+                        self.set_state(State::Running);
+                    }
+                }
+                _ = &mut starting_report, if !created && self.status.state != State::Starting => {
+                    self.set_state(State::Starting);
+                }
                 command = self.commands.recv() => match command {
                     Some(Command::Start(done)) => {
                         let _ = done.send(());
@@ -451,12 +487,11 @@ impl Task {
     }
 }
 
-/// The network of the next instance of `id`: the hosts its running source's manifest lists
-/// (read at every start, so an upgrade's manifest applies), its credentials if it has any,
-/// and a note in its log for every denied request. Problems go to its log; the instance then
-/// runs without what could not be read.
-fn network(world: &World, id: &ActorId) -> Network {
-    let allowed = world.network_allowed(id).unwrap_or_else(|problem| {
+/// The network of the next instance of `id`: the hosts its manifest lists, its credentials if
+/// it has any, and a note in its log for every denied request. Problems go to its log; the
+/// instance then runs without what could not be read.
+fn network(world: &World, id: &ActorId, manifest: Manifest) -> Network {
+    let allowed = manifest.network.unwrap_or_else(|problem| {
         world.log_note(id, &format!("{problem}; running without network"));
         Vec::new()
     });
@@ -478,6 +513,31 @@ fn network(world: &World, id: &ActorId) -> Network {
             )
         })),
     }
+}
+
+/// The memory limit of the next instance of `id`, in MiB: its manifest's `"memory_mb"`, or
+/// [`DEFAULT_MEMORY_MB`] with a note in its log when that is not a valid limit.
+fn memory_mb(world: &World, id: &ActorId, manifest: &Manifest) -> u32 {
+    match &manifest.memory_mb {
+        Ok(mb) => mb.unwrap_or(DEFAULT_MEMORY_MB),
+        Err(problem) => {
+            world.log_note(
+                id,
+                &format!("{problem}; running with the default of {DEFAULT_MEMORY_MB} MiB"),
+            );
+            DEFAULT_MEMORY_MB
+        }
+    }
+}
+
+/// The note after an instance trapped at its memory limit of `mb` MiB, with the fix.
+fn memory_note(mb: u32) -> String {
+    let fix = if mb < MAX_MEMORY_MB {
+        format!("raise \"memory_mb\" in {MANIFEST} (at most {MAX_MEMORY_MB})")
+    } else {
+        "that is the most an instance may have; use less".to_string()
+    };
+    format!("memory: the instance asked for more than its {mb} MiB; {fix}")
 }
 
 /// The exit of an instance task; a panic in the host's instance code is a bug, reported as a

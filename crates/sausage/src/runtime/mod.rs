@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use wasmtime::component::{Component, HasData, Linker, ResourceTable};
-use wasmtime::{Config, Engine, Store};
+use wasmtime::{Config, Engine, ResourceLimiter, Store};
 use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi::{I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
@@ -30,6 +30,13 @@ use wasi_fs::{FsState, FsView};
 /// How often every guest is interrupted so that it yields to the others: one busy actor can
 /// hold a worker thread for at most this long.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// An instance's linear memory when its manifest does not say (DESIGN §11): enough for most
+/// actors, small enough that a runaway allocation loop traps long before the host runs short.
+pub const DEFAULT_MEMORY_MB: u32 = 256;
+/// The most memory an instance may be given (`"memory_mb"` in `actor.json`): 4 GiB is all a
+/// 32-bit linear memory can address anyway.
+pub const MAX_MEMORY_MB: u32 = 4096;
 
 /// A compiled component, linked and ready to instantiate. Cheap to clone.
 #[derive(Clone)]
@@ -64,6 +71,9 @@ pub enum Exit {
     Code(i32),
     /// The guest trapped (a panic, an out-of-bounds access, …) or could not be instantiated.
     Trap(String),
+    /// The guest's memory would have grown past its limit of this many MiB (at instantiation
+    /// or later): a trap too, named so that the host can say how to raise the limit.
+    MemoryLimit(u32),
     /// The host stopped it: a graceful stop ran out of time, or the host is going away.
     Killed,
 }
@@ -80,6 +90,7 @@ impl fmt::Display for Exit {
             Exit::Clean => f.write_str("exited cleanly"),
             Exit::Code(code) => write!(f, "exited with code {code}"),
             Exit::Trap(message) => write!(f, "trapped: {message}"),
+            Exit::MemoryLimit(mb) => write!(f, "trapped: memory would grow past its {mb} MiB"),
             Exit::Killed => f.write_str("killed"),
         }
     }
@@ -147,9 +158,26 @@ impl Runtime {
         Ok(Program { pre })
     }
 
-    /// Runs one instance to its end. Dropping the future kills the instance: its uncommitted
-    /// writes are discarded with its store.
+    /// Runs one instance to its end with the default memory limit ([`DEFAULT_MEMORY_MB`]).
+    /// Dropping the future kills the instance: its uncommitted writes are discarded with its
+    /// store.
     pub async fn run(&self, program: &Program, config: InstanceConfig) -> Exit {
+        self.run_with(program, config, DEFAULT_MEMORY_MB, || ())
+            .await
+    }
+
+    /// [`Runtime::run`] with a memory limit of `memory_mb` MiB, calling `on_running` once the
+    /// instance exists, just before `wasi:cli/run` is called. That is the earliest point at
+    /// which the guest's own code runs (a `wasm32-wasip2` command has no start function; its
+    /// constructors and `main` run inside `run`), and it is never reached when instantiation
+    /// fails. Memory growing past the limit traps the instance: [`Exit::MemoryLimit`].
+    pub async fn run_with(
+        &self,
+        program: &Program,
+        config: InstanceConfig,
+        memory_mb: u32,
+        on_running: impl FnOnce(),
+    ) -> Exit {
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdin(Stdin(config.stdin))
             .stdout(config.stdout)
@@ -166,15 +194,24 @@ impl Runtime {
                 network: config.network,
             },
             fs: FsState::new(config.mounts),
+            memory: MemoryLimit {
+                bytes: memory_mb as usize * MIB,
+                reached: false,
+            },
         };
         let mut store = Store::new(&self.engine, guest);
+        store.limiter(|guest| &mut guest.memory);
         store.epoch_deadline_async_yield_and_update(1);
 
         let result = match program.pre.instantiate_async(&mut store).await {
-            Ok(command) => command.wasi_cli_run().call_run(&mut store).await,
+            Ok(command) => {
+                on_running();
+                command.wasi_cli_run().call_run(&mut store).await
+            }
             Err(e) => Err(e),
         };
         let exit = match result {
+            Err(_) if store.data().memory.reached => Exit::MemoryLimit(memory_mb),
             Ok(Ok(())) => Exit::Clean,
             Ok(Err(())) => Exit::Code(1),
             Err(e) => match e.downcast_ref::<I32Exit>() {
@@ -188,6 +225,41 @@ impl Runtime {
             store.data_mut().fs.commit_open_files();
         }
         exit
+    }
+}
+
+const MIB: usize = 1 << 20;
+
+/// The store limiter of one instance: its linear memory may not grow past `bytes`. Growing
+/// past it is an error, which traps the guest at once (rather than `memory.grow` returning
+/// -1, which Rust programs turn into an abort with a vaguer message), and `reached` records
+/// that the trap was the limit's.
+struct MemoryLimit {
+    bytes: usize,
+    reached: bool,
+}
+
+impl ResourceLimiter for MemoryLimit {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.bytes {
+            self.reached = true;
+            wasmtime::bail!("memory would grow to {desired} bytes, past its limit");
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        _desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(true)
     }
 }
 
@@ -208,6 +280,7 @@ pub struct Guest {
     http: WasiHttpCtx,
     hooks: HttpHooks,
     fs: FsState,
+    memory: MemoryLimit,
 }
 
 impl WasiView for Guest {
