@@ -7,6 +7,8 @@
 //!   `{"type":"pong"}`.
 //! - `{"type":"say","line":L}` writes `L` to stdout as it is (not a message, unless it is one);
 //!   `{"type":"say_big","bytes":N}` writes one line of `N` bytes and then a real `pong` reply.
+//! - `{"type":"log","lines":N,"width":W}` writes N lines of W bytes (newline included) to
+//!   stderr, `line <n>` padded with `.`, n from 1, then replies `{"type":"logged","lines":N}`.
 //! - `{"type":"connect","addr":"127.0.0.1:80"}` tries a raw TCP connection and replies
 //!   `{"type":"connect","ok":bool,"error":..}` (the host denies raw sockets).
 //! - An actor whose id starts with `doomed` panics at once when it starts: a candidate that
@@ -94,6 +96,17 @@ fn main() {
                 std::mem::forget(block);
                 proto::reply(&msg, json!({"type": "grown", "mb": mb}));
             }
+            "log" => {
+                let lines = msg.body["lines"].as_u64().unwrap_or(0);
+                let width = msg.body["width"].as_u64().unwrap_or(80) as usize;
+                let mut err = std::io::BufWriter::new(std::io::stderr().lock());
+                for n in 1..=lines {
+                    let _ = writeln!(err, "{:.<1$}", format!("line {n} "), width.max(2) - 1);
+                }
+                let _ = err.flush();
+                drop(err);
+                proto::reply(&msg, json!({"type": "logged", "lines": lines}));
+            }
             "connect" => {
                 let addr = msg.body["addr"].as_str().unwrap_or("127.0.0.1:80");
                 let result = std::net::TcpStream::connect(addr);
@@ -105,7 +118,7 @@ fn main() {
             other => proto::reply_error(
                 &msg,
                 &format!(
-                    "unknown type {other:?}; known: crash, exit, ping, say, say_big, grow, connect, ignore_shutdown"
+                    "unknown type {other:?}; known: crash, exit, ping, say, say_big, grow, log, connect, ignore_shutdown"
                 ),
             ),
         }

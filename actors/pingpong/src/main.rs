@@ -7,7 +7,10 @@
 //!   `{"type":"stats","rounds":R,"p50_us":..,"p99_us":..,"per_sec":..}`, or an `error` when the
 //!   peer answers a ping with something other than a pong (say, `undeliverable`).
 //! - `{"type":"flood","to":T,"count":N}` sends `{"type":"seq","n":i}` for i in 1..=N to T as fast
-//!   as it can (one flush at the end), then replies `{"type":"flooded","count":N}`.
+//!   as it can (one flush at the end), then replies `{"type":"flooded","count":N}`. With
+//!   `"pad":P`, each `seq` also carries `"pad"`, a string of P bytes.
+//! - `{"type":"sleep","ms":M}` replies `{"type":"sleeping"}`, then sleeps M ms without reading
+//!   stdin (a busy consumer).
 //! - As a consumer, counts `seq` messages and checks each is `n` = previous + 1 (from 1);
 //!   `{"type":"report"}` → `{"type":"report","received":..,"in_order":..,"last":..}`.
 //!
@@ -43,9 +46,15 @@ fn main() {
                     proto::reply_error(&msg, "flood needs a string `to` and a number `count`");
                     continue;
                 };
-                proto::send_all(
-                    (1..=count).map(|n| Outgoing::to(to, json!({"type": "seq", "n": n}))),
-                );
+                let pad = "x".repeat(msg.body["pad"].as_u64().unwrap_or(0) as usize);
+                proto::send_all((1..=count).map(|n| {
+                    let body = if pad.is_empty() {
+                        json!({"type": "seq", "n": n})
+                    } else {
+                        json!({"type": "seq", "n": n, "pad": pad})
+                    };
+                    Outgoing::to(to, body)
+                }));
                 proto::reply(&msg, json!({"type": "flooded", "count": count}));
             }
             "seq" => {
@@ -54,13 +63,18 @@ fn main() {
                 in_order &= n == last + 1;
                 last = n;
             }
+            "sleep" => {
+                proto::reply(&msg, json!({"type": "sleeping"}));
+                let ms = msg.body["ms"].as_u64().unwrap_or(0);
+                std::thread::sleep(Duration::from_millis(ms));
+            }
             "report" => proto::reply(
                 &msg,
                 json!({"type": "report", "received": received, "in_order": in_order, "last": last}),
             ),
             other => proto::reply_error(
                 &msg,
-                &format!("unknown type {other:?}; known: ping, run, flood, seq, report"),
+                &format!("unknown type {other:?}; known: ping, run, flood, sleep, seq, report"),
             ),
         }
     }

@@ -133,7 +133,8 @@ pub fn reply(msg: &Message, body: Value) {
 /// is itself a reply only gets a log line, so two actors never trade errors forever.
 pub fn reply_error(msg: &Message, reason: &str) {
     if msg.reply_to.is_some() {
-        eprintln!("ignoring reply {} from {}: {reason}", msg.id, msg.from);
+        let to = msg.reply_to.as_deref().unwrap_or_default();
+        eprintln!("ignoring reply {} to {to} from {}: {reason}", msg.id, msg.from);
     } else {
         reply(msg, json!({"type": "error", "reason": reason}));
     }

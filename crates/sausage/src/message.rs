@@ -78,7 +78,10 @@ impl fmt::Debug for ActorId {
 pub struct Outgoing {
     #[serde(default)]
     pub to: Option<String>,
-    #[serde(default)]
+    /// The actor's own id for the message: a string, or a non-negative integer taken as its
+    /// decimal string (`"id": 0` is `"0"`). Other numbers are refused: `1.5`, `-1` and `1e3`
+    /// would have no single decimal spelling to reply to.
+    #[serde(default, deserialize_with = "actor_chosen_id")]
     pub id: Option<String>,
     #[serde(default)]
     pub reply_to: Option<String>,
@@ -115,6 +118,33 @@ impl Outgoing {
         self.reply_to = id.map(str::to_owned);
         self
     }
+}
+
+/// Reads an [`Outgoing::id`]: a string, or a non-negative integer as its decimal string.
+fn actor_chosen_id<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    struct Id;
+    impl serde::de::Visitor<'_> for Id {
+        type Value = Option<String>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an `id` that is a string or a non-negative integer")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, id: &str) -> Result<Self::Value, E> {
+            Ok(Some(id.to_owned()))
+        }
+
+        fn visit_u64<E: serde::de::Error>(self, id: u64) -> Result<Self::Value, E> {
+            Ok(Some(id.to_string()))
+        }
+
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+    // serde_json gives a negative integer to `visit_i64` and a fraction or an exponent to
+    // `visit_f64`; the visitor's defaults refuse both, saying what is expected.
+    d.deserialize_any(Id)
 }
 
 /// A message as the broker delivers it:
@@ -218,6 +248,40 @@ mod tests {
                 Outgoing::parse(bad).is_err(),
                 "{}",
                 String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn an_actor_chosen_id_is_a_string_or_a_non_negative_integer() {
+        let id = |line: &str| Outgoing::parse(line.as_bytes()).map(|out| out.id);
+        assert_eq!(
+            id(r#"{"id":"x1","body":{}}"#).unwrap().as_deref(),
+            Some("x1")
+        );
+        assert_eq!(id(r#"{"id":0,"body":{}}"#).unwrap().as_deref(), Some("0"));
+        assert_eq!(
+            id(r#"{"id":18446744073709551615,"body":{}}"#)
+                .unwrap()
+                .as_deref(),
+            Some("18446744073709551615")
+        );
+        assert_eq!(id(r#"{"id":null,"body":{}}"#).unwrap(), None);
+        assert_eq!(id(r#"{"body":{}}"#).unwrap(), None);
+        for bad in [
+            "-1",
+            "1.5",
+            "1e3",
+            "0.0",
+            "true",
+            "[1]",
+            "{}",
+            "18446744073709551616",
+        ] {
+            let err = id(&format!(r#"{{"id":{bad},"body":{{}}}}"#)).unwrap_err();
+            assert!(
+                err.contains("a string or a non-negative integer"),
+                "{bad}: {err}"
             );
         }
     }

@@ -27,6 +27,73 @@ pub const REGISTRY: &str = "sausage.json";
 /// of the current block, so ids stay unique across a hard kill at the cost of a gap.
 pub const MESSAGE_ID_BLOCK: u64 = 100_000;
 
+/// Size at which an actor's `stderr.log` is rotated (DESIGN §11), so an actor that floods its
+/// stderr cannot fill the disk. When an append would take the log past it, `stderr.log` is
+/// renamed to `stderr.log.1` (replacing the one before) and a new `stderr.log` starts with that
+/// append: the newest 10 to 20 MiB are kept, the older half in `stderr.log.1`, and `stderr.log`
+/// stays within the limit (an append is at most a guest's write chunk or one note). The guest's
+/// stderr and the host's `[sausage]` notes both go through [`ActorLog::append`].
+pub const STDERR_LOG_LIMIT: u64 = 10 * 1024 * 1024;
+
+/// An actor's `stderr.log`, opened for appending at the first append and rotated at
+/// [`STDERR_LOG_LIMIT`].
+pub struct ActorLog {
+    path: PathBuf,
+    /// The open log, with the count of [`LOG_ROTATIONS`] it was opened at: after any rotation
+    /// it may be `stderr.log.1` under its new name, so it is opened again.
+    file: Option<(std::fs::File, u64)>,
+}
+
+/// How many logs this process has rotated. Held during every append, so that two writers of one
+/// log (the guest's stderr, a note) never both rotate it for one passing of the limit, and no
+/// append lands in a log while it is being renamed. Appends are short copies into the page cache.
+static LOG_ROTATIONS: std::sync::Mutex<u64> = std::sync::Mutex::new(0);
+
+impl ActorLog {
+    pub fn new(path: PathBuf) -> ActorLog {
+        ActorLog { path, file: None }
+    }
+
+    /// Appends `bytes`, rotating the log first when they would take it past
+    /// [`STDERR_LOG_LIMIT`]. The error names the log.
+    pub fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.rotate_and_append(bytes)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", self.path.display())))
+    }
+
+    fn rotate_and_append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        use std::io::Write;
+        // A panic while holding the count cannot leave it wrong: it only ever grows.
+        let mut rotations = LOG_ROTATIONS.lock().unwrap_or_else(|e| e.into_inner());
+        let len = match &self.file {
+            Some((file, seen)) if *seen == *rotations => file.metadata()?.len(),
+            _ => self.reopen(*rotations)?,
+        };
+        if len > 0 && len + bytes.len() as u64 > STDERR_LOG_LIMIT {
+            let mut older = self.path.clone().into_os_string();
+            older.push(".1");
+            std::fs::rename(&self.path, older)?;
+            *rotations += 1;
+            self.reopen(*rotations)?;
+        }
+        // Both the match and the rotation above leave the log open.
+        let (file, _) = self.file.as_mut().expect("the log is open");
+        file.write_all(bytes)
+    }
+
+    /// Opens the log (creating it) as of `rotations`; returns its length.
+    fn reopen(&mut self, rotations: u64) -> io::Result<u64> {
+        self.file = None;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)?;
+        let len = file.metadata()?.len();
+        self.file = Some((file, rotations));
+        Ok(len)
+    }
+}
+
 /// A world folder.
 #[derive(Clone, Debug)]
 pub struct World {
@@ -492,17 +559,12 @@ impl World {
         serde_json::from_slice(&text).ok()
     }
 
-    /// Appends a note of the host's to the actor's `stderr.log`.
+    /// Appends a note of the host's to the actor's `stderr.log`, rotating it as the guest's
+    /// output does.
     pub fn log_note(&self, id: &ActorId, note: &str) {
-        use std::io::Write;
         let line = format!("[sausage] {note}\n");
-        let written = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path(id))
-            .and_then(|mut f| f.write_all(line.as_bytes()));
-        if let Err(e) = written {
-            eprintln!("sausage: actor {id}: cannot write stderr.log: {e}");
+        if let Err(e) = ActorLog::new(self.log_path(id)).append(line.as_bytes()) {
+            eprintln!("sausage: actor {id}: cannot write a note: {e}");
         }
     }
 

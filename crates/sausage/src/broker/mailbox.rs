@@ -8,7 +8,7 @@
 //! a kill of the host loses nothing accepted; a message counts as delivered once it is read.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -30,8 +30,26 @@ pub const FULL_MAILBOX_TIMEOUT: Duration = Duration::from_secs(30);
 pub const STDIN_PIPE_BYTES: usize = 64 * 1024;
 
 /// A message being written into a running instance's stdin (beyond [`STDIN_PIPE_BYTES`]) that
-/// the guest leaves unread this long is dropped, with a note in the actor's log.
+/// the guest leaves unread this long is dropped, with a note in the actor's log. The clock starts
+/// when the message is offered to the instance (queued while it runs, or the instance started),
+/// or at the guest's last read if that is later; never at a read before the offer, so an actor
+/// idle for an hour that then gets a burst loses nothing (DESIGN §11).
 pub const STDIN_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A test knob, not a setting: `SAUSAGE_TEST_STDIN_STALL_MS` replaces [`STDIN_WRITE_TIMEOUT`]
+/// so a test can wait out a stall in seconds rather than minutes. Read once, at the first use.
+const STDIN_STALL_TEST_KNOB: &str = "SAUSAGE_TEST_STDIN_STALL_MS";
+
+/// [`STDIN_WRITE_TIMEOUT`], or what [`STDIN_STALL_TEST_KNOB`] sets.
+fn stdin_write_timeout() -> Duration {
+    static TIMEOUT: OnceLock<Duration> = OnceLock::new();
+    *TIMEOUT.get_or_init(|| {
+        std::env::var(STDIN_STALL_TEST_KNOB)
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+            .map_or(STDIN_WRITE_TIMEOUT, Duration::from_millis)
+    })
+}
 
 pub struct Mailbox {
     state: Mutex<Inner>,
@@ -61,7 +79,8 @@ struct Inner {
     partial: Option<Bytes>,
     /// The message the instance took last: it is parked if the instance crashes.
     last_taken: Option<Arc<Envelope>>,
-    /// When the instance last took bytes, for [`STDIN_WRITE_TIMEOUT`].
+    /// When the instance last took bytes, was attached, or had a stalled message dropped: the
+    /// latest moment the stall clock of [`STDIN_WRITE_TIMEOUT`] can start from.
     last_read: Instant,
 }
 
@@ -78,6 +97,10 @@ enum Input {
 struct Queued {
     pos: i64,
     envelope: Arc<Envelope>,
+    /// When it was queued: the earliest moment the stall clock of [`STDIN_WRITE_TIMEOUT`] can
+    /// start from for this message (a message queued before the instance started counts from
+    /// the start, through `last_read`).
+    queued_at: Instant,
 }
 
 /// Why a push did not go in; the message comes back.
@@ -108,9 +131,14 @@ impl Mailbox {
     fn with_queue(waiting: Waiting, journal: Option<Durable>) -> Mailbox {
         let next_back = waiting.last().map_or(0, |(pos, _)| pos + 1);
         let next_front = waiting.first().map_or(-1, |(pos, _)| pos - 1);
+        let queued_at = Instant::now();
         let queue = waiting
             .into_iter()
-            .map(|(pos, envelope)| Queued { pos, envelope })
+            .map(|(pos, envelope)| Queued {
+                pos,
+                envelope,
+                queued_at,
+            })
             .collect();
         Mailbox {
             state: Mutex::new(Inner {
@@ -146,7 +174,12 @@ impl Mailbox {
             return Err(Refused::Unstored(envelope, reason));
         }
         inner.next_back += 1;
-        inner.queue.push_back(Queued { pos, envelope });
+        let queued_at = Instant::now();
+        inner.queue.push_back(Queued {
+            pos,
+            envelope,
+            queued_at,
+        });
         drop(inner);
         self.arrived.notify_one();
         Ok(())
@@ -184,7 +217,12 @@ impl Mailbox {
             );
         }
         inner.next_front -= 1;
-        inner.queue.push_front(Queued { pos, envelope });
+        let queued_at = Instant::now();
+        inner.queue.push_front(Queued {
+            pos,
+            envelope,
+            queued_at,
+        });
         drop(inner);
         self.arrived.notify_one();
     }
@@ -288,14 +326,14 @@ impl Mailbox {
         inner.last_taken.take()
     }
 
-    /// Enforces [`STDIN_WRITE_TIMEOUT`]: when the instance has read nothing for that long and a
-    /// message lies beyond the [`STDIN_PIPE_BYTES`] window, that message is dropped and returned
-    /// (the caller notes it in the log). The clock restarts after each drop.
+    /// Enforces [`STDIN_WRITE_TIMEOUT`]: when the first message beyond the [`STDIN_PIPE_BYTES`]
+    /// window has been offered to the instance for that long, and the instance has read nothing
+    /// meanwhile, that message is dropped and returned (the caller notes it in the log). The
+    /// clock restarts after each drop.
     pub fn drop_stalled_write(&self, now: Instant) -> Option<Arc<Envelope>> {
+        let timeout = stdin_write_timeout();
         let mut inner = self.lock();
-        if !matches!(inner.input, Input::Open)
-            || now.duration_since(inner.last_read) < STDIN_WRITE_TIMEOUT
-        {
+        if !matches!(inner.input, Input::Open) || now.duration_since(inner.last_read) < timeout {
             return None;
         }
         let mut in_pipe = inner.partial.as_ref().map_or(0, Bytes::len);
@@ -303,6 +341,9 @@ impl Mailbox {
             in_pipe += queued.envelope.line_len();
             in_pipe > STDIN_PIPE_BYTES
         })?;
+        if now.duration_since(inner.queue[blocked].queued_at) < timeout {
+            return None;
+        }
         inner.last_read = now;
         let dropped = inner.queue.remove(blocked)?;
         self.forget(&dropped);
@@ -446,18 +487,19 @@ mod tests {
         assert_eq!(mailbox.len(), 1, "m-3 waits for the next instance");
     }
 
+    fn big(n: usize) -> Arc<Envelope> {
+        Arc::new(Envelope {
+            id: format!("m-{n:04}"),
+            from: ActorId::parse("test").unwrap(),
+            reply_to: None,
+            body: raw(&serde_json::json!({"type": "big", "pad": "x".repeat(1000)})),
+        })
+    }
+
     #[test]
     fn a_stalled_write_beyond_the_pipe_is_dropped() {
         let mailbox = Arc::new(Mailbox::default());
         let _input = mailbox.attach();
-        let big = |n: usize| {
-            Arc::new(Envelope {
-                id: format!("m-{n:04}"),
-                from: ActorId::parse("test").unwrap(),
-                reply_to: None,
-                body: raw(&serde_json::json!({"type": "big", "pad": "x".repeat(1000)})),
-            })
-        };
         let fit = STDIN_PIPE_BYTES / big(0).line_len();
         for n in 0..fit + 3 {
             mailbox.try_push(big(n)).ok().unwrap();
@@ -471,6 +513,56 @@ mod tests {
             mailbox.drop_stalled_write(later).is_none(),
             "the clock restarts"
         );
+    }
+
+    #[test]
+    fn a_burst_into_an_idle_instance_is_not_stalled_by_the_idle_time() {
+        let mailbox = Arc::new(Mailbox::default());
+        let _input = mailbox.attach();
+        // The instance read last a long time ago, then a burst far beyond the pipe arrives.
+        let long_ago = Instant::now()
+            .checked_sub(STDIN_WRITE_TIMEOUT * 4)
+            .expect("the clock starts before the test");
+        mailbox.lock().last_read = long_ago;
+        let burst = 4 * STDIN_PIPE_BYTES / big(0).line_len();
+        for n in 0..burst {
+            mailbox.try_push(big(n)).ok().unwrap();
+        }
+        let offered = Instant::now();
+        assert!(
+            mailbox.drop_stalled_write(offered).is_none(),
+            "the clock starts at the offer, not at the last read"
+        );
+        let just_before = offered + STDIN_WRITE_TIMEOUT - Duration::from_secs(1);
+        assert!(mailbox.drop_stalled_write(just_before).is_none());
+        // Left unread for the whole limit after the offer, the first message beyond the pipe goes.
+        let after = offered + STDIN_WRITE_TIMEOUT + Duration::from_secs(1);
+        assert!(mailbox.drop_stalled_write(after).is_some());
+    }
+
+    #[test]
+    fn a_read_after_the_offer_restarts_the_stall_clock() {
+        let mailbox = Arc::new(Mailbox::default());
+        let input = mailbox.attach();
+        let burst = 4 * STDIN_PIPE_BYTES / big(0).line_len();
+        for n in 0..burst {
+            mailbox.try_push(big(n)).ok().unwrap();
+        }
+        let long_ago = Instant::now()
+            .checked_sub(STDIN_WRITE_TIMEOUT * 4)
+            .expect("the clock starts before the test");
+        for queued in &mut mailbox.lock().queue {
+            queued.queued_at = long_ago;
+        }
+        read_line(&*input).unwrap();
+        let read = mailbox.lock().last_read;
+        assert!(
+            mailbox
+                .drop_stalled_write(read + STDIN_WRITE_TIMEOUT / 2)
+                .is_none()
+        );
+        let after = read + STDIN_WRITE_TIMEOUT + Duration::from_secs(1);
+        assert!(mailbox.drop_stalled_write(after).is_some());
     }
 
     /// Durable mailboxes against a model: any sequence of pushes (back and front), reads,

@@ -1,18 +1,17 @@
-//! What a WASM actor writes: stdout lines routed as messages, stderr appended to its log.
+//! What a WASM actor writes: stdout lines routed as messages, stderr appended to its log (rotated
+//! by the world's `ActorLog`).
 //!
 //! A stdout line is routed as soon as its newline arrives. When a recipient's mailbox is full
 //! the stdout stops taking bytes (capacity 0) until the message is in, so a fast producer is
 //! slowed down, never dropped, and its later lines keep their order.
 
 use std::collections::VecDeque;
-use std::fs::File;
-use std::io::Write;
 use std::sync::Arc;
 
 use super::router::{Delivery, Router};
 use crate::message::{ActorId, Outgoing};
 use crate::runtime::stdio::{BoxFuture, GuestOutput};
-use crate::world::World;
+use crate::world::{ActorLog, World};
 
 /// Longest stdout line that is routed. A longer one is skipped up to its newline, with a note
 /// in the log; the host never holds more than this of it.
@@ -145,21 +144,21 @@ impl GuestOutput for RoutedStdout {
     }
 }
 
-/// A guest's stderr, appended to its `stderr.log` (or, for candidates, kept in memory).
+/// A guest's stderr, appended to its `stderr.log` and rotated with it (see
+/// [`STDERR_LOG_LIMIT`](crate::world::STDERR_LOG_LIMIT)). The append runs here, on the thread that runs the guest; it is at most
+/// [`WRITE_CHUNK`] copied into the page cache, plus a rename when the log rotates.
 pub struct LogOutput {
-    file: Option<File>,
+    log: ActorLog,
+    /// A log that cannot be written is reported once, not at every write.
+    failed: bool,
 }
 
 impl LogOutput {
     pub fn append_to(path: &std::path::Path) -> LogOutput {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path);
-        if let Err(e) = &file {
-            eprintln!("sausage: {}: cannot open the log: {e}", path.display());
+        LogOutput {
+            log: ActorLog::new(path.to_owned()),
+            failed: false,
         }
-        LogOutput { file: file.ok() }
     }
 }
 
@@ -169,10 +168,13 @@ impl GuestOutput for LogOutput {
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        if let Some(file) = &mut self.file
-            && let Err(e) = file.write_all(bytes)
-        {
-            eprintln!("sausage: cannot append to an actor's stderr.log: {e}");
+        match self.log.append(bytes) {
+            Ok(()) => self.failed = false,
+            Err(e) if !self.failed => {
+                self.failed = true;
+                eprintln!("sausage: cannot append to an actor's log: {e}");
+            }
+            Err(_) => {}
         }
     }
 
@@ -214,5 +216,53 @@ impl GuestOutput for Captured {
 
     fn writable(&mut self) -> BoxFuture<'_> {
         Box::pin(async {})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::world::STDERR_LOG_LIMIT;
+
+    /// A guest's output and the host's notes, interleaved past the limit twice over: the log
+    /// stays within it, the older half is in `stderr.log.1`, and the newest lines are whole and
+    /// in order across the two files.
+    #[test]
+    fn stderr_log_rotates_at_its_limit_keeping_the_newest_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let world = World::new(dir.path());
+        world.create().unwrap();
+        let id = ActorId::parse("chatty").unwrap();
+        std::fs::create_dir_all(world.log_path(&id).parent().unwrap()).unwrap();
+        let mut stderr = LogOutput::append_to(&world.log_path(&id));
+        let mut n = 0;
+        let mut written = 0;
+        while written < 5 * STDERR_LOG_LIMIT / 2 {
+            let mut chunk = String::new();
+            while chunk.len() < WRITE_CHUNK - 100 {
+                n += 1;
+                chunk.push_str(&format!("line {n} {}\n", "x".repeat(n % 200)));
+            }
+            stderr.write(chunk.as_bytes());
+            n += 1;
+            world.log_note(&id, &format!("line {n}"));
+            written += chunk.len() as u64;
+        }
+        let log = std::fs::read_to_string(world.log_path(&id)).unwrap();
+        let older = world.log_path(&id).with_file_name("stderr.log.1");
+        let older = std::fs::read_to_string(older).unwrap();
+        assert!(log.len() as u64 <= STDERR_LOG_LIMIT, "{}", log.len());
+        assert!(older.len() as u64 <= STDERR_LOG_LIMIT, "{}", older.len());
+        assert!(older.len() as u64 + log.len() as u64 > STDERR_LOG_LIMIT);
+        let numbers: Vec<usize> = older
+            .lines()
+            .chain(log.lines())
+            .map(|line| {
+                let line = line.strip_prefix("[sausage] ").unwrap_or(line);
+                line.split(' ').nth(1).unwrap().parse().unwrap()
+            })
+            .collect();
+        let first = numbers[0];
+        assert_eq!(numbers, (first..=n).collect::<Vec<_>>());
     }
 }
