@@ -134,7 +134,10 @@ pub fn reply(msg: &Message, body: Value) {
 pub fn reply_error(msg: &Message, reason: &str) {
     if msg.reply_to.is_some() {
         let to = msg.reply_to.as_deref().unwrap_or_default();
-        eprintln!("ignoring reply {} to {to} from {}: {reason}", msg.id, msg.from);
+        eprintln!(
+            "ignoring reply {} to {to} from {}: {reason}",
+            msg.id, msg.from
+        );
     } else {
         reply(msg, json!({"type": "error", "reason": reason}));
     }
