@@ -154,11 +154,15 @@ pub struct LogOutput {
 }
 
 impl LogOutput {
+    /// The log of an instance about to start. The file is made now, before the guest writes
+    /// anything: every actor has its `/actor/<id>/stderr.log` (DESIGN §2).
     pub fn append_to(path: &std::path::Path) -> LogOutput {
-        LogOutput {
+        let mut output = LogOutput {
             log: ActorLog::new(path.to_owned()),
             failed: false,
-        }
+        };
+        output.write(&[]);
+        output
     }
 }
 
