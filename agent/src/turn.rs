@@ -1083,12 +1083,7 @@ impl<H: Host> Agent<H> {
             self.stop_asked = true;
             self.report(self.goals.save(&goal));
         } else {
-            self.end_goal(
-                &mut goal,
-                goals::State::Stopped,
-                "goal_stopped",
-                json!({"reason": reason}),
-            );
+            self.stop_goal_because(&mut goal, reason.clone());
         }
         if message.from != goal.message.from {
             self.reply(
@@ -1101,35 +1096,20 @@ impl<H: Host> Agent<H> {
     /// One round of `goal`: a turn of up to [`MAX_STEPS`] steps that ends with `goal_status`.
     fn round(&mut self, mut goal: Goal) -> Flow {
         if let Some(reason) = goal.stop.clone() {
-            self.end_goal(
-                &mut goal,
-                goals::State::Stopped,
-                "goal_stopped",
-                json!({"reason": reason}),
-            );
+            self.stop_goal_because(&mut goal, reason);
             return Flow::Continue;
         }
         let config = match config::load(&self.file("config.json")) {
             Ok(config) => config,
             Err(words) => {
-                self.end_goal(
-                    &mut goal,
-                    goals::State::Stopped,
-                    "goal_stopped",
-                    json!({"reason": words}),
-                );
+                self.stop_goal_because(&mut goal, words);
                 return Flow::Continue;
             }
         };
         let spend = Spend::load(&self.file("spend.json"), self.host.now());
         if config.price.is_some() && spend.usd >= config.max_day_usd {
             let reason = self.day_cap_words(&config, &spend);
-            self.end_goal(
-                &mut goal,
-                goals::State::Stopped,
-                "goal_stopped",
-                json!({"reason": reason}),
-            );
+            self.stop_goal_because(&mut goal, reason);
             return Flow::Continue;
         }
         goal.state = goals::State::Running;
@@ -1238,6 +1218,16 @@ impl<H: Host> Agent<H> {
             return;
         };
         self.end_goal(&mut goal, state, kind, fields);
+    }
+
+    /// Ends `goal` as stopped, telling its owner why.
+    fn stop_goal_because(&mut self, goal: &mut Goal, reason: String) {
+        self.end_goal(
+            goal,
+            goals::State::Stopped,
+            "goal_stopped",
+            json!({"reason": reason}),
+        );
     }
 
     /// Ends `goal` in `state`, telling its owner with a `kind` message carrying `fields`.

@@ -288,11 +288,8 @@ fn a_scripted_model_writes_builds_spawns_and_messages_a_new_actor() {
     );
 }
 
-#[test]
-fn the_agent_upgrades_itself_in_the_middle_of_a_turn_and_finishes_it() {
-    let fake = FakeLlm::start();
-    let world = world_with_agent(&fake, "openai-responses");
-    world.warm_cargo_for_agent();
+/// The model's three steps of upgrading the agent: copy its source, build it, upgrade to it.
+fn push_self_upgrade(fake: &FakeLlm) {
     fake.push_openai(openai::reply(vec![openai::function_call(
         "copy_dir",
         json!({"from": "/actor/agent/source", "to": "/data/agent-next"}),
@@ -305,6 +302,14 @@ fn the_agent_upgrades_itself_in_the_middle_of_a_turn_and_finishes_it() {
         "send_message",
         json!({"to": "broker", "body": {"type": "upgrade", "actor": "agent", "wasm": "/actor/cargo/public/builds/1/agent.wasm", "source": "/data/agent-next"}, "wait_seconds": 120}),
     )]));
+}
+
+#[test]
+fn the_agent_upgrades_itself_in_the_middle_of_a_turn_and_finishes_it() {
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    world.warm_cargo_for_agent();
+    push_self_upgrade(&fake);
     fake.push_openai(openai::text_reply("I upgraded myself and I am back."));
     let mut host = world.run();
     host.send("please upgrade yourself");
@@ -833,18 +838,7 @@ fn a_goal_survives_an_upgrade_of_the_agent_in_the_middle_of_a_round() {
     let fake = FakeLlm::start();
     let world = world_with_agent(&fake, "openai-responses");
     world.warm_cargo_for_agent();
-    fake.push_openai(openai::reply(vec![openai::function_call(
-        "copy_dir",
-        json!({"from": "/actor/agent/source", "to": "/data/agent-next"}),
-    )]));
-    fake.push_openai(openai::reply(vec![openai::function_call(
-        "send_message",
-        json!({"to": "cargo", "body": {"type": "build", "source": "/data/agent-next"}, "wait_seconds": 900}),
-    )]));
-    fake.push_openai(openai::reply(vec![openai::function_call(
-        "send_message",
-        json!({"to": "broker", "body": {"type": "upgrade", "actor": "agent", "wasm": "/actor/cargo/public/builds/1/agent.wasm", "source": "/data/agent-next"}, "wait_seconds": 120}),
-    )]));
+    push_self_upgrade(&fake);
     fake.push_openai(status("done", "upgraded myself and came back"));
     let mut host = world.run();
     host.tell("agent", json!({"type": "goal", "text": "upgrade yourself"}));
