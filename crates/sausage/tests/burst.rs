@@ -74,3 +74,19 @@ fn a_burst_into_a_busy_actor_counts_from_the_offer_not_from_its_last_read() {
     std::thread::sleep(Duration::from_millis(3500));
     burst_arrives_whole(&world, &mut host);
 }
+
+#[test]
+fn a_message_left_unread_past_the_limit_is_dropped_with_a_note_naming_the_limit() {
+    let (world, mut host) = start(Duration::from_secs(1));
+    host.tell("sink", json!({"type": "sleep", "ms": 4000}));
+    host.wait_type("sink", "sleeping");
+    host.tell(
+        "source",
+        json!({"type": "flood", "to": "sink", "count": BURST, "pad": PAD}),
+    );
+    support::eventually("the note of a dropped message", || {
+        world
+            .log("sink")
+            .contains("dropped: stdin was not read for 1 s after it was offered")
+    });
+}

@@ -41,7 +41,7 @@ pub const STDIN_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 const STDIN_STALL_TEST_KNOB: &str = "SAUSAGE_TEST_STDIN_STALL_MS";
 
 /// [`STDIN_WRITE_TIMEOUT`], or what [`STDIN_STALL_TEST_KNOB`] sets.
-fn stdin_write_timeout() -> Duration {
+pub fn stdin_write_timeout() -> Duration {
     static TIMEOUT: OnceLock<Duration> = OnceLock::new();
     *TIMEOUT.get_or_init(|| {
         std::env::var(STDIN_STALL_TEST_KNOB)

@@ -408,8 +408,11 @@ impl Task {
                 _ = stall_check.tick() => {
                     if let Some(dropped) = self.sup.mailbox.drop_stalled_write(Instant::now()) {
                         self.sup.world.log_note(&self.sup.id, &format!(
-                            "message {} from {} dropped: stdin was not read for 30 s",
-                            dropped.id, dropped.from
+                            "message {} from {} dropped: stdin was not read for {} s after it \
+                             was offered",
+                            dropped.id,
+                            dropped.from,
+                            super::mailbox::stdin_write_timeout().as_secs_f64()
                         ));
                     }
                 }
