@@ -359,12 +359,7 @@ impl World {
     /// What the running source of `id` asks of the host (its `actor.json`). No manifest asks
     /// for nothing; a broken one's problems are in its fields.
     pub fn manifest(&self, id: &ActorId) -> Manifest {
-        let path = self.source_dir(id).join(MANIFEST);
-        match std::fs::read(&path) {
-            Ok(text) => parse_manifest(&text),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => parse_manifest(b"{}"),
-            Err(e) => Manifest::broken(format!("{MANIFEST}: {e}")),
-        }
+        read_manifest(&self.source_dir(id))
     }
 
     /// `broker/cache/`: compiled components, kept across runs.
@@ -600,6 +595,15 @@ pub struct Manifest {
     /// `"memory_mb"`: its instances' memory limit in MiB, if it sets one (1 to
     /// [`MAX_MEMORY_MB`]).
     pub memory_mb: Result<Option<u32>, String>,
+}
+
+/// The manifest in the source folder `source`: none there is an empty one.
+pub fn read_manifest(source: &Path) -> Manifest {
+    match std::fs::read(source.join(MANIFEST)) {
+        Ok(text) => parse_manifest(&text),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => parse_manifest(b"{}"),
+        Err(e) => Manifest::broken(format!("{MANIFEST}: {e}")),
+    }
 }
 
 /// Reads a manifest's text; a text that is not a JSON object breaks both fields.

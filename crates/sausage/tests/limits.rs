@@ -128,3 +128,32 @@ fn an_instance_that_cannot_be_created_never_reports_running() {
     );
     drop(host);
 }
+
+/// A candidate runs its tests with the memory its own manifest asks for: a version that needs
+/// more than the default passes them when its `actor.json` says so, and is refused when not.
+#[test]
+fn a_candidate_is_tested_with_its_own_memory_limit() {
+    let world = TestWorld::new();
+    let mut host = world.run();
+    let source = |name: &str, manifest: Option<&str>| {
+        let dir = world.path(&format!("private/console/data/{name}"));
+        std::fs::create_dir_all(dir.join("tests")).unwrap();
+        std::fs::write(
+            dir.join("tests/grow.jsonl"),
+            "{\"send\": {\"type\": \"grow\", \"mb\": 300}}\n{\"expect\": {\"type\": \"grown\"}}\n",
+        )
+        .unwrap();
+        if let Some(manifest) = manifest {
+            std::fs::write(dir.join("actor.json"), manifest).unwrap();
+        }
+        dir.display().to_string()
+    };
+    let wasm = wasm("crasher").display().to_string();
+    let spawn = |actor: &str, source: String| json!({"type": "spawn", "actor": actor, "wasm": wasm, "source": source});
+    let big = source("big", Some(r#"{"memory_mb": 512}"#));
+    let spawned = host.request(spawn("big", big));
+    assert_eq!(spawned["type"], "spawned", "{spawned}");
+    let small = source("small", None);
+    let refused = host.request(spawn("small", small));
+    assert_eq!(refused["type"], "error", "{refused}");
+}

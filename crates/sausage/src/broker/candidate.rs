@@ -17,8 +17,8 @@ use super::transcript::{self, EXPECT_TIMEOUT, StepKind, Transcript};
 use crate::message::{ActorId, Envelope, raw};
 use crate::runtime::network::Network;
 use crate::runtime::stdio::{BoxFuture, GuestOutput};
-use crate::runtime::{Exit, InstanceConfig, Program, Runtime};
-use crate::world::World;
+use crate::runtime::{DEFAULT_MEMORY_MB, Exit, InstanceConfig, Program, Runtime};
+use crate::world::{World, read_manifest};
 
 /// A candidate without transcript tests must start and stay up this long.
 pub const SMOKE_TEST: Duration = Duration::from_secs(2);
@@ -73,17 +73,39 @@ pub async fn test(
         Some(source) => transcript::load(source)?,
         None => Vec::new(),
     };
+    // The candidate runs with the memory its own manifest asks for, as it will once installed.
+    let memory_mb = source
+        .and_then(|source| read_manifest(source).memory_mb.ok().flatten())
+        .unwrap_or(DEFAULT_MEMORY_MB);
+    let under = Under {
+        runtime,
+        world,
+        id,
+        version,
+        program,
+        memory_mb,
+    };
     if transcripts.is_empty() {
-        return smoke_test(runtime, world, id, version, program).await;
+        return smoke_test(&under).await;
     }
     let mut report = Vec::new();
     for (n, transcript) in transcripts.iter().enumerate() {
         let scratch = Scratch::new(world, id, &format!("{version}-{n}"))
             .map_err(|e| format!("cannot prepare the scratch copy of its files: {e}"))?;
-        run_transcript(runtime, world, id, version, program, &scratch, transcript).await?;
+        run_transcript(&under, &scratch, transcript).await?;
         report.push(json!({"file": transcript.name, "steps": transcript.steps.len()}));
     }
     Ok(json!({"transcripts": report, "passed": true}))
+}
+
+/// The candidate under test, and what its instances run with.
+struct Under<'a> {
+    runtime: &'a Arc<Runtime>,
+    world: &'a World,
+    id: &'a ActorId,
+    version: u32,
+    program: &'a Program,
+    memory_mb: u32,
 }
 
 /// One candidate instance: its stdin, what it writes, and its stderr.
@@ -95,14 +117,15 @@ struct Instance {
 }
 
 impl Instance {
-    fn start(
-        runtime: &Arc<Runtime>,
-        world: &World,
-        id: &ActorId,
-        version: u32,
-        program: &Program,
-        scratch: &Scratch,
-    ) -> Instance {
+    fn start(under: &Under<'_>, scratch: &Scratch) -> Instance {
+        let Under {
+            runtime,
+            world,
+            id,
+            version,
+            program,
+            memory_mb,
+        } = *under;
         let stdin = Arc::new(Mailbox::default());
         let stderr = Captured::default();
         let (sent, written) = mpsc::unbounded_channel();
@@ -123,7 +146,8 @@ impl Instance {
             network: Network::default(),
         };
         let (runtime, program) = (runtime.clone(), program.clone());
-        let run = tokio::spawn(async move { runtime.run(&program, config).await });
+        let run =
+            tokio::spawn(async move { runtime.run_with(&program, config, memory_mb, || ()).await });
         Instance {
             stdin,
             written,
@@ -151,15 +175,11 @@ impl Drop for Instance {
 }
 
 async fn run_transcript(
-    runtime: &Arc<Runtime>,
-    world: &World,
-    id: &ActorId,
-    version: u32,
-    program: &Program,
+    under: &Under<'_>,
     scratch: &Scratch,
     transcript: &Transcript,
 ) -> Result<(), String> {
-    let mut instance = Instance::start(runtime, world, id, version, program, scratch);
+    let mut instance = Instance::start(under, scratch);
     for step in &transcript.steps {
         let at = format!("{} line {}", transcript.name, step.line);
         match &step.kind {
@@ -240,16 +260,10 @@ impl GuestOutput for Written {
 }
 
 /// Runs the smoke test: the candidate must stay up for [`SMOKE_TEST`] without input.
-async fn smoke_test(
-    runtime: &Arc<Runtime>,
-    world: &World,
-    id: &ActorId,
-    version: u32,
-    program: &Program,
-) -> Result<Value, String> {
-    let scratch = Scratch::new(world, id, &format!("{version}-smoke"))
+async fn smoke_test(under: &Under<'_>) -> Result<Value, String> {
+    let scratch = Scratch::new(under.world, under.id, &format!("{}-smoke", under.version))
         .map_err(|e| format!("cannot prepare the scratch copy of its files: {e}"))?;
-    let mut instance = Instance::start(runtime, world, id, version, program, &scratch);
+    let mut instance = Instance::start(under, &scratch);
     match tokio::time::timeout(SMOKE_TEST, &mut instance.run).await {
         Err(_) => Ok(json!({
             "smoke": format!("stayed up for {} s", SMOKE_TEST.as_secs()),
