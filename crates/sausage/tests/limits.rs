@@ -156,4 +156,7 @@ fn a_candidate_is_tested_with_its_own_memory_limit() {
     let small = source("small", None);
     let refused = host.request(spawn("small", small));
     assert_eq!(refused["type"], "error", "{refused}");
+    // The reason says the candidate died, and of what, not that it stayed silent.
+    let reason = refused["reason"].as_str().unwrap();
+    assert!(reason.contains("256 MiB"), "{reason}");
 }

@@ -200,20 +200,31 @@ async fn run_transcript(
                     Some(to) => format!("{body} to `{to}`"),
                     None => body.to_string(),
                 };
-                // Waits for: the candidate's next message, its exit, or the expect's timeout.
+                // Waits for: the candidate's next message, its exit (its stdout closes first,
+                // so a closed stdout waits for the exit to say how it ended), or the expect's
+                // timeout.
                 let got = tokio::select! {
-                    got = instance.written.recv() => got,
-                    exit = &mut instance.run => {
-                        let exit = exit.unwrap_or_else(|e| Exit::Trap(e.to_string()));
-                        return Err(format!("{at}: expected {wanted}, but {}", instance.exited(&exit)));
-                    }
-                    _ = tokio::time::sleep(EXPECT_TIMEOUT) => None,
+                    got = instance.written.recv() => got.ok_or(true),
+                    _ = tokio::time::sleep(EXPECT_TIMEOUT) => Err(false),
                 };
-                let Some(got) = got else {
-                    return Err(format!(
-                        "{at}: expected {wanted}, but no message came within {} s",
-                        EXPECT_TIMEOUT.as_secs()
-                    ));
+                let got = match got {
+                    Ok(got) => got,
+                    Err(true) => {
+                        let ended = tokio::time::timeout(EXPECT_TIMEOUT, &mut instance.run).await;
+                        return Err(match ended {
+                            Ok(exit) => {
+                                let exit = exit.unwrap_or_else(|e| Exit::Trap(e.to_string()));
+                                format!("{at}: expected {wanted}, but {}", instance.exited(&exit))
+                            }
+                            Err(_) => format!("{at}: expected {wanted}, but it closed its stdout"),
+                        });
+                    }
+                    Err(false) => {
+                        return Err(format!(
+                            "{at}: expected {wanted}, but no message came within {} s",
+                            EXPECT_TIMEOUT.as_secs()
+                        ));
+                    }
                 };
                 let to_ok = to.as_deref().is_none_or(|to| got["to"] == to);
                 if !to_ok || !transcript::matches(body, &got["body"]) {
