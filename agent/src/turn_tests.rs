@@ -82,14 +82,19 @@ fn answers(host: &ScriptedHost) -> Vec<(String, String, String)> {
         .collect()
 }
 
-/// A text from the console that starts a turn.
-fn message_of(id: &str, text: &str) -> Incoming {
+/// A message from the console that replies to nothing.
+fn from_console(id: &str, body: Value) -> Incoming {
     Incoming {
         id: id.into(),
         from: "console".into(),
         reply_to: None,
-        body: json!({"type": "text", "text": text}),
+        body,
     }
+}
+
+/// A text from the console that starts a turn.
+fn message_of(id: &str, text: &str) -> Incoming {
+    from_console(id, json!({"type": "text", "text": text}))
 }
 
 /// What the agent's `send_message` calls sent (not the messages about the turn).
@@ -771,12 +776,7 @@ fn a_model_without_a_price_counts_tokens_and_its_cost_is_unknown() {
 #[test]
 fn a_stop_ends_the_turn_after_its_current_step_with_what_it_did() {
     let data = world(Some(OPENAI));
-    let stop = Incoming {
-        id: "m-2".into(),
-        from: "console".into(),
-        reply_to: None,
-        body: json!({"type": "stop", "turn": "m-1"}),
-    };
+    let stop = from_console("m-2", json!({"type": "stop", "turn": "m-1"}));
     let host = ScriptedHost {
         events: vec![text("m-1", "loop")].into(),
         answers: (0..5)
@@ -1436,12 +1436,7 @@ fn a_goal_stops_at_its_rounds_and_at_its_money() {
 #[test]
 fn goal_stop_ends_a_goal_after_the_step_in_progress() {
     let data = world(Some(OPENAI));
-    let stop = Incoming {
-        id: "m-2".into(),
-        from: "console".into(),
-        reply_to: None,
-        body: json!({"type": "goal_stop", "goal": "g1"}),
-    };
+    let stop = from_console("m-2", json!({"type": "goal_stop", "goal": "g1"}));
     let host = ScriptedHost {
         events: vec![goal("m-1", json!({}))].into(),
         answers: (0..5)
@@ -1502,12 +1497,7 @@ fn a_bad_goal_is_refused_with_what_would_be_right() {
 #[test]
 fn peoples_turns_are_served_between_a_goals_rounds() {
     let data = world(Some(OPENAI));
-    let person = Incoming {
-        id: "m-2".into(),
-        from: "console".into(),
-        reply_to: None,
-        body: json!({"type": "text", "text": "how is it going?"}),
-    };
+    let person = from_console("m-2", json!({"type": "text", "text": "how is it going?"}));
     let host = ScriptedHost {
         events: vec![goal("m-1", json!({}))].into(),
         answers: vec![
