@@ -22,6 +22,11 @@ use crate::runtime::stdio::{BoxFuture, GuestInput};
 /// read); a message still blocked after [`FULL_MAILBOX_TIMEOUT`] becomes `undeliverable`.
 pub const MAILBOX_CAPACITY: usize = 1000;
 
+/// Bytes of queued messages (as their stdin lines) a mailbox holds: full at this many too, so a
+/// thousand messages of a megabyte each cannot take a gigabyte of the host's memory. A message
+/// into an empty mailbox always goes in (a line is at most 1 MiB anyway).
+pub const MAILBOX_BYTES: usize = 64 * 1024 * 1024;
+
 /// How long a sender waits on a full mailbox before its message becomes `undeliverable`.
 pub const FULL_MAILBOX_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -70,6 +75,9 @@ struct Durable {
 
 struct Inner {
     queue: VecDeque<Queued>,
+    /// The stdin bytes of everything in `queue`, kept with it by [`Inner::enqueue`] and
+    /// [`Inner::dequeue`]: the mailbox is full at [`MAILBOX_BYTES`].
+    bytes: usize,
     /// The positions the next push at the back and at the front get: the journal's keys, which
     /// sort in queue order.
     next_back: i64,
@@ -105,7 +113,7 @@ struct Queued {
 
 /// Why a push did not go in; the message comes back.
 pub enum Refused {
-    /// The mailbox holds [`MAILBOX_CAPACITY`] messages.
+    /// The mailbox holds [`MAILBOX_CAPACITY`] messages or [`MAILBOX_BYTES`] of them.
     Full(Arc<Envelope>),
     /// The journal could not record the message (no room on disk, say); accepting it anyway
     /// would risk losing it.
@@ -132,7 +140,7 @@ impl Mailbox {
         let next_back = waiting.last().map_or(0, |(pos, _)| pos + 1);
         let next_front = waiting.first().map_or(-1, |(pos, _)| pos - 1);
         let queued_at = Instant::now();
-        let queue = waiting
+        let queue: VecDeque<Queued> = waiting
             .into_iter()
             .map(|(pos, envelope)| Queued {
                 pos,
@@ -140,9 +148,11 @@ impl Mailbox {
                 queued_at,
             })
             .collect();
+        let bytes = queue.iter().map(|q| q.envelope.line_len()).sum();
         Mailbox {
             state: Mutex::new(Inner {
                 queue,
+                bytes,
                 next_back,
                 next_front,
                 input: Input::Detached,
@@ -165,7 +175,7 @@ impl Mailbox {
     /// Appends a message unless the mailbox is full or the journal cannot record it.
     pub fn try_push(&self, envelope: Arc<Envelope>) -> Result<(), Refused> {
         let mut inner = self.lock();
-        if inner.queue.len() >= MAILBOX_CAPACITY {
+        if inner.is_full_for(&envelope) {
             return Err(Refused::Full(envelope));
         }
         let pos = inner.next_back;
@@ -174,12 +184,7 @@ impl Mailbox {
             return Err(Refused::Unstored(envelope, reason));
         }
         inner.next_back += 1;
-        let queued_at = Instant::now();
-        inner.queue.push_back(Queued {
-            pos,
-            envelope,
-            queued_at,
-        });
+        inner.enqueue(pos, envelope, End::Back);
         drop(inner);
         self.arrived.notify_one();
         Ok(())
@@ -217,12 +222,7 @@ impl Mailbox {
             );
         }
         inner.next_front -= 1;
-        let queued_at = Instant::now();
-        inner.queue.push_front(Queued {
-            pos,
-            envelope,
-            queued_at,
-        });
+        inner.enqueue(pos, envelope, End::Front);
         drop(inner);
         self.arrived.notify_one();
     }
@@ -233,6 +233,7 @@ impl Mailbox {
         let mut inner = self.lock();
         let waiting: Vec<&Envelope> = inner.queue.iter().map(|q| &*q.envelope).collect();
         keep(&waiting)?;
+        inner.bytes = 0;
         for queued in std::mem::take(&mut inner.queue) {
             self.forget(&queued);
         }
@@ -292,7 +293,7 @@ impl Mailbox {
 
     fn take(&self) -> Option<Arc<Envelope>> {
         let mut inner = self.lock();
-        let queued = inner.queue.pop_front()?;
+        let queued = inner.dequeue(0)?;
         self.forget(&queued);
         drop(inner);
         self.space.notify_waiters();
@@ -345,11 +346,46 @@ impl Mailbox {
             return None;
         }
         inner.last_read = now;
-        let dropped = inner.queue.remove(blocked)?;
+        let dropped = inner.dequeue(blocked)?;
         self.forget(&dropped);
         drop(inner);
         self.space.notify_waiters();
         Some(dropped.envelope)
+    }
+}
+
+/// Which end of the queue a message joins.
+enum End {
+    Back,
+    Front,
+}
+
+impl Inner {
+    /// Whether `envelope` must wait: the mailbox holds [`MAILBOX_CAPACITY`] messages, or adding
+    /// it would pass [`MAILBOX_BYTES`] (an empty mailbox takes any message).
+    fn is_full_for(&self, envelope: &Envelope) -> bool {
+        self.queue.len() >= MAILBOX_CAPACITY
+            || (!self.queue.is_empty() && self.bytes + envelope.line_len() > MAILBOX_BYTES)
+    }
+
+    fn enqueue(&mut self, pos: i64, envelope: Arc<Envelope>, end: End) {
+        self.bytes += envelope.line_len();
+        let queued = Queued {
+            pos,
+            envelope,
+            queued_at: Instant::now(),
+        };
+        match end {
+            End::Back => self.queue.push_back(queued),
+            End::Front => self.queue.push_front(queued),
+        }
+    }
+
+    /// Takes the message at `index` out of the queue.
+    fn dequeue(&mut self, index: usize) -> Option<Queued> {
+        let queued = self.queue.remove(index)?;
+        self.bytes -= queued.envelope.line_len();
+        Some(queued)
     }
 }
 
@@ -364,7 +400,7 @@ impl GuestInput for MailboxInput {
             let next = match &mut inner.input {
                 Input::Closing(shutdown) => Some(shutdown.take()?),
                 Input::Detached => None,
-                Input::Open => inner.queue.pop_front().map(|queued| {
+                Input::Open => inner.dequeue(0).map(|queued| {
                     // Read means delivered: from here on the message is never given again.
                     mailbox.forget(&queued);
                     let line = Bytes::from(queued.envelope.to_line());
@@ -449,6 +485,38 @@ mod tests {
         };
         assert_eq!(back.id, "m-9999");
         assert_eq!(mailbox.len(), MAILBOX_CAPACITY);
+    }
+
+    /// A body of about `kib` KiB.
+    fn sized(n: usize, kib: usize) -> Arc<Envelope> {
+        Arc::new(Envelope {
+            id: format!("m-{n}"),
+            from: ActorId::parse("test").unwrap(),
+            reply_to: None,
+            body: raw(&serde_json::json!({"type": "big", "pad": "x".repeat(kib << 10)})),
+        })
+    }
+
+    #[test]
+    fn a_mailbox_is_full_at_its_byte_limit_too_and_counts_what_leaves() {
+        let mailbox = Mailbox::default();
+        // 63 messages of a MiB fit in 64 MiB with their framing; the 64th does not.
+        let fit = MAILBOX_BYTES / sized(0, 1024).line_len();
+        for n in 0..fit {
+            assert!(mailbox.try_push(sized(n, 1024)).is_ok(), "message {n} refused");
+        }
+        assert!(matches!(
+            mailbox.try_push(sized(fit, 1024)),
+            Err(Refused::Full(_))
+        ));
+        // A small one still fits in what is left; then one read makes room for a big one.
+        assert!(mailbox.try_push(message(1)).is_ok());
+        mailbox.take().unwrap();
+        assert!(mailbox.try_push(sized(fit, 1024)).is_ok());
+        // Emptied, the count is back to nothing: an empty mailbox takes any message.
+        mailbox.drain(|_| Ok::<(), ()>(())).unwrap();
+        assert_eq!(mailbox.lock().bytes, 0);
+        assert!(mailbox.try_push(sized(0, 1024)).is_ok());
     }
 
     #[tokio::test]

@@ -13,7 +13,7 @@ use rustc_hash::FxHashMap;
 use serde_json::json;
 
 use super::journal::Journal;
-use super::mailbox::{MAILBOX_CAPACITY, Mailbox, Refused};
+use super::mailbox::{MAILBOX_BYTES, MAILBOX_CAPACITY, Mailbox, Refused};
 use crate::message::{ActorId, Envelope, Outgoing, raw};
 use crate::world::{MESSAGE_ID_BLOCK, World};
 
@@ -160,8 +160,9 @@ impl Router {
                 Ok(()) => {}
                 Err(Refused::Full(_)) => {
                     let reason = format!(
-                        "the mailbox of `{to}` stayed full ({MAILBOX_CAPACITY} messages) for \
-                         30 s; `{to}` is not keeping up"
+                        "the mailbox of `{to}` stayed full ({MAILBOX_CAPACITY} messages or {} MiB) \
+                         for 30 s; `{to}` is not keeping up",
+                        MAILBOX_BYTES >> 20
                     );
                     self.undeliverable(&delivery.envelope, to.as_str(), &reason);
                 }
