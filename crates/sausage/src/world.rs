@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::fs::{Mount, write_atomically};
-use crate::message::{ActorId, NATIVE_ACTORS};
+use crate::message::{ActorId, Envelope, NATIVE_ACTORS};
 use crate::runtime::MAX_MEMORY_MB;
 use crate::runtime::network::Credentials;
 
@@ -117,6 +117,15 @@ pub struct ActorEntry {
     pub next_version: u32,
     /// Whether the actor should run: `stop` clears it, a host shutdown does not.
     pub running: bool,
+}
+
+/// A message as [`Envelope::to_line`] writes it, read back.
+#[derive(Deserialize)]
+struct StoredEnvelope {
+    id: String,
+    from: String,
+    reply_to: Option<String>,
+    body: Box<serde_json::value::RawValue>,
 }
 
 /// `actor/<id>/status.json`, kept current by the supervisor.
@@ -293,8 +302,9 @@ impl World {
     }
 
     /// Each folder of `id` that `remove` archives, with its name inside the archive.
-    fn archived_parts(&self, id: &ActorId) -> [(PathBuf, &'static str); 3] {
+    fn archived_parts(&self, id: &ActorId) -> [(PathBuf, &'static str); 4] {
         [
+            (self.parked_path(id), "parked.json"),
             (self.actor_dir(id), "actor"),
             (self.root.join("private").join(id.as_str()), "private"),
             (
@@ -314,6 +324,52 @@ impl World {
                     home.display()
                 );
             }
+        }
+    }
+
+    /// `broker/parked/<id>.json`: the message the actor's last crashed instance had taken,
+    /// kept until the next upgrade delivers it again (DESIGN §3). Outside every mount.
+    pub fn parked_path(&self, id: &ActorId) -> PathBuf {
+        self.root
+            .join("broker/parked")
+            .join(format!("{}.json", id.as_str()))
+    }
+
+    /// Keeps `message` as `id`'s parked message, durably (synced before it replaces the last).
+    pub fn write_parked(&self, id: &ActorId, message: &Envelope) -> Result<()> {
+        let path = self.parked_path(id);
+        std::fs::create_dir_all(path.parent().expect("in broker/parked"))
+            .and_then(|()| write_atomically(&path, &message.to_line()))
+            .with_context(|| format!("actor {id}: cannot keep parked message {}", message.id))
+    }
+
+    /// `id`'s parked message, if it has one. An unreadable file is reported and left in place
+    /// for a person to look at; it parks nothing.
+    pub fn read_parked(&self, id: &ActorId) -> Option<Envelope> {
+        let path = self.parked_path(id);
+        let bytes = std::fs::read(&path).ok()?;
+        match serde_json::from_slice::<StoredEnvelope>(&bytes) {
+            Ok(stored) => Some(Envelope {
+                id: stored.id,
+                from: ActorId::parse(&stored.from).ok()?,
+                reply_to: stored.reply_to,
+                body: stored.body,
+            }),
+            Err(e) => {
+                eprintln!("sausage: {}: not a message ({e}); ignored", path.display());
+                None
+            }
+        }
+    }
+
+    /// Forgets `id`'s parked message (it was delivered again). A file that cannot go is reported:
+    /// it would bring the message back once more after the next upgrade.
+    pub fn remove_parked(&self, id: &ActorId) {
+        match std::fs::remove_file(self.parked_path(id)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                eprintln!("sausage: actor {id}: cannot forget its parked message: {e}");
+            }
+            _ => {}
         }
     }
 

@@ -218,6 +218,58 @@ fn a_parked_message_reaches_the_next_version_but_not_a_restart() {
 }
 
 #[test]
+fn a_parked_message_outlives_a_host_kill_and_restarts_that_crash_before_reading() {
+    let world = TestWorld::new();
+    world.install("crasher", "crasher");
+    let mut host = world.run();
+    host.tell("crasher", json!({"type": "ping"}));
+    host.wait_type("crasher", "pong");
+    // From now on every new instance crashes before it reads anything.
+    std::fs::write(world.path("actor/crasher/source/crash_after_ms"), "0").unwrap();
+    host.tell("crasher", json!({"type": "crash", "note": "parked"}));
+    eventually("two restarts that crashed at once", || {
+        world.status("crasher")["restarts"].as_u64() >= Some(3)
+    });
+    let parked = world.status("crasher")["parked"].clone();
+    assert!(parked.is_string(), "{parked}");
+    assert!(world.path("broker/parked/crasher.json").exists());
+
+    host.kill();
+    let mut host = world.run();
+    eventually("the new host to read the status it keeps", || {
+        world.status("crasher")["restarts"].as_u64() >= Some(1)
+            || world.status("crasher")["state"] == "restarting"
+    });
+    assert_eq!(world.status("crasher")["parked"], parked);
+    // The fixed version gets the parked message first (version 2 is an echo).
+    let reply = upgrade(&mut host, "crasher", "echo", source("echo"));
+    assert_eq!(reply["type"], "upgraded", "{reply}");
+    let again = host.wait_type("crasher", "crash");
+    assert_eq!(again["note"], "parked");
+    eventually("the parked message forgotten once delivered", || {
+        world.status("crasher")["parked"].is_null()
+    });
+    assert!(!world.path("broker/parked/crasher.json").exists());
+}
+
+#[test]
+fn a_parked_id_in_status_without_a_kept_message_is_cleared_at_start() {
+    let world = TestWorld::new();
+    world.install("crasher", "crasher");
+    std::fs::write(
+        world.path("actor/crasher/status.json"),
+        r#"{"state":"running","version":1,"restarts":0,"last_exit":null,"parked":"m-99","previous_version":null}"#,
+    )
+    .unwrap();
+    let mut host = world.run();
+    host.tell("crasher", json!({"type": "ping"}));
+    host.wait_type("crasher", "pong");
+    eventually("the stale parked id cleared", || {
+        world.status("crasher")["parked"].is_null()
+    });
+}
+
+#[test]
 fn a_crash_loop_after_an_upgrade_rolls_back_with_the_data_restored() {
     let world = TestWorld::new();
     world.install("crasher", "crasher");

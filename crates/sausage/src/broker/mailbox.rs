@@ -503,7 +503,10 @@ mod tests {
         // 63 messages of a MiB fit in 64 MiB with their framing; the 64th does not.
         let fit = MAILBOX_BYTES / sized(0, 1024).line_len();
         for n in 0..fit {
-            assert!(mailbox.try_push(sized(n, 1024)).is_ok(), "message {n} refused");
+            assert!(
+                mailbox.try_push(sized(n, 1024)).is_ok(),
+                "message {n} refused"
+            );
         }
         assert!(matches!(
             mailbox.try_push(sized(fit, 1024)),

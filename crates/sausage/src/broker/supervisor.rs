@@ -203,6 +203,11 @@ enum Ended {
 
 impl Task {
     async fn run(mut self) {
+        // A parked message outlives the host: a restart between a crash and the upgrade that
+        // fixes it still delivers it. `status.json` says what is really parked, not what a
+        // host before this one last wrote.
+        self.parked = self.sup.world.read_parked(&self.sup.id).map(Arc::new);
+        self.status.parked = self.parked.as_ref().map(|m| m.id.clone());
         let mut in_a_row = 0;
         loop {
             if !self.want_running {
@@ -271,7 +276,9 @@ impl Task {
         if install.redeliver_parked
             && let Some(parked) = self.parked.take()
         {
+            // Into the journal first, so no kill between the two can lose it.
             self.sup.mailbox.push_front(parked);
+            self.sup.world.remove_parked(&self.sup.id);
             self.status.parked = None;
         }
         self.watch = install
@@ -419,11 +426,33 @@ impl Task {
             }
         };
         let last_taken = self.sup.mailbox.detach();
-        if let Ended::ByItself(_) = ended {
-            self.status.parked = last_taken.as_ref().map(|m| m.id.clone());
-            self.parked = last_taken;
+        if let (Ended::ByItself(_), Some(message)) = (&ended, last_taken) {
+            self.park(message);
         }
         ended
+    }
+
+    /// Keeps the message a crashed instance took last, on disk, for the next upgrade. An
+    /// instance that crashed before taking anything parks nothing and keeps what was parked.
+    fn park(&mut self, message: Arc<Envelope>) {
+        let id = &self.sup.id;
+        if let Some(earlier) = &self.parked {
+            self.sup.world.log_note(
+                id,
+                &format!(
+                    "message {} is parked in place of message {}, which will not come again",
+                    message.id, earlier.id
+                ),
+            );
+        }
+        if let Err(e) = self.sup.world.write_parked(id, &message) {
+            self.sup.world.log_note(
+                id,
+                &format!("{e:#}; it is kept in memory only, until the host stops"),
+            );
+        }
+        self.status.parked = Some(message.id.clone());
+        self.parked = Some(message);
     }
 
     /// Graceful stop: `shutdown`, end of input, then a kill after [`STOP_GRACE`].
