@@ -126,6 +126,32 @@ fn a_hard_kill_loses_no_accepted_message_nor_committed_file_and_the_next_run_sta
 }
 
 #[test]
+fn an_actor_whose_wasm_cannot_be_compiled_is_reported_broken_not_running() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    world.install("spoilt", "echo");
+    std::fs::write(
+        world.path("broker/versions/spoilt/1/actor.wasm"),
+        "not wasm",
+    )
+    .unwrap();
+    // As a host killed while it ran leaves it.
+    std::fs::write(
+        world.path("actor/spoilt/status.json"),
+        r#"{"state":"running","version":1,"restarts":0,"last_exit":null,"parked":null,"previous_version":null}"#,
+    )
+    .unwrap();
+    let mut host = world.run();
+    host.tell("echo", json!({"type": "ping"}));
+    host.wait_type("echo", "ping");
+    let status = world.status("spoilt");
+    assert_eq!(status["state"], "broken", "{status}");
+    let why = status["last_exit"].as_str().unwrap();
+    assert!(why.contains("cannot be compiled"), "{why}");
+    assert!(host.stderr().contains("spoilt"), "{}", host.stderr());
+}
+
+#[test]
 fn messages_waiting_for_a_stopped_actor_survive_a_hard_kill() {
     let world = TestWorld::new();
     world.install("ticker", "ticker");

@@ -22,7 +22,7 @@ use tokio::task::JoinSet;
 
 use crate::message::{ActorId, NATIVE_ACTORS};
 use crate::runtime::{Program, Runtime};
-use crate::world::{Registry, World};
+use crate::world::{Registry, State, World};
 use mailbox::Mailbox;
 use router::Router;
 use supervisor::{ActorHandle, CrashLoop, Supervisor};
@@ -107,8 +107,18 @@ impl Broker {
                 .version_dir(&id, entry.version)
                 .join("actor.wasm");
             let runtime = broker.runtime.clone();
+            let world = broker.world.clone();
             let (version, running) = (entry.version, entry.running);
             compiling.spawn_blocking(move || {
+                // A host that died leaves `running` behind; until an instance runs, it is not.
+                if let Some(mut status) = world.read_status(&id)
+                    && status.state == State::Running
+                {
+                    status.state = State::Starting;
+                    if let Err(e) = world.write_status(&id, &status) {
+                        eprintln!("sausage: {e:#}");
+                    }
+                }
                 let program = std::fs::read(&wasm)
                     .map_err(anyhow::Error::from)
                     .and_then(|bytes| runtime.compile(&bytes))
@@ -120,7 +130,15 @@ impl Broker {
             let (id, version, running, program) = done.context("compiling an actor")?;
             match program {
                 Ok(program) => broker.supervise(&id, version, program, running),
-                Err(e) => eprintln!("sausage: {e:#}; it stays stopped"),
+                Err(e) => {
+                    eprintln!("sausage: {e:#}; it cannot run until a good version is installed");
+                    let mut status = broker.world.read_status(&id).unwrap_or_default();
+                    status.state = State::Broken;
+                    status.last_exit = Some(format!("cannot be compiled: {e:#}"));
+                    if let Err(e) = broker.world.write_status(&id, &status) {
+                        eprintln!("sausage: {e:#}");
+                    }
+                }
             }
         }
         Ok(broker)
