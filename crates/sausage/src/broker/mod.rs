@@ -48,7 +48,14 @@ pub struct Broker {
     /// Supervisors → broker: crash loops after upgrades. `serve` takes the receiver.
     crash_loops: mpsc::UnboundedSender<CrashLoop>,
     crash_loop_reports: Mutex<Option<mpsc::UnboundedReceiver<CrashLoop>>>,
+    /// One permit per request being answered: past [`REQUESTS_IN_FLIGHT`], requests wait in
+    /// the broker's mailbox (bounded like every mailbox), so their senders slow down instead
+    /// of the host's memory growing.
+    requests_in_flight: Arc<tokio::sync::Semaphore>,
 }
+
+/// Requests the broker answers at once; the next waits in its mailbox until one is answered.
+pub const REQUESTS_IN_FLIGHT: usize = 256;
 
 impl Broker {
     /// Opens a world: cleans what a crashed host left, compiles every registered actor and
@@ -93,6 +100,7 @@ impl Broker {
             operations: Mutex::default(),
             crash_loops,
             crash_loop_reports: Mutex::new(Some(reports)),
+            requests_in_flight: Arc::new(tokio::sync::Semaphore::new(REQUESTS_IN_FLIGHT)),
         });
         broker.apply_subscriptions(&registry);
 
@@ -157,13 +165,28 @@ impl Broker {
             .take()
             .expect("serve runs once");
         loop {
-            // Waits for: a request to the broker, or a supervisor's crash-loop report. Each is
-            // handled in its own task; operations on one actor queue on its lock.
+            // Waits for: a request to the broker (once fewer than REQUESTS_IN_FLIGHT are being
+            // answered), or a supervisor's crash-loop report. Each is handled in its own task;
+            // operations on one actor queue on its lock. Both arms are cancel-safe: a permit
+            // taken for a request that did not come is given back.
+            let next_request = async {
+                let permit = self
+                    .requests_in_flight
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .expect("the semaphore is never closed");
+                (permit, mailbox.recv().await)
+            };
             tokio::select! {
-                request = mailbox.recv() => {
+                (permit, request) = next_request => {
                     let body = request.body_value();
                     let operand = requests::operand(&body);
-                    let job = Box::pin(self.clone().answer(request, body));
+                    let answer = self.clone().answer(request, body);
+                    let job = Box::pin(async move {
+                        answer.await;
+                        drop(permit);
+                    });
                     match operand {
                         Some(id) => self.queue_operation(&id, job),
                         None => drop(tokio::spawn(job)),
@@ -319,7 +342,9 @@ async fn run_operations(id: ActorId, mut queued: mpsc::UnboundedReceiver<Operati
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    use super::mailbox::MAILBOX_CAPACITY;
     use super::*;
+    use crate::message::Outgoing;
 
     #[tokio::test]
     async fn an_operation_that_panics_does_not_stop_the_ones_after_it() {
@@ -341,5 +366,68 @@ mod tests {
         drop(queue);
         running.await.unwrap();
         assert_eq!(done.load(Ordering::SeqCst), 2);
+    }
+
+    /// Polls `check` every few milliseconds until it holds, or fails after 20 s.
+    async fn until(what: &str, mut check: impl FnMut() -> bool) {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !check() {
+            assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn requests_past_the_in_flight_limit_wait_in_the_mailbox_and_none_is_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let world = World::new(dir.path());
+        world.create().unwrap();
+        let broker = Broker::start(world, Runtime::new(None).unwrap())
+            .await
+            .unwrap();
+        tokio::spawn({
+            let broker = broker.clone();
+            async move { broker.serve().await }
+        });
+        // A console that asks and asks and reads none of the answers.
+        let console = ActorId::parse("console").unwrap();
+        let answers = broker.native_mailbox("console");
+        let asked = 3 * MAILBOX_CAPACITY;
+        let asking = tokio::spawn({
+            let (broker, console) = (broker.clone(), console.clone());
+            async move {
+                for _ in 0..asked {
+                    let list =
+                        Outgoing::new(&ActorId::broker(), &serde_json::json!({"type": "list"}));
+                    broker.send(&console, list).await;
+                }
+            }
+        });
+        let broker_mailbox = broker.router.mailbox(&ActorId::broker()).unwrap();
+        until(
+            "the answers to fill the console's mailbox, and the limit to be reached",
+            || {
+                answers.len() == MAILBOX_CAPACITY
+                    && broker.requests_in_flight.available_permits() == 0
+                    && broker_mailbox.len() == MAILBOX_CAPACITY
+            },
+        )
+        .await;
+        assert!(
+            !asking.is_finished(),
+            "the asker is slowed down, not served without bound"
+        );
+        // Reading the answers lets everything through, each request answered once.
+        for n in 0..asked {
+            let answer = answers.recv().await;
+            assert_eq!(answer.body_value()["type"], "actors", "answer {n}");
+        }
+        asking.await.unwrap();
+        // Every permit is back but the one the broker holds while it waits for a request.
+        until("every permit back", || {
+            broker.requests_in_flight.available_permits() == REQUESTS_IN_FLIGHT - 1
+        })
+        .await;
+        assert!(answers.is_empty());
     }
 }
