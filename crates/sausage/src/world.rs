@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fs::{Mount, write_atomically};
 use crate::message::{ActorId, Envelope, NATIVE_ACTORS};
+use crate::replace::{Applied, Replacement};
 use crate::runtime::MAX_MEMORY_MB;
 use crate::runtime::network::Credentials;
 
@@ -225,39 +226,43 @@ impl World {
         versions
     }
 
-    /// Copies the actor's `/data` and `/public` into the snapshot of `version`, replacing an
-    /// older snapshot there.
-    pub fn snapshot(&self, id: &ActorId, version: u32) -> Result<()> {
+    /// What snapshotting `/data` and `/public` into `version` replaces: `(from, to)` pairs for
+    /// a [`Replacement`](crate::replace::Replacement).
+    pub fn snapshot_parts(&self, id: &ActorId, version: u32) -> Vec<(PathBuf, PathBuf)> {
         let snapshot = self.snapshot_dir(id, version);
-        replace_with_snapshot(&self.data_dir(id), &snapshot.join("data"))
-            .and_then(|()| replace_with_snapshot(&self.public_dir(id), &snapshot.join("public")))
-            .with_context(|| {
-                format!("actor {id}: cannot snapshot its files into version {version}")
-            })
+        vec![
+            (self.data_dir(id), snapshot.join("data")),
+            (self.public_dir(id), snapshot.join("public")),
+        ]
     }
 
-    /// Puts the snapshot of `version` back as the actor's `/data` and `/public`. Returns false
-    /// (and changes nothing) when that version has no snapshot.
-    pub fn restore(&self, id: &ActorId, version: u32) -> Result<bool> {
+    /// What restoring the snapshot of `version` as `/data` and `/public` replaces; `None` when
+    /// that version has no snapshot.
+    pub fn restore_parts(&self, id: &ActorId, version: u32) -> Option<Vec<(PathBuf, PathBuf)>> {
         let snapshot = self.snapshot_dir(id, version);
-        if !snapshot.is_dir() {
-            return Ok(false);
-        }
-        replace_with_snapshot(&snapshot.join("data"), &self.data_dir(id))
-            .and_then(|()| replace_with_snapshot(&snapshot.join("public"), &self.public_dir(id)))
-            .with_context(|| {
-                format!("actor {id}: cannot restore the snapshot of version {version}")
-            })?;
-        Ok(true)
+        snapshot.is_dir().then(|| {
+            vec![
+                (snapshot.join("data"), self.data_dir(id)),
+                (snapshot.join("public"), self.public_dir(id)),
+            ]
+        })
     }
 
-    /// Installs the source of `version` as the running source, `actor/<id>/source`.
+    /// What installing the source of `version` as the running source, `actor/<id>/source`,
+    /// replaces.
+    pub fn source_parts(&self, id: &ActorId, version: u32) -> Vec<(PathBuf, PathBuf)> {
+        vec![(
+            self.version_dir(id, version).join("source"),
+            self.source_dir(id),
+        )]
+    }
+
+    /// Installs the source of `version` as the running source, whole or not at all.
     pub fn install_source(&self, id: &ActorId, version: u32) -> Result<()> {
-        replace_with_snapshot(
-            &self.version_dir(id, version).join("source"),
-            &self.source_dir(id),
-        )
-        .with_context(|| format!("actor {id}: cannot install the source of version {version}"))
+        Replacement::prepare(self.source_parts(id, version))
+            .and_then(Replacement::apply)
+            .map(Applied::finish)
+            .with_context(|| format!("actor {id}: cannot install the source of version {version}"))
     }
 
     /// Moves every folder of the actor into a new `archive/<id>-<k>/` and returns it.
@@ -709,23 +714,10 @@ impl Manifest {
     }
 }
 
-/// Makes `to` a snapshot of the folder `from` (an empty folder if `from` is missing), sharing
-/// the files by hard links: the cost does not grow with their size. This is safe because no
-/// file under `/data` or `/public` is ever changed in place: every guest write commits by
-/// rename, and so does every host write (`write_atomically`).
-fn replace_with_snapshot(from: &Path, to: &Path) -> io::Result<()> {
-    if to.exists() {
-        std::fs::remove_dir_all(to)?;
-    }
-    if from.is_dir() {
-        link_tree(from, to)
-    } else {
-        std::fs::create_dir_all(to)
-    }
-}
-
 /// Recreates a folder tree whose files are hard links to the originals (copies where a link
 /// cannot be made, such as across file systems). Symlinks and other kinds are left out.
+/// Sharing files this way is safe because no file under `/data` or `/public` is ever changed in
+/// place: every guest write commits by rename, and so does every host write.
 pub fn link_tree(from: &Path, to: &Path) -> io::Result<()> {
     recreate_tree(from, to, &|from, to| {
         if std::fs::hard_link(from, to).is_err() {

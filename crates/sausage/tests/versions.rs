@@ -270,6 +270,63 @@ fn a_parked_id_in_status_without_a_kept_message_is_cleared_at_start() {
 }
 
 #[test]
+fn an_upgrade_or_rollback_that_cannot_swap_changes_nothing_and_says_so() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    std::fs::write(world.path("private/echo/data/marker"), "version 1's data").unwrap();
+    let mut host = world.run();
+    // The snapshot of version 1 cannot be made: a file stands where its folder goes.
+    std::fs::create_dir_all(world.path("broker/versions/echo/1")).unwrap();
+    std::fs::write(world.path("broker/versions/echo/1/snapshot"), "in the way").unwrap();
+    let reply = upgrade(
+        &mut host,
+        "echo",
+        "echo",
+        source_with(&world, "v2", &[("v", "2")]),
+    );
+    assert_eq!(reply["type"], "error", "{reply}");
+    let reason = reply["reason"].as_str().unwrap();
+    assert!(reason.contains("version 1 keeps running"), "{reason}");
+    assert!(!world.path("broker/versions/echo/2").exists());
+    assert!(!world.path("actor/echo/source/v").exists());
+    assert_eq!(world.json("sausage.json")["actors"]["echo"]["version"], 1);
+    host.tell("echo", json!({"type": "still-there"}));
+    host.wait_type("echo", "still-there");
+    eventually("version 1 running again", || {
+        world.status("echo")["state"] == "running" && world.status("echo")["version"] == 1
+    });
+
+    // With the way cleared, the upgrade goes through; then a rollback that cannot snapshot
+    // version 2 leaves version 2 running on its own data.
+    std::fs::remove_file(world.path("broker/versions/echo/1/snapshot")).unwrap();
+    let reply = upgrade(
+        &mut host,
+        "echo",
+        "echo",
+        source_with(&world, "v2b", &[("v", "2")]),
+    );
+    assert_eq!(reply["type"], "upgraded", "{reply}");
+    std::fs::write(world.path("private/echo/data/marker"), "version 2's data").unwrap();
+    std::fs::create_dir_all(world.path("broker/versions/echo/2")).unwrap();
+    std::fs::write(world.path("broker/versions/echo/2/snapshot"), "in the way").unwrap();
+    let reply = host.request(json!({"type": "rollback", "actor": "echo"}));
+    assert_eq!(reply["type"], "error", "{reply}");
+    let reason = reply["reason"].as_str().unwrap();
+    assert!(reason.contains("version 2 keeps running"), "{reason}");
+    assert_eq!(world.read("private/echo/data/marker"), "version 2's data");
+    assert!(world.path("actor/echo/source/v").exists());
+    assert_eq!(world.json("sausage.json")["actors"]["echo"]["version"], 2);
+    host.tell("echo", json!({"type": "after-rollback"}));
+    host.wait_type("echo", "after-rollback");
+    let hidden: Vec<_> = std::fs::read_dir(world.path("private/echo"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().starts_with(".sausage-tmp"))
+        .collect();
+    assert!(hidden.is_empty(), "left beside the data: {hidden:?}");
+}
+
+#[test]
 fn a_crash_loop_after_an_upgrade_rolls_back_with_the_data_restored() {
     let world = TestWorld::new();
     world.install("crasher", "crasher");

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use super::supervisor::{CRASH_LOOP_CRASHES, CRASH_LOOP_WINDOW, CrashLoop, Install, Upgraded};
 use super::{Broker, candidate};
 use crate::message::{ActorId, Envelope, Outgoing};
+use crate::replace::{Applied, Replacement};
 use crate::runtime::Program;
 use crate::world::ActorEntry;
 
@@ -106,6 +107,7 @@ impl Broker {
         let version = 1;
         let candidate = self.candidate(request, body, &id, version).await?;
         self.store_version(&id, version, &candidate)
+            .await
             .and_then(|()| self.world.create_actor_dirs(&id))
             .and_then(|()| self.world.install_source(&id, version))
             .map_err(|e| format!("cannot install `{id}`: {e:#}"))?;
@@ -136,28 +138,37 @@ impl Broker {
         let (previous, version) = (entry.version, entry.next_version);
         let candidate = self.candidate(request, body, &id, version).await?;
         self.store_version(&id, version, &candidate)
+            .await
             .map_err(|e| format!("cannot store version {version} of `{id}`: {e:#}"))?;
 
         // The swap. From the stop on, messages wait in the mailbox until the new instance runs.
         handle.stop().await;
-        let swapped = self
-            .world
-            .snapshot(&id, previous)
-            .and_then(|()| self.world.install_source(&id, version));
-        if let Err(e) = swapped {
-            // The old version is still installed: put it back to work.
+        let mut parts = self.world.snapshot_parts(&id, previous);
+        parts.extend(self.world.source_parts(&id, version));
+        let saved = match self.replace(parts).await {
+            Ok(applied) => {
+                let saved = self
+                    .update_registry(|registry| {
+                        let entry = registry.actors.get_mut(id.as_str()).expect("checked above");
+                        entry.version = version;
+                        entry.next_version = version + 1;
+                    })
+                    .await;
+                settle(applied, saved.is_ok());
+                saved.map_err(|e| format!("{e:#}"))
+            }
+            Err(e) => Err(format!(
+                "actor {id}: cannot snapshot its files and install version {version}: {e}"
+            )),
+        };
+        if let Err(e) = saved {
+            // Nothing changed: the old version is still installed; put it back to work.
+            self.discard_version(&id, version);
             if entry.running {
                 handle.start().await;
             }
-            return Err(format!("{e:#}; version {previous} keeps running"));
+            return Err(format!("{e}; version {previous} keeps running"));
         }
-        self.update_registry(|registry| {
-            let entry = registry.actors.get_mut(id.as_str()).expect("checked above");
-            entry.version = version;
-            entry.next_version = version + 1;
-        })
-        .await
-        .map_err(|e| format!("{e:#}"))?;
         let upgraded = Upgraded {
             requester: request.from.clone(),
             request_id: request.id.clone(),
@@ -223,30 +234,38 @@ impl Broker {
             .await
             .map_err(|e| format!("version {target} of `{id}` cannot run: {e}"))?;
 
+        // Snapshot the current state (so the move can be undone), restore the target's, install
+        // its source: all of it, or none.
         handle.stop().await;
-        let restored = self
-            .world
-            .snapshot(id, current)
-            .and_then(|()| self.world.restore(id, target))
-            .and_then(|restored| self.world.install_source(id, target).map(|()| restored));
-        let restored = match restored {
-            Ok(restored) => restored,
-            Err(e) => {
-                if entry.running {
-                    handle.start().await;
-                }
-                return Err(format!("{e:#}; version {current} keeps running"));
+        let mut parts = self.world.snapshot_parts(id, current);
+        let restore = self.world.restore_parts(id, target);
+        let restored = restore.is_some();
+        parts.extend(restore.into_iter().flatten());
+        parts.extend(self.world.source_parts(id, target));
+        let saved = match self.replace(parts).await {
+            Ok(applied) => {
+                let saved = self
+                    .update_registry(|registry| {
+                        registry
+                            .actors
+                            .get_mut(id.as_str())
+                            .expect("checked above")
+                            .version = target;
+                    })
+                    .await;
+                settle(applied, saved.is_ok());
+                saved.map_err(|e| format!("{e:#}"))
             }
+            Err(e) => Err(format!(
+                "actor {id}: cannot snapshot its files and restore version {target}: {e}"
+            )),
         };
-        self.update_registry(|registry| {
-            registry
-                .actors
-                .get_mut(id.as_str())
-                .expect("checked above")
-                .version = target;
-        })
-        .await
-        .map_err(|e| format!("{e:#}"))?;
+        if let Err(e) = saved {
+            if entry.running {
+                handle.start().await;
+            }
+            return Err(format!("{e}; version {current} keeps running"));
+        }
         handle
             .install(Install {
                 version: target,
@@ -262,6 +281,14 @@ impl Broker {
             "type": "rolled_back", "actor": id.as_str(), "from": current, "to": target,
             "restored_state": restored,
         }))
+    }
+
+    /// Builds and swaps in the folders of `parts` on a worker thread (they may hold many
+    /// files): all of them, or on an error none.
+    async fn replace(&self, parts: Vec<(PathBuf, PathBuf)>) -> std::io::Result<Applied> {
+        tokio::task::spawn_blocking(move || Replacement::prepare(parts)?.apply())
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(format!("the swap failed: {e}"))))
     }
 
     /// A crash loop after an upgrade: roll back to the previous version and tell whoever asked
@@ -413,28 +440,54 @@ impl Broker {
     }
 
     /// Writes a tested version into the version store: `actor.wasm`, `source/`, `meta.json`.
-    fn store_version(
+    /// Stores a candidate as `broker/versions/<id>/<version>/`, built under a hidden name and
+    /// renamed into place, on a worker thread: the folder is whole or absent.
+    async fn store_version(
         &self,
         id: &ActorId,
         version: u32,
         candidate: &Candidate,
     ) -> anyhow::Result<()> {
         let dir = self.world.version_dir(id, version);
-        if dir.exists() {
-            // A leftover of an attempt that failed after storing: the number was never used.
-            std::fs::remove_dir_all(&dir)?;
+        let (wasm, source) = (candidate.wasm_file.clone(), candidate.source.clone());
+        let meta = serde_json::to_vec_pretty(&candidate.meta).expect("meta serialises");
+        let store = move || -> std::io::Result<()> {
+            if dir.exists() {
+                // A leftover of an attempt that failed after storing: the number was never used.
+                std::fs::remove_dir_all(&dir)?;
+            }
+            let parent = dir.parent().expect("inside broker/versions/<id>");
+            std::fs::create_dir_all(parent)?;
+            let staged = crate::fs::create_temporary_dir(parent)?;
+            let built = (|| {
+                std::fs::copy(&wasm, staged.join("actor.wasm"))?;
+                match &source {
+                    Some(source) => crate::world::copy_tree(source, &staged.join("source"))?,
+                    None => std::fs::create_dir_all(staged.join("source"))?,
+                }
+                crate::fs::write_atomically(&staged.join("meta.json"), &meta)?;
+                std::fs::rename(&staged, &dir)
+            })();
+            if built.is_err() {
+                let _ = std::fs::remove_dir_all(&staged);
+            }
+            built
+        };
+        tokio::task::spawn_blocking(store)
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(format!("storing failed: {e}"))))
+            .map_err(anyhow::Error::from)
+    }
+
+    /// Removes a stored version that never ran (its swap failed), so no request can reach it.
+    fn discard_version(&self, id: &ActorId, version: u32) {
+        let dir = self.world.version_dir(id, version);
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            eprintln!(
+                "sausage: {}: cannot remove ({e}); the next upgrade replaces it",
+                dir.display()
+            );
         }
-        std::fs::create_dir_all(&dir)?;
-        std::fs::copy(&candidate.wasm_file, dir.join("actor.wasm"))?;
-        match &candidate.source {
-            Some(source) => crate::world::copy_tree(source, &dir.join("source"))?,
-            None => std::fs::create_dir_all(dir.join("source"))?,
-        }
-        crate::fs::write_atomically(
-            &dir.join("meta.json"),
-            &serde_json::to_vec_pretty(&candidate.meta).expect("meta serialises"),
-        )?;
-        Ok(())
     }
 
     async fn stop(&self, body: &Value) -> Answer {
@@ -595,4 +648,14 @@ fn now_rfc3339() -> String {
         rem % 3600 / 60,
         rem % 60
     )
+}
+
+/// Makes a swap final once the registry names the new version (the old trees go, on a worker
+/// thread), or undoes it when the registry could not be saved, so folders and registry agree.
+fn settle(applied: Applied, saved: bool) {
+    if saved {
+        drop(tokio::task::spawn_blocking(move || applied.finish()));
+    } else {
+        applied.undo();
+    }
 }

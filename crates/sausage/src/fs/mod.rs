@@ -136,6 +136,49 @@ fn create_temporary(dir: &Path) -> io::Result<(std::fs::File, PathBuf)> {
     Err(last_error.expect("TEMPORARY_NAME_ATTEMPTS is not zero"))
 }
 
+/// Creates a new, empty folder with a temporary name in `dir` (hidden from guests, removed at the
+/// next start if it is still there) and returns its path.
+pub fn create_temporary_dir(dir: &Path) -> io::Result<PathBuf> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let mut last_error = None;
+    for _ in 0..TEMPORARY_NAME_ATTEMPTS {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = dir.join(format!("{TEMPORARY_PREFIX}dir-{}-{n}", std::process::id()));
+        match std::fs::create_dir(&path) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last_error = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last_error.expect("TEMPORARY_NAME_ATTEMPTS is not zero"))
+}
+
+/// Swaps two paths in one atomic step (`renameat2` with `RENAME_EXCHANGE`): anyone looking sees
+/// either both before or both after, and a crash leaves one or the other.
+pub fn exchange(a: &Path, b: &Path) -> io::Result<()> {
+    let (a, b) = (path_to_c(a)?, path_to_c(b)?);
+    // SAFETY: renameat2 only reads the two NUL-terminated paths, which outlive the call.
+    let done = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if done == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn path_to_c(path: &Path) -> io::Result<std::ffi::CString> {
+    std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path holds a NUL byte"))
+}
+
 /// Removes every hidden temporary file left under `root` by a crashed host; returns how many.
 /// Symlinks are not followed, so nothing outside `root` is touched. Folders in `skip`, where
 /// nothing of Sausage writes (a build's target folder of thousands of files), are not walked.
@@ -148,7 +191,11 @@ pub fn clean_temporaries(root: &Path, skip: &[PathBuf]) -> io::Result<u64> {
             let kind = entry.file_type()?;
             if kind.is_dir() {
                 let path = entry.path();
-                if !skip.contains(&path) {
+                if is_temporary_name(&entry.file_name()) {
+                    // A folder the host was building (or about to delete) when it died.
+                    std::fs::remove_dir_all(&path)?;
+                    removed += 1;
+                } else if !skip.contains(&path) {
                     folders.push(path);
                 }
             } else if is_temporary_name(&entry.file_name()) {
