@@ -8,12 +8,21 @@
 //! them back (say, when the registry cannot be saved). A crash of the host leaves each folder
 //! whole, old or new, and the next start removes the hidden leftovers.
 //!
+//! A swap that must agree with other state (the registry naming a version) is applied with a
+//! log ([`Replacement::apply_logged`]): it lists every swap and the caller's note, so that a host
+//! killed between the swaps and [`Applied::finish`] is settled at the next start by [`recover`],
+//! forwards or backwards as the caller decides from the note.
+//!
 //! Invariant: a target is never removed before its replacement is complete beside it.
 
 use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::fs::{create_temporary_dir, exchange};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::fs::{create_temporary_dir, exchange, write_atomically};
 use crate::world::link_tree;
 
 /// Replacements prepared and not applied yet; dropping it removes what was built.
@@ -26,14 +35,27 @@ pub struct Replacement {
 #[must_use = "finish it, or undo it"]
 pub struct Applied {
     swaps: Vec<Swap>,
+    /// The log of [`Replacement::apply_logged`], removed once settled.
+    log: Option<PathBuf>,
 }
 
+#[derive(Serialize, Deserialize)]
 struct Swap {
     target: PathBuf,
     /// The new tree before the swap, the old one after it.
     beside: PathBuf,
     /// False when there was nothing at `target`: the swap is a plain rename.
     target_existed: bool,
+    /// The inode of the new tree: after a kill, the target is the new tree if it has it.
+    new_inode: u64,
+}
+
+/// What [`Replacement::apply_logged`] writes before the first swap.
+#[derive(Serialize, Deserialize)]
+struct Log {
+    swaps: Vec<Swap>,
+    /// The caller's note, given back to its decision in [`recover`].
+    note: Value,
 }
 
 impl Replacement {
@@ -49,6 +71,7 @@ impl Replacement {
                 target_existed: to.exists(),
                 target: to,
                 beside: beside.clone(),
+                new_inode: std::fs::metadata(&beside)?.ino(),
             });
             if from.is_dir() {
                 link_tree(&from, &beside)?;
@@ -57,11 +80,34 @@ impl Replacement {
         Ok(prepared)
     }
 
+    /// [`Replacement::apply`], after writing (synced) a log of the swaps with `note` at `log`.
+    /// The log goes when the result is finished or undone; one found at start is settled by
+    /// [`recover`].
+    pub fn apply_logged(mut self, log: PathBuf, note: Value) -> io::Result<Applied> {
+        let record = Log {
+            swaps: std::mem::take(&mut self.swaps),
+            note,
+        };
+        let written = std::fs::create_dir_all(log.parent().expect("a log inside a folder"))
+            .and_then(|()| {
+                let bytes = serde_json::to_vec(&record).expect("a log serialises");
+                write_atomically(&log, &bytes)
+            });
+        self.swaps = record.swaps;
+        written?;
+        let mut applied = self.apply()?;
+        applied.log = Some(log);
+        Ok(applied)
+    }
+
     /// Swaps every new tree in. On an error, the swaps done are swapped back and nothing has
     /// changed.
     pub fn apply(mut self) -> io::Result<Applied> {
         let swaps = std::mem::take(&mut self.swaps);
-        let mut applied = Applied { swaps: Vec::new() };
+        let mut applied = Applied {
+            swaps: Vec::new(),
+            log: None,
+        };
         for swap in swaps {
             let swapped = if swap.target_existed {
                 exchange(&swap.beside, &swap.target)
@@ -97,10 +143,27 @@ impl Applied {
                 remove_quietly(&swap.beside);
             }
         }
+        self.forget_log();
     }
 
     /// Swaps the old trees back, last first, and removes the new ones.
     pub fn undo(self) {
+        self.swap_back();
+        self.forget_log();
+    }
+
+    fn forget_log(&self) {
+        if let Some(log) = &self.log
+            && let Err(e) = std::fs::remove_file(log)
+        {
+            eprintln!(
+                "sausage: cannot remove {} ({e}); the next start settles it again",
+                log.display()
+            );
+        }
+    }
+
+    fn swap_back(&self) {
         for swap in self.swaps.iter().rev() {
             let back = if swap.target_existed {
                 exchange(&swap.beside, &swap.target)
@@ -117,6 +180,31 @@ impl Applied {
             }
         }
     }
+}
+
+/// Settles a swap a killed host left half done, from its log: when `keep_new` says yes to the
+/// caller's note (the registry names the new version, say) and every swap was made, the old
+/// trees go; otherwise every swap that was made is swapped back. Then the log goes. Run it
+/// before the start's clean-up of temporaries, which would take the old trees with it.
+pub fn recover(log: &Path, keep_new: impl FnOnce(&Value) -> bool) -> io::Result<()> {
+    let record: Log = serde_json::from_slice(&std::fs::read(log)?)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let made = |swap: &Swap| {
+        std::fs::symlink_metadata(&swap.target).is_ok_and(|m| m.ino() == swap.new_inode)
+    };
+    let all_made = record.swaps.iter().all(made);
+    if all_made && keep_new(&record.note) {
+        for swap in record.swaps.iter().filter(|s| s.target_existed) {
+            remove_quietly(&swap.beside);
+        }
+    } else {
+        let applied = Applied {
+            swaps: record.swaps.into_iter().filter(made).collect(),
+            log: None,
+        };
+        applied.swap_back();
+    }
+    std::fs::remove_file(log)
 }
 
 /// Removes a hidden tree; one left behind (an error) goes at the next start.
@@ -218,6 +306,80 @@ mod tests {
         assert_eq!(read(&root.join("a")), [("x".into(), "old".into())]);
         assert!(!root.join("b").exists());
         assert_eq!(names(root), ["a", "new"]);
+    }
+
+    /// A host killed after the swaps: the log brings the targets forward or back.
+    #[test]
+    fn a_logged_swap_left_unsettled_is_recovered_forwards_or_backwards() {
+        for keep in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path();
+            tree(&root.join("new"), &[("x", "new")]);
+            tree(&root.join("a"), &[("x", "old")]);
+            let log = root.join("logs/a.json");
+            let applied = Replacement::prepare(vec![
+                (root.join("new"), root.join("a")),
+                (root.join("new"), root.join("b")),
+            ])
+            .unwrap()
+            .apply_logged(log.clone(), serde_json::json!({"version": 2}))
+            .unwrap();
+            std::mem::forget(applied); // the kill
+            recover(&log, |note| {
+                assert_eq!(note["version"], 2);
+                keep
+            })
+            .unwrap();
+            let expected = if keep { "new" } else { "old" };
+            assert_eq!(read(&root.join("a")), [("x".into(), expected.into())]);
+            assert_eq!(root.join("b").exists(), keep);
+            assert_eq!(
+                names(root),
+                if keep {
+                    ["a", "b", "logs", "new"].as_slice()
+                } else {
+                    ["a", "logs", "new"].as_slice()
+                }
+            );
+            assert!(!log.exists());
+        }
+    }
+
+    /// A host killed part-way through the swaps: what was swapped goes back, whatever the note.
+    #[test]
+    fn a_logged_swap_killed_half_way_is_undone() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        tree(&root.join("new"), &[("x", "new")]);
+        tree(&root.join("a"), &[("x", "old a")]);
+        tree(&root.join("b"), &[("x", "old b")]);
+        let log = root.join("a.log");
+        let prepared = Replacement::prepare(vec![
+            (root.join("new"), root.join("a")),
+            (root.join("new"), root.join("b")),
+        ])
+        .unwrap();
+        // Written as apply_logged writes it, then only the first swap made.
+        let first = (&prepared.swaps[0].beside, &prepared.swaps[0].target);
+        let record = Log {
+            swaps: prepared
+                .swaps
+                .iter()
+                .map(|s| Swap {
+                    target: s.target.clone(),
+                    beside: s.beside.clone(),
+                    target_existed: s.target_existed,
+                    new_inode: s.new_inode,
+                })
+                .collect(),
+            note: Value::Null,
+        };
+        std::fs::write(&log, serde_json::to_vec(&record).unwrap()).unwrap();
+        exchange(first.0, first.1).unwrap();
+        std::mem::forget(prepared);
+        recover(&log, |_| true).unwrap();
+        assert_eq!(read(&root.join("a")), [("x".into(), "old a".into())]);
+        assert_eq!(read(&root.join("b")), [("x".into(), "old b".into())]);
     }
 
     #[test]

@@ -378,6 +378,16 @@ impl World {
         }
     }
 
+    /// `broker/swaps/`: the logs of upgrade and rollback swaps not yet settled.
+    pub fn swap_logs_dir(&self) -> PathBuf {
+        self.root.join("broker/swaps")
+    }
+
+    /// `broker/swaps/<id>.json`: the log of `id`'s swap in progress.
+    pub fn swap_log_path(&self, id: &ActorId) -> PathBuf {
+        self.swap_logs_dir().join(format!("{}.json", id.as_str()))
+    }
+
     /// `broker/credentials/<id>.json`: the header the host adds to the actor's requests to
     /// one base URL. Outside every mount: no actor can read it.
     pub fn credentials_path(&self, id: &ActorId) -> PathBuf {

@@ -191,3 +191,39 @@ fn kills_at_random_moments_during_floods_and_upgrades_lose_nothing_accepted() {
     host.tell("ticker", json!({"type": "ping"}));
     host.wait_type("ticker", "error");
 }
+
+/// A host killed between an upgrade's swap and the registry's save leaves a log; the next start
+/// puts the folders back to the version the registry names.
+#[test]
+fn a_swap_interrupted_before_the_registry_was_saved_is_undone_at_start() {
+    use std::os::unix::fs::MetadataExt;
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    let source = world.path("actor/echo/source");
+    std::fs::write(source.join("which"), "version 1").unwrap();
+    // As the swap left it: version 2's source in place, version 1's hidden beside it.
+    let beside = world.path("actor/echo/.sausage-tmp-dir-1-0");
+    std::fs::rename(&source, &beside).unwrap();
+    std::fs::create_dir(&source).unwrap();
+    std::fs::write(source.join("which"), "version 2").unwrap();
+    let log = json!({
+        "swaps": [{
+            "target": source, "beside": beside, "target_existed": true,
+            "new_inode": std::fs::metadata(&source).unwrap().ino(),
+        }],
+        "note": {"version": 2},
+    });
+    std::fs::create_dir_all(world.path("broker/swaps")).unwrap();
+    std::fs::write(world.path("broker/swaps/echo.json"), log.to_string()).unwrap();
+
+    let mut host = world.run();
+    host.tell("echo", json!({"type": "hello"}));
+    host.wait_type("echo", "hello");
+    assert_eq!(world.read("actor/echo/source/which"), "version 1");
+    assert!(!beside.exists());
+    assert!(!world.path("broker/swaps/echo.json").exists());
+    assert!(
+        host.stderr()
+            .contains("interrupted swap to version 2 was undone")
+    );
+}

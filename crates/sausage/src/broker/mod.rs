@@ -62,6 +62,7 @@ impl Broker {
     /// starts the ones that were running.
     pub async fn start(world: World, runtime: Arc<Runtime>) -> Result<Arc<Broker>> {
         let registry = world.load_registry()?;
+        settle_swaps(&world, &registry)?;
         crate::fs::clean_temporaries(world.root(), &world.written_by_builds_only())
             .with_context(|| format!("{}: cannot clean temporary files", world.root().display()))?;
         clear_dir(&world.scratch_dir())?;
@@ -315,6 +316,40 @@ impl Broker {
     pub async fn send(&self, from: &ActorId, out: crate::message::Outgoing) -> String {
         self.router.send(from, out).await
     }
+}
+
+/// Settles every upgrade or rollback a killed host left between its swap and the end: forwards
+/// when the registry names the version the swap was for, backwards otherwise. Runs before the
+/// clean-up of temporaries, which would take the old folders with it.
+fn settle_swaps(world: &World, registry: &Registry) -> Result<()> {
+    let Ok(logs) = std::fs::read_dir(world.swap_logs_dir()) else {
+        return Ok(());
+    };
+    for log in logs {
+        let log = log?.path();
+        let Some(id) = log.file_stem().and_then(|s| s.to_str()).map(str::to_owned) else {
+            continue;
+        };
+        let installed = registry.actors.get(&id).map(|entry| entry.version);
+        crate::replace::recover(&log, |note| {
+            let keep = note["version"].as_u64() == installed.map(u64::from);
+            eprintln!(
+                "sausage: actor {id}: an interrupted swap to version {} was {}",
+                note["version"],
+                if keep { "completed" } else { "undone" }
+            );
+            keep
+        })
+        .unwrap_or_else(|e| {
+            // The world still starts: each folder is whole, old or new, and the hidden rest
+            // goes with the clean-up.
+            eprintln!(
+                "sausage: {}: cannot settle this interrupted swap ({e}); check that actor {id}'s                  source and data are the version the registry names",
+                log.display()
+            )
+        });
+    }
+    Ok(())
 }
 
 /// Removes everything inside `dir` (creating it if missing).

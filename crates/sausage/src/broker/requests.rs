@@ -145,7 +145,7 @@ impl Broker {
         handle.stop().await;
         let mut parts = self.world.snapshot_parts(&id, previous);
         parts.extend(self.world.source_parts(&id, version));
-        let saved = match self.replace(parts).await {
+        let saved = match self.replace(&id, version, parts).await {
             Ok(applied) => {
                 let saved = self
                     .update_registry(|registry| {
@@ -242,7 +242,7 @@ impl Broker {
         let restored = restore.is_some();
         parts.extend(restore.into_iter().flatten());
         parts.extend(self.world.source_parts(id, target));
-        let saved = match self.replace(parts).await {
+        let saved = match self.replace(id, target, parts).await {
             Ok(applied) => {
                 let saved = self
                     .update_registry(|registry| {
@@ -284,9 +284,17 @@ impl Broker {
     }
 
     /// Builds and swaps in the folders of `parts` on a worker thread (they may hold many
-    /// files): all of them, or on an error none.
-    async fn replace(&self, parts: Vec<(PathBuf, PathBuf)>) -> std::io::Result<Applied> {
-        tokio::task::spawn_blocking(move || Replacement::prepare(parts)?.apply())
+    /// files): all of them, or on an error none. The swap is logged with the `version` the
+    /// registry names once it is final, so a kill before that is settled at the next start.
+    async fn replace(
+        &self,
+        id: &ActorId,
+        version: u32,
+        parts: Vec<(PathBuf, PathBuf)>,
+    ) -> std::io::Result<Applied> {
+        let log = self.world.swap_log_path(id);
+        let note = json!({ "version": version });
+        tokio::task::spawn_blocking(move || Replacement::prepare(parts)?.apply_logged(log, note))
             .await
             .unwrap_or_else(|e| Err(std::io::Error::other(format!("the swap failed: {e}"))))
     }
