@@ -411,7 +411,11 @@ fn upgrade(actors: &Path, megabytes: u64, figures: &mut Vec<Figure>) {
             ms(compile)
         ),
         value: format!("{} / {}", ms(took), ms(took.saturating_sub(compile))),
-        target: if megabytes == 1024 { "≤ 150 ms plus its compile" } else { "" },
+        target: if megabytes == 1024 {
+            "≤ 150 ms plus its compile"
+        } else {
+            ""
+        },
     });
 }
 

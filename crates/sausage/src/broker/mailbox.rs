@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use rustc_hash::FxHashMap;
 use tokio::sync::Notify;
 
 use super::journal::{Journal, Waiting};
@@ -78,6 +79,9 @@ struct Inner {
     /// The stdin bytes of everything in `queue`, kept with it by [`Inner::enqueue`] and
     /// [`Inner::dequeue`]: the mailbox is full at [`MAILBOX_BYTES`].
     bytes: usize,
+    /// Messages accepted since the host started, by sender: what the web console's rates and
+    /// graph are made of. Counted under the lock a push takes anyway.
+    accepted_from: FxHashMap<ActorId, u64>,
     /// The positions the next push at the back and at the front get: the journal's keys, which
     /// sort in queue order.
     next_back: i64,
@@ -153,6 +157,7 @@ impl Mailbox {
             state: Mutex::new(Inner {
                 queue,
                 bytes,
+                accepted_from: FxHashMap::default(),
                 next_back,
                 next_front,
                 input: Input::Detached,
@@ -184,6 +189,10 @@ impl Mailbox {
             return Err(Refused::Unstored(envelope, reason));
         }
         inner.next_back += 1;
+        *inner
+            .accepted_from
+            .entry(envelope.from.clone())
+            .or_default() += 1;
         inner.enqueue(pos, envelope, End::Back);
         drop(inner);
         self.arrived.notify_one();
@@ -274,6 +283,16 @@ impl Mailbox {
 
     pub fn len(&self) -> usize {
         self.lock().queue.len()
+    }
+
+    /// How many messages each sender got accepted into this mailbox since the host started.
+    pub fn accepted_from(&self) -> Vec<(ActorId, u64)> {
+        let inner = self.lock();
+        inner
+            .accepted_from
+            .iter()
+            .map(|(from, n)| (from.clone(), *n))
+            .collect()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -54,6 +54,23 @@ impl Router {
             .clone()
     }
 
+    /// Every mailbox's depth and what each sender got into it since the host started:
+    /// `(recipient, queued now, [(sender, accepted)])`, for rates and the graph of who talks to
+    /// whom. Takes each mailbox's lock for a moment, like a push.
+    pub fn traffic(&self) -> Vec<(ActorId, usize, Vec<(ActorId, u64)>)> {
+        let mailboxes: Vec<(ActorId, Arc<Mailbox>)> = self
+            .mailboxes
+            .read()
+            .expect("router lock")
+            .iter()
+            .map(|(id, mailbox)| (id.clone(), mailbox.clone()))
+            .collect();
+        mailboxes
+            .into_iter()
+            .map(|(id, mailbox)| (id, mailbox.len(), mailbox.accepted_from()))
+            .collect()
+    }
+
     /// Removes an actor's mailbox: later messages to it are undeliverable.
     pub fn remove(&self, id: &ActorId) -> Option<Arc<Mailbox>> {
         self.mailboxes.write().expect("router lock").remove(id)
@@ -369,6 +386,31 @@ mod tests {
         b.recv().await;
         assert!(r.try_deliver(&mut blocked));
         assert_eq!(b.len(), MAILBOX_CAPACITY);
+    }
+
+    #[tokio::test]
+    async fn traffic_counts_each_sender_into_each_mailbox() {
+        let (_dir, r) = router();
+        for name in ["a", "b", "c"] {
+            r.add(&id(name));
+        }
+        for _ in 0..3 {
+            r.send(&id("a"), out(r#"{"to":"b","body":{"type":"x"}}"#))
+                .await;
+        }
+        r.send(&id("c"), out(r#"{"to":"b","body":{"type":"x"}}"#))
+            .await;
+        r.send(&id("b"), out(r#"{"to":"a","body":{"type":"x"}}"#))
+            .await;
+        let mut traffic = r.traffic();
+        traffic.sort_by(|x, y| x.0.cmp(&y.0));
+        let b = traffic.iter().find(|t| t.0 == id("b")).unwrap();
+        assert_eq!(b.1, 4, "four wait in b");
+        let mut from: Vec<(ActorId, u64)> = b.2.clone();
+        from.sort();
+        assert_eq!(from, [(id("a"), 3), (id("c"), 1)]);
+        let a = traffic.iter().find(|t| t.0 == id("a")).unwrap();
+        assert_eq!(a.2, [(id("b"), 1)]);
     }
 
     #[tokio::test]
