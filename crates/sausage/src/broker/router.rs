@@ -28,6 +28,15 @@ pub struct Router {
     journal: Arc<Journal>,
 }
 
+/// One mailbox seen by [`Router::traffic`].
+pub struct Traffic {
+    pub actor: ActorId,
+    /// Messages waiting in it now.
+    pub queued: usize,
+    /// Each sender's messages accepted into it since the host started.
+    pub accepted_from: Vec<(ActorId, u64)>,
+}
+
 /// A message on its way: its envelope and the recipients it has not reached yet.
 pub struct Delivery {
     envelope: Arc<Envelope>,
@@ -54,10 +63,10 @@ impl Router {
             .clone()
     }
 
-    /// Every mailbox's depth and what each sender got into it since the host started:
-    /// `(recipient, queued now, [(sender, accepted)])`, for rates and the graph of who talks to
-    /// whom. Takes each mailbox's lock for a moment, like a push.
-    pub fn traffic(&self) -> Vec<(ActorId, usize, Vec<(ActorId, u64)>)> {
+    /// Every mailbox's depth and what each sender got into it since the host started, for
+    /// rates and the graph of who talks to whom. Takes each mailbox's lock for a moment, like a
+    /// push.
+    pub fn traffic(&self) -> Vec<Traffic> {
         let mailboxes: Vec<(ActorId, Arc<Mailbox>)> = self
             .mailboxes
             .read()
@@ -67,7 +76,11 @@ impl Router {
             .collect();
         mailboxes
             .into_iter()
-            .map(|(id, mailbox)| (id, mailbox.len(), mailbox.accepted_from()))
+            .map(|(actor, mailbox)| Traffic {
+                actor,
+                queued: mailbox.len(),
+                accepted_from: mailbox.accepted_from(),
+            })
             .collect()
     }
 
@@ -402,15 +415,14 @@ mod tests {
             .await;
         r.send(&id("b"), out(r#"{"to":"a","body":{"type":"x"}}"#))
             .await;
-        let mut traffic = r.traffic();
-        traffic.sort_by(|x, y| x.0.cmp(&y.0));
-        let b = traffic.iter().find(|t| t.0 == id("b")).unwrap();
-        assert_eq!(b.1, 4, "four wait in b");
-        let mut from: Vec<(ActorId, u64)> = b.2.clone();
+        let traffic = r.traffic();
+        let b = traffic.iter().find(|t| t.actor == id("b")).unwrap();
+        assert_eq!(b.queued, 4, "four wait in b");
+        let mut from = b.accepted_from.clone();
         from.sort();
         assert_eq!(from, [(id("a"), 3), (id("c"), 1)]);
-        let a = traffic.iter().find(|t| t.0 == id("a")).unwrap();
-        assert_eq!(a.2, [(id("b"), 1)]);
+        let a = traffic.iter().find(|t| t.actor == id("a")).unwrap();
+        assert_eq!(a.accepted_from, [(id("b"), 1)]);
     }
 
     #[tokio::test]
