@@ -56,6 +56,9 @@ pub const MAX_CHOICES: usize = 10;
 /// How much of one step's description the step-limit answer shows.
 const STEP_DESCRIPTION_CHARS: usize = 160;
 
+/// The most entries a `conversation` request is answered with: the latest ones.
+pub const CONVERSATION_ENTRIES: usize = 300;
+
 /// The result of a tool call that a restart cut off.
 pub const INTERRUPTED: &str = "interrupted: the agent restarted before this finished";
 
@@ -1506,6 +1509,7 @@ impl<H: Host> Agent<H> {
             "stop" => return self.obey_stop(message),
             "goal" => return self.new_goal(message),
             "goal_stop" => return self.stop_goal(message),
+            "conversation" => return self.tell_conversation(&message),
             _ => {}
         }
         if message.starts_turn() {
@@ -1514,6 +1518,24 @@ impl<H: Host> Agent<H> {
             self.inbox.notes.push(message);
         }
         self.save_inbox();
+    }
+
+    /// `{"type":"conversation"}`: the conversation as a person reads it (see [`conversation`]),
+    /// answered at once when idle, and at the next step during a turn.
+    fn tell_conversation(&mut self, message: &Incoming) {
+        let body = match history::load(&self.file("history.json")) {
+            Ok(history) => json!({"type": "conversation", "entries": conversation(&history)}),
+            Err(e) => json!({
+                "type": "error", "request": "conversation",
+                "reason": format!("the conversation cannot be read: {e}"),
+            }),
+        };
+        self.host.send(&Outgoing {
+            to: Some(message.from.clone()),
+            id: None,
+            reply_to: Some(message.id.clone()),
+            body,
+        });
     }
 
     /// `{"type":"stop","turn"}`: the running turn ends after its current step; a turn still
@@ -1662,6 +1684,40 @@ fn turn_message(to: &str, id: &str, mut body: Value) -> Outgoing {
 
 /// What a tool call does, in at most [`PREVIEW_CHARS`] characters: a path, a recipient and a
 /// body type; never a file's content.
+/// The last [`CONVERSATION_ENTRIES`] entries of `history` as a person reads them:
+/// `{"role":"user","from","id","text"}` for a message that started a turn, `{"role":"note",
+/// "text"}` for other messages shown to the model, `{"role":"assistant","text"}`,
+/// `{"role":"tool","name","preview"}` for each call (no arguments, no output), and
+/// `{"role":"summary","text"}` where older entries were summarised. Provider items are left out.
+pub fn conversation(history: &History) -> Vec<Value> {
+    let start = history.entries.len().saturating_sub(CONVERSATION_ENTRIES);
+    history.entries[start..]
+        .iter()
+        .filter_map(|entry| match entry {
+            Entry::User { text } => Some(user_entry(text)),
+            Entry::Assistant { text, .. } if !text.is_empty() => {
+                Some(json!({"role": "assistant", "text": text}))
+            }
+            Entry::ToolCall {
+                name, arguments, ..
+            } => Some(json!({"role": "tool", "name": name, "preview": preview(name, arguments)})),
+            Entry::Summary { text } => Some(json!({"role": "summary", "text": text})),
+            Entry::Assistant { .. } | Entry::ToolResult { .. } | Entry::Opaque { .. } => None,
+        })
+        .collect()
+}
+
+/// A user entry: a turn's message (`Message <id> from <sender>:\n<text>`, as [`Agent::start`]
+/// writes it) or notes.
+fn user_entry(text: &str) -> Value {
+    let parsed = text.strip_prefix("Message ").and_then(|rest| {
+        let (head, body) = rest.split_once(":\n")?;
+        let (id, from) = head.split_once(" from ")?;
+        Some(json!({"role": "user", "id": id, "from": from, "text": body}))
+    });
+    parsed.unwrap_or_else(|| json!({"role": "note", "text": text}))
+}
+
 fn preview(name: &str, arguments: &Value) -> String {
     let text = |key: &str| arguments[key].as_str().unwrap_or("?");
     let words = match name {

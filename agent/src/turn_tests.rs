@@ -143,6 +143,44 @@ fn a_tool_call_then_its_result_then_the_final_text() {
 }
 
 #[test]
+fn the_conversation_is_told_as_a_person_reads_it_without_tool_output() {
+    let data = world(Some(OPENAI));
+    std::fs::write(data.join("note.txt"), "the secret content").unwrap();
+    let path = data.join("note.txt").display().to_string();
+    let host = run(
+        &data,
+        vec![
+            text("m-1", "what does my note say?"),
+            message("m-2", "web", None, json!({"type": "conversation"})),
+        ],
+        vec![
+            openai_call("call_1", "read_file", json!({"path": path})),
+            openai_text("It says what it says."),
+        ],
+    );
+    let told = host
+        .sent
+        .iter()
+        .find(|m| m.body["type"] == "conversation")
+        .expect("an answer to the conversation request");
+    assert_eq!(told.to.as_deref(), Some("web"));
+    assert_eq!(told.reply_to.as_deref(), Some("m-2"));
+    let entries = told.body["entries"].as_array().unwrap();
+    assert_eq!(
+        entries[0],
+        json!({"role": "user", "id": "m-1", "from": "console", "text": "what does my note say?"})
+    );
+    assert_eq!(entries[1]["role"], "tool");
+    assert_eq!(entries[1]["name"], "read_file");
+    assert_eq!(
+        entries[2],
+        json!({"role": "assistant", "text": "It says what it says."})
+    );
+    assert_eq!(entries.len(), 3);
+    assert!(!told.body.to_string().contains("secret content"));
+}
+
+#[test]
 fn the_step_limit_ends_the_turn_with_what_was_done() {
     let data = world(Some(OPENAI));
     let calls = (0..50)
