@@ -12,6 +12,7 @@ pub mod init;
 pub mod message;
 pub mod replace;
 pub mod runtime;
+pub mod web;
 pub mod world;
 
 /// After this many task polls the scheduler looks at I/O, timers and wakes from other threads:

@@ -1,6 +1,7 @@
 //! The `sausage` command line (DESIGN §6): `init` creates a world, `run` runs it.
 
 use std::io::IsTerminal;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -43,11 +44,17 @@ enum Command {
         #[arg(long)]
         model: Option<String>,
     },
-    /// Run a world: the broker, the console and every actor that was running.
+    /// Run a world: the broker, the console, the web console and every actor that was running.
     Run {
         /// The world's folder.
         #[arg(default_value = "world")]
         dir: PathBuf,
+        /// Where the web console listens (port 0: any free port).
+        #[arg(long, value_name = "ADDR", default_value = sausage::web::DEFAULT_ADDR)]
+        web: SocketAddr,
+        /// Do not serve the web console.
+        #[arg(long)]
+        no_web: bool,
     },
 }
 
@@ -68,7 +75,7 @@ fn main() -> ExitCode {
             };
             block_on(init(dir, config))
         }
-        Command::Run { dir } => block_on(run(dir)),
+        Command::Run { dir, web, no_web } => block_on(run(dir, (!no_web).then_some(web))),
     };
     match result {
         Ok(code) => code,
@@ -140,7 +147,7 @@ async fn close(broker: &Broker, services: [tokio::task::JoinHandle<()>; 2]) {
     }
 }
 
-async fn run(dir: PathBuf) -> Result<ExitCode> {
+async fn run(dir: PathBuf, web: Option<SocketAddr>) -> Result<ExitCode> {
     let world = World::new(&dir);
     world.load_registry()?;
     let _lock = world.lock()?;
@@ -149,6 +156,19 @@ async fn run(dir: PathBuf) -> Result<ExitCode> {
         "sausage: world `{}` is running; type /help for commands",
         dir.display()
     );
+    let web = match web {
+        Some(addr) => match sausage::web::start(broker.clone(), addr).await {
+            Ok(web) => {
+                eprintln!("sausage: web console: {}", web.login_link);
+                Some(web)
+            }
+            Err(e) => {
+                eprintln!("sausage: {e:#}; running without it");
+                None
+            }
+        },
+        None => None,
+    };
 
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     // A person at a terminal gets the line editor; anything else (a pipe on either side) is a
@@ -172,6 +192,9 @@ async fn run(dir: PathBuf) -> Result<ExitCode> {
     };
     // Each way ends the run the same way: every actor is stopped gracefully.
     eprintln!("sausage: stopping every actor");
+    if let Some(web) = web {
+        web.stop();
+    }
     close(&broker, services).await;
     Ok(match end? {
         End::Quit => ExitCode::SUCCESS,

@@ -176,6 +176,7 @@ impl Screen {
         command
             .arg("run")
             .arg(world)
+            .arg("--no-web")
             .env("TERM", "xterm")
             .stdin(Stdio::from(terminal.try_clone().unwrap()))
             .stdout(Stdio::from(terminal.try_clone().unwrap()))

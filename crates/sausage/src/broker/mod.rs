@@ -264,7 +264,7 @@ impl Broker {
         Ok(result)
     }
 
-    async fn registry(&self) -> Registry {
+    pub async fn registry(&self) -> Registry {
         self.registry.lock().await.clone()
     }
 
@@ -286,7 +286,7 @@ impl Broker {
     }
 
     /// Every actor the world knows: registered WASM actors and running natives.
-    async fn known_actors(&self) -> BTreeMap<String, &'static str> {
+    pub async fn known_actors(&self) -> BTreeMap<String, &'static str> {
         let mut known: BTreeMap<String, &'static str> = self
             .registry()
             .await

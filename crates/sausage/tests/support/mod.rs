@@ -9,6 +9,8 @@
 
 pub mod agent;
 pub mod fake_llm;
+pub mod http;
+pub mod web;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -337,9 +339,15 @@ impl Host {
 
     /// [`Host::start`] with these variables added to the host's environment.
     pub fn start_with_env(world: &Path, vars: &[(&str, &str)]) -> Host {
+        Host::start_with(world, &["--no-web"], vars)
+    }
+
+    /// `sausage run WORLD ARGS…` with these variables added to the host's environment.
+    pub fn start_with(world: &Path, args: &[&str], vars: &[(&str, &str)]) -> Host {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sausage"))
             .arg("run")
             .arg(world)
+            .args(args)
             .envs(vars.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -1,0 +1,676 @@
+//! The web console's pages and API (DESIGN §14), each call documented in the README.
+//! Every handler answers JSON (`{"error": why}` with a 4xx or 5xx status when it cannot), reads
+//! the world through the broker and the world layout, and acts only by sending messages as `web`.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use futures_util::stream::{self, Stream};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use super::{App, Person, SESSION_COOKIE, empty, refuse};
+use crate::message::{ActorId, Envelope, Outgoing};
+
+/// How long an action on an actor (a rollback compiles) may take before the call gives up.
+const ACTION_PATIENCE: Duration = Duration::from_secs(120);
+/// How long the agent has to tell its conversation.
+const CONVERSATION_PATIENCE: Duration = Duration::from_secs(15);
+/// The most of `stderr.log` one call returns.
+const LOG_CHUNK: u64 = 64 * 1024;
+/// The largest file the console shows.
+const FILE_LIMIT: u64 = 1 << 20;
+/// The most files an actor's page lists per folder.
+const FILES_LISTED: usize = 500;
+
+const INDEX: &str = include_str!("assets/index.html");
+const SCRIPT: &str = include_str!("assets/app.js");
+const STYLE: &str = include_str!("assets/app.css");
+
+/// The page, its assets and the login link.
+pub fn pages() -> Router<Arc<App>> {
+    Router::new()
+        .route("/", get(|| async { Html(INDEX) }))
+        .route(
+            "/app.js",
+            get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }),
+        )
+        .route(
+            "/app.css",
+            get(|| async { asset("text/css; charset=utf-8", STYLE) }),
+        )
+        .route("/login", get(login))
+}
+
+pub fn routes() -> Router<Arc<App>> {
+    Router::new()
+        .route("/api/me", get(me))
+        .route("/api/logout", post(logout))
+        .route("/api/actors", get(actors))
+        .route("/api/actors/{id}", get(actor))
+        .route("/api/actors/{id}/log", get(log))
+        .route("/api/actors/{id}/files/{folder}/{*path}", get(file))
+        .route("/api/actors/{id}/{action}", post(act))
+        .route("/api/send", post(send))
+        .route("/api/chat", post(chat))
+        .route("/api/chat/stop", post(stop_turn))
+        .route("/api/conversation", get(conversation))
+        .route("/api/graph", get(graph))
+        .route("/api/events", get(events))
+        .fallback(|| async {
+            refuse(
+                StatusCode::NOT_FOUND,
+                "no such page or API call (the README lists them)",
+            )
+        })
+}
+
+fn asset(kind: &'static str, text: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, kind)], text).into_response()
+}
+
+#[derive(Deserialize)]
+struct LoginQuery {
+    token: Option<String>,
+}
+
+/// `GET /login?token=T`: a valid one-time link opens a session (cookie) and goes to the page,
+/// whose address no longer holds the token.
+async fn login(State(app): State<Arc<App>>, Query(query): Query<LoginQuery>) -> Response {
+    let Some((session, _person)) = query.token.as_deref().and_then(|t| app.sessions.log_in(t))
+    else {
+        let page = "<!doctype html><meta charset=utf-8><title>Sausage</title>\
+            <p>This login link is not valid: it was used already, or it is from an earlier run. \
+            Each <code>sausage run</code> prints a new one.</p>";
+        return (StatusCode::UNAUTHORIZED, Html(page)).into_response();
+    };
+    let mut response = empty(StatusCode::SEE_OTHER);
+    let headers = response.headers_mut();
+    headers.insert(header::LOCATION, HeaderValue::from_static("/"));
+    let cookie = format!(
+        "{SESSION_COOKIE}={session}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+        super::sessions::SESSION_DAYS * 24 * 3600
+    );
+    headers.insert(
+        header::SET_COOKIE,
+        HeaderValue::from_str(&cookie).expect("hex is a valid header"),
+    );
+    response
+}
+
+/// `GET /api/me`: who the session is.
+async fn me(Extension(person): Extension<Person>) -> Json<Value> {
+    Json(json!({ "person": person.0 }))
+}
+
+/// `POST /api/logout`: ends the session.
+async fn logout(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    if let Some(id) = cookie(&headers) {
+        app.sessions.log_out(&id);
+    }
+    let mut response = Json(json!({"type": "logged_out"})).into_response();
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static("sausage_session=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
+    );
+    response
+}
+
+fn cookie(headers: &HeaderMap) -> Option<String> {
+    let cookies = headers.get(header::COOKIE)?.to_str().ok()?;
+    cookies.split(';').find_map(|pair| {
+        let (name, value) = pair.trim().split_once('=')?;
+        (name == SESSION_COOKIE).then(|| value.to_string())
+    })
+}
+
+/// `GET /api/actors`.
+async fn actors(State(app): State<Arc<App>>) -> Json<Value> {
+    Json(actors_table(&app).await)
+}
+
+/// Every actor: `{"actors": [{"id","kind","state","version","restarts","last_exit","queued",
+/// "in_per_sec","out_per_sec"}]}`, WASM actors from the registry and their `status.json`,
+/// natives as running.
+pub async fn actors_table(app: &App) -> Value {
+    let known = app.broker.known_actors().await;
+    let rates = app.lock_rates().per_actor();
+    let world = &app.broker.world;
+    let rows: Vec<Value> = known
+        .into_iter()
+        .map(|(id, kind)| {
+            let actor = ActorId::parse(&id).expect("known actors have valid ids");
+            let traffic = rates.get(&actor).copied().unwrap_or_default();
+            let mut row = json!({
+                "id": id, "kind": kind, "queued": traffic.queued,
+                "in_per_sec": round(traffic.in_per_sec), "out_per_sec": round(traffic.out_per_sec),
+            });
+            if kind == "native" {
+                row["state"] = json!("running");
+            } else {
+                let status = world.read_status(&actor).unwrap_or_default();
+                row["state"] = json!(status.state);
+                row["version"] = json!(status.version);
+                row["restarts"] = json!(status.restarts);
+                row["last_exit"] = json!(status.last_exit);
+            }
+            row
+        })
+        .collect();
+    json!({ "actors": rows })
+}
+
+fn round(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+/// Why a call cannot be answered: its status and words, sent as `{"error": words}`.
+pub struct Refusal(StatusCode, String);
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        refuse(self.0, &self.1)
+    }
+}
+
+/// The actor `id` names, or 404 when the world has none by that name.
+async fn known(app: &App, id: &str) -> Result<(ActorId, &'static str), Refusal> {
+    let not_found = || {
+        Refusal(
+            StatusCode::NOT_FOUND,
+            format!("there is no actor `{id}` in this world"),
+        )
+    };
+    let actor = ActorId::parse(id).map_err(|_| not_found())?;
+    let kind = *app
+        .broker
+        .known_actors()
+        .await
+        .get(id)
+        .ok_or_else(not_found)?;
+    Ok((actor, kind))
+}
+
+/// `GET /api/actors/{id}`: `status`, `versions` (each version's `meta.json` with `current`),
+/// the files of `public` and `source` (paths), and `log_size`.
+async fn actor(State(app): State<Arc<App>>, UrlPath(id): UrlPath<String>) -> Response {
+    let (actor, kind) = match known(&app, &id).await {
+        Ok(known) => known,
+        Err(refused) => return refused.into_response(),
+    };
+    let world = app.broker.world.clone();
+    let details = tokio::task::spawn_blocking(move || {
+        let status = world.read_status(&actor);
+        let current = status.as_ref().map(|s| s.version);
+        let versions: Vec<Value> = world
+            .versions(&actor)
+            .into_iter()
+            .rev()
+            .map(|v| {
+                let meta = std::fs::read(world.version_dir(&actor, v).join("meta.json"))
+                    .ok()
+                    .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+                    .unwrap_or_else(|| json!({}));
+                json!({
+                    "version": v, "current": Some(v) == current,
+                    "built_by": meta["built_by"], "requested_by": meta["requested_by"],
+                    "time": meta["time"],
+                })
+            })
+            .collect();
+        json!({
+            "id": actor.as_str(), "kind": kind, "status": status,
+            "versions": versions,
+            "public": list_files(&world.public_dir(&actor)),
+            "source": list_files(&world.source_dir(&actor)),
+            "log_size": std::fs::metadata(world.log_path(&actor)).map_or(0, |m| m.len()),
+        })
+    })
+    .await;
+    match details {
+        Ok(details) => Json(details).into_response(),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
+
+/// The regular files under `dir`, as relative paths with `/`, sorted, at most
+/// [`FILES_LISTED`]; hidden temporaries and symlinks left out.
+fn list_files(dir: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if crate::fs::is_temporary_name(&entry.file_name()) {
+                continue;
+            }
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            let path = entry.path();
+            if kind.is_dir() {
+                folders.push(path);
+            } else if kind.is_file()
+                && let Ok(relative) = path.strip_prefix(dir)
+            {
+                files.push(relative.to_string_lossy().into_owned());
+            }
+        }
+        if files.len() >= FILES_LISTED {
+            break;
+        }
+    }
+    files.sort();
+    files.truncate(FILES_LISTED);
+    files
+}
+
+#[derive(Deserialize)]
+struct LogQuery {
+    from: Option<u64>,
+}
+
+/// `GET /api/actors/{id}/log?from=N`: `stderr.log` from byte N (the last 16 KiB without N) up
+/// to [`LOG_CHUNK`] bytes: `{"from","to","text","rotated"}`; a page polls with `from` = the
+/// last `to`. When the file is shorter than N it was rotated: the text starts from its
+/// beginning and `rotated` is true.
+async fn log(
+    State(app): State<Arc<App>>,
+    UrlPath(id): UrlPath<String>,
+    Query(query): Query<LogQuery>,
+) -> Response {
+    let (actor, kind) = match known(&app, &id).await {
+        Ok(known) => known,
+        Err(refused) => return refused.into_response(),
+    };
+    if kind == "native" {
+        return Json(json!({"from": 0, "to": 0, "text": "", "rotated": false})).into_response();
+    }
+    let path = app.broker.world.log_path(&actor);
+    let read = tokio::task::spawn_blocking(move || -> std::io::Result<Value> {
+        let mut file = match std::fs::File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(json!({"from": 0, "to": 0, "text": "", "rotated": false}));
+            }
+            Err(e) => return Err(e),
+        };
+        let size = file.metadata()?.len();
+        let (from, rotated) = match query.from {
+            Some(from) if from > size => (0, true),
+            Some(from) => (from, false),
+            None => (size.saturating_sub(16 * 1024), false),
+        };
+        let to = size.min(from + LOG_CHUNK);
+        file.seek(SeekFrom::Start(from))?;
+        let mut bytes = Vec::new();
+        file.take(to - from).read_to_end(&mut bytes)?;
+        Ok(json!({
+            "from": from, "to": from + bytes.len() as u64,
+            "text": String::from_utf8_lossy(&bytes), "rotated": rotated,
+        }))
+    })
+    .await;
+    match read {
+        Ok(Ok(body)) => Json(body).into_response(),
+        Ok(Err(e)) => refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("the log cannot be read: {e}"),
+        ),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
+
+/// `GET /api/actors/{id}/files/{public|source}/{path}`: one file of the actor's public files or
+/// running source, as text when it is UTF-8 (else as a download). No listing, nothing outside
+/// the folder, no hidden temporaries, no symlinks, at most [`FILE_LIMIT`] bytes.
+async fn file(
+    State(app): State<Arc<App>>,
+    UrlPath((id, folder, path)): UrlPath<(String, String, String)>,
+) -> Response {
+    let (actor, _) = match known(&app, &id).await {
+        Ok(known) => known,
+        Err(refused) => return refused.into_response(),
+    };
+    let world = &app.broker.world;
+    let base = match folder.as_str() {
+        "public" => world.public_dir(&actor),
+        "source" => world.source_dir(&actor),
+        _ => {
+            return refuse(
+                StatusCode::NOT_FOUND,
+                "files are under `public` or `source`",
+            );
+        }
+    };
+    let Some(full) = inside(&base, &path) else {
+        return refuse(
+            StatusCode::NOT_FOUND,
+            &format!("no file `{path}` in `{folder}`"),
+        );
+    };
+    let read = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, (StatusCode, String)> {
+        let meta = std::fs::symlink_metadata(&full)
+            .map_err(|_| (StatusCode::NOT_FOUND, format!("no file `{path}`")))?;
+        if !meta.is_file() {
+            return Err((
+                StatusCode::NOT_FOUND,
+                format!("`{path}` is not a file (folders are not listed)"),
+            ));
+        }
+        if meta.len() > FILE_LIMIT {
+            return Err((
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "`{path}` has {} bytes; the console shows files up to {} bytes",
+                    meta.len(),
+                    FILE_LIMIT
+                ),
+            ));
+        }
+        std::fs::read(&full).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+    })
+    .await;
+    let bytes = match read {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err((status, why))) => return refuse(status, &why),
+        Err(e) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    };
+    match String::from_utf8(bytes) {
+        Ok(text) => ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response(),
+        Err(e) => (
+            [
+                (header::CONTENT_TYPE, "application/octet-stream"),
+                (header::CONTENT_DISPOSITION, "attachment"),
+            ],
+            e.into_bytes(),
+        )
+            .into_response(),
+    }
+}
+
+/// `base` joined with the relative `path`, if every part is a plain name (no `.`, `..`, root,
+/// hidden temporary) and no folder on the way is a symlink.
+fn inside(base: &Path, path: &str) -> Option<PathBuf> {
+    let mut full = base.to_path_buf();
+    for part in Path::new(path).components() {
+        let Component::Normal(name) = part else {
+            return None;
+        };
+        if crate::fs::is_temporary_name(name) {
+            return None;
+        }
+        if full != base
+            && std::fs::symlink_metadata(&full)
+                .ok()?
+                .file_type()
+                .is_symlink()
+        {
+            return None;
+        }
+        full.push(name);
+    }
+    (full != base).then_some(full)
+}
+
+/// Parses a JSON object body, or says what is wrong with it.
+fn object(body: &Bytes) -> Result<serde_json::Map<String, Value>, Refusal> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(Refusal(
+            StatusCode::BAD_REQUEST,
+            "the body must be a JSON object".into(),
+        )),
+        Err(e) => Err(Refusal(
+            StatusCode::BAD_REQUEST,
+            format!("the body is not JSON: {e}"),
+        )),
+    }
+}
+
+/// Sends `body` to `to` as `web`; returns the message's id.
+async fn tell(app: &App, to: &ActorId, body: &Value, reply_to: Option<&str>) -> String {
+    let out = Outgoing::new(to, body).replying_to(reply_to);
+    app.broker.send(&app.me, out).await
+}
+
+/// Sends `body` to `to` as `web` and waits up to `patience` for the reply.
+async fn ask(
+    app: &App,
+    to: &ActorId,
+    body: &Value,
+    patience: Duration,
+) -> Result<Arc<Envelope>, Refusal> {
+    let own = app.broker.router.next_id();
+    let id = format!("{}/{own}", app.me);
+    let (done, reply) = oneshot::channel();
+    app.lock_waiting().insert(id.clone(), done);
+    let mut out = Outgoing::new(to, body);
+    out.id = Some(own);
+    app.broker.send(&app.me, out).await;
+    match tokio::time::timeout(patience, reply).await {
+        Ok(Ok(reply)) => Ok(reply),
+        _ => {
+            app.lock_waiting().remove(&id);
+            Err(Refusal(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!(
+                    "`{to}` did not answer within {} s; it may be busy: try again",
+                    patience.as_secs()
+                ),
+            ))
+        }
+    }
+}
+
+/// `POST /api/actors/{id}/stop|start|rollback` (rollback takes an optional `{"version"}`, older
+/// or newer): the broker's reply, or 409 with its reason.
+async fn act(
+    State(app): State<Arc<App>>,
+    UrlPath((id, action)): UrlPath<(String, String)>,
+    body: Bytes,
+) -> Response {
+    if !["stop", "start", "rollback"].contains(&action.as_str()) {
+        return refuse(
+            StatusCode::NOT_FOUND,
+            &format!("no action `{action}`; actions are stop, start and rollback"),
+        );
+    }
+    let (actor, kind) = match known(&app, &id).await {
+        Ok(known) => known,
+        Err(refused) => return refused.into_response(),
+    };
+    if kind == "native" {
+        return refuse(
+            StatusCode::CONFLICT,
+            &format!("`{id}` is part of the host; it cannot be stopped, started or rolled back"),
+        );
+    }
+    let mut request = json!({"type": action, "actor": actor.as_str()});
+    if action == "rollback" && !body.is_empty() {
+        let fields = match object(&body) {
+            Ok(fields) => fields,
+            Err(refused) => return refused.into_response(),
+        };
+        match fields.get("version") {
+            None | Some(Value::Null) => {}
+            Some(v) if v.as_u64().is_some() => request["version"] = v.clone(),
+            Some(v) => {
+                return refuse(
+                    StatusCode::BAD_REQUEST,
+                    &format!("`version` must be a version number, not {v}"),
+                );
+            }
+        }
+    }
+    match ask(
+        &app,
+        &crate::message::ActorId::broker(),
+        &request,
+        ACTION_PATIENCE,
+    )
+    .await
+    {
+        Ok(reply) => {
+            let body = reply.body_value();
+            if body["type"] == "error" {
+                let why = body["reason"].as_str().unwrap_or("the broker refused");
+                (
+                    StatusCode::CONFLICT,
+                    Json(json!({"error": why, "reply": body})),
+                )
+                    .into_response()
+            } else {
+                Json(body).into_response()
+            }
+        }
+        Err(refused) => refused.into_response(),
+    }
+}
+
+/// `POST /api/send` `{"to","body"}`: sends a message as `web`, like the console's `@`.
+async fn send(State(app): State<Arc<App>>, body: Bytes) -> Response {
+    let fields = match object(&body) {
+        Ok(fields) => fields,
+        Err(refused) => return refused.into_response(),
+    };
+    let to = match fields.get("to").and_then(Value::as_str).map(ActorId::parse) {
+        Some(Ok(to)) => to,
+        Some(Err(why)) => return refuse(StatusCode::BAD_REQUEST, &format!("`to`: {why}")),
+        None => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                "`to` must name an actor, such as \"agent\"",
+            );
+        }
+    };
+    let Some(message) = fields.get("body").filter(|b| b["type"].is_string()) else {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "`body` must be a JSON object with a string `type`",
+        );
+    };
+    let id = tell(&app, &to, message, None).await;
+    Json(json!({ "id": id })).into_response()
+}
+
+/// `POST /api/chat`: `{"text"}` starts a turn of the agent; `{"answer","question"}` answers
+/// the agent's open question (`question` is the question message's id). Answers `{"id"}`.
+async fn chat(State(app): State<Arc<App>>, body: Bytes) -> Response {
+    let fields = match object(&body) {
+        Ok(fields) => fields,
+        Err(refused) => return refused.into_response(),
+    };
+    let agent = ActorId::parse("agent").expect("valid");
+    let nonempty = |key: &str| {
+        fields
+            .get(key)
+            .and_then(Value::as_str)
+            .filter(|t| !t.trim().is_empty())
+    };
+    let (message, reply_to) = match (nonempty("text"), nonempty("answer"), nonempty("question")) {
+        (Some(text), None, None) => (json!({"type": "text", "text": text}), None),
+        (None, Some(answer), Some(question)) => (
+            json!({"type": "answer", "text": answer}),
+            Some(question.to_string()),
+        ),
+        _ => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                "send {\"text\": \"...\"} to talk to the agent, or {\"answer\": \"...\", \
+                 \"question\": \"<id of the question>\"} to answer its question",
+            );
+        }
+    };
+    let id = tell(&app, &agent, &message, reply_to.as_deref()).await;
+    Json(json!({ "id": id })).into_response()
+}
+
+/// `POST /api/chat/stop` `{"turn"}`: asks the agent to end that turn after its current step.
+async fn stop_turn(State(app): State<Arc<App>>, body: Bytes) -> Response {
+    let fields = match object(&body) {
+        Ok(fields) => fields,
+        Err(refused) => return refused.into_response(),
+    };
+    let Some(turn) = fields.get("turn").and_then(Value::as_str) else {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "`turn` must be the id of the message that started the turn",
+        );
+    };
+    let agent = ActorId::parse("agent").expect("valid");
+    let id = tell(&app, &agent, &json!({"type": "stop", "turn": turn}), None).await;
+    Json(json!({ "id": id })).into_response()
+}
+
+/// `GET /api/conversation`: the agent's conversation as it tells it (`{"entries": [...]}`).
+async fn conversation(State(app): State<Arc<App>>) -> Response {
+    let agent = ActorId::parse("agent").expect("valid");
+    if app.broker.router.mailbox(&agent).is_none() {
+        return refuse(
+            StatusCode::NOT_FOUND,
+            "there is no agent in this world (`sausage init` makes one)",
+        );
+    }
+    match ask(
+        &app,
+        &agent,
+        &json!({"type": "conversation"}),
+        CONVERSATION_PATIENCE,
+    )
+    .await
+    {
+        Ok(reply) => {
+            let body = reply.body_value();
+            if body["type"] == "conversation" {
+                Json(json!({"entries": body["entries"]})).into_response()
+            } else {
+                let why = body["reason"].as_str().unwrap_or("the agent did not say");
+                refuse(
+                    StatusCode::BAD_GATEWAY,
+                    &format!("the agent cannot tell its conversation: {why}"),
+                )
+            }
+        }
+        Err(refused) => refused.into_response(),
+    }
+}
+
+/// `GET /api/graph`: who sent to whom over the last 60 s.
+async fn graph(State(app): State<Arc<App>>) -> Json<Value> {
+    Json(app.lock_rates().graph())
+}
+
+/// `GET /api/events`: server-sent events (`hello`, `message`, `actors`, `graph`, `reset`),
+/// resumable with `Last-Event-ID`.
+async fn events(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+) -> Sse<impl Stream<Item = Result<SseEvent, std::convert::Infallible>>> {
+    let last = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let receiver = app.events.subscribe(last.as_deref());
+    let stream = stream::unfold(receiver, |mut receiver| async move {
+        let event = receiver.recv().await?;
+        let mut sse = SseEvent::default().event(event.kind).data(&*event.data);
+        if !event.id.is_empty() {
+            sse = sse.id(event.id);
+        }
+        Some((Ok(sse), receiver))
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}

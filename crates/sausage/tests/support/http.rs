@@ -1,0 +1,230 @@
+//! A small HTTP/1.1 client over a TCP stream, for the web console's tests and for WebDriver:
+//! every header is the test's to choose (Host, Origin, Cookie), and server-sent events can be
+//! read as they come.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use serde_json::Value;
+
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    /// Header names in lower case.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+}
+
+/// Sends one request to `addr` (`host:port`) and reads the whole response. `headers` come
+/// after `Host: addr` unless they set their own `Host`.
+pub fn request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Response {
+    let mut stream = open(addr, method, path, headers, body);
+    let (status, headers) = read_head(&mut stream);
+    let body = if headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"))
+    {
+        read_chunked(&mut stream)
+    } else if let Some(len) = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .and_then(|(_, v)| v.parse::<usize>().ok())
+    {
+        let mut body = vec![0; len];
+        stream.read_exact(&mut body).unwrap();
+        body
+    } else {
+        let mut body = Vec::new();
+        let _ = stream.read_to_end(&mut body);
+        body
+    };
+    Response {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn open(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> BufReader<TcpStream> {
+    let stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut head = format!("{method} {path} HTTP/1.1\r\n");
+    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
+        head.push_str(&format!("Host: {addr}\r\n"));
+    }
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    ));
+    let mut writer = stream.try_clone().unwrap();
+    writer.write_all(head.as_bytes()).unwrap();
+    writer.write_all(body).unwrap();
+    BufReader::new(stream)
+}
+
+fn read_head(stream: &mut BufReader<TcpStream>) -> (u16, Vec<(String, String)>) {
+    let mut line = String::new();
+    stream.read_line(&mut line).unwrap();
+    let status = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP status line: {line:?}"));
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        stream.read_line(&mut line).unwrap();
+        let trimmed = line.trim_end();
+        if trimmed.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = trimmed.split_once(':') {
+            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
+        }
+    }
+    (status, headers)
+}
+
+fn read_chunk(stream: &mut BufReader<TcpStream>) -> Option<Vec<u8>> {
+    let mut line = String::new();
+    if stream.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let size = usize::from_str_radix(line.trim(), 16).ok()?;
+    let mut chunk = vec![0; size + 2];
+    stream.read_exact(&mut chunk).ok()?;
+    chunk.truncate(size);
+    (size > 0).then_some(chunk)
+}
+
+fn read_chunked(stream: &mut BufReader<TcpStream>) -> Vec<u8> {
+    let mut body = Vec::new();
+    while let Some(chunk) = read_chunk(stream) {
+        body.extend(chunk);
+    }
+    body
+}
+
+/// A server-sent event: its `event`, `id` and `data`.
+#[derive(Debug, Clone)]
+pub struct ServerEvent {
+    pub kind: String,
+    pub id: String,
+    pub data: String,
+}
+
+/// An open `text/event-stream`, read event by event.
+pub struct EventStream {
+    stream: BufReader<TcpStream>,
+    pub status: u16,
+    pending: String,
+}
+
+impl EventStream {
+    pub fn open(addr: &str, path: &str, headers: &[(&str, &str)]) -> EventStream {
+        let mut stream = open(addr, "GET", path, headers, b"");
+        let (status, _) = read_head(&mut stream);
+        EventStream {
+            stream,
+            status,
+            pending: String::new(),
+        }
+    }
+
+    /// The next event, or `None` when the stream ends or nothing comes for `patience`.
+    pub fn next(&mut self, patience: Duration) -> Option<ServerEvent> {
+        self.stream
+            .get_ref()
+            .set_read_timeout(Some(patience))
+            .unwrap();
+        loop {
+            if let Some(end) = self.pending.find("\n\n") {
+                let block: String = self.pending.drain(..end + 2).collect();
+                let mut event = ServerEvent {
+                    kind: "message".into(),
+                    id: String::new(),
+                    data: String::new(),
+                };
+                let mut any = false;
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event:") {
+                        event.kind = v.trim().to_string();
+                        any = true;
+                    } else if let Some(v) = line.strip_prefix("id:") {
+                        event.id = v.trim().to_string();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        if !event.data.is_empty() {
+                            event.data.push('\n');
+                        }
+                        event.data.push_str(v.strip_prefix(' ').unwrap_or(v));
+                        any = true;
+                    }
+                }
+                if any {
+                    return Some(event);
+                }
+                continue;
+            }
+            let chunk = read_chunk(&mut self.stream)?;
+            self.pending.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+
+    /// The next event of `kind` whose data satisfies `check`, within `patience` in all.
+    pub fn wait_for(
+        &mut self,
+        kind: &str,
+        patience: Duration,
+        mut check: impl FnMut(&Value) -> bool,
+    ) -> ServerEvent {
+        let deadline = std::time::Instant::now() + patience;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            assert!(!left.is_zero(), "no `{kind}` event came that matched");
+            let Some(event) = self.next(left) else {
+                panic!("the event stream ended or went quiet before a matching `{kind}`");
+            };
+            if event.kind == kind
+                && serde_json::from_str::<Value>(&event.data).is_ok_and(|data| check(&data))
+            {
+                return event;
+            }
+        }
+    }
+}

@@ -1,0 +1,393 @@
+//! The web console's HTTP API (DESIGN §14) through a real world: logging in, sessions and every
+//! refusal, the actors' table and pages, actions, files and logs, sending, the event stream and
+//! the graph, and the chat with the agent on the fake model provider.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::agent::world_with_agent;
+use support::fake_llm::{FakeLlm, openai};
+use support::http::request;
+use support::web::{Client, EVENT_PATIENCE, WebHost};
+use support::*;
+
+#[test]
+fn a_login_link_opens_one_session_and_everything_else_is_refused() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    let web = WebHost::start(&world);
+    let addr = web.addr.as_str();
+
+    // Without a session, the API says so.
+    let anonymous = request(addr, "GET", "/api/actors", &[], b"");
+    assert_eq!(anonymous.status, 401);
+    assert!(
+        anonymous.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("login link")
+    );
+    // A wrong token, then the right one, once.
+    assert_eq!(
+        request(addr, "GET", "/login?token=0123", &[], b"").status,
+        401
+    );
+    assert_eq!(request(addr, "GET", "/login", &[], b"").status, 401);
+    let client = web.log_in();
+    let again = request(addr, "GET", &web.login_path(), &[], b"");
+    assert_eq!(again.status, 401, "a login link works once");
+    let login = {
+        // The cookie's attributes, from a fresh login of another run is not possible: check the
+        // one this client got by logging in again through a new host later; here, its shape.
+        client.cookie.clone()
+    };
+    assert!(login.starts_with("sausage_session=") && login.len() > 60);
+    assert_eq!(client.get("/api/me").json()["person"], "owner");
+
+    // Changes need the page's own Origin.
+    let send = json!({"to": "echo", "body": {"type": "hi"}});
+    let body = send.to_string();
+    let cookie = ("Cookie", client.cookie.as_str());
+    for origin in [None, Some("http://evil.example"), Some("null")] {
+        let mut headers = vec![cookie];
+        if let Some(origin) = origin {
+            headers.push(("Origin", origin));
+        }
+        let refused = request(addr, "POST", "/api/send", &headers, body.as_bytes());
+        assert_eq!(refused.status, 403, "origin {origin:?}");
+    }
+    assert_eq!(client.post("/api/send", &send).status, 200);
+    // Another Host header is not this server (DNS rebinding).
+    let rebound = request(
+        addr,
+        "GET",
+        "/api/me",
+        &[("Host", "evil.example"), cookie],
+        b"",
+    );
+    assert_eq!(rebound.status, 421);
+    // A body over 1 MiB.
+    let huge = json!({"to": "echo", "body": {"type": "x", "pad": "x".repeat(1 << 20)}});
+    assert_eq!(client.post("/api/send", &huge).status, 413);
+    // No listing, nothing outside the API and the page.
+    for path in [
+        "/api/nothing",
+        "/etc/passwd",
+        "/assets/",
+        "/../sausage.json",
+    ] {
+        let missing = client.get(path);
+        assert_eq!(missing.status, 404, "{path}");
+    }
+    // The page itself, with the headers that keep it safe.
+    let page = request(addr, "GET", "/", &[], b"");
+    assert_eq!(page.status, 200);
+    assert!(page.text().contains("<script src=\"/app.js\""));
+    assert_eq!(page.header("x-frame-options"), Some("DENY"));
+    assert!(
+        page.header("content-security-policy")
+            .unwrap()
+            .contains("default-src 'self'")
+    );
+    for asset in ["/app.js", "/app.css"] {
+        assert_eq!(request(addr, "GET", asset, &[], b"").status, 200, "{asset}");
+    }
+
+    // Logging out ends the session.
+    assert_eq!(client.post("/api/logout", &json!({})).status, 200);
+    assert_eq!(client.get("/api/me").status, 401);
+}
+
+#[test]
+fn a_session_survives_a_restart_of_the_world_and_its_cookie_is_strict() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    let web = WebHost::start(&world);
+    let response = request(&web.addr, "GET", &web.login_path(), &[], b"");
+    assert_eq!(response.status, 303);
+    assert_eq!(
+        response.header("location"),
+        Some("/"),
+        "no token after login"
+    );
+    let cookie = response.header("set-cookie").unwrap();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(cookie.contains(attribute), "{cookie}");
+    }
+    let session = cookie.split(';').next().unwrap().to_string();
+    web.host.quit();
+
+    let web = WebHost::start(&world);
+    let client = Client {
+        addr: web.addr.clone(),
+        cookie: session,
+    };
+    assert_eq!(client.get("/api/me").json()["person"], "owner");
+    let stored = world.read("broker/web/sessions.json");
+    assert!(!stored.contains(client.cookie.trim_start_matches("sausage_session=")));
+}
+
+#[test]
+fn actors_their_pages_actions_files_and_logs() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    world.install("crasher", "crasher");
+    std::fs::write(world.path("actor/echo/public/hello.txt"), "hello, world").unwrap();
+    let web = WebHost::start(&world);
+    let client = web.log_in();
+
+    let table = client.until("/api/actors", "both actors running", |t| {
+        let state = |id: &str| {
+            t["actors"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|a| a["id"] == id)
+                .map(|a| a["state"].clone())
+        };
+        state("echo") == Some(json!("running")) && state("crasher") == Some(json!("running"))
+    });
+    let echo = table["actors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["id"] == "echo")
+        .unwrap()
+        .clone();
+    assert_eq!(echo["kind"], "wasm");
+    assert_eq!(echo["version"], 1);
+    assert!(echo["queued"].is_number() && echo["in_per_sec"].is_number());
+    assert!(
+        table["actors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["id"] == "broker" && a["kind"] == "native")
+    );
+
+    let page = client.get("/api/actors/echo").json();
+    assert_eq!(page["status"]["state"], "running");
+    assert_eq!(page["versions"][0]["version"], 1);
+    assert_eq!(page["versions"][0]["current"], true);
+    assert_eq!(page["public"], json!(["hello.txt"]));
+    assert_eq!(client.get("/api/actors/ghost").status, 404);
+    assert_eq!(client.get("/api/actors/Bad%20Id").status, 404);
+
+    // Files: the file itself; nothing else.
+    let file = client.get("/api/actors/echo/files/public/hello.txt");
+    assert_eq!(file.status, 200);
+    assert_eq!(file.text(), "hello, world");
+    std::fs::create_dir_all(world.path("actor/echo/public/sub")).unwrap();
+    std::fs::write(world.path("actor/echo/public/.sausage-tmp-1"), "hidden").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", world.path("actor/echo/public/link")).unwrap();
+    for path in [
+        "/api/actors/echo/files/public/sub",
+        "/api/actors/echo/files/public/../../../sausage.json",
+        "/api/actors/echo/files/public/%2e%2e/%2e%2e/sausage.json",
+        "/api/actors/echo/files/public/.sausage-tmp-1",
+        "/api/actors/echo/files/public/link",
+        "/api/actors/echo/files/private/x",
+        "/api/actors/echo/files/public/nothing.txt",
+    ] {
+        let refused = client.get(path);
+        assert_eq!(refused.status, 404, "{path}: {}", refused.text());
+    }
+
+    // Stop and start, seen in the table; a rollback with nowhere to go says why.
+    let stopped = client.post("/api/actors/echo/stop", &json!({}));
+    assert_eq!(stopped.status, 200, "{}", stopped.text());
+    assert_eq!(stopped.json()["type"], "stopped");
+    client.until("/api/actors", "echo stopped", |t| {
+        t["actors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["id"] == "echo" && a["state"] == "stopped")
+    });
+    assert_eq!(
+        client.post("/api/actors/echo/start", &json!({})).json()["type"],
+        "started"
+    );
+    let nowhere = client.post("/api/actors/echo/rollback", &json!({}));
+    assert_eq!(nowhere.status, 409);
+    assert!(
+        nowhere.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("no version older")
+    );
+    let bad = client.post("/api/actors/echo/rollback", &json!({"version": "two"}));
+    assert_eq!(bad.status, 400);
+    assert_eq!(
+        client.post("/api/actors/echo/explode", &json!({})).status,
+        404
+    );
+    assert_eq!(
+        client.post("/api/actors/broker/stop", &json!({})).status,
+        409
+    );
+    assert_eq!(
+        client.post("/api/actors/ghost/stop", &json!({})).status,
+        404
+    );
+
+    // The log: a tail, then what came after.
+    client.post(
+        "/api/send",
+        &json!({"to": "crasher", "body": {"type": "log", "lines": 3, "width": 20}}),
+    );
+    let log = client.until("/api/actors/crasher/log", "the log lines", |l| {
+        l["text"].as_str().unwrap().contains("line 3")
+    });
+    let to = log["to"].as_u64().unwrap();
+    client.post(
+        "/api/send",
+        &json!({"to": "crasher", "body": {"type": "log", "lines": 1, "width": 30}}),
+    );
+    let more = client.until(
+        &format!("/api/actors/crasher/log?from={to}"),
+        "the next line",
+        |l| l["text"].as_str().unwrap().contains("line 1"),
+    );
+    assert_eq!(more["from"], to);
+    assert!(!more["text"].as_str().unwrap().contains("line 3"));
+    let rotated = client.get("/api/actors/crasher/log?from=999999999").json();
+    assert_eq!(rotated["rotated"], true);
+    assert_eq!(rotated["from"], 0);
+}
+
+#[test]
+fn sent_messages_their_replies_as_events_the_graph_and_a_resumed_stream() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    let web = WebHost::start(&world);
+    let client = web.log_in();
+    let mut events = client.events(None);
+    let hello = events.next(EVENT_PATIENCE).unwrap();
+    assert_eq!(hello.kind, "hello");
+
+    for bad in [
+        json!({"to": "echo"}),
+        json!({"to": "Not An Id", "body": {"type": "x"}}),
+        json!({"to": "echo", "body": "text"}),
+        json!({"to": "echo", "body": {"no_type": 1}}),
+        json!([1, 2]),
+    ] {
+        let refused = client.post("/api/send", &bad);
+        assert_eq!(refused.status, 400, "{bad}");
+        assert!(refused.json()["error"].is_string());
+    }
+    let not_json = request(
+        &client.addr,
+        "POST",
+        "/api/send",
+        &[("Cookie", &client.cookie), ("Origin", &client.origin())],
+        b"{oops",
+    );
+    assert_eq!(not_json.status, 400);
+
+    let sent = client.post(
+        "/api/send",
+        &json!({"to": "echo", "body": {"type": "ping", "n": 1}}),
+    );
+    let id = sent.json()["id"].as_str().unwrap().to_string();
+    let reply = events.wait_for("message", EVENT_PATIENCE, |m| m["reply_to"] == id.as_str());
+    let reply_data: Value = serde_json::from_str(&reply.data).unwrap();
+    assert_eq!(reply_data["from"], "echo");
+    assert_eq!(reply_data["body"]["n"], 1);
+    assert!(!reply.id.is_empty());
+
+    // The graph shows web → echo and echo → web.
+    let graph = client.until("/api/graph", "an edge from web to echo", |g| {
+        g["edges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["from"] == "web" && e["to"] == "echo")
+    });
+    assert_eq!(graph["window_s"], 60);
+    events.wait_for("graph", EVENT_PATIENCE, |g| {
+        g["edges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["from"] == "echo" && e["to"] == "web")
+    });
+
+    // A page that reconnects with the last id it saw gets what it missed, then goes on.
+    client.post(
+        "/api/send",
+        &json!({"to": "echo", "body": {"type": "ping", "n": 2}}),
+    );
+    client.post(
+        "/api/send",
+        &json!({"to": "echo", "body": {"type": "ping", "n": 3}}),
+    );
+    events.wait_for("message", EVENT_PATIENCE, |m| m["body"]["n"] == 3);
+    let mut resumed = client.events(Some(&reply.id));
+    let mut ns = Vec::new();
+    while ns.len() < 2 {
+        let event = resumed.next(EVENT_PATIENCE).expect("the missed messages");
+        if event.kind == "message" {
+            let data: Value = serde_json::from_str(&event.data).unwrap();
+            ns.push(data["body"]["n"].as_u64().unwrap());
+        }
+    }
+    assert_eq!(ns, [2, 3]);
+    let mut stale = client.events(Some("another-run:5"));
+    stale.wait_for("reset", EVENT_PATIENCE, |_| true);
+}
+
+#[test]
+fn the_chat_streams_a_turn_and_the_conversation_comes_back_after_a_reload() {
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "list_dir",
+        json!({"path": "/data"}),
+    )]));
+    fake.push_openai(openai::text_reply("There is a config file."));
+    let web = WebHost::start(&world);
+    let client = web.log_in();
+    let mut events = client.events(None);
+
+    for bad in [
+        json!({}),
+        json!({"text": ""}),
+        json!({"text": 5}),
+        json!({"answer": "yes"}),
+        json!({"text": "a", "answer": "b", "question": "m-1"}),
+    ] {
+        assert_eq!(client.post("/api/chat", &bad).status, 400, "{bad}");
+    }
+    assert_eq!(client.post("/api/chat/stop", &json!({})).status, 400);
+
+    let sent = client.post("/api/chat", &json!({"text": "what is in /data?"}));
+    assert_eq!(sent.status, 200);
+    let turn = sent.json()["id"].as_str().unwrap().to_string();
+    events.wait_for("message", EVENT_PATIENCE, |m| {
+        m["from"] == "agent" && m["body"]["type"] == "tool" && m["body"]["tool"] == "list_dir"
+    });
+    let answer = events.wait_for("message", EVENT_PATIENCE * 4, |m| {
+        m["from"] == "agent" && m["body"]["type"] == "text" && m["reply_to"] == turn.as_str()
+    });
+    let answer: Value = serde_json::from_str(&answer.data).unwrap();
+    assert_eq!(answer["body"]["text"], "There is a config file.");
+    assert!(answer["body"]["usage"].is_object());
+
+    let conversation = client.get("/api/conversation");
+    assert_eq!(conversation.status, 200, "{}", conversation.text());
+    let entries = conversation.json()["entries"].clone();
+    assert_eq!(entries[0]["role"], "user");
+    assert_eq!(entries[0]["text"], "what is in /data?");
+    assert_eq!(entries[0]["from"], "web");
+    assert_eq!(entries[1]["role"], "tool");
+    assert_eq!(
+        entries.as_array().unwrap().last().unwrap()["text"],
+        "There is a config file."
+    );
+
+    // A stop for a turn that ended is answered in words.
+    let stop = client.post("/api/chat/stop", &json!({"turn": turn}));
+    assert_eq!(stop.status, 200);
+}
