@@ -31,12 +31,15 @@ pub(super) struct Pending {
     dirty: Dirty,
 }
 
-/// How a sync failed: before the commit nothing changed and the writer goes on; after it, the
-/// temporary is the committed file and must not be written again, so the writer is done.
+/// A failed sync, by what the writer may do next.
 #[derive(Debug)]
 pub(super) enum SyncFailed {
-    BeforeCommit(io::Error),
-    AfterCommit(io::Error),
+    /// It has a temporary and goes on: nothing was committed, or the commit happened and only
+    /// syncing the folder failed (the new content is in place but maybe not durable).
+    GoesOn(io::Error),
+    /// The commit happened but no next temporary could be made (a full disk): the file the
+    /// writer holds is the committed one and must never be written again, so the writer ends.
+    Ends(io::Error),
 }
 
 impl Pending {
@@ -84,45 +87,49 @@ impl Pending {
 
     /// `fsync`: commits `file` (the temporary) atomically and durably, then replaces `file` with
     /// a new temporary holding the same bytes, whose later writes are invisible until the next
-    /// sync or close. On `AfterCommit` the caller must drop this value with [`Pending::discard`].
+    /// sync or close. On [`SyncFailed::Ends`] the caller must drop this value with
+    /// [`Pending::discard`].
     pub(super) fn sync(&mut self, file: &mut std::fs::File) -> Result<(), SyncFailed> {
-        file.sync_all().map_err(SyncFailed::BeforeCommit)?;
-        let displaced = self.publish().map_err(SyncFailed::BeforeCommit)?;
-        // The rename is durable once the folder is; a failure here is reported, but the commit
-        // has happened, so the writer still needs its next temporary.
+        file.sync_all().map_err(SyncFailed::GoesOn)?;
+        let displaced = self.publish()?;
+        // The exchange is durable once the folder is; a failure here is reported, but the
+        // commit has happened, so the writer still needs its next temporary.
         let durable = self.folder.sync_all();
         let next = self
             .next_temporary(file, displaced)
-            .map_err(SyncFailed::AfterCommit)?;
+            .map_err(SyncFailed::Ends)?;
         self.base = Some(std::mem::replace(file, next));
         self.dirty.clear();
-        durable.map_err(SyncFailed::AfterCommit)
+        durable.map_err(SyncFailed::GoesOn)
     }
 
     /// Puts the temporary in the target's place. True when the exchange left the file the
     /// target held under the temporary's name; false when a plain rename replaced (or created)
     /// the target, as at close.
-    fn publish(&self) -> io::Result<bool> {
-        if !self.is_regular_file(&self.target)? {
+    fn publish(&self) -> Result<bool, SyncFailed> {
+        let rename = || self.rename().map(|()| false).map_err(SyncFailed::GoesOn);
+        if !self
+            .is_regular_file(&self.target)
+            .map_err(SyncFailed::GoesOn)?
+        {
             // No file to keep (a new or unlinked target), or a folder or link that the rename
             // refuses or replaces exactly as a close would.
-            self.rename()?;
-            return Ok(false);
+            return rename();
         }
         if let Err(e) = self.exchange() {
             return match e.raw_os_error() {
                 // The target went meanwhile, or the filesystem cannot exchange names.
-                Some(libc::ENOENT | libc::EINVAL) => self.rename().map(|()| false),
-                _ => Err(e),
+                Some(libc::ENOENT | libc::EINVAL) => rename(),
+                _ => Err(SyncFailed::GoesOn(e)),
             };
         }
-        if !self.is_regular_file(&self.temporary)? {
-            // Something else put a folder or a link at the target between the look and the
-            // exchange (this writer is busy here): give it its name back and do what a close
-            // does with it.
-            self.exchange()?;
-            self.rename()?;
-            return Ok(false);
+        // The look above and the exchange are two steps; only this writer's instance changes
+        // its folder, and it is busy here, so what they found is still what was exchanged,
+        // unless someone outside the world's rules put a folder or link there meanwhile. Then
+        // it gets its name back, and the rename does what a close would with it.
+        if !self.is_regular_file(&self.temporary).unwrap_or(false) {
+            self.exchange().map_err(SyncFailed::Ends)?;
+            return rename();
         }
         Ok(true)
     }

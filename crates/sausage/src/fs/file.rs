@@ -285,8 +285,8 @@ impl File {
         };
         match writer.sync(file) {
             Ok(()) => Ok(()),
-            Err(SyncFailed::BeforeCommit(e)) => Err(e.into()),
-            Err(SyncFailed::AfterCommit(e)) => {
+            Err(SyncFailed::GoesOn(e)) => Err(e.into()),
+            Err(SyncFailed::Ends(e)) => {
                 if let Some(done) = pending.take() {
                     done.discard();
                 }
