@@ -1,13 +1,14 @@
 //! Open files of guests, and commit-on-close for the ones opened for writing.
 //! A writer writes to a hidden temporary beside its target; the last handle to go renames it into
-//! place if the guest closed the file, and removes it otherwise (a trap, a kill).
-//! Invariant: the target is only ever replaced whole, by one rename, after a guest close.
+//! place if the guest closed the file, and removes it otherwise (a trap, a kill). A sync commits
+//! what the writer holds and lets it go on in a new temporary (`fs::commit`).
+//! Invariant: the target is only ever replaced whole, after a guest close or sync.
 
+use super::commit::{Pending, SyncFailed};
 use super::dir::{SetTime, Stat, set_file_times};
 use super::{ErrorCode, FsResult, create_temporary};
 use std::ffi::{CString, OsStr};
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -35,8 +36,6 @@ pub struct PendingCommit {
 
 #[derive(Debug)]
 struct Inner {
-    /// The temporary of a writer, or the target itself for a reader.
-    file: std::fs::File,
     readable: bool,
     writable: bool,
     /// False on a read-only mount, where changes fail with `read-only` rather than
@@ -45,50 +44,18 @@ struct Inner {
     /// Set when the guest closes a handle: the last handle to go then commits. Left unset when
     /// handles are dropped with the store (a trap, a kill), so the writes are discarded.
     closed_by_guest: AtomicBool,
+    /// Locked for every access: a sync swaps the file of a writer under the other handles.
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// The temporary of a writer, or the target itself for a reader (and for a writer once
+    /// committed for good, so its handles can still read).
+    file: std::fs::File,
     /// The temporary and its target while the write is uncommitted; `None` for readers and once
     /// committed or discarded.
-    pending: Mutex<Option<Pending>>,
-}
-
-/// An uncommitted write: the temporary and its target, both named in their folder.
-#[derive(Debug)]
-struct Pending {
-    /// The folder of the target, held open: the temporary moves with it when the guest renames
-    /// the folder (a directory operation takes effect at once), so the commit lands in the
-    /// folder's new place and a discard still finds the temporary. With paths, both would miss
-    /// and leave an invisible temporary that keeps the folder from being removed.
-    folder: std::fs::File,
-    temporary: CString,
-    target: CString,
-}
-
-impl Pending {
-    fn commit(self) -> io::Result<()> {
-        let folder = self.folder.as_raw_fd();
-        // SAFETY: renameat only reads the two NUL-terminated names, which outlive the call, and
-        // `folder` is a descriptor this value owns.
-        let renamed = unsafe {
-            libc::renameat(
-                folder,
-                self.temporary.as_ptr(),
-                folder,
-                self.target.as_ptr(),
-            )
-        };
-        if renamed != 0 {
-            let error = io::Error::last_os_error();
-            self.discard();
-            return Err(error);
-        }
-        Ok(())
-    }
-
-    fn discard(self) {
-        // SAFETY: as in `commit`: one name that outlives the call, a descriptor this value owns.
-        // A temporary that cannot be removed now is invisible to guests and removed at the next
-        // start by `clean_temporaries`, so the result is ignored.
-        let _ = unsafe { libc::unlinkat(self.folder.as_raw_fd(), self.temporary.as_ptr(), 0) };
-    }
+    pending: Option<Pending>,
 }
 
 /// A name in a folder as C wants it: `invalid` without a name (a path ending in `..`) or with a
@@ -101,9 +68,10 @@ fn c_name(name: Option<&OsStr>) -> FsResult<CString> {
 impl Drop for Inner {
     fn drop(&mut self) {
         let pending = self
-            .pending
+            .state
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
+            .pending
             .take();
         if let Some(pending) = pending {
             if *self.closed_by_guest.get_mut() {
@@ -142,21 +110,26 @@ impl File {
             .custom_flags(libc::O_DIRECTORY)
             .open(dir)?;
         let (mut file, temporary) = create_temporary(dir)?;
-        let pending = Pending {
-            folder,
-            // `create_temporary` names a file in `dir`, and the name is ours: ASCII, no NUL.
-            temporary: c_name(temporary.file_name()).expect("a temporary name is a C name"),
-            target: target_name,
+        // `create_temporary` names a file in `dir`, and the name is ours: ASCII, no NUL.
+        let temporary = c_name(temporary.file_name()).expect("a temporary name is a C name");
+        if !keep_content {
+            let pending = Pending::new(folder, temporary, target_name, None);
+            return Ok(File::new(file, readable, writable, true, Some(pending)));
+        }
+        let copied = std::fs::File::open(&target).and_then(|mut old| {
+            io::copy(&mut old, &mut file)?;
+            file.set_permissions(old.metadata()?.permissions())?;
+            Ok(old)
+        });
+        // The file copied from is the base of the first sync (see `Pending::base`).
+        let (base, copied) = match copied {
+            Ok(old) => (Some(old), Ok(())),
+            Err(e) => (None, Err(e)),
         };
-        if keep_content {
-            let copied = std::fs::File::open(&target).and_then(|mut old| {
-                io::copy(&mut old, &mut file)?;
-                file.set_permissions(old.metadata()?.permissions())
-            });
-            if let Err(e) = copied {
-                pending.discard();
-                return Err(e.into());
-            }
+        let pending = Pending::new(folder, temporary, target_name, base);
+        if let Err(e) = copied {
+            pending.discard();
+            return Err(e.into());
         }
         Ok(File::new(file, readable, writable, true, Some(pending)))
     }
@@ -170,12 +143,11 @@ impl File {
     ) -> File {
         File {
             inner: Arc::new(Inner {
-                file,
                 readable,
                 writable,
                 mount_writable,
                 closed_by_guest: AtomicBool::new(false),
-                pending: Mutex::new(pending),
+                state: Mutex::new(State { file, pending }),
             }),
         }
     }
@@ -188,7 +160,7 @@ impl File {
 
     /// The handle the host keeps to commit this file at a normal exit; `None` for readers.
     pub fn pending_commit(&self) -> Option<PendingCommit> {
-        self.lock_pending().is_some().then(|| PendingCommit {
+        self.lock().pending.is_some().then(|| PendingCommit {
             inner: Arc::downgrade(&self.inner),
         })
     }
@@ -199,15 +171,11 @@ impl File {
 
     /// True while the guest may write: opened for writing and not committed yet.
     pub fn writable(&self) -> bool {
-        self.inner.writable && self.lock_pending().is_some()
+        self.inner.writable && self.lock().pending.is_some()
     }
 
-    fn lock_pending(&self) -> MutexGuard<'_, Option<Pending>> {
-        // The lock is never held across anything that can panic; a poisoned one is still valid.
-        self.inner
-            .pending
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.inner.lock()
     }
 
     /// Fails unless this handle may read: `bad-descriptor` (as POSIX's `EBADF`).
@@ -222,13 +190,20 @@ impl File {
     /// Fails unless this handle may write: `read-only` on a read-only mount, `bad-descriptor`
     /// when not opened for writing or already committed.
     pub fn check_writable(&self) -> FsResult<()> {
+        self.writer().map(drop)
+    }
+
+    /// The locked state of a writer that may write, with its pending commit, or why not (as
+    /// [`File::check_writable`]).
+    fn writer(&self) -> FsResult<MutexGuard<'_, State>> {
         if !self.inner.mount_writable {
-            Err(ErrorCode::ReadOnly)
-        } else if !self.writable() {
-            Err(ErrorCode::BadDescriptor)
-        } else {
-            Ok(())
+            return Err(ErrorCode::ReadOnly);
         }
+        let state = self.lock();
+        if !self.inner.writable || state.pending.is_none() {
+            return Err(ErrorCode::BadDescriptor);
+        }
+        Ok(state)
     }
 
     /// Reads up to `len` bytes (at most [`MAX_READ_LEN`]) at `offset`; an empty result means
@@ -238,11 +213,11 @@ impl File {
         let len = len.min(MAX_READ_LEN);
         let mut buffer = vec![0; len];
         let mut filled = 0;
+        let state = self.lock();
         // `read_at` may return less than asked before the end; a short result here would read as
         // "nothing more" to callers that stop at a partial read.
         while filled < len {
-            match self
-                .inner
+            match state
                 .file
                 .read_at(&mut buffer[filled..], offset + filled as u64)
             {
@@ -258,23 +233,26 @@ impl File {
 
     /// Writes all of `bytes` at `offset` (into the temporary).
     pub fn write_at(&self, bytes: &[u8], offset: u64) -> FsResult<()> {
-        self.check_writable()?;
-        offset
-            .checked_add(bytes.len() as u64)
-            .ok_or(ErrorCode::FileTooLarge)?;
-        Ok(self.inner.file.write_all_at(bytes, offset)?)
+        let mut state = self.writer()?;
+        write_locked(&mut state, bytes, offset)
     }
 
     /// Writes all of `bytes` at the current end of the file.
     pub fn append(&self, bytes: &[u8]) -> FsResult<()> {
-        self.check_writable()?;
-        let end = self.inner.file.metadata()?.len();
-        self.write_at(bytes, end)
+        let mut state = self.writer()?;
+        let end = state.file.metadata()?.len();
+        write_locked(&mut state, bytes, end)
     }
 
     pub fn set_size(&self, size: u64) -> FsResult<()> {
-        self.check_writable()?;
-        Ok(self.inner.file.set_len(size)?)
+        let mut state = self.writer()?;
+        let State { file, pending } = &mut *state;
+        let old = file.metadata()?.len();
+        // Marked before the change: a failed resize may still have changed part of the file.
+        if let Some(pending) = pending {
+            pending.resized(old, size);
+        }
+        Ok(file.set_len(size)?)
     }
 
     /// Sets the times of what this handle reads and writes: the temporary of a writer (the
@@ -283,21 +261,58 @@ impl File {
         if !self.inner.mount_writable {
             return Err(ErrorCode::ReadOnly);
         }
-        set_file_times(&self.inner.file, accessed, modified)
+        set_file_times(&self.lock().file, accessed, modified)
     }
 
     /// Metadata of what this handle reads and writes: a writer sees its own size.
     pub fn stat(&self) -> FsResult<Stat> {
-        Ok(Stat::from_metadata(&self.inner.file.metadata()?))
+        Ok(Stat::from_metadata(&self.lock().file.metadata()?))
     }
 
-    /// `sync` and `sync-data`: flushes the temporary of a writer to disk. This does not commit:
-    /// only a close does.
+    /// `sync` and `sync-data` (DESIGN §2): a writer commits what it holds, atomically and
+    /// durably, as a close would, and goes on writing to a new uncommitted state. Other handles
+    /// of the same file follow it. Nothing to do for a reader. When the commit happened but no
+    /// new temporary could be made (a full disk), the error is returned and the writer can no
+    /// longer write, as after a close.
     pub fn sync(&self) -> FsResult<()> {
-        if self.writable() {
-            self.inner.file.sync_data()?;
+        if !self.writable() {
+            return Ok(());
         }
-        Ok(())
+        let mut state = self.lock();
+        let State { file, pending } = &mut *state;
+        let Some(writer) = pending else {
+            return Ok(());
+        };
+        match writer.sync(file) {
+            Ok(()) => Ok(()),
+            Err(SyncFailed::GoesOn(e)) => Err(e.into()),
+            Err(SyncFailed::Ends(e)) => {
+                if let Some(done) = pending.take() {
+                    done.discard();
+                }
+                Err(e.into())
+            }
+        }
+    }
+}
+
+/// Writes into a writer's temporary and marks the bytes as changed since the last commit.
+fn write_locked(state: &mut State, bytes: &[u8], offset: u64) -> FsResult<()> {
+    let end = offset
+        .checked_add(bytes.len() as u64)
+        .ok_or(ErrorCode::FileTooLarge)?;
+    let State { file, pending } = state;
+    // Marked before the write: a failed write may still have changed part of the range.
+    if let Some(pending) = pending {
+        pending.wrote(offset, end);
+    }
+    Ok(file.write_all_at(bytes, offset)?)
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The lock is never held across anything that can panic; a poisoned one is still valid.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -308,11 +323,7 @@ impl PendingCommit {
         let Some(inner) = self.inner.upgrade() else {
             return Ok(false);
         };
-        let pending = inner
-            .pending
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let pending = inner.lock().pending.take();
         match pending {
             Some(pending) => pending.commit().map(|()| true),
             None => Ok(false),

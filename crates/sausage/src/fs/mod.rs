@@ -1,11 +1,14 @@
 //! Commit-on-close files for guests (DESIGN §2): mounts, guest path resolution, hidden temporary
 //! files, commit or discard of writers, and the clean-up of temporaries at start.
 //! It knows nothing of wasmtime, actors, messages or versions: it is given mounts and gives
-//! directories and files whose writes become visible only when the last handle is closed.
+//! directories and files whose writes become visible only when the last handle is closed, or
+//! when the writer syncs.
 //! Invariant: no guest path ever resolves outside its mount, through a symlink, or to a
 //! temporary name; every write of a guest goes to a temporary file until it is committed.
 
+mod commit;
 mod dir;
+mod dirty;
 mod file;
 #[cfg(test)]
 mod tests;

@@ -11,7 +11,8 @@
 //! `open fd base:path flags` (letters `r`ead `w`rite `c`reate e`x`clusive `t`runcate
 //! `d`irectory, or `-`), `write fd text` (at the fd's cursor), `pwrite fd offset text`,
 //! `append fd text`, `read fd`, `size fd n`, `fstat fd`, `clone fd new-fd` (another handle, like
-//! a stream), `close fd` (by the guest), `drop fd` (with the store: a trap), `commit-all`,
+//! a stream), `close fd` (by the guest), `drop fd` (with the store: a trap), `sync fd`,
+//! `commit-all`, `link /mount:path name` (a hard link at `name` in the world, as a snapshot makes),
 //! `cat base:path`, `stat base:path`, `ls base:path`, `mkdir`, `rmdir`, `unlink`, `touch`
 //! (one `base:path`) and `rename base:path base:path`. Descriptors still open at the end are
 //! dropped as by a trap.
@@ -128,6 +129,8 @@ enum Handle {
 }
 
 struct Session {
+    /// The world's folder, where `link` makes its hard links.
+    root: PathBuf,
     handles: BTreeMap<String, Handle>,
     pending: Vec<PendingCommit>,
 }
@@ -224,6 +227,13 @@ impl Session {
                 self.handles.remove(args[0]).expect("a handle");
                 Ok("ok".into())
             }
+            "sync" => self.file(args[0]).0.sync().map(ok),
+            "link" => {
+                let (mount, path) = args[0].split_once(':').expect("paths are /mount:path");
+                let from = self.root.join(&mount[1..]).join(path);
+                std::fs::hard_link(from, self.root.join(args[1]))?;
+                Ok("ok".into())
+            }
             "commit-all" => {
                 for pending in self.pending.drain(..) {
                     pending.commit().unwrap();
@@ -300,6 +310,7 @@ fn run(before: &str, script: &str) -> String {
     make_tree(root, "data/\npublic/\nactor/");
     make_tree(root, before);
     let mut session = Session {
+        root: root.clone(),
         handles: BTreeMap::new(),
         pending: Vec::new(),
     };
@@ -731,4 +742,322 @@ fn write_atomically_replaces_whole_and_leaves_no_temporary() {
     assert_eq!(read_tree(&scratch.0), "status.json = {\"v\":2}");
     assert!(is_temporary_name(OsStr::new(".sausage-tmp-1-2")));
     assert!(!is_temporary_name(OsStr::new("sausage-tmp-1-2")));
+}
+
+#[test]
+fn a_sync_commits_what_the_writer_holds_and_it_goes_on_writing() {
+    let after = run(
+        "data/a.txt = old",
+        "
+        open w /data:a.txt rw
+        open r /data:a.txt r
+        pwrite w 0 new
+        cat /data:a.txt => old
+        sync w
+        cat /data:a.txt => new
+        read r => old
+        pwrite w 3 er
+        read w => newer
+        fstat w => file 5
+        cat /data:a.txt => new
+        close w
+        cat /data:a.txt => newer
+        read r => old
+        ",
+    );
+    assert_eq!(after, "data/a.txt = newer");
+}
+
+#[test]
+fn writes_after_a_sync_stay_invisible_until_the_next_sync_or_close() {
+    let after = run(
+        "data/log = a",
+        "
+        open w /data:log w
+        clone w stream
+        append w b
+        sync w
+        cat /data:log => ab
+        append stream c
+        cat /data:log => ab
+        sync stream
+        cat /data:log => abc
+        append w d
+        append w e
+        cat /data:log => abc
+        sync w
+        cat /data:log => abcde
+        append w f
+        close stream
+        cat /data:log => abcde
+        close w
+        cat /data:log => abcdef
+        ",
+    );
+    assert_eq!(after, "data/log = abcdef");
+}
+
+#[test]
+fn a_new_file_appears_at_its_first_sync() {
+    let after = run(
+        "",
+        "
+        open w /data:db wc
+        write w one
+        sync w
+        stat /data:db => file 3
+        write w two
+        sync w
+        cat /data:db => onetwo
+        close w
+        ",
+    );
+    assert_eq!(after, "data/db = onetwo");
+}
+
+#[test]
+fn a_trap_after_a_sync_discards_only_what_came_after_it() {
+    let after = run(
+        "data/kept = before",
+        "
+        open w /data:db wc
+        write w committed
+        sync w
+        pwrite w 0 COMMITTED and more
+        open k /data:kept rw
+        pwrite k 0 synced
+        sync k
+        size k 3
+        drop w
+        drop k
+        cat /data:db => committed
+        ",
+    );
+    assert_eq!(after, "data/db = committed\ndata/kept = synced");
+}
+
+#[test]
+fn a_snapshot_or_a_reader_of_a_synced_file_never_sees_it_change() {
+    let after = run(
+        "data/db = v0----",
+        "
+        open w /data:db rw
+        pwrite w 0 v1
+        sync w
+        link /data:db snap1
+        pwrite w 0 v2
+        sync w
+        open r /data:db r
+        pwrite w 0 v3
+        sync w
+        pwrite w 0 v4
+        sync w
+        read r => v2----
+        link /data:db snap4
+        pwrite w 0 v5
+        sync w
+        pwrite w 0 v6
+        sync w
+        close w
+        read r => v2----
+        ",
+    );
+    assert_eq!(after, "data/db = v6----\nsnap1 = v1----\nsnap4 = v4----");
+}
+
+#[test]
+fn a_size_change_after_a_sync_commits_at_the_next() {
+    let after = run(
+        "data/f = 0123456789",
+        "
+        open w /data:f rw
+        pwrite w 0 A
+        sync w
+        pwrite w 1 B
+        sync w
+        cat /data:f => AB23456789
+        size w 4
+        sync w
+        cat /data:f => AB23
+        pwrite w 4 456789
+        sync w
+        size w 3
+        size w 8
+        pwrite w 8 x
+        sync w
+        cat /data:f => AB2\0\0\0\0\0x
+        pwrite w 0 C
+        sync w
+        cat /data:f => CB2\0\0\0\0\0x
+        close w
+        ",
+    );
+    // The bytes a shrink cut and a growth brought back are zeros, in both of the writer's files.
+    assert_eq!(after, "data/f = CB2\0\0\0\0\0x");
+}
+
+/// Opens `path` under `mount` for reading and writing without truncating, as a database does.
+fn open_rw(dir: &Dir, path: &str) -> File {
+    let options = OpenOptions {
+        create: true,
+        read: true,
+        write: true,
+        ..OpenOptions::default()
+    };
+    match dir.open(path, options).unwrap() {
+        Opened::File(file) => file,
+        Opened::Dir(_) => panic!("{path} is a folder"),
+    }
+}
+
+fn read_whole(dir: &Dir, path: &str) -> Vec<u8> {
+    let options = OpenOptions {
+        read: true,
+        ..OpenOptions::default()
+    };
+    let Opened::File(file) = dir.open(path, options).unwrap() else {
+        panic!("{path} is a folder");
+    };
+    file.read_at(MAX_READ_LEN, 0).unwrap()
+}
+
+#[test]
+fn many_syncs_in_a_row_trade_two_files_and_leave_one_temporary() {
+    let scratch = Scratch::new();
+    let data = scratch.0.join("data");
+    make_tree(&scratch.0, "data/db = 0");
+    let dir = Dir::root(&Mount {
+        guest: "/data".into(),
+        host: data.clone(),
+        writable: true,
+    });
+    let file = open_rw(&dir, "db");
+    let mut inodes = Vec::new();
+    let mut expected = b"0".to_vec();
+    for i in 1..=50u8 {
+        file.append(&[b'0' + i % 10]).unwrap();
+        file.write_at(&[b'a' + i % 26], u64::from(i) / 2).unwrap();
+        expected.push(b'0' + i % 10);
+        expected[usize::from(i) / 2] = b'a' + i % 26;
+        file.sync().unwrap();
+        assert_eq!(read_whole(&dir, "db"), expected, "after sync {i}");
+        inodes.push(dir.stat_at("db").unwrap().inode);
+    }
+    // Nobody else saw the writer's files, so it alternates between the two it has.
+    inodes.sort_unstable();
+    inodes.dedup();
+    assert_eq!(inodes.len(), 2, "inodes committed: {inodes:?}");
+    assert_eq!(
+        mask_temporaries(&read_tree(&scratch.0)),
+        format!(
+            "data/.sausage-tmp-* = {}\ndata/db = {}",
+            String::from_utf8_lossy(&expected),
+            String::from_utf8_lossy(&expected)
+        )
+    );
+    file.close();
+    assert_eq!(
+        read_tree(&scratch.0),
+        format!("data/db = {}", String::from_utf8_lossy(&expected))
+    );
+}
+
+mod sync_model {
+    //! Random writes, size changes, syncs, readers and snapshot links on one writer, against a
+    //! model: what each sync commits, what each reader and link holds, what a trap leaves.
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Write {
+            offset: u64,
+            len: usize,
+            byte: u8,
+        },
+        Resize(u64),
+        Sync,
+        /// A reader opens the committed file; it must read the same bytes ever after.
+        Reader,
+        /// A hard link of the committed file, as a snapshot makes; it must never change.
+        Link,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u64..300, 1usize..40, any::<u8>())
+                .prop_map(|(offset, len, byte)| Op::Write { offset, len, byte }),
+            1 => (0u64..320).prop_map(Op::Resize),
+            3 => Just(Op::Sync),
+            1 => Just(Op::Reader),
+            1 => Just(Op::Link),
+        ]
+    }
+
+    fn resize(bytes: &mut Vec<u8>, size: u64) {
+        bytes.resize(size as usize, 0);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn every_sync_commits_the_writers_bytes_and_nothing_seen_changes(
+            start in proptest::collection::vec(any::<u8>(), 0..200),
+            ops in proptest::collection::vec(op(), 1..60),
+        ) {
+            let scratch = Scratch::new();
+            let data = scratch.0.join("data");
+            std::fs::create_dir_all(&data).unwrap();
+            std::fs::write(data.join("db"), &start).unwrap();
+            let dir = Dir::root(&Mount { guest: "/data".into(), host: data.clone(), writable: true });
+            let file = open_rw(&dir, "db");
+            let mut working = start.clone();
+            let mut committed = start.clone();
+            let mut readers = Vec::new();
+            let mut links = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Write { offset, len, byte } => {
+                        file.write_at(&vec![byte; len], offset).unwrap();
+                        let end = offset as usize + len;
+                        if working.len() < end {
+                            working.resize(end, 0);
+                        }
+                        working[offset as usize..end].fill(byte);
+                    }
+                    Op::Resize(size) => {
+                        file.set_size(size).unwrap();
+                        resize(&mut working, size);
+                    }
+                    Op::Sync => {
+                        file.sync().unwrap();
+                        committed = working.clone();
+                    }
+                    Op::Reader => {
+                        let Opened::File(reader) = dir.open("db", OpenOptions { read: true, ..OpenOptions::default() }).unwrap() else {
+                            panic!("db is a file");
+                        };
+                        readers.push((reader, committed.clone()));
+                    }
+                    Op::Link => {
+                        let link = scratch.0.join(format!("snap{}", links.len()));
+                        std::fs::hard_link(data.join("db"), &link).unwrap();
+                        links.push((link, committed.clone()));
+                    }
+                }
+                prop_assert_eq!(&file.read_at(MAX_READ_LEN, 0).unwrap(), &working);
+                prop_assert_eq!(&read_whole(&dir, "db"), &committed);
+            }
+            for (reader, bytes) in &readers {
+                prop_assert_eq!(&reader.read_at(MAX_READ_LEN, 0).unwrap(), bytes);
+            }
+            // A trap: what came after the last sync is lost, nothing else.
+            drop(file);
+            prop_assert_eq!(&std::fs::read(data.join("db")).unwrap(), &committed);
+            for (link, bytes) in &links {
+                prop_assert_eq!(&std::fs::read(link).unwrap(), bytes);
+            }
+            prop_assert_eq!(std::fs::read_dir(&data).unwrap().count(), 1, "a temporary is left");
+        }
+    }
 }

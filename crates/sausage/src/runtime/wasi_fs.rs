@@ -454,7 +454,8 @@ impl types::HostDescriptor for FsView<'_> {
         open_flags: types::OpenFlags,
         flags: DescriptorFlags,
     ) -> FsResult<Resource<Descriptor>> {
-        // Synced writes are not offered: a write is durable only once committed by a close.
+        // Synced writes are not offered: a write is durable only once committed by a sync (or
+        // visible once committed by a close), never each write on its own.
         let sync_flags = DescriptorFlags::FILE_INTEGRITY_SYNC
             | DescriptorFlags::DATA_INTEGRITY_SYNC
             | DescriptorFlags::REQUESTED_WRITE_SYNC;
