@@ -742,7 +742,8 @@ pub fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
     recreate_tree(from, to, &|from, to| std::fs::copy(from, to).map(drop))
 }
 
-/// Recreates the folders of `from` under `to`, and each regular file with `file`.
+/// Recreates the folders of `from` under `to`, and each regular file with `file`; hidden
+/// temporaries are left out.
 fn recreate_tree(
     from: &Path,
     to: &Path,
@@ -751,6 +752,11 @@ fn recreate_tree(
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
+        // A writer's uncommitted temporary is nobody's content yet (and a snapshot linking it
+        // would keep its writer from reusing it).
+        if crate::fs::is_temporary_name(&entry.file_name()) {
+            continue;
+        }
         let kind = entry.file_type()?;
         let target = to.join(entry.file_name());
         if kind.is_dir() {
