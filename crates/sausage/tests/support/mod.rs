@@ -249,8 +249,13 @@ impl TestWorld {
         found
     }
 
+    /// The actor's `status.json`, or null before the host first writes it.
     pub fn status(&self, id: &str) -> Value {
-        self.json(&format!("actor/{id}/status.json"))
+        let rel = format!("actor/{id}/status.json");
+        if !self.path(&rel).exists() {
+            return Value::Null;
+        }
+        self.json(&rel)
     }
 
     pub fn log(&self, id: &str) -> String {
