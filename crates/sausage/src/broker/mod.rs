@@ -174,6 +174,10 @@ impl Broker {
             stopping.spawn(async move { handle.stop().await });
         }
         while stopping.join_next().await.is_some() {}
+        // The supervisors' last statuses are queued; the host must not end before they are
+        // written. The wait blocks, so it runs on the blocking pool.
+        let world = self.world.clone();
+        let _ = tokio::task::spawn_blocking(move || world.flush_statuses()).await;
     }
 
     fn supervise(&self, id: &ActorId, version: u32, program: Program, running: bool) {
@@ -216,7 +220,11 @@ impl Broker {
         let mut registry = self.registry.lock().await;
         let mut changed = registry.clone();
         let result = change(&mut changed);
-        self.world.save_registry(&changed)?;
+        // The save syncs the file: on the blocking pool, off the thread that routes messages.
+        let (world, saved) = (self.world.clone(), changed.clone());
+        tokio::task::spawn_blocking(move || world.save_registry(&saved))
+            .await
+            .map_err(|e| anyhow::anyhow!("host bug: saving the registry failed: {e}"))??;
         self.apply_subscriptions(&changed);
         *registry = changed;
         Ok(result)

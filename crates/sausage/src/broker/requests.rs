@@ -106,6 +106,7 @@ impl Broker {
         let version = 1;
         let candidate = self.candidate(request, body, &id, version).await?;
         self.store_version(&id, version, &candidate)
+            .await
             .and_then(|()| self.world.create_actor_dirs(&id))
             .and_then(|()| self.world.install_source(&id, version))
             .map_err(|e| format!("cannot install `{id}`: {e:#}"))?;
@@ -136,6 +137,7 @@ impl Broker {
         let (previous, version) = (entry.version, entry.next_version);
         let candidate = self.candidate(request, body, &id, version).await?;
         self.store_version(&id, version, &candidate)
+            .await
             .map_err(|e| format!("cannot store version {version} of `{id}`: {e:#}"))?;
 
         // The swap. From the stop on, messages wait in the mailbox until the new instance runs.
@@ -404,37 +406,43 @@ impl Broker {
 
     /// Reads and compiles a `.wasm` off the async threads.
     async fn compile_file(&self, path: &Path) -> Result<Program, String> {
-        let bytes = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
-        let runtime = self.runtime.clone();
-        tokio::task::spawn_blocking(move || runtime.compile(&bytes))
-            .await
-            .map_err(|e| format!("host bug: compiling failed: {e}"))?
-            .map_err(|e| format!("{e:#}"))
+        let (path, runtime) = (path.to_owned(), self.runtime.clone());
+        tokio::task::spawn_blocking(move || {
+            let bytes = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
+            runtime.compile(&bytes).map_err(|e| format!("{e:#}"))
+        })
+        .await
+        .map_err(|e| format!("host bug: compiling failed: {e}"))?
     }
 
     /// Writes a tested version into the version store: `actor.wasm`, `source/`, `meta.json`.
-    fn store_version(
+    /// The copies run on the blocking pool, off the thread that routes messages.
+    async fn store_version(
         &self,
         id: &ActorId,
         version: u32,
         candidate: &Candidate,
     ) -> anyhow::Result<()> {
         let dir = self.world.version_dir(id, version);
-        if dir.exists() {
-            // A leftover of an attempt that failed after storing: the number was never used.
-            std::fs::remove_dir_all(&dir)?;
-        }
-        std::fs::create_dir_all(&dir)?;
-        std::fs::copy(&candidate.wasm_file, dir.join("actor.wasm"))?;
-        match &candidate.source {
-            Some(source) => crate::world::copy_tree(source, &dir.join("source"))?,
-            None => std::fs::create_dir_all(dir.join("source"))?,
-        }
-        crate::fs::write_atomically(
-            &dir.join("meta.json"),
-            &serde_json::to_vec_pretty(&candidate.meta).expect("meta serialises"),
-        )?;
-        Ok(())
+        let wasm = candidate.wasm_file.clone();
+        let source = candidate.source.clone();
+        let meta = serde_json::to_vec_pretty(&candidate.meta).expect("meta serialises");
+        tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+            if dir.exists() {
+                // A leftover of an attempt that failed after storing: the number was never used.
+                std::fs::remove_dir_all(&dir)?;
+            }
+            std::fs::create_dir_all(&dir)?;
+            std::fs::copy(&wasm, dir.join("actor.wasm"))?;
+            match &source {
+                Some(source) => crate::world::copy_tree(source, &dir.join("source"))?,
+                None => std::fs::create_dir_all(dir.join("source"))?,
+            }
+            crate::fs::write_atomically(&dir.join("meta.json"), &meta)?;
+            Ok(())
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("host bug: storing the version failed: {e}"))?
     }
 
     async fn stop(&self, body: &Value) -> Answer {
