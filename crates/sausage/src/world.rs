@@ -2,13 +2,11 @@
 //!
 //! It owns the layout, the registry `sausage.json`, each actor's `status.json`, and the lock
 //! that allows one `sausage run` per world. Every file it writes is replaced atomically, so a
-//! hard kill of the host leaves the old or the new content, never a mix. `status.json` is
-//! written by a thread of its own ([`World::write_status`]), never by the caller.
+//! hard kill of the host leaves the old or the new content, never a mix.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -100,116 +98,6 @@ impl ActorLog {
 #[derive(Clone, Debug)]
 pub struct World {
     root: PathBuf,
-    /// Shared by every clone; its thread starts at the first status written.
-    statuses: Arc<StatusWriter>,
-}
-
-/// Writes the actors' `status.json` on a thread of its own, so that the tasks that route
-/// messages never wait for the disk (DESIGN §11). While the thread is behind, only the newest
-/// status of each actor waits: a world whose 100,000 actors start at once writes each file
-/// about once. Every write replaces the file atomically, as a synchronous one did.
-#[derive(Debug, Default)]
-struct StatusWriter {
-    unwritten: Mutex<Unwritten>,
-    /// Wakes the thread when a status waits or the last [`World`] is gone, and
-    /// [`World::flush_statuses`] when a batch is on disk.
-    changed: Condvar,
-}
-
-#[derive(Debug, Default)]
-struct Unwritten {
-    /// The newest status of each actor not taken by the thread yet, with its file.
-    waiting: HashMap<ActorId, (PathBuf, Status)>,
-    /// The batch the thread is writing; still read back by `read_status` until it is done.
-    writing: HashMap<ActorId, (PathBuf, Status)>,
-    started: bool,
-    /// Set when the last [`World`] holding the writer is dropped: the thread writes what
-    /// waits, then ends.
-    closed: bool,
-}
-
-impl StatusWriter {
-    fn lock(&self) -> MutexGuard<'_, Unwritten> {
-        // Nothing panics while the lock is held but a failed write's report; the maps stay valid.
-        self.unwritten.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Queues `status` for `id`, replacing one that waits; starts the thread the first time.
-    /// Without a thread (the system refused one) the status is written here.
-    fn write(self: &Arc<Self>, id: &ActorId, path: PathBuf, status: &Status) {
-        let mut unwritten = self.lock();
-        if !unwritten.started {
-            let writer = self.clone();
-            let spawned = std::thread::Builder::new()
-                .name("sausage-status".into())
-                .spawn(move || writer.run());
-            if spawned.is_err() {
-                drop(unwritten);
-                return write_status_now(id, &path, status);
-            }
-            unwritten.started = true;
-        }
-        unwritten.waiting.insert(id.clone(), (path, status.clone()));
-        self.changed.notify_all();
-    }
-
-    /// The thread: takes every waiting status at once and writes them, until the last
-    /// [`World`] is gone and nothing waits.
-    fn run(&self) {
-        let mut unwritten = self.lock();
-        loop {
-            if unwritten.waiting.is_empty() {
-                if unwritten.closed {
-                    return;
-                }
-                unwritten = self
-                    .changed
-                    .wait(unwritten)
-                    .unwrap_or_else(|e| e.into_inner());
-                continue;
-            }
-            unwritten.writing = std::mem::take(&mut unwritten.waiting);
-            let batch: Vec<(ActorId, PathBuf, Status)> = unwritten
-                .writing
-                .iter()
-                .map(|(id, (path, status))| (id.clone(), path.clone(), status.clone()))
-                .collect();
-            drop(unwritten);
-            for (id, path, status) in &batch {
-                write_status_now(id, path, status);
-            }
-            unwritten = self.lock();
-            unwritten.writing.clear();
-            self.changed.notify_all();
-        }
-    }
-
-    /// The status queued or being written for `id`, newest first.
-    fn unwritten(&self, id: &ActorId) -> Option<Status> {
-        let unwritten = self.lock();
-        let (waiting, writing) = (unwritten.waiting.get(id), unwritten.writing.get(id));
-        waiting.or(writing).map(|(_, status)| status.clone())
-    }
-}
-
-/// A host problem with no one to answer: it goes to the host's stderr.
-fn write_status_now(id: &ActorId, path: &Path, status: &Status) {
-    let text = serde_json::to_vec_pretty(status).expect("a status serialises");
-    if let Err(e) = crate::fs::write_atomically_unsynced(path, &text) {
-        eprintln!("sausage: actor {id}: cannot write status.json: {e}");
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        // The last `World` (the thread holds the writer too, once started): the thread writes
-        // what waits and ends. Two last clones dropped at the same instant may both miss it;
-        // the thread then stays parked until the process ends, which loses nothing.
-        if Arc::strong_count(&self.statuses) <= 2 {
-            self.statuses.lock().closed = true;
-            self.statuses.changed.notify_all();
-        }
-    }
 }
 
 /// `sausage.json`: the registry of WASM actors and subscriptions.
@@ -258,10 +146,7 @@ pub enum State {
 
 impl World {
     pub fn new(root: impl Into<PathBuf>) -> World {
-        World {
-            root: root.into(),
-            statuses: Arc::default(),
-        }
+        World { root: root.into() }
     }
 
     pub fn root(&self) -> &Path {
@@ -369,8 +254,6 @@ impl World {
     /// Moves every folder of the actor into a new `archive/<id>-<k>/` and returns it.
     /// Nothing is deleted.
     pub fn archive(&self, id: &ActorId) -> Result<PathBuf> {
-        // A status still queued would be written into the folder's old place.
-        self.flush_statuses();
         let archive = (1..)
             .map(|k| self.archive_dir().join(format!("{id}-{k}")))
             .find(|dir| !dir.exists())
@@ -584,9 +467,8 @@ impl World {
         for native in NATIVE_ACTORS.iter().take(3) {
             let id = ActorId::parse(native).expect("native ids are valid");
             self.create_actor_dirs(&id)?;
-            self.write_status(&id, &Status::default());
+            self.write_status(&id, &Status::default())?;
         }
-        self.flush_statuses();
         let mut registry = Registry::default();
         registry
             .subscriptions
@@ -640,24 +522,10 @@ impl World {
             .with_context(|| format!("{}: cannot write the registry", self.root.display()))
     }
 
-    /// Queues `status` to be written to the actor's `status.json` by the status thread (a
-    /// failure goes to the host's stderr there). [`World::read_status`] sees it at once;
-    /// the file holds it soon, and surely after [`World::flush_statuses`].
-    pub fn write_status(&self, id: &ActorId, status: &Status) {
-        self.statuses.write(id, self.status_path(id), status);
-    }
-
-    /// Waits until every status queued so far is on disk: before the host ends, and before an
-    /// actor's folder moves. It blocks, for as long as a few file writes.
-    pub fn flush_statuses(&self) {
-        let mut unwritten = self.statuses.lock();
-        while !unwritten.waiting.is_empty() || !unwritten.writing.is_empty() {
-            unwritten = self
-                .statuses
-                .changed
-                .wait(unwritten)
-                .unwrap_or_else(|e| e.into_inner());
-        }
+    pub fn write_status(&self, id: &ActorId, status: &Status) -> Result<()> {
+        let text = serde_json::to_vec_pretty(status).expect("a status serialises");
+        crate::fs::write_atomically_unsynced(&self.status_path(id), &text)
+            .with_context(|| format!("actor {id}: cannot write status.json"))
     }
 
     /// The first message number the next run may use (1 in a new world).
@@ -681,11 +549,7 @@ impl World {
         .with_context(|| format!("{}: cannot reserve message ids", self.root.display()))
     }
 
-    /// The actor's status: the newest one written, even if it is not on disk yet.
     pub fn read_status(&self, id: &ActorId) -> Option<Status> {
-        if let Some(status) = self.statuses.unwritten(id) {
-            return Some(status);
-        }
         let text = std::fs::read(self.status_path(id)).ok()?;
         serde_json::from_slice(&text).ok()
     }

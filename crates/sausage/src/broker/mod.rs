@@ -174,10 +174,6 @@ impl Broker {
             stopping.spawn(async move { handle.stop().await });
         }
         while stopping.join_next().await.is_some() {}
-        // The supervisors' last statuses are queued; the host must not end before they are
-        // written. The wait blocks, so it runs on the blocking pool.
-        let world = self.world.clone();
-        let _ = tokio::task::spawn_blocking(move || world.flush_statuses()).await;
     }
 
     fn supervise(&self, id: &ActorId, version: u32, program: Program, running: bool) {

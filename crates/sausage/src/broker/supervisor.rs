@@ -484,7 +484,9 @@ impl Task {
 
     fn set_state(&mut self, state: State) {
         self.status.state = state;
-        self.sup.world.write_status(&self.sup.id, &self.status);
+        if let Err(e) = self.sup.world.write_status(&self.sup.id, &self.status) {
+            eprintln!("sausage: {e:#}");
+        }
     }
 }
 
