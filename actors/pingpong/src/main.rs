@@ -4,13 +4,16 @@
 //!   `{"type":"ping","n":k}` with id `p<k>` and waits for the reply whose `reply_to` is
 //!   `<self>/p<k>` (the broker publishes an actor-chosen id under the sender's name); pings that
 //!   arrive meanwhile are answered, anything else is ignored. Then replies
-//!   `{"type":"stats","rounds":R,"p50_us":..,"p99_us":..,"per_sec":..}`, or an `error` when the
-//!   peer answers a ping with something other than a pong (say, `undeliverable`).
+//!   `{"type":"stats","rounds":R,"p50_us":..,"p99_us":..,"max_us":..,"per_sec":..}`, or an
+//!   `error` when the peer answers a ping with something other than a pong (say, `undeliverable`).
 //! - `{"type":"flood","to":T,"count":N}` sends `{"type":"seq","n":i}` for i in 1..=N to T as fast
 //!   as it can (one flush at the end), then replies `{"type":"flooded","count":N}`. With
 //!   `"pad":P`, each `seq` also carries `"pad"`, a string of P bytes.
 //! - `{"type":"sleep","ms":M}` replies `{"type":"sleeping"}`, then sleeps M ms without reading
 //!   stdin (a busy consumer).
+//! - `{"type":"append","path":P,"ms":M}` replies `{"type":"appending"}`, then for M ms opens P in
+//!   append mode, writes one line and closes it, again and again, without reading stdin; then
+//!   replies `{"type":"appended","count":N}` (or an `error`). On a big file, each open copies it.
 //! - As a consumer, counts `seq` messages and checks each is `n` = previous + 1 (from 1);
 //!   `{"type":"report"}` → `{"type":"report","received":..,"in_order":..,"last":..}`.
 //!
@@ -19,6 +22,8 @@
 use proto::{Message, Outgoing};
 use serde_json::{Value, json};
 use std::env;
+use std::fs::OpenOptions;
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 fn main() {
@@ -68,13 +73,27 @@ fn main() {
                 let ms = msg.body["ms"].as_u64().unwrap_or(0);
                 std::thread::sleep(Duration::from_millis(ms));
             }
+            "append" => {
+                let (Some(path), Some(ms)) = (msg.body["path"].as_str(), msg.body["ms"].as_u64())
+                else {
+                    proto::reply_error(&msg, "append needs a string `path` and a number `ms`");
+                    continue;
+                };
+                proto::reply(&msg, json!({"type": "appending"}));
+                match append_for(path, Duration::from_millis(ms)) {
+                    Ok(count) => proto::reply(&msg, json!({"type": "appended", "count": count})),
+                    Err(e) => proto::reply_error(&msg, &format!("{path}: {e}")),
+                }
+            }
             "report" => proto::reply(
                 &msg,
                 json!({"type": "report", "received": received, "in_order": in_order, "last": last}),
             ),
             other => proto::reply_error(
                 &msg,
-                &format!("unknown type {other:?}; known: ping, run, flood, sleep, seq, report"),
+                &format!(
+                    "unknown type {other:?}; known: ping, run, flood, sleep, append, seq, report"
+                ),
             ),
         }
     }
@@ -107,8 +126,21 @@ fn run(me: &str, peer: &str, rounds: u64) -> Result<Value, String> {
         "rounds": rounds,
         "p50_us": percentile(&times, 50),
         "p99_us": percentile(&times, 99),
+        "max_us": times.last().map_or(0, Duration::as_micros),
         "per_sec": if elapsed > 0.0 { rounds as f64 / elapsed } else { 0.0 },
     }))
+}
+
+/// Appends a line to `path` (open, write, close) until `period` has passed; returns how many.
+fn append_for(path: &str, period: Duration) -> std::io::Result<u64> {
+    let started = Instant::now();
+    let mut count = 0;
+    while started.elapsed() < period {
+        let mut file = OpenOptions::new().append(true).create(true).open(path)?;
+        count += 1;
+        writeln!(file, "append {count}")?;
+    }
+    Ok(count)
 }
 
 /// Reads until the reply to `id` comes, answering pings and ignoring everything else. A shutdown

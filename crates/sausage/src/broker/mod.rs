@@ -258,7 +258,11 @@ impl Broker {
         let mut registry = self.registry.lock().await;
         let mut changed = registry.clone();
         let result = change(&mut changed);
-        self.world.save_registry(&changed)?;
+        // The save syncs the file: on the blocking pool, off the thread that routes messages.
+        let (world, saved) = (self.world.clone(), changed.clone());
+        tokio::task::spawn_blocking(move || world.save_registry(&saved))
+            .await
+            .map_err(|e| anyhow::anyhow!("host bug: saving the registry failed: {e}"))??;
         self.apply_subscriptions(&changed);
         *registry = changed;
         Ok(result)

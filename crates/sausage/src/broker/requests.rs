@@ -439,16 +439,16 @@ impl Broker {
 
     /// Reads and compiles a `.wasm` off the async threads.
     async fn compile_file(&self, path: &Path) -> Result<Program, String> {
-        let bytes = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
-        let runtime = self.runtime.clone();
-        tokio::task::spawn_blocking(move || runtime.compile(&bytes))
-            .await
-            .map_err(|e| format!("host bug: compiling failed: {e}"))?
-            .map_err(|e| format!("{e:#}"))
+        let (path, runtime) = (path.to_owned(), self.runtime.clone());
+        tokio::task::spawn_blocking(move || {
+            let bytes = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
+            runtime.compile(&bytes).map_err(|e| format!("{e:#}"))
+        })
+        .await
+        .map_err(|e| format!("host bug: compiling failed: {e}"))?
     }
 
-    /// Writes a tested version into the version store: `actor.wasm`, `source/`, `meta.json`.
-    /// Stores a candidate as `broker/versions/<id>/<version>/`, built under a hidden name and
+    /// Stores a tested candidate as `broker/versions/<id>/<version>/`, built under a hidden name and
     /// renamed into place, on a worker thread: the folder is whole or absent.
     async fn store_version(
         &self,

@@ -3,9 +3,14 @@
 //! types; every rule (paths, temporaries, commit-on-close, read-only mounts) lives in `fs`.
 //! Invariant: only a guest's explicit drop of a descriptor closes a file; dropping the store
 //! (a trap, a kill) drops handles without closing, so their writes are discarded.
+//! Invariant: every call that moves file data or changes the disk (open, which may copy a whole
+//! file, read, write, sync, set-size, directory changes, the commit at close) runs on tokio's
+//! blocking pool while the guest waits: never on the thread that routes messages (DESIGN §11).
 
 use crate::fs::{self, Mount, PendingCommit, SetTime};
+use std::mem;
 use std::time::{Duration, SystemTime};
+use tokio::task::JoinHandle;
 use wasmtime::component::{HasData, Linker, Resource, ResourceTable, ResourceTableError};
 use wasmtime_wasi_io::bytes::Bytes;
 use wasmtime_wasi_io::poll::Pollable;
@@ -131,6 +136,29 @@ impl From<ResourceTableError> for FsError {
     }
 }
 
+/// Runs `work` on tokio's blocking pool and waits for it. The guest's call waits (an instance
+/// makes one call at a time, so its calls keep their order); the thread that routes messages
+/// and runs the other actors does not.
+async fn off_thread<T: Send + 'static>(
+    work: impl FnOnce() -> fs::FsResult<T> + Send + 'static,
+) -> FsResult<T> {
+    joined(tokio::task::spawn_blocking(work).await)
+}
+
+/// The result of a blocking task: a panic in it goes on in the caller, as if the work had run
+/// there; a task cancelled by the runtime's shutdown traps the guest, which is being dropped.
+fn joined<T>(result: Result<fs::FsResult<T>, tokio::task::JoinError>) -> FsResult<T> {
+    match result {
+        Ok(result) => Ok(result?),
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(e) => Err(FsError::Trap(wasmtime::Error::msg(format!(
+                "a file operation was cancelled: {e}"
+            )))),
+        },
+    }
+}
+
 fn error_code(code: fs::ErrorCode) -> ErrorCode {
     use fs::ErrorCode as C;
     match code {
@@ -235,7 +263,11 @@ impl FsView<'_> {
         position: Option<u64>,
     ) -> FsResult<Resource<DynOutputStream>> {
         file.check_writable()?;
-        let stream: DynOutputStream = Box::new(FileWriter { file, position });
+        let stream: DynOutputStream = Box::new(FileWriter {
+            file,
+            position,
+            state: WriteState::Ready,
+        });
         Ok(self.table.push(stream)?)
     }
 }
@@ -285,6 +317,7 @@ impl types::HostDescriptor for FsView<'_> {
         let stream: DynInputStream = Box::new(FileReader {
             file,
             position: offset,
+            state: ReadState::Idle,
         });
         Ok(self.table.push(stream)?)
     }
@@ -349,7 +382,8 @@ impl types::HostDescriptor for FsView<'_> {
     }
 
     async fn set_size(&mut self, fd: Resource<Descriptor>, size: u64) -> FsResult<()> {
-        Ok(self.file(&fd)?.set_size(size)?)
+        let file = self.file(&fd)?.clone();
+        off_thread(move || file.set_size(size)).await
     }
 
     async fn set_times(
@@ -373,7 +407,8 @@ impl types::HostDescriptor for FsView<'_> {
         offset: u64,
     ) -> FsResult<(Vec<u8>, bool)> {
         let length = usize::try_from(length).unwrap_or(usize::MAX);
-        let bytes = self.file(&fd)?.read_at(length, offset)?;
+        let file = self.file(&fd)?.clone();
+        let bytes = off_thread(move || file.read_at(length, offset)).await?;
         let end = bytes.is_empty() && length > 0;
         Ok((bytes, end))
     }
@@ -384,18 +419,22 @@ impl types::HostDescriptor for FsView<'_> {
         buffer: Vec<u8>,
         offset: u64,
     ) -> FsResult<u64> {
-        self.file(&fd)?.write_at(&buffer, offset)?;
-        Ok(buffer.len() as u64)
+        let file = self.file(&fd)?.clone();
+        let len = buffer.len() as u64;
+        off_thread(move || file.write_at(&buffer, offset)).await?;
+        Ok(len)
     }
 
     async fn read_directory(&mut self, fd: Resource<Descriptor>) -> FsResult<Resource<DirEntries>> {
-        let entries = self.dir(&fd)?.entries()?;
+        let dir = self.dir(&fd)?.clone();
+        let entries = off_thread(move || dir.entries()).await?;
         Ok(self.table.push(DirEntries(entries.into_iter()))?)
     }
 
     async fn sync(&mut self, fd: Resource<Descriptor>) -> FsResult<()> {
         if let Descriptor::File(file) = self.descriptor(&fd)? {
-            file.sync()?;
+            let file = file.clone();
+            off_thread(move || file.sync()).await?;
         }
         Ok(())
     }
@@ -405,7 +444,8 @@ impl types::HostDescriptor for FsView<'_> {
         fd: Resource<Descriptor>,
         path: String,
     ) -> FsResult<()> {
-        Ok(self.dir(&fd)?.create_dir(&path)?)
+        let dir = self.dir(&fd)?.clone();
+        off_thread(move || dir.create_dir(&path)).await
     }
 
     async fn stat(&mut self, fd: Resource<Descriptor>) -> FsResult<types::DescriptorStat> {
@@ -470,7 +510,9 @@ impl types::HostDescriptor for FsView<'_> {
             read: flags.contains(DescriptorFlags::READ),
             write: flags.contains(DescriptorFlags::WRITE),
         };
-        let descriptor = match self.dir(&fd)?.open(&path, options)? {
+        let dir = self.dir(&fd)?.clone();
+        // Opening for append or edit copies the whole file into the writer's temporary.
+        let descriptor = match off_thread(move || dir.open(&path, options)).await? {
             fs::Opened::Dir(dir) => Descriptor::Dir(dir),
             fs::Opened::File(file) => {
                 if let Some(writer) = file.pending_commit() {
@@ -494,7 +536,8 @@ impl types::HostDescriptor for FsView<'_> {
         fd: Resource<Descriptor>,
         path: String,
     ) -> FsResult<()> {
-        Ok(self.dir(&fd)?.remove_dir(&path)?)
+        let dir = self.dir(&fd)?.clone();
+        off_thread(move || dir.remove_dir(&path)).await
     }
 
     async fn rename_at(
@@ -504,8 +547,8 @@ impl types::HostDescriptor for FsView<'_> {
         new_fd: Resource<Descriptor>,
         new_path: String,
     ) -> FsResult<()> {
-        let new_dir = self.dir(&new_fd)?;
-        Ok(self.dir(&fd)?.rename(&old_path, new_dir, &new_path)?)
+        let (dir, new_dir) = (self.dir(&fd)?.clone(), self.dir(&new_fd)?.clone());
+        off_thread(move || dir.rename(&old_path, &new_dir, &new_path)).await
     }
 
     async fn symlink_at(
@@ -519,7 +562,8 @@ impl types::HostDescriptor for FsView<'_> {
     }
 
     async fn unlink_file_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
-        Ok(self.dir(&fd)?.unlink(&path)?)
+        let dir = self.dir(&fd)?.clone();
+        off_thread(move || dir.unlink(&path)).await
     }
 
     async fn is_same_object(
@@ -555,11 +599,19 @@ impl types::HostDescriptor for FsView<'_> {
         Ok(metadata_hash(self.dir(&fd)?.stat_at(&path)?))
     }
 
-    /// The guest closed the descriptor: a file commits when its last stream is gone too. The
-    /// store dropping its table never comes here, which is what discards on a trap or a kill.
+    /// The guest closed the descriptor: a file commits when its last stream is gone too (a
+    /// rename that also frees the old content, so it runs off the thread). The store dropping
+    /// its table never comes here, which is what discards on a trap or a kill.
     async fn drop(&mut self, fd: Resource<Descriptor>) -> wasmtime::Result<()> {
         if let Descriptor::File(file) = self.table.delete(fd)? {
-            file.close();
+            let closed = off_thread(move || {
+                file.close();
+                Ok(())
+            });
+            match closed.await {
+                Ok(()) | Err(FsError::Code(_)) => {}
+                Err(FsError::Trap(trap)) => return Err(trap),
+            }
         }
         Ok(())
     }
@@ -588,19 +640,86 @@ impl types::HostDirectoryEntryStream for FsView<'_> {
     }
 }
 
-/// An `input-stream` reading a file from a position. Local files never block, so it is always
-/// ready.
+/// An `input-stream` reading a file from a position. Each read runs on the blocking pool: a
+/// non-blocking `read` starts one and returns nothing until it is done (`ready` waits for it),
+/// `blocking-read` waits for its own. At most one read is in flight, so reads stay in order.
 struct FileReader {
     file: fs::File,
     position: u64,
+    state: ReadState,
+}
+
+enum ReadState {
+    Idle,
+    Reading(JoinHandle<fs::FsResult<Vec<u8>>>),
+    /// A finished read whose bytes (or failure) the guest has not taken yet.
+    Done(FsResult<Bytes>),
+}
+
+/// How much a read started by `ready` (without a size from the guest) asks for.
+const READ_AHEAD: usize = 64 * 1024;
+
+impl FileReader {
+    fn start(&mut self, size: usize) {
+        let (file, position) = (self.file.clone(), self.position);
+        self.state = ReadState::Reading(tokio::task::spawn_blocking(move || {
+            file.read_at(size, position)
+        }));
+    }
+
+    /// Waits for the read in flight, if any.
+    async fn finish(&mut self) {
+        if let ReadState::Reading(task) = &mut self.state {
+            let done = joined(task.await).map(Bytes::from);
+            self.state = ReadState::Done(done);
+        }
+    }
 }
 
 /// An `output-stream` writing a file at a position, or at its end (`append-via-stream`) when
-/// `position` is `None`. Writes are synchronous, so it is always ready and flush has nothing to
-/// do; the bytes become visible to others only when the file is committed.
+/// `position` is `None`. Each write runs on the blocking pool while `check-write` grants
+/// nothing (`ready` waits for it); `blocking-write-and-flush` waits for its own. At most one
+/// write is in flight, so writes stay in order. The bytes become visible to others only when
+/// the file is committed.
 struct FileWriter {
     file: fs::File,
     position: Option<u64>,
+    state: WriteState,
+}
+
+enum WriteState {
+    Ready,
+    Writing(JoinHandle<fs::FsResult<()>>),
+    /// The last write failed; the guest is told at its next call, then the stream is closed.
+    Failed(FsError),
+    Closed,
+}
+
+impl FileWriter {
+    /// Starts writing `bytes` where the stream is; the position moves on at once.
+    fn start(&mut self, bytes: Bytes) -> JoinHandle<fs::FsResult<()>> {
+        let file = self.file.clone();
+        let at = self.position;
+        if let Some(position) = &mut self.position {
+            *position += bytes.len() as u64;
+        }
+        tokio::task::spawn_blocking(move || match at {
+            Some(position) => file.write_at(&bytes, position),
+            None => file.append(&bytes),
+        })
+    }
+
+    /// The failure of the last write, once; `closed` after it.
+    fn check_failed(&mut self) -> StreamResult<()> {
+        match mem::replace(&mut self.state, WriteState::Closed) {
+            WriteState::Failed(error) => Err(stream_failure(error)),
+            WriteState::Closed => Err(StreamError::Closed),
+            state => {
+                self.state = state;
+                Ok(())
+            }
+        }
+    }
 }
 
 /// Failures of file streams carry the `fs` error code, which `filesystem-error-code` reads back.
@@ -608,29 +727,78 @@ fn stream_error(code: fs::ErrorCode) -> StreamError {
     StreamError::LastOperationFailed(wasmtime::Error::from(code))
 }
 
+fn stream_failure(error: FsError) -> StreamError {
+    match error {
+        FsError::Code(code) => stream_error(code),
+        FsError::Trap(trap) => StreamError::Trap(trap),
+    }
+}
+
 #[wasmtime_wasi_io::async_trait]
 impl Pollable for FileReader {
-    async fn ready(&mut self) {}
+    async fn ready(&mut self) {
+        if let ReadState::Idle = self.state {
+            self.start(READ_AHEAD);
+        }
+        self.finish().await;
+    }
 }
 
 #[wasmtime_wasi_io::async_trait]
 impl InputStream for FileReader {
     fn read(&mut self, size: usize) -> StreamResult<Bytes> {
-        let bytes = self
-            .file
-            .read_at(size, self.position)
-            .map_err(stream_error)?;
-        if bytes.is_empty() && size > 0 {
-            return Err(StreamError::Closed);
+        match mem::replace(&mut self.state, ReadState::Idle) {
+            ReadState::Idle if size > 0 => {
+                self.start(size);
+                Ok(Bytes::new())
+            }
+            ReadState::Idle => Ok(Bytes::new()),
+            reading @ ReadState::Reading(_) => {
+                self.state = reading;
+                Ok(Bytes::new())
+            }
+            ReadState::Done(Err(error)) => Err(stream_failure(error)),
+            ReadState::Done(Ok(bytes)) if bytes.is_empty() => Err(StreamError::Closed),
+            ReadState::Done(Ok(mut bytes)) => {
+                let taken = bytes.split_to(size.min(bytes.len()));
+                if !bytes.is_empty() {
+                    self.state = ReadState::Done(Ok(bytes));
+                }
+                self.position += taken.len() as u64;
+                Ok(taken)
+            }
         }
-        self.position += bytes.len() as u64;
-        Ok(Bytes::from(bytes))
+    }
+
+    async fn blocking_read(&mut self, size: usize) -> StreamResult<Bytes> {
+        self.finish().await;
+        if let ReadState::Idle = self.state {
+            if size == 0 {
+                return Ok(Bytes::new());
+            }
+            self.start(size);
+            self.finish().await;
+        }
+        self.read(size)
+    }
+
+    /// The stream is dropped: a read in flight finishes first, so no work of this instance
+    /// outlives its handles.
+    async fn cancel(&mut self) {
+        self.finish().await;
     }
 }
 
 #[wasmtime_wasi_io::async_trait]
 impl Pollable for FileWriter {
-    async fn ready(&mut self) {}
+    async fn ready(&mut self) {
+        if let WriteState::Writing(task) = &mut self.state {
+            self.state = match joined(task.await) {
+                Ok(()) => WriteState::Ready,
+                Err(error) => WriteState::Failed(error),
+            };
+        }
+    }
 }
 
 #[wasmtime_wasi_io::async_trait]
@@ -639,25 +807,48 @@ impl OutputStream for FileWriter {
         if bytes.len() > STREAM_WRITE_PERMIT {
             return Err(StreamError::trap("write beyond the permit of check-write"));
         }
-        match &mut self.position {
-            Some(position) => {
-                self.file
-                    .write_at(&bytes, *position)
-                    .map_err(stream_error)?;
-                *position += bytes.len() as u64;
-            }
-            None => self.file.append(&bytes).map_err(stream_error)?,
+        self.check_failed()?;
+        if let WriteState::Writing(_) = self.state {
+            return Err(StreamError::trap("write while check-write grants nothing"));
         }
+        self.file.check_writable().map_err(stream_error)?;
+        let task = self.start(bytes);
+        self.state = WriteState::Writing(task);
         Ok(())
     }
 
+    /// Nothing is buffered here: a write in flight is done when `check-write` grants again.
     fn flush(&mut self) -> StreamResult<()> {
-        Ok(())
+        self.check_failed()
     }
 
     fn check_write(&mut self) -> StreamResult<usize> {
+        self.check_failed()?;
+        if let WriteState::Writing(_) = self.state {
+            return Ok(0);
+        }
         self.file.check_writable().map_err(stream_error)?;
         Ok(STREAM_WRITE_PERMIT)
+    }
+
+    async fn blocking_write_and_flush(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.ready().await;
+        self.check_failed()?;
+        if bytes.len() > STREAM_WRITE_PERMIT {
+            return Err(StreamError::trap("write beyond the permit of check-write"));
+        }
+        self.file.check_writable().map_err(stream_error)?;
+        let task = self.start(bytes);
+        joined(task.await).map_err(|error| {
+            self.state = WriteState::Closed;
+            stream_failure(error)
+        })
+    }
+
+    /// The stream is dropped: a write in flight finishes first, so the file's commit at close
+    /// comes after it.
+    async fn cancel(&mut self) {
+        self.ready().await;
     }
 }
 
@@ -768,7 +959,8 @@ mod tests {
             .await
     }
 
-    /// Writes through `write-via-stream` as wasi-libc does, then drops the stream.
+    /// Writes through `write-via-stream` (check-write, write, flush, wait), then drops the
+    /// stream as wasmtime does (cancel, then delete).
     async fn write_stream(host: &mut Host, fd: &Resource<Descriptor>, text: &str) {
         let fd = Resource::new_borrow(fd.rep());
         let stream = host.view().write_via_stream(fd, 0).await.ok().unwrap();
@@ -776,6 +968,8 @@ mod tests {
         assert!(out.check_write().unwrap() >= text.len());
         out.write(Bytes::copy_from_slice(text.as_bytes())).unwrap();
         out.flush().unwrap();
+        assert!(out.write_ready().await.unwrap() > 0);
+        out.cancel().await;
         host.table.delete(stream).unwrap();
     }
 
@@ -842,14 +1036,23 @@ mod tests {
         let borrowed = Resource::new_borrow(fd.rep());
         let stream = host.view().append_via_stream(borrowed).await.ok().unwrap();
         let out = host.table.get_mut(&stream).unwrap();
-        out.write(Bytes::from_static(b"two\n")).unwrap();
+        out.blocking_write_and_flush(Bytes::from_static(b"two\n"))
+            .await
+            .unwrap();
         host.table.delete(stream).unwrap();
 
         let borrowed = Resource::new_borrow(fd.rep());
         let stream = host.view().read_via_stream(borrowed, 0).await.ok().unwrap();
         let input = host.table.get_mut(&stream).unwrap();
-        assert_eq!(&input.read(100).unwrap()[..], b"one\ntwo\n");
-        assert!(matches!(input.read(100), Err(StreamError::Closed)));
+        assert!(
+            input.read(100).unwrap().is_empty(),
+            "a read starts off the thread"
+        );
+        input.ready().await;
+        assert_eq!(&input.read(3).unwrap()[..], b"one");
+        assert_eq!(&input.blocking_read(100).await.unwrap()[..], b"\ntwo\n");
+        let end = input.blocking_read(100).await;
+        assert!(matches!(end, Err(StreamError::Closed)));
         host.table.delete(stream).unwrap();
         assert_eq!(host.on_disk("data/log.txt").as_deref(), Some("one\n"));
         HostDescriptor::drop(&mut host.view(), fd).await.unwrap();
