@@ -448,8 +448,9 @@ impl Broker {
         .map_err(|e| format!("host bug: compiling failed: {e}"))?
     }
 
-    /// Stores a tested candidate as `broker/versions/<id>/<version>/`, built under a hidden name and
-    /// renamed into place, on a worker thread: the folder is whole or absent.
+    /// Stores a tested candidate as `broker/versions/<id>/<version>/` (`actor.wasm`, `source/`,
+    /// `meta.json`), built under a hidden name and renamed into place, on a worker thread: the
+    /// folder is whole or absent.
     async fn store_version(
         &self,
         id: &ActorId,
