@@ -42,11 +42,11 @@ fn main() {
     let actors = build_actors();
     let scratch = tempfile::tempdir().expect("a temporary folder");
 
-    let mut removing = Vec::new();
-    let pair = Measured::of(&actors, scratch.path(), 0, &mut removing);
+    let mut measured_worlds = Vec::new();
+    let pair = Measured::of(&actors, scratch.path(), 0, &mut measured_worlds);
     let mut rows = Vec::new();
     for &n in &sizes {
-        let measured = Measured::of(&actors, scratch.path(), n, &mut removing);
+        let measured = Measured::of(&actors, scratch.path(), n, &mut measured_worlds);
         rows.push(measured.row(n, &pair));
         eprintln!("scale: {}", rows.last().expect("just pushed"));
     }
@@ -64,9 +64,11 @@ fn main() {
     for row in rows {
         println!("{row}");
     }
-    println!(
-        "| target (100,000) | | ≤ 15 s | ≤ 32 KB | | no slower than the pair alone |"
-    );
+    println!("| target (100,000) | | ≤ 15 s | ≤ 32 KB | | no slower than the pair alone |");
+    let removing: Vec<JoinHandle<()>> = measured_worlds
+        .into_iter()
+        .map(remove_in_background)
+        .collect();
     for removal in removing {
         let _ = removal.join();
     }
@@ -84,10 +86,13 @@ struct Measured {
 
 impl Measured {
     /// Makes a world of `n` echo actors and the pair, starts it twice and measures the second.
-    fn of(actors: &Path, scratch: &Path, n: usize, removing: &mut Vec<JoinHandle<()>>) -> Measured {
+    fn of(actors: &Path, scratch: &Path, n: usize, measured_worlds: &mut Vec<PathBuf>) -> Measured {
         let made = Instant::now();
         let world = world(actors, scratch, n);
-        eprintln!("scale: {n} actors: world made in {:.1} s", secs(made.elapsed()));
+        eprintln!(
+            "scale: {n} actors: world made in {:.1} s",
+            secs(made.elapsed())
+        );
         let mut measured = Measured {
             cold: Err("not run".into()),
             warm: Err("not run".into()),
@@ -103,7 +108,7 @@ impl Measured {
         measured.cold = host.until_all_run(&world, &ids);
         host.quit();
         if measured.cold.is_err() {
-            removing.push(remove_in_background(&world));
+            measured_worlds.push(world.root().to_owned());
             return measured;
         }
 
@@ -119,8 +124,11 @@ impl Measured {
         }
         let stopped = Instant::now();
         host.quit();
-        eprintln!("scale: {n} actors: stopped in {:.1} s", secs(stopped.elapsed()));
-        removing.push(remove_in_background(&world));
+        eprintln!(
+            "scale: {n} actors: stopped in {:.1} s",
+            secs(stopped.elapsed())
+        );
+        measured_worlds.push(world.root().to_owned());
         measured
     }
 
@@ -164,11 +172,12 @@ impl Measured {
     }
 }
 
-/// Removing 100,000 actors' folders takes minutes: it goes on while the next size runs.
-fn remove_in_background(world: &World) -> JoinHandle<()> {
-    let root = world.root().to_owned();
+/// Removes a world's folders on a thread of its own. It starts only once every size is
+/// measured: removing 100,000 actors' folders takes minutes, and a file system busy freeing
+/// inodes makes the next world's files slow to create.
+fn remove_in_background(world: PathBuf) -> JoinHandle<()> {
     std::thread::spawn(move || {
-        let _ = std::fs::remove_dir_all(root);
+        let _ = std::fs::remove_dir_all(world);
     })
 }
 
@@ -433,7 +442,10 @@ impl Host {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        eprintln!("scale: the host did not stop within {} s; killing it", STOP_LIMIT.as_secs());
+        eprintln!(
+            "scale: the host did not stop within {} s; killing it",
+            STOP_LIMIT.as_secs()
+        );
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
