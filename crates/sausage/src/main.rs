@@ -60,6 +60,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    raise_file_limit();
     let result = match cli.command {
         Command::Init {
             dir,
@@ -82,6 +83,25 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("sausage: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// Raises the soft limit of open files to the hard one. Idle actors hold no file open, but a
+/// world of many busy ones (each reading or writing a file for a moment) may hold thousands,
+/// and the default soft limit (often 1,024) is far below what the machine allows.
+fn raise_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: both calls only read or write the `rlimit` passed to them. A failure leaves the
+    // limit as it was, which is no worse than not asking.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod supervisor;
 pub mod transcript;
 
 use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::MetadataExt;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
@@ -26,6 +27,14 @@ use crate::world::{Registry, State, World};
 use mailbox::Mailbox;
 use router::Router;
 use supervisor::{ActorHandle, CrashLoop, Supervisor};
+
+/// A registered actor on its way to being supervised at the start of a run.
+struct Starting {
+    id: ActorId,
+    version: u32,
+    running: bool,
+    wasm: std::path::PathBuf,
+}
 
 /// An operation on one actor, waiting its turn.
 type Operation = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
@@ -56,6 +65,11 @@ pub struct Broker {
 
 /// Requests the broker answers at once; the next waits in its mailbox until one is answered.
 pub const REQUESTS_IN_FLIGHT: usize = 256;
+
+/// How often every running actor's stdin is checked for a write stalled past its timeout
+/// (`mailbox::STDIN_WRITE_TIMEOUT`): one sweep of every mailbox by one task, so idle actors
+/// cost no timer and no wake-up.
+const STALL_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Broker {
     /// Opens a world: cleans what a crashed host left, compiles every registered actor and
@@ -104,9 +118,15 @@ impl Broker {
             requests_in_flight: Arc::new(tokio::sync::Semaphore::new(REQUESTS_IN_FLIGHT)),
         });
         broker.apply_subscriptions(&registry);
+        tokio::spawn(drop_stalled_writes(
+            Arc::downgrade(&broker.router),
+            broker.world.clone(),
+        ));
 
-        // Compile every actor in parallel before any starts.
-        let mut compiling = JoinSet::new();
+        // Compile every actor in parallel before any starts, each `actor.wasm` once: actors
+        // whose files are one (hard links of one install share an inode) share one program.
+        let mut files: HashMap<(u64, u64), Vec<Starting>> = HashMap::new();
+        let mut alone = Vec::new();
         for (id, entry) in &registry.actors {
             let id = ActorId::parse(id).map_err(|e| {
                 anyhow::anyhow!("{}: {e}; fix the registry", crate::world::REGISTRY)
@@ -115,37 +135,59 @@ impl Broker {
                 .world
                 .version_dir(&id, entry.version)
                 .join("actor.wasm");
+            let file = std::fs::metadata(&wasm).map(|m| (m.dev(), m.ino()));
+            let starting = Starting {
+                id,
+                version: entry.version,
+                running: entry.running,
+                wasm,
+            };
+            match file {
+                Ok(file) => files.entry(file).or_default().push(starting),
+                // It compiles alone, and fails with its own error.
+                Err(_) => alone.push(vec![starting]),
+            }
+        }
+        let mut compiling = JoinSet::new();
+        for actors in files.into_values().chain(alone) {
             let runtime = broker.runtime.clone();
             let world = broker.world.clone();
-            let (version, running) = (entry.version, entry.running);
             compiling.spawn_blocking(move || {
-                // A host that died leaves `running` behind; until an instance runs, it is not.
-                if let Some(mut status) = world.read_status(&id)
-                    && status.state == State::Running
-                {
-                    status.state = State::Starting;
-                    if let Err(e) = world.write_status(&id, &status) {
-                        eprintln!("sausage: {e:#}");
+                for actor in &actors {
+                    // A host that died leaves `running` behind; until an instance runs, it is not.
+                    if let Some(mut status) = world.read_status(&actor.id)
+                        && status.state == State::Running
+                    {
+                        status.state = State::Starting;
+                        if let Err(e) = world.write_status(&actor.id, &status) {
+                            eprintln!("sausage: {e:#}");
+                        }
                     }
                 }
-                let program = std::fs::read(&wasm)
+                let wasm = &actors[0].wasm;
+                let program = std::fs::read(wasm)
                     .map_err(anyhow::Error::from)
                     .and_then(|bytes| runtime.compile(&bytes))
-                    .with_context(|| format!("actor {id}: {}", wasm.display()));
-                (id, version, running, program)
+                    .map_err(|e| format!("{e:#}"));
+                (actors, program)
             });
         }
         while let Some(done) = compiling.join_next().await {
-            let (id, version, running, program) = done.context("compiling an actor")?;
-            match program {
-                Ok(program) => broker.supervise(&id, version, program, running),
-                Err(e) => {
-                    eprintln!("sausage: {e:#}; it cannot run until a good version is installed");
-                    let mut status = broker.world.read_status(&id).unwrap_or_default();
-                    status.state = State::Broken;
-                    status.last_exit = Some(format!("cannot be compiled: {e:#}"));
-                    if let Err(e) = broker.world.write_status(&id, &status) {
-                        eprintln!("sausage: {e:#}");
+            let (actors, program) = done.context("compiling an actor")?;
+            for actor in actors {
+                match &program {
+                    Ok(program) => {
+                        broker.supervise(&actor.id, actor.version, program.clone(), actor.running)
+                    }
+                    Err(e) => {
+                        let e = format!("actor {}: {}: {e}", actor.id, actor.wasm.display());
+                        eprintln!("sausage: {e}; it cannot run until a good version is installed");
+                        let mut status = broker.world.read_status(&actor.id).unwrap_or_default();
+                        status.state = State::Broken;
+                        status.last_exit = Some(format!("cannot be compiled: {e}"));
+                        if let Err(e) = broker.world.write_status(&actor.id, &status) {
+                            eprintln!("sausage: {e:#}");
+                        }
                     }
                 }
             }
@@ -362,6 +404,29 @@ fn clear_dir(dir: &std::path::Path) -> Result<()> {
         std::fs::remove_dir_all(dir).with_context(|| format!("{}: cannot empty", dir.display()))?;
     }
     std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))
+}
+
+/// Every [`STALL_CHECK`], drops the stdin writes stalled past their timeout and notes each in
+/// its actor's log; ends with the router.
+async fn drop_stalled_writes(router: std::sync::Weak<Router>, world: World) {
+    let mut tick = tokio::time::interval(STALL_CHECK);
+    loop {
+        tick.tick().await;
+        let Some(router) = router.upgrade() else {
+            return;
+        };
+        for (id, dropped) in router.drop_stalled_writes(std::time::Instant::now()) {
+            world.log_note(
+                &id,
+                &format!(
+                    "message {} from {} dropped: stdin was not read for {} s after it was offered",
+                    dropped.id,
+                    dropped.from,
+                    mailbox::stdin_write_timeout().as_secs_f64()
+                ),
+            );
+        }
+    }
 }
 
 /// Runs one actor's operations in arrival order until its queue's sender is dropped. Each runs

@@ -102,6 +102,17 @@ impl Router {
         self.mailboxes.read().expect("router lock").get(id).cloned()
     }
 
+    /// Drops every stdin write stalled past its timeout, in one pass over the mailboxes (see
+    /// [`Mailbox::drop_stalled_write`]), and returns whose message was dropped. Only mailboxes
+    /// read by a running instance can stall.
+    pub fn drop_stalled_writes(&self, now: std::time::Instant) -> Vec<(ActorId, Arc<Envelope>)> {
+        let mailboxes = self.mailboxes.read().expect("router lock");
+        mailboxes
+            .iter()
+            .filter_map(|(id, mailbox)| Some((id.clone(), mailbox.drop_stalled_write(now)?)))
+            .collect()
+    }
+
     pub fn set_subscriptions(&self, subscriptions: HashMap<ActorId, Vec<ActorId>>) {
         *self.subscribers.write().expect("router lock") = subscriptions;
     }

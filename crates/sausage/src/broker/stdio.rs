@@ -146,9 +146,11 @@ impl GuestOutput for RoutedStdout {
 
 /// A guest's stderr, appended to its `stderr.log` and rotated with it (see
 /// [`STDERR_LOG_LIMIT`](crate::world::STDERR_LOG_LIMIT)). The append runs here, on the thread that runs the guest; it is at most
-/// [`WRITE_CHUNK`] copied into the page cache, plus a rename when the log rotates.
+/// [`WRITE_CHUNK`] copied into the page cache, plus a rename when the log rotates. The log is
+/// opened for each append and closed after it, as the host's notes are: an instance holds no
+/// file open while it is idle, so the process's file limit does not bound a world's size.
 pub struct LogOutput {
-    log: ActorLog,
+    path: std::path::PathBuf,
     /// A log that cannot be written is reported once, not at every write.
     failed: bool,
 }
@@ -158,7 +160,7 @@ impl LogOutput {
     /// anything: every actor has its `/actor/<id>/stderr.log` (DESIGN §2).
     pub fn append_to(path: &std::path::Path) -> LogOutput {
         let mut output = LogOutput {
-            log: ActorLog::new(path.to_owned()),
+            path: path.to_owned(),
             failed: false,
         };
         output.write(&[]);
@@ -172,7 +174,7 @@ impl GuestOutput for LogOutput {
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        match self.log.append(bytes) {
+        match ActorLog::new(self.path.clone()).append(bytes) {
             Ok(()) => self.failed = false,
             Err(e) if !self.failed => {
                 self.failed = true;

@@ -36,8 +36,6 @@ pub const CRASH_LOOP_WINDOW: Duration = Duration::from_secs(30);
 /// one from a compiled component takes well under a millisecond, so on that path the file goes
 /// from `stopped` or `restarting` straight to `running`: one write per start, not two.
 const STARTING_REPORT_AFTER: Duration = Duration::from_millis(10);
-/// How often a running actor's stdin is checked for a write stalled past its timeout.
-const STALL_CHECK: Duration = Duration::from_secs(1);
 /// Commands queued for one supervisor; senders wait beyond it.
 const COMMAND_QUEUE: usize = 16;
 
@@ -376,11 +374,11 @@ impl Task {
         tokio::pin!(starting_report);
         let mut created = false;
 
-        let mut stall_check = tokio::time::interval(STALL_CHECK);
         let ended = loop {
             // Waits for: the instance ending by itself; its code starting to run (or its
             // creation failing); creation taking long enough to report `starting`; a command (a
-            // stop ends the loop); the periodic check for a stdin write stalled past its limit.
+            // stop ends the loop). Stalled stdin writes are the broker's sweep's, not ours: a
+            // timer per idle actor would wake the world's thread 100,000 times a second.
             tokio::select! {
                 exit = &mut instance => break Ended::ByItself(joined(exit)),
                 ran = &mut running, if !created => {
@@ -412,17 +410,6 @@ impl Task {
                         break Ended::Stopped(exit, done);
                     }
                 },
-                _ = stall_check.tick() => {
-                    if let Some(dropped) = self.sup.mailbox.drop_stalled_write(Instant::now()) {
-                        self.sup.world.log_note(&self.sup.id, &format!(
-                            "message {} from {} dropped: stdin was not read for {} s after it \
-                             was offered",
-                            dropped.id,
-                            dropped.from,
-                            super::mailbox::stdin_write_timeout().as_secs_f64()
-                        ));
-                    }
-                }
             }
         };
         let last_taken = self.sup.mailbox.detach();

@@ -5,6 +5,7 @@
 //! children name wasmtime types.
 
 pub mod cache;
+pub mod memory;
 pub mod network;
 pub mod stdio;
 pub mod wasi_fs;
@@ -111,6 +112,17 @@ impl Runtime {
         let mut config = Config::new();
         config.wasm_component_model(true);
         config.epoch_interruption(true);
+        // Linear memories and fiber stacks come from `memory`: mappings without reservations
+        // or guards, so that 100,000 instances fit the process's address space and mappings.
+        // Compiled code then checks every memory access against the memory's size.
+        config
+            .memory_reservation(0)
+            .memory_guard_size(0)
+            .guard_before_linear_memory(false)
+            .memory_reservation_for_growth(0)
+            .memory_init_cow(false)
+            .with_host_memory(Arc::new(memory::Mapper))
+            .with_host_stack(Arc::new(memory::Mapper));
         let engine = Engine::new(&config)?;
         let linker = link(&engine)?;
 
