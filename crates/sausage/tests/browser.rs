@@ -1,6 +1,6 @@
 //! The web console's page in a real browser (headless chromium over WebDriver): logging in, the
-//! chat with the agent on the fake model provider (streaming, tool lines, a question answered by
-//! a button), actions on an actor with their confirmation, a rollback, the graph, reconnecting
+//! chat with the agent on the fake model provider (streaming, tool lines, a plan, a question
+//! answered by a button, the stop button), actions on an actor with their confirmation, a rollback, the graph, reconnecting
 //! after the world restarts, and a phone's screen. Each test leaves a screenshot in
 //! `target/browser/`.
 
@@ -111,29 +111,68 @@ fn logging_in_and_a_streamed_answer_with_its_tool_lines() {
 fn a_question_is_answered_with_a_choice_button() {
     let fake = FakeLlm::start();
     let world = world_with_agent(&fake, "openai-responses");
-    fake.push_openai(openai::reply(vec![openai::function_call(
-        "ask",
-        json!({"question": "Which colour should the counter print?", "choices": ["red", "blue"]}),
-    )]));
+    fake.push_openai(openai::reply(vec![
+        openai::function_call(
+            "plan",
+            json!({"items": [{"text": "ask the colour", "done": true}, {"text": "write it", "done": false}]}),
+        ),
+        openai::function_call(
+            "ask",
+            json!({"question": "Which colour should the counter print?", "choices": ["red", "blue"]}),
+        ),
+    ]));
     fake.push_openai(openai::text_reply("A blue counter, then."));
     let web = WebHost::start(&world);
     let browser = logged_in(&web);
 
     browser.type_into("#chat-input", &format!("make me a counter{ENTER}"));
+    browser.wait_text(".plan li.done", "ask the colour");
+    browser.wait_text(".plan li:not(.done)", "write it");
     browser.wait_text(".question p", "Which colour should the counter print?");
     browser.wait_shown("#chat-stop");
     // The open question's buttons come back after a reload.
     browser.reload();
     browser.wait_text(".question p", "Which colour should the counter print?");
+    browser.wait_text(".plan li.done", "ask the colour");
     browser.click(".question button[data-choice=blue]");
     browser.wait_text(".question .answered", "blue");
     browser.wait_text(
         ".turn[data-done=true] .turn-answer",
         "A blue counter, then.",
     );
-    assert_eq!(tool_outputs(&fake, 1), ["web answered: blue"]);
+    assert_eq!(tool_outputs(&fake, 1).last().unwrap(), "web answered: blue");
     assert_eq!(fake.requests().len(), 2, "the answer was not a new turn");
     fake.assert_clean();
+}
+
+#[test]
+fn the_stop_button_ends_a_running_turn() {
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "ask",
+        json!({"question": "May I delete /data/old?"}),
+    )]));
+    let web = WebHost::start(&world);
+    let browser = logged_in(&web);
+
+    browser.type_into("#chat-input", &format!("clean up{ENTER}"));
+    browser.wait_text(".question p", "May I delete /data/old?");
+    browser.click("#chat-stop");
+    browser.wait_text(
+        ".turn[data-done=true] .turn-footer .stopped",
+        "stopped (stop)",
+    );
+    assert!(!browser.is_shown("#chat-stop"));
+    assert_eq!(
+        browser.eval(
+            "return document.querySelector('.question input').disabled",
+            json!([])
+        ),
+        true,
+        "a question of a turn that ended cannot be answered"
+    );
+    assert_eq!(fake.requests().len(), 1);
 }
 
 #[test]

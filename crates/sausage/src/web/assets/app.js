@@ -230,6 +230,28 @@ function inline(parent, text) {
 // Chat: the conversation with the agent, streamed.
 
 const DRAFT_KEY = 'sausage.chat.draft';
+// Open questions and the latest plans are kept in sessionStorage: the conversation the agent
+// tells after a reload holds the `ask` and `plan` calls, but not their buttons and cards.
+const QUESTIONS_KEY = 'sausage.chat.questions';
+const PLANS_KEY = 'sausage.chat.plans';
+/** The turns whose plan a reload shows again. */
+const PLANS_KEPT = 20;
+
+/** The object kept in sessionStorage under `key`. */
+function kept(key) {
+  try {
+    return JSON.parse(store('sessionStorage', key) || '{}');
+  } catch {
+    return {};
+  }
+}
+
+function keep(key, change) {
+  const value = kept(key);
+  change(value);
+  store('sessionStorage', key, JSON.stringify(value));
+}
+
 /** turn id → { el, bubble (the answer being streamed), streamed, plan, footer, running } */
 const turns = new Map();
 
@@ -339,7 +361,14 @@ function toolLine(turn, body) {
   line.append(el('span', { class: 'seconds' }, `${body.seconds ?? 0} s`));
 }
 
+/** Shows a turn's to-do card (replacing its earlier one). */
 function planCard(turn, items) {
+  keep(PLANS_KEY, (plans) => {
+    delete plans[turn.id];
+    plans[turn.id] = items;
+    const turnsKept = Object.keys(plans);
+    for (const old of turnsKept.slice(0, Math.max(0, turnsKept.length - PLANS_KEPT))) delete plans[old];
+  });
   const card = el('div', { class: 'plan' }, el('h4', {}, 'Plan'),
     el('ul', {}, (items || []).map((item) =>
       el('li', { class: item.done ? 'done' : null }, item.text))));
@@ -351,27 +380,10 @@ function planCard(turn, items) {
   turn.plan = card;
 }
 
-// Open questions are kept in sessionStorage: the conversation the agent tells after a reload
-// holds the `ask` call but not its buttons.
-const QUESTIONS_KEY = 'sausage.chat.questions';
-
-function openQuestions() {
-  try {
-    return JSON.parse(store('sessionStorage', QUESTIONS_KEY) || '{}');
-  } catch {
-    return {};
-  }
-}
-
-function keepQuestions(change) {
-  const questions = openQuestions();
-  change(questions);
-  store('sessionStorage', QUESTIONS_KEY, JSON.stringify(questions));
-}
 
 function questionCard(turn, message) {
   const body = message.body;
-  keepQuestions((q) => (q[message.id] = message));
+  keep(QUESTIONS_KEY, (q) => (q[message.id] = message));
   closeBubble(turn);
   const error = el('p', { class: 'error', hidden: true });
   const input = el('input', { type: 'text', placeholder: 'Or answer in your own words', 'aria-label': 'Your answer' });
@@ -387,7 +399,7 @@ function questionCard(turn, message) {
     controls.forEach((c) => (c.disabled = true));
     try {
       await api('POST', '/api/chat', { answer: text, question: message.id });
-      keepQuestions((q) => delete q[message.id]);
+      keep(QUESTIONS_KEY, (q) => delete q[message.id]);
       choices.remove();
       form.replaceWith(el('p', { class: 'answered' }, `You answered: ${text}`));
       showError(error, '');
@@ -426,7 +438,7 @@ function finalAnswer(turn, body) {
   turn.bubble = null;
   turn.streamed = '';
   setRunning(turn, false);
-  keepQuestions((q) => {
+  keep(QUESTIONS_KEY, (q) => {
     for (const [id, question] of Object.entries(q)) {
       if ((question.body.turn || question.reply_to) === turn.id) delete q[id];
     }
@@ -536,7 +548,10 @@ async function loadConversation() {
     log.append(el('p', { class: 'chat-empty' }, 'Ask the agent anything: to build an actor, to look at the world, to explain.'));
   }
   $('#chat-stop').hidden = true;
-  for (const question of Object.values(openQuestions())) {
+  for (const [id, items] of Object.entries(kept(PLANS_KEY))) {
+    if (turns.has(id)) planCard(turns.get(id), items);
+  }
+  for (const question of Object.values(kept(QUESTIONS_KEY))) {
     questionCard(turnOf(question.body.turn || question.reply_to), question);
   }
   log.scrollTop = log.scrollHeight;
