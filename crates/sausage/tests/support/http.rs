@@ -2,7 +2,7 @@
 //! every header is the test's to choose (Host, Origin, Cookie), and server-sent events can be
 //! read as they come.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
@@ -43,8 +43,21 @@ pub fn request(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Response {
-    let mut stream = open(addr, method, path, headers, body);
-    let (status, headers) = read_head(&mut stream);
+    try_request(addr, method, path, headers, body)
+        .unwrap_or_else(|e| panic!("{method} http://{addr}{path}: {e}"))
+}
+
+/// [`request`], answering an I/O error instead of failing the test (for clean-ups that must
+/// not panic, such as a browser session's `Drop`).
+pub fn try_request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> io::Result<Response> {
+    let mut stream = open(addr, method, path, headers, body)?;
+    let (status, headers) = read_head(&mut stream)?;
     let body = if headers
         .iter()
         .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"))
@@ -56,18 +69,18 @@ pub fn request(
         .and_then(|(_, v)| v.parse::<usize>().ok())
     {
         let mut body = vec![0; len];
-        stream.read_exact(&mut body).unwrap();
+        stream.read_exact(&mut body)?;
         body
     } else {
         let mut body = Vec::new();
         let _ = stream.read_to_end(&mut body);
         body
     };
-    Response {
+    Ok(Response {
         status,
         headers,
         body,
-    }
+    })
 }
 
 fn open(
@@ -76,11 +89,9 @@ fn open(
     path: &str,
     headers: &[(&str, &str)],
     body: &[u8],
-) -> BufReader<TcpStream> {
-    let stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .unwrap();
+) -> io::Result<BufReader<TcpStream>> {
+    let stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
     let mut head = format!("{method} {path} HTTP/1.1\r\n");
     if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
         head.push_str(&format!("Host: {addr}\r\n"));
@@ -92,24 +103,29 @@ fn open(
         "Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     ));
-    let mut writer = stream.try_clone().unwrap();
-    writer.write_all(head.as_bytes()).unwrap();
-    writer.write_all(body).unwrap();
-    BufReader::new(stream)
+    let mut writer = stream.try_clone()?;
+    writer.write_all(head.as_bytes())?;
+    writer.write_all(body)?;
+    Ok(BufReader::new(stream))
 }
 
-fn read_head(stream: &mut BufReader<TcpStream>) -> (u16, Vec<(String, String)>) {
+fn read_head(stream: &mut BufReader<TcpStream>) -> io::Result<(u16, Vec<(String, String)>)> {
     let mut line = String::new();
-    stream.read_line(&mut line).unwrap();
+    stream.read_line(&mut line)?;
     let status = line
         .split_whitespace()
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP status line: {line:?}"));
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("not an HTTP status line: {line:?}"),
+            )
+        })?;
     let mut headers = Vec::new();
     loop {
         line.clear();
-        stream.read_line(&mut line).unwrap();
+        stream.read_line(&mut line)?;
         let trimmed = line.trim_end();
         if trimmed.is_empty() {
             break;
@@ -118,7 +134,7 @@ fn read_head(stream: &mut BufReader<TcpStream>) -> (u16, Vec<(String, String)>) 
             headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
         }
     }
-    (status, headers)
+    Ok((status, headers))
 }
 
 fn read_chunk(stream: &mut BufReader<TcpStream>) -> Option<Vec<u8>> {
@@ -158,8 +174,9 @@ pub struct EventStream {
 
 impl EventStream {
     pub fn open(addr: &str, path: &str, headers: &[(&str, &str)]) -> EventStream {
-        let mut stream = open(addr, "GET", path, headers, b"");
-        let (status, _) = read_head(&mut stream);
+        let mut stream = open(addr, "GET", path, headers, b"")
+            .unwrap_or_else(|e| panic!("GET http://{addr}{path}: {e}"));
+        let (status, _) = read_head(&mut stream).unwrap_or_else(|e| panic!("{path}: {e}"));
         EventStream {
             stream,
             status,

@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod agent;
+pub mod browser;
 pub mod fake_llm;
 pub mod http;
 pub mod web;

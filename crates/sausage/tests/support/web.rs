@@ -17,7 +17,12 @@ pub struct WebHost {
 
 impl WebHost {
     pub fn start(world: &TestWorld) -> WebHost {
-        let host = Host::start_with(&world.root, &["--web", "127.0.0.1:0"], &[]);
+        WebHost::start_at(world, "127.0.0.1:0")
+    }
+
+    /// A host serving its console at `addr` (`127.0.0.1:PORT`; port 0 for any).
+    pub fn start_at(world: &TestWorld, addr: &str) -> WebHost {
+        let host = Host::start_with(&world.root, &["--web", addr], &[]);
         let mut link = String::new();
         eventually("the login link", || {
             link = host
@@ -117,6 +122,12 @@ impl Client {
         });
         last
     }
+}
+
+/// A free address on the loopback, for a host that must come back on the same port.
+pub fn free_addr() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().to_string()
 }
 
 /// How long a test waits for an event.

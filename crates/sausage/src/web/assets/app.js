@@ -1,1 +1,1103 @@
-/* The web console: see ARCHITECTURE.md. */
+// The web console's page (DESIGN §14): four views behind hash routes (#/chat, #/actors,
+// #/actor/<id>, #/graph), fed by the JSON API and the server-sent events of /api/events.
+// No framework, no build step, no network beyond this server. Untrusted text (messages, files,
+// logs) only ever becomes DOM text nodes: nothing here assigns innerHTML.
+// The chat box is never rebuilt, so a reconnect or a restart of the world never loses what a
+// person typed; its draft is also kept in sessionStorage for a reload of the page.
+'use strict';
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers.
+
+const $ = (selector, root = document) => root.querySelector(selector);
+
+/** An element with attributes (`class`, `data-*`, properties for the rest) and children
+ * (strings become text nodes; null and false are skipped). */
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === 'class') node.className = value;
+    else if (key.startsWith('data-') || key.startsWith('aria-') || key === 'role') {
+      node.setAttribute(key, String(value));
+    } else node[key] = value;
+  }
+  append(node, children);
+  return node;
+}
+
+function append(node, children) {
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+const SVG = 'http://www.w3.org/2000/svg';
+function svg(tag, attrs = {}, ...children) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
+  return append(node, children);
+}
+
+function showError(node, message) {
+  node.textContent = message || '';
+  node.hidden = !message;
+}
+
+function store(kind, key, value) {
+  try {
+    if (value === undefined) return window[kind].getItem(key);
+    window[kind].setItem(key, value);
+  } catch {
+    // Storage may be off (private windows, policies): the page works without it.
+  }
+  return null;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The API: same-origin JSON; every change is a POST with a JSON body (the browser adds Origin).
+
+const NOT_LOGGED_IN = 'not logged in: open the login link `sausage run` printed';
+
+class ApiError extends Error {
+  constructor(message, status) {
+    super(message);
+    this.status = status;
+  }
+}
+
+/** Calls the API; answers the parsed JSON (or the text with `asText`), or throws an ApiError
+ * with the server's `{"error"}` words. */
+async function api(method, path, body, asText = false) {
+  const init = { method, credentials: 'same-origin', headers: {} };
+  if (method !== 'GET') {
+    init.headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body || {});
+  }
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch {
+    throw new ApiError('the world cannot be reached; is `sausage run` running?', 0);
+  }
+  if (response.status === 401) {
+    loggedIn(false);
+    throw new ApiError(NOT_LOGGED_IN, 401);
+  }
+  loggedIn(true);
+  const text = await response.text();
+  if (response.ok && asText) return text;
+  let data = null;
+  try {
+    data = JSON.parse(text);
+  } catch {
+    // Not JSON: the status says what went wrong.
+  }
+  if (!response.ok) {
+    const why = (data && data.error) || `${response.status} ${response.statusText}`;
+    throw new ApiError(why, response.status);
+  }
+  return data;
+}
+
+function loggedIn(yes) {
+  $('#login-banner').hidden = yes;
+  if (!yes) setConnection('down', 'not logged in');
+}
+
+// ---------------------------------------------------------------------------------------------
+// The confirmation dialog (in the page, so it can be styled and driven by tests).
+
+let confirming = null;
+
+/** Asks `question`; resolves true for Yes, false for Cancel or Escape. */
+function confirmDialog(question, yes = 'Yes') {
+  if (confirming) confirming(false);
+  const dialog = $('#confirm');
+  $('#confirm-text').textContent = question;
+  $('#confirm-yes').textContent = yes;
+  dialog.hidden = false;
+  $('#confirm-yes').focus();
+  return new Promise((resolve) => {
+    confirming = (answer) => {
+      confirming = null;
+      dialog.hidden = true;
+      resolve(answer);
+    };
+  });
+}
+
+function setUpDialog() {
+  $('#confirm-yes').addEventListener('click', () => confirming && confirming(true));
+  $('#confirm-no').addEventListener('click', () => confirming && confirming(false));
+  $('#confirm').addEventListener('click', (event) => {
+    if (event.target === $('#confirm') && confirming) confirming(false);
+  });
+  document.addEventListener('keydown', (event) => {
+    if (event.key === 'Escape' && confirming) confirming(false);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Markdown, safely: paragraphs, headings, lists, quotes, fenced code, inline code, bold,
+// emphasis and http(s) links, all built as elements with text nodes.
+
+function renderMarkdown(container, text) {
+  container.replaceChildren();
+  const lines = String(text).replace(/\r\n?/g, '\n').split('\n');
+  const isBlockStart = (line) =>
+    /^\s*(```|~~~)/.test(line) || /^#{1,6}\s/.test(line) || /^\s*([-*+]|\d+[.)])\s+/.test(line) ||
+    /^>/.test(line);
+  let i = 0;
+  while (i < lines.length) {
+    const line = lines[i];
+    const fence = line.match(/^\s*(```+|~~~+)\s*([\w+#.-]*)/);
+    if (fence) {
+      const code = [];
+      i++;
+      while (i < lines.length && !lines[i].trim().startsWith(fence[1])) code.push(lines[i++]);
+      i++;
+      container.append(el('pre', {}, el('code', { 'data-lang': fence[2] || null }, code.join('\n'))));
+      continue;
+    }
+    if (!line.trim()) {
+      i++;
+      continue;
+    }
+    const heading = line.match(/^(#{1,6})\s+(.*)$/);
+    if (heading) {
+      const level = Math.min(6, heading[1].length + 2);
+      container.append(inline(el(`h${level}`), heading[2]));
+      i++;
+      continue;
+    }
+    const bullet = /^\s*[-*+]\s+/;
+    const numbered = /^\s*\d+[.)]\s+/;
+    if (bullet.test(line) || numbered.test(line)) {
+      const marker = bullet.test(line) ? bullet : numbered;
+      const list = el(marker === bullet ? 'ul' : 'ol');
+      while (i < lines.length && marker.test(lines[i])) {
+        let item = lines[i++].replace(marker, '');
+        while (i < lines.length && /^\s{2,}\S/.test(lines[i]) && !marker.test(lines[i])) {
+          item += ' ' + lines[i++].trim();
+        }
+        list.append(inline(el('li'), item));
+      }
+      container.append(list);
+      continue;
+    }
+    if (/^>/.test(line)) {
+      const quote = [];
+      while (i < lines.length && /^>/.test(lines[i])) quote.push(lines[i++].replace(/^>\s?/, ''));
+      const block = el('blockquote');
+      renderMarkdown(block, quote.join('\n'));
+      container.append(block);
+      continue;
+    }
+    const paragraph = el('p');
+    let first = true;
+    while (i < lines.length && lines[i].trim() && (first || !isBlockStart(lines[i]))) {
+      if (!first) paragraph.append(el('br'));
+      inline(paragraph, lines[i++]);
+      first = false;
+    }
+    container.append(paragraph);
+  }
+  return container;
+}
+
+const INLINE =
+  /(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)|\*\*(?=\S)([\s\S]+?)\*\*|\[([^\]\n]+)\]\((https?:\/\/[^\s)]+)\)|(?<![\w*])[*_](?=\S)([^*_\n]+?)[*_](?![\w*])/g;
+
+function inline(parent, text) {
+  let last = 0;
+  for (const match of text.matchAll(INLINE)) {
+    parent.append(text.slice(last, match.index));
+    if (match[1]) parent.append(el('code', {}, match[2].trim() || match[2]));
+    else if (match[3]) parent.append(inline(el('strong'), match[3]));
+    else if (match[4]) {
+      parent.append(el('a', { href: match[5], target: '_blank', rel: 'noopener noreferrer' }, match[4]));
+    } else parent.append(inline(el('em'), match[6]));
+    last = match.index + match[0].length;
+  }
+  parent.append(text.slice(last));
+  return parent;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chat: the conversation with the agent, streamed.
+
+const DRAFT_KEY = 'sausage.chat.draft';
+// Open questions and the latest plans are kept in sessionStorage: the conversation the agent
+// tells after a reload holds the `ask` and `plan` calls, but not their buttons and cards.
+const QUESTIONS_KEY = 'sausage.chat.questions';
+const PLANS_KEY = 'sausage.chat.plans';
+/** The turns whose plan a reload shows again. */
+const PLANS_KEPT = 20;
+
+/** The object kept in sessionStorage under `key`. */
+function kept(key) {
+  try {
+    return JSON.parse(store('sessionStorage', key) || '{}');
+  } catch {
+    return {};
+  }
+}
+
+function keep(key, change) {
+  const value = kept(key);
+  change(value);
+  store('sessionStorage', key, JSON.stringify(value));
+}
+
+/** turn id → { el, bubble (the answer being streamed), streamed, plan, footer, running } */
+const turns = new Map();
+
+const chatLog = () => $('#chat-log');
+
+function nearBottom(node) {
+  return node.scrollHeight - node.scrollTop - node.clientHeight < 80;
+}
+
+/** Runs `change` on the chat log, keeping it scrolled to the end if it was there. */
+function changeLog(change) {
+  const log = chatLog();
+  const follow = nearBottom(log);
+  const result = change();
+  $('.chat-empty', log)?.remove();
+  if (follow) log.scrollTop = log.scrollHeight;
+  return result;
+}
+
+/** The block of turn `id`, made (at the end of the log, or in place of `pending`) if new. */
+function turnOf(id, pending) {
+  let turn = turns.get(id);
+  if (!turn) {
+    const block = el('div', { class: 'turn', 'data-turn': id, 'data-done': 'false' });
+    const footer = el('div', { class: 'turn-footer' });
+    block.append(footer);
+    turn = { id, el: block, bubble: null, streamed: '', plan: null, footer, running: false };
+    turns.set(id, turn);
+    if (pending) pending.replaceWith(block);
+    else chatLog().append(block);
+  }
+  if (pending) turn.el.prepend(pending);
+  return turn;
+}
+
+/** Adds `node` to a turn, before its footer. */
+function addToTurn(turn, node) {
+  turn.el.insertBefore(node, turn.footer);
+  return node;
+}
+
+function setRunning(turn, running) {
+  turn.running = running;
+  turn.el.dataset.done = running ? 'false' : 'true';
+  let stop = $('.turn-stop', turn.footer);
+  let working = $('.working', turn.footer);
+  if (running && !stop) {
+    working = el('span', { class: 'working' }, 'working…');
+    stop = el('button', { type: 'button', class: 'turn-stop danger' }, 'Stop');
+    stop.addEventListener('click', () => stopTurns([turn]));
+    turn.footer.prepend(working, stop);
+  } else if (!running) {
+    stop?.remove();
+    working?.remove();
+  }
+  $('#chat-stop').hidden = ![...turns.values()].some((t) => t.running);
+}
+
+async function stopTurns(list) {
+  for (const turn of list) {
+    try {
+      await api('POST', '/api/chat/stop', { turn: turn.id });
+      const working = $('.working', turn.footer);
+      if (working) working.textContent = 'stopping after this step…';
+    } catch (error) {
+      showError($('#chat-error'), `stop: ${error.message}`);
+    }
+  }
+}
+
+/** Ends the text bubble being streamed in a turn: it becomes Markdown, and no longer the
+ * turn's answer (a tool call or a card came after it). */
+function closeBubble(turn) {
+  if (turn.bubble) {
+    turn.bubble.classList.remove('streaming', 'turn-answer');
+    renderMarkdown(turn.bubble, turn.streamed);
+  }
+  turn.bubble = null;
+  turn.streamed = '';
+}
+
+function progress(turn, text) {
+  if (!turn.bubble) {
+    turn.bubble = addToTurn(turn, el('div', { class: 'bubble assistant streaming turn-answer' }));
+    turn.streamed = '';
+  }
+  turn.streamed += text;
+  turn.bubble.textContent = turn.streamed;
+  setRunning(turn, true);
+}
+
+function toolLine(turn, body) {
+  if (body.state === 'started') {
+    closeBubble(turn);
+    addToTurn(turn, el('div', { class: 'tool-line', 'data-tool': body.tool, 'data-state': 'started' },
+      el('span', { class: 'icon', 'aria-hidden': 'true' }),
+      el('span', { class: 'name' }, body.tool),
+      el('span', { class: 'preview', title: body.preview || '' }, body.preview || '')));
+    setRunning(turn, true);
+    return;
+  }
+  const lines = turn.el.querySelectorAll(`.tool-line[data-state="started"]`);
+  const line = [...lines].reverse().find((l) => l.dataset.tool === body.tool);
+  if (!line) return;
+  line.dataset.state = 'finished';
+  line.dataset.ok = body.ok ? 'true' : 'false';
+  line.append(el('span', { class: 'seconds' }, `${body.seconds ?? 0} s`));
+}
+
+/** Shows a turn's to-do card (replacing its earlier one). */
+function planCard(turn, items) {
+  keep(PLANS_KEY, (plans) => {
+    delete plans[turn.id];
+    plans[turn.id] = items;
+    const turnsKept = Object.keys(plans);
+    for (const old of turnsKept.slice(0, Math.max(0, turnsKept.length - PLANS_KEPT))) delete plans[old];
+  });
+  const card = el('div', { class: 'plan' }, el('h4', {}, 'Plan'),
+    el('ul', {}, (items || []).map((item) =>
+      el('li', { class: item.done ? 'done' : null }, item.text))));
+  if (turn.plan && turn.plan.isConnected) turn.plan.replaceWith(card);
+  else {
+    closeBubble(turn);
+    addToTurn(turn, card);
+  }
+  turn.plan = card;
+}
+
+
+function questionCard(turn, message) {
+  const body = message.body;
+  keep(QUESTIONS_KEY, (q) => (q[message.id] = message));
+  closeBubble(turn);
+  const error = el('p', { class: 'error', hidden: true });
+  const input = el('input', { type: 'text', placeholder: 'Or answer in your own words', 'aria-label': 'Your answer' });
+  const send = el('button', { type: 'submit' }, 'Answer');
+  const choices = el('div', { class: 'choices' }, (body.choices || []).map((choice) =>
+    el('button', { type: 'button', class: 'choice', 'data-choice': choice }, choice)));
+  const form = el('form', {}, input, send);
+  const card = el('div', { class: 'question', 'data-question': message.id },
+    el('h4', {}, 'Question'), el('p', {}, body.text), choices, form, error);
+  const answer = async (text) => {
+    if (!text.trim()) return;
+    const controls = card.querySelectorAll('button, input');
+    controls.forEach((c) => (c.disabled = true));
+    try {
+      await api('POST', '/api/chat', { answer: text, question: message.id });
+      keep(QUESTIONS_KEY, (q) => delete q[message.id]);
+      choices.remove();
+      form.replaceWith(el('p', { class: 'answered' }, `You answered: ${text}`));
+      showError(error, '');
+      card.dataset.answered = 'true';
+    } catch (e) {
+      controls.forEach((c) => (c.disabled = false));
+      showError(error, e.message);
+    }
+  };
+  choices.addEventListener('click', (event) => {
+    const button = event.target.closest('button.choice');
+    if (button) answer(button.dataset.choice);
+  });
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    answer(input.value);
+  });
+  addToTurn(turn, card);
+  setRunning(turn, true);
+}
+
+function money(usd) {
+  if (usd === null || usd === undefined) return 'cost unknown';
+  return `$${usd < 0.01 ? usd.toFixed(4) : usd.toFixed(2)}`;
+}
+
+function finalAnswer(turn, body) {
+  const text = body.text || '';
+  // The answer is the last step's text, which was streamed; anything else (a stop, a budget)
+  // is said after what was streamed.
+  if (turn.bubble && !text.startsWith(turn.streamed.trim())) closeBubble(turn);
+  if (!turn.bubble) turn.bubble = addToTurn(turn, el('div', { class: 'bubble assistant turn-answer' }));
+  const bubble = turn.bubble;
+  bubble.classList.remove('streaming');
+  renderMarkdown(bubble, text);
+  turn.bubble = null;
+  turn.streamed = '';
+  setRunning(turn, false);
+  keep(QUESTIONS_KEY, (q) => {
+    for (const [id, question] of Object.entries(q)) {
+      if ((question.body.turn || question.reply_to) === turn.id) delete q[id];
+    }
+  });
+  turn.el.querySelectorAll('.question:not([data-answered]) button, .question:not([data-answered]) input')
+    .forEach((c) => (c.disabled = true));
+  const usage = body.usage || {};
+  const tokens = `${usage.input_tokens ?? 0} in · ${usage.output_tokens ?? 0} out` +
+    (usage.cache_read_tokens ? ` · ${usage.cache_read_tokens} cached` : '') + ' tokens';
+  turn.footer.replaceChildren();
+  append(turn.footer, [
+    el('span', { class: 'turn-cost', title: tokens }, money(usage.cost_usd)),
+    el('span', { class: 'tokens' }, tokens),
+    body.stopped ? el('span', { class: 'stopped' }, `stopped (${body.stopped})`) : null,
+  ]);
+}
+
+function note(text, className = 'note', turn = null) {
+  const node = el('div', { class: className }, text);
+  if (turn) addToTurn(turn, node);
+  else chatLog().append(node);
+  return node;
+}
+
+/** A message from the agent, live. */
+function onAgentMessage(message) {
+  const body = message.body || {};
+  const id = body.turn || message.reply_to;
+  changeLog(() => {
+    switch (body.type) {
+      case 'progress': return progress(turnOf(id), body.text || '');
+      case 'tool': return toolLine(turnOf(id), body);
+      case 'plan': return planCard(turnOf(id), body.items);
+      case 'question': return questionCard(turnOf(id), message);
+      case 'text':
+        if (message.reply_to) return finalAnswer(turnOf(message.reply_to), body);
+        return renderMarkdown(chatLog().appendChild(el('div', { class: 'bubble assistant' })), body.text || '');
+      case 'error': return note(`${body.request || 'error'}: ${body.reason || ''}`, 'note',
+        turns.get(id) || null);
+      case 'goal_started': return note(`Goal ${body.goal} started.`);
+      case 'goal_progress': return note(`Goal ${body.goal}, round ${body.round}: ${body.summary || ''}`);
+      case 'goal_done': case 'goal_blocked': case 'goal_stopped':
+        return note(`Goal ${body.goal} ${body.type.slice(5)}: ${body.summary || body.reason || ''}`);
+      case 'undeliverable': return note(`The agent could not be reached: ${body.reason || ''}`);
+      default: return null;
+    }
+  });
+}
+
+/** The conversation as the agent tells it, after a load or a restart. */
+async function loadConversation() {
+  let entries;
+  try {
+    entries = (await api('GET', '/api/conversation')).entries || [];
+    showError($('#chat-error'), '');
+  } catch (error) {
+    showError($('#chat-error'), error.message);
+    return;
+  }
+  const log = chatLog();
+  log.replaceChildren();
+  turns.clear();
+  let current = null;
+  for (const entry of entries) {
+    switch (entry.role) {
+      case 'user': {
+        const bubble = el('div', { class: 'bubble user' },
+          entry.from && entry.from !== 'web' ? el('span', { class: 'from' }, entry.from) : null,
+          entry.text);
+        current = turnOf(entry.id || `h${turns.size}`, null);
+        current.el.prepend(bubble);
+        current.el.dataset.done = 'true';
+        break;
+      }
+      case 'assistant': {
+        const bubble = el('div', { class: 'bubble assistant' });
+        renderMarkdown(bubble, entry.text);
+        if (current) addToTurn(current, bubble);
+        else log.append(bubble);
+        break;
+      }
+      case 'tool': {
+        const line = el('div', { class: 'tool-line', 'data-tool': entry.name, 'data-state': 'history' },
+          el('span', { class: 'icon', 'aria-hidden': 'true' }, '•'),
+          el('span', { class: 'name' }, entry.name),
+          el('span', { class: 'preview', title: entry.preview || '' }, entry.preview || ''));
+        if (current) addToTurn(current, line);
+        else log.append(line);
+        break;
+      }
+      case 'summary': {
+        const details = el('details', { class: 'note summary' },
+          el('summary', {}, 'Earlier conversation, summarised'), el('div', {}, entry.text));
+        log.append(details);
+        current = null;
+        break;
+      }
+      default:
+        note(entry.text || '', 'note', current);
+    }
+  }
+  for (const turn of turns.values()) {
+    const answers = turn.el.querySelectorAll('.bubble.assistant');
+    if (answers.length) answers[answers.length - 1].classList.add('turn-answer');
+  }
+  if (!entries.length) {
+    log.append(el('p', { class: 'chat-empty' }, 'Ask the agent anything: to build an actor, to look at the world, to explain.'));
+  }
+  $('#chat-stop').hidden = true;
+  for (const [id, items] of Object.entries(kept(PLANS_KEY))) {
+    if (turns.has(id)) planCard(turns.get(id), items);
+  }
+  for (const question of Object.values(kept(QUESTIONS_KEY))) {
+    questionCard(turnOf(question.body.turn || question.reply_to), question);
+  }
+  log.scrollTop = log.scrollHeight;
+}
+
+async function sendChat() {
+  const input = $('#chat-input');
+  const text = input.value;
+  if (!text.trim()) return;
+  const pending = el('div', { class: 'bubble user pending' }, text);
+  changeLog(() => chatLog().append(pending));
+  input.value = '';
+  store('sessionStorage', DRAFT_KEY, '');
+  showError($('#chat-error'), '');
+  try {
+    const { id } = await api('POST', '/api/chat', { text });
+    pending.classList.remove('pending');
+    const turn = turnOf(id, pending);
+    if (turn.el.dataset.done !== 'true') setRunning(turn, true);
+  } catch (error) {
+    pending.remove();
+    // Give the text back unless something new was typed meanwhile.
+    if (!input.value) {
+      input.value = text;
+      store('sessionStorage', DRAFT_KEY, text);
+    }
+    showError($('#chat-error'), error.message);
+  }
+}
+
+function setUpChat() {
+  const input = $('#chat-input');
+  input.value = store('sessionStorage', DRAFT_KEY) || '';
+  input.addEventListener('input', () => store('sessionStorage', DRAFT_KEY, input.value));
+  input.addEventListener('keydown', (event) => {
+    if (event.key === 'Enter' && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      sendChat();
+    }
+  });
+  $('#chat-form').addEventListener('submit', (event) => {
+    event.preventDefault();
+    sendChat();
+  });
+  $('#chat-stop').addEventListener('click', () =>
+    stopTurns([...turns.values()].filter((t) => t.running)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Actors: the table, from `actors` snapshots.
+
+let actors = [];
+const HIDE_NATIVE_KEY = 'sausage.actors.hideNative';
+const sorting = { key: 'id', descending: false };
+
+function onActors(snapshot) {
+  actors = snapshot.actors || [];
+  renderActors();
+  refreshActorFromTable();
+  if (currentView === 'graph') renderGraph();
+}
+
+function compare(a, b) {
+  const x = a[sorting.key];
+  const y = b[sorting.key];
+  let order;
+  if (x === y) order = 0;
+  else if (x === null || x === undefined) order = 1;
+  else if (y === null || y === undefined) order = -1;
+  else if (typeof x === 'number' && typeof y === 'number') order = x - y;
+  else order = String(x).localeCompare(String(y));
+  if (order === 0 && sorting.key !== 'id') order = a.id.localeCompare(b.id);
+  return sorting.descending ? -order : order;
+}
+
+function rate(x) {
+  return typeof x === 'number' ? x.toFixed(1) : '';
+}
+
+function renderActors() {
+  const hide = $('#hide-native').checked;
+  const rows = actors.filter((a) => !(hide && a.kind === 'native')).sort(compare);
+  $('#actors-table tbody').replaceChildren(...rows.map((a) =>
+    el('tr', { 'data-actor': a.id, class: a.kind === 'native' ? 'native' : null },
+      el('td', { class: 'id' }, el('a', { href: `#/actor/${encodeURIComponent(a.id)}` }, a.id)),
+      el('td', { class: 'kind' }, a.kind),
+      el('td', {}, el('span', { class: 'state', 'data-state': a.state }, a.state)),
+      el('td', { class: 'version num' }, a.version ?? '—'),
+      el('td', { class: 'restarts num' }, a.restarts ?? '—'),
+      el('td', { class: 'queued num' }, a.queued ?? 0),
+      el('td', { class: 'in num' }, rate(a.in_per_sec)),
+      el('td', { class: 'out num' }, rate(a.out_per_sec)),
+      el('td', { class: 'last-exit' }, a.last_exit || ''))));
+  for (const th of document.querySelectorAll('#actors-table th')) {
+    th.setAttribute('aria-sort', th.dataset.key === sorting.key
+      ? (sorting.descending ? 'descending' : 'ascending') : 'none');
+  }
+}
+
+async function loadActors() {
+  try {
+    onActors(await api('GET', '/api/actors'));
+    showError($('#actors-error'), '');
+  } catch (error) {
+    showError($('#actors-error'), error.message);
+  }
+}
+
+function setUpActors() {
+  const hide = $('#hide-native');
+  hide.checked = store('localStorage', HIDE_NATIVE_KEY) === 'true';
+  hide.addEventListener('change', () => {
+    store('localStorage', HIDE_NATIVE_KEY, String(hide.checked));
+    renderActors();
+  });
+  $('#actors-table thead').addEventListener('click', (event) => {
+    const th = event.target.closest('th[data-key]');
+    if (!th) return;
+    if (sorting.key === th.dataset.key) sorting.descending = !sorting.descending;
+    else Object.assign(sorting, { key: th.dataset.key, descending: false });
+    renderActors();
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// An actor's page: status, versions, files, actions, and its stderr.log followed live.
+
+/** How often the page asks for more of the log. */
+const LOG_POLL_MS = 1000;
+/** The most log text the page keeps; older text is dropped from the top. */
+const LOG_KEEP_CHARS = 200000;
+
+const actorPage = { id: null, detail: null, logFrom: null, timer: null, polling: false, loading: null };
+
+function openActor(id) {
+  if (actorPage.id !== id) {
+    actorPage.id = id;
+    actorPage.detail = null;
+    actorPage.logFrom = null;
+    $('#actor-id').textContent = id;
+    $('#actor-log').textContent = '';
+    $('#file-view').hidden = true;
+    for (const part of ['#actor-status', '#versions tbody', '#files-public', '#files-source']) {
+      $(part).replaceChildren();
+    }
+    showError($('#actor-error'), '');
+    $('#actor-notice').hidden = true;
+  }
+  loadActor();
+  clearInterval(actorPage.timer);
+  actorPage.timer = setInterval(pollLog, LOG_POLL_MS);
+  pollLog();
+}
+
+function closeActor() {
+  clearInterval(actorPage.timer);
+  actorPage.timer = null;
+}
+
+function loadActor() {
+  // One load at a time; a load asked for meanwhile runs after it.
+  if (actorPage.loading) {
+    actorPage.again = true;
+    return actorPage.loading;
+  }
+  const id = actorPage.id;
+  actorPage.loading = (async () => {
+    try {
+      const detail = await api('GET', `/api/actors/${encodeURIComponent(id)}`);
+      if (actorPage.id === id) renderActor(detail);
+    } catch (error) {
+      if (actorPage.id === id) showError($('#actor-error'), error.message);
+    } finally {
+      actorPage.loading = null;
+      if (actorPage.again) {
+        actorPage.again = false;
+        loadActor();
+      }
+    }
+  })();
+  return actorPage.loading;
+}
+
+function fact(name, value) {
+  return value === null || value === undefined || value === '' ? [] : [el('dt', {}, name), el('dd', {}, String(value))];
+}
+
+function when(time) {
+  const date = time ? new Date(time) : null;
+  return date && !Number.isNaN(date.getTime()) ? date.toLocaleString() : (time || '');
+}
+
+function renderActor(detail) {
+  actorPage.detail = detail;
+  const status = detail.status || {};
+  const state = detail.kind === 'native' ? 'running' : (status.state || 'unknown');
+  const badge = $('#actor-state');
+  badge.textContent = state;
+  badge.dataset.state = state;
+  const native = detail.kind === 'native';
+  for (const button of ['#actor-stop', '#actor-start', '#actor-rollback']) $(button).hidden = native;
+  $('#actor-status').replaceChildren(
+    ...fact('kind', detail.kind), ...fact('state', state), ...fact('version', status.version),
+    ...fact('restarts', status.restarts), ...fact('last exit', status.last_exit),
+    ...fact('parked message', status.parked), ...fact('previous version', status.previous_version),
+    ...fact('log size', detail.log_size !== undefined ? `${detail.log_size} bytes` : null));
+  $('#versions tbody').replaceChildren(...(detail.versions || []).map((v) => {
+    let action;
+    if (v.current) action = el('span', { class: 'current' }, 'current');
+    else {
+      action = el('button', { type: 'button', class: 'switch', 'data-version': v.version }, 'switch to');
+      action.addEventListener('click', () => act('rollback', { version: v.version },
+        `Switch ${detail.id} to version ${v.version}? Its /data and /public go back to that version's snapshot.`));
+    }
+    return el('tr', { 'data-version': v.version, class: v.current ? 'is-current' : null },
+      el('td', { class: 'num' }, v.version), el('td', {}, v.built_by || '—'),
+      el('td', {}, v.requested_by || '—'), el('td', {}, when(v.time)), el('td', {}, action));
+  }));
+  for (const folder of ['public', 'source']) {
+    const files = detail[folder] || [];
+    $(`#files-${folder}`).replaceChildren(...(files.length ? files.map((path) => {
+      const link = el('a', { href: '#', class: 'file', 'data-folder': folder, 'data-path': path }, path);
+      link.addEventListener('click', (event) => {
+        event.preventDefault();
+        showFile(folder, path);
+      });
+      return el('li', {}, link);
+    }) : [el('li', { class: 'empty' }, 'no files')]));
+  }
+}
+
+async function showFile(folder, path) {
+  const id = actorPage.id;
+  const url = `/api/actors/${encodeURIComponent(id)}/files/${folder}/` +
+    path.split('/').map(encodeURIComponent).join('/');
+  $('#file-name').textContent = `${folder}/${path}`;
+  $('#file-text').textContent = 'loading…';
+  $('#file-view').hidden = false;
+  try {
+    $('#file-text').textContent = await api('GET', url, null, true);
+  } catch (error) {
+    $('#file-text').textContent = '';
+    showError($('#actor-error'), error.message);
+  }
+  $('#file-view').scrollIntoView({ block: 'nearest' });
+}
+
+async function pollLog() {
+  if (actorPage.polling || !actorPage.id) return;
+  actorPage.polling = true;
+  const id = actorPage.id;
+  try {
+    const from = actorPage.logFrom === null ? '' : `?from=${actorPage.logFrom}`;
+    const chunk = await api('GET', `/api/actors/${encodeURIComponent(id)}/log${from}`);
+    if (actorPage.id !== id) return;
+    const log = $('#actor-log');
+    const follow = nearBottom(log);
+    if (chunk.rotated) log.textContent = '';
+    if (chunk.text) {
+      let text = log.textContent + chunk.text;
+      if (text.length > LOG_KEEP_CHARS) text = text.slice(text.length - LOG_KEEP_CHARS);
+      log.textContent = text;
+    }
+    actorPage.logFrom = chunk.to;
+    if (follow) log.scrollTop = log.scrollHeight;
+  } catch {
+    // A poll that fails is tried again in a second; the connection indicator tells why.
+  } finally {
+    actorPage.polling = false;
+  }
+}
+
+const ACTIONS = {
+  stop: { doing: 'Stopping…', done: (r) => `Stopped ${r.actor || ''}.` },
+  start: { doing: 'Starting…', done: (r) => `Started ${r.actor || ''}.` },
+  rollback: { doing: 'Switching versions…', done: (r) => `Now on version ${r.to} (was ${r.from}).` },
+};
+
+async function act(action, body, question) {
+  const id = actorPage.id;
+  if (!(await confirmDialog(question))) return;
+  const buttons = document.querySelectorAll('#view-actor .actions button, #versions button');
+  buttons.forEach((b) => (b.disabled = true));
+  showError($('#actor-error'), '');
+  const notice = $('#actor-notice');
+  notice.textContent = ACTIONS[action].doing;
+  notice.hidden = false;
+  try {
+    const reply = await api('POST', `/api/actors/${encodeURIComponent(id)}/${action}`, body);
+    notice.textContent = ACTIONS[action].done(reply);
+  } catch (error) {
+    notice.hidden = true;
+    showError($('#actor-error'), `${action}: ${error.message}`);
+  } finally {
+    buttons.forEach((b) => (b.disabled = false));
+    if (actorPage.id === id) loadActor();
+  }
+}
+
+/** The table's snapshot changed: the page follows its actor's state and version. */
+function refreshActorFromTable() {
+  if (currentView !== 'actor' || !actorPage.detail) return;
+  const row = actors.find((a) => a.id === actorPage.id);
+  if (!row || row.kind === 'native') return;
+  const status = actorPage.detail.status || {};
+  if (row.state !== status.state || row.version !== status.version || row.restarts !== status.restarts) {
+    loadActor();
+  }
+}
+
+function setUpActor() {
+  $('#actor-stop').addEventListener('click', () => act('stop', {},
+    `Stop ${actorPage.id}? Its messages wait in its mailbox until it starts again.`));
+  $('#actor-start').addEventListener('click', () => act('start', {}, `Start ${actorPage.id}?`));
+  $('#actor-rollback').addEventListener('click', () => act('rollback', {},
+    `Roll ${actorPage.id} back to its previous version?`));
+  $('#file-close').addEventListener('click', () => ($('#file-view').hidden = true));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The graph: actors on a circle, an arrow per sender → recipient, as wide as its rate.
+
+let graph = { window_s: 60, edges: [] };
+const GRAPH_SIZE = 640;
+const NODE_RADIUS = 30;
+
+function onGraph(snapshot) {
+  graph = snapshot;
+  if (currentView === 'graph') renderGraph();
+}
+
+async function loadGraph() {
+  try {
+    const [snapshot] = await Promise.all([api('GET', '/api/graph'), actors.length ? null : loadActors()]);
+    onGraph(snapshot);
+  } catch (error) {
+    $('#graph').replaceChildren(el('p', { class: 'error' }, error.message));
+  }
+}
+
+function renderGraph() {
+  $('#graph-window').textContent = graph.window_s ?? 60;
+  const edges = graph.edges || [];
+  const kinds = new Map(actors.map((a) => [a.id, a.kind]));
+  const ids = new Set(actors.filter((a) => a.kind !== 'native').map((a) => a.id));
+  for (const edge of edges) {
+    ids.add(edge.from);
+    ids.add(edge.to);
+  }
+  const names = [...ids].sort();
+  const center = GRAPH_SIZE / 2;
+  const ring = names.length > 1 ? center - NODE_RADIUS - 40 : 0;
+  const at = new Map(names.map((name, i) => {
+    const angle = -Math.PI / 2 + (2 * Math.PI * i) / names.length;
+    return [name, { x: center + ring * Math.cos(angle), y: center + ring * Math.sin(angle) }];
+  }));
+  const picture = svg('svg', {
+    viewBox: `0 0 ${GRAPH_SIZE} ${GRAPH_SIZE}`, role: 'img',
+    'aria-label': `who sends to whom over the last ${graph.window_s} s`,
+  });
+  picture.append(svg('defs', {}, svg('marker', {
+    id: 'arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 3.2, markerHeight: 3.2,
+    orient: 'auto-start-reverse', markerUnits: 'strokeWidth',
+  }, svg('path', { d: 'M0,0 L10,5 L0,10 z' }))));
+  const pairs = new Set(edges.map((e) => `${e.from}\u0000${e.to}`));
+  for (const edge of edges) {
+    picture.append(edgeShape(edge, at.get(edge.from), at.get(edge.to),
+      pairs.has(`${edge.to}\u0000${edge.from}`)));
+  }
+  for (const name of names) {
+    const p = at.get(name);
+    picture.append(svg('g', { class: `node${kinds.get(name) === 'native' ? ' native' : ''}`, 'data-id': name },
+      svg('circle', { cx: p.x, cy: p.y, r: NODE_RADIUS }),
+      svg('text', { x: p.x, y: p.y }, name.length > 9 ? `${name.slice(0, 8)}…` : name),
+      svg('title', {}, name)));
+  }
+  const parts = [picture];
+  if (!edges.length) parts.push(el('p', { class: 'graph-empty' }, `No messages in the last ${graph.window_s ?? 60} s.`));
+  $('#graph').replaceChildren(...parts);
+}
+
+function edgeShape(edge, a, b, twoWay) {
+  const width = 2 + Math.min(8, 2 * Math.log2(1 + 4 * edge.per_sec));
+  const label = `${edge.per_sec >= 10 ? edge.per_sec.toFixed(0) : edge.per_sec.toFixed(1)}/s`;
+  const group = svg('g', { class: 'edge', 'data-from': edge.from, 'data-to': edge.to });
+  let d;
+  let labelAt;
+  if (edge.from === edge.to) {
+    const top = { x: a.x, y: a.y - NODE_RADIUS };
+    d = `M${top.x - 12},${top.y + 4} C${top.x - 40},${top.y - 50} ${top.x + 40},${top.y - 50} ${top.x + 12},${top.y + 4}`;
+    labelAt = { x: top.x, y: top.y - 42 };
+  } else {
+    // Two-way pairs bend apart; a one-way edge is straight.
+    const dx = b.x - a.x;
+    const dy = b.y - a.y;
+    const length = Math.hypot(dx, dy) || 1;
+    const bend = twoWay ? 40 : 0;
+    const c = { x: (a.x + b.x) / 2 - (dy / length) * bend, y: (a.y + b.y) / 2 + (dx / length) * bend };
+    const towards = (p, q, r) => {
+      const l = Math.hypot(q.x - p.x, q.y - p.y) || 1;
+      return { x: p.x + ((q.x - p.x) / l) * r, y: p.y + ((q.y - p.y) / l) * r };
+    };
+    const start = towards(a, c, NODE_RADIUS + 2);
+    const end = towards(b, c, NODE_RADIUS + 4);
+    d = `M${start.x},${start.y} Q${c.x},${c.y} ${end.x},${end.y}`;
+    // The label sits beside the curve's middle, on its outer side (left of the direction).
+    const side = twoWay ? 16 : 10;
+    labelAt = {
+      x: 0.25 * start.x + 0.5 * c.x + 0.25 * end.x - (dy / length) * side,
+      y: 0.25 * start.y + 0.5 * c.y + 0.25 * end.y + (dx / length) * side + 4,
+    };
+  }
+  group.append(
+    svg('path', { d, 'stroke-width': width.toFixed(2), 'marker-end': 'url(#arrow)' }),
+    svg('text', { x: labelAt.x, y: labelAt.y }, label),
+    svg('title', {}, `${edge.from} → ${edge.to}: ${edge.count} messages, ${label}`));
+  return group;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Live updates: one EventSource; a new run of the world (or a `reset`) reloads the view's data.
+
+let events = null;
+let lastRun = null;
+let retryTimer = null;
+let reloadTimer = null;
+let retryDelay = 1000;
+
+function setConnection(state, label) {
+  const conn = $('#conn');
+  conn.dataset.state = state;
+  $('.label', conn).textContent = label || state;
+}
+
+function connect(again = false) {
+  clearTimeout(retryTimer);
+  if (events) events.close();
+  setConnection('connecting', again ? 'reconnecting' : 'connecting');
+  const source = new EventSource('/api/events');
+  events = source;
+  source.addEventListener('open', () => {
+    retryDelay = 1000;
+    setConnection('live', 'live');
+  });
+  source.addEventListener('error', () => {
+    if (source.readyState === EventSource.CLOSED) {
+      // The browser gave up (a refusal such as 401, or the server went away): check why, then
+      // try again a little later, as the browser does for a dropped stream.
+      setConnection('down', 'offline');
+      api('GET', '/api/me').catch(() => {});
+      retryTimer = setTimeout(() => connect(true), retryDelay);
+      retryDelay = Math.min(retryDelay * 2, 10000);
+    } else {
+      setConnection('connecting', 'reconnecting');
+    }
+  });
+  source.addEventListener('hello', (event) => {
+    const run = JSON.parse(event.data).run;
+    setConnection('live', 'live');
+    loggedIn(true);
+    document.body.dataset.run = run;
+    // A new run of the world, or a stream opened anew (nothing replays what it missed).
+    if (lastRun !== null && (run !== lastRun || again)) reloadView();
+    again = false;
+    lastRun = run;
+  });
+  source.addEventListener('reset', reloadView);
+  source.addEventListener('message', (event) => {
+    const message = JSON.parse(event.data);
+    if (message.from === 'agent') onAgentMessage(message);
+    else if (message.body?.type === 'undeliverable' && turns.has(message.reply_to)) {
+      // The agent is not there: the turn that waited for it ends with the reason.
+      const turn = turns.get(message.reply_to);
+      changeLog(() => note(`The agent did not get this: ${message.body.reason || ''}`, 'note', turn));
+      setRunning(turn, false);
+    }
+  });
+  source.addEventListener('actors', (event) => onActors(JSON.parse(event.data)));
+  source.addEventListener('graph', (event) => onGraph(JSON.parse(event.data)));
+}
+
+/** Reloads the current view's data (once, however many reasons came together). */
+function reloadView() {
+  clearTimeout(reloadTimer);
+  reloadTimer = setTimeout(() => {
+    document.body.dataset.reloads = String(Number(document.body.dataset.reloads || 0) + 1);
+    loadView();
+  }, 100);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Views and routing.
+
+let currentView = null;
+
+function parseRoute() {
+  const [view, ...rest] = (location.hash || '#/chat').replace(/^#\/?/, '').split('/');
+  if (view === 'actor' && rest.length) return { view: 'actor', id: decodeURIComponent(rest.join('/')) };
+  return { view: ['chat', 'actors', 'graph'].includes(view) ? view : 'chat' };
+}
+
+function route() {
+  const { view, id } = parseRoute();
+  if (currentView === 'actor' && view !== 'actor') closeActor();
+  currentView = view;
+  for (const section of document.querySelectorAll('.view')) section.hidden = section.id !== `view-${view}`;
+  for (const link of document.querySelectorAll('#nav a')) {
+    const active = link.dataset.view === (view === 'actor' ? 'actors' : view);
+    link.classList.toggle('active', active);
+    if (active) link.setAttribute('aria-current', 'page');
+    else link.removeAttribute('aria-current');
+  }
+  $('#side').classList.remove('open');
+  $('#nav-toggle').setAttribute('aria-expanded', 'false');
+  document.title = `${view === 'actor' ? id : view[0].toUpperCase() + view.slice(1)} · Sausage`;
+  if (view === 'actor') openActor(id);
+  else loadView();
+  if (view === 'chat') $('#chat-input').focus();
+}
+
+function loadView() {
+  switch (currentView) {
+    case 'chat': return loadConversation();
+    case 'actors': return loadActors();
+    case 'actor': loadActors(); return loadActor();
+    case 'graph': return loadGraph();
+    default: return null;
+  }
+}
+
+function setUpNav() {
+  $('#nav-toggle').addEventListener('click', () => {
+    const open = $('#side').classList.toggle('open');
+    $('#nav-toggle').setAttribute('aria-expanded', String(open));
+  });
+}
+
+function main() {
+  setUpDialog();
+  setUpNav();
+  setUpChat();
+  setUpActors();
+  setUpActor();
+  window.addEventListener('hashchange', route);
+  route();
+  connect();
+}
+
+main();

@@ -1,0 +1,374 @@
+//! The web console's page in a real browser (headless chromium over WebDriver): logging in, the
+//! chat with the agent on the fake model provider (streaming, tool lines, a plan, a question
+//! answered by a button, the stop button), actions on an actor with their confirmation, a rollback, the graph, reconnecting
+//! after the world restarts, and a phone's screen. Each test leaves a screenshot in
+//! `target/browser/`.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::agent::{tool_outputs, world_with_agent};
+use support::browser::{Browser, ENTER, RELEASE, SHIFT};
+use support::fake_llm::{FakeLlm, openai};
+use support::web::{WebHost, free_addr};
+use support::*;
+
+/// A browser logged in to `web`'s page with the link the host printed.
+fn logged_in(web: &WebHost) -> Browser {
+    let browser = Browser::open();
+    browser.log_in(&web.login_link);
+    browser
+}
+
+/// Opens a view by the page's navigation.
+fn go(browser: &Browser, view: &str) {
+    browser.click(&format!("#nav a[data-view={view}]"));
+    browser.wait_shown(&format!("#view-{view}"));
+}
+
+#[test]
+fn logging_in_and_a_streamed_answer_with_its_tool_lines() {
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    fake.push_openai(openai::reply(vec![
+        openai::message("Let me look."),
+        openai::function_call("list_dir", json!({"path": "/data"})),
+    ]));
+    fake.push_openai(openai::text_reply(
+        "There is **one** file, `config.json`, and <b>no</b> other:\n\n```\nconfig.json\n```",
+    ));
+    let web = WebHost::start(&world);
+    let browser = Browser::open();
+    browser.goto(&format!("http://{}/", web.addr));
+    browser.wait_text(
+        "#login-banner",
+        "not logged in: open the login link sausage run printed",
+    );
+    browser.log_in(&web.login_link);
+    assert!(!browser.url().contains("token"), "{}", browser.url());
+    assert!(!browser.is_shown("#login-banner"));
+    browser.wait_until(
+        "the live indicator",
+        "return document.querySelector('#conn').dataset.state === 'live'",
+    );
+
+    // Shift+Enter is a new line; Enter sends.
+    browser.type_into(
+        "#chat-input",
+        &format!("what is in /data?{SHIFT}{ENTER}{RELEASE}please"),
+    );
+    let typed = browser.eval(
+        "return document.querySelector('#chat-input').value",
+        json!([]),
+    );
+    assert_eq!(typed, "what is in /data?\nplease");
+    // The answer streams slowly enough to be seen while it comes.
+    fake.set_event_delay(Duration::from_millis(60));
+    browser.type_into("#chat-input", ENTER);
+    browser.wait_text(".turn .bubble.user", "what is in /data?");
+    let left = browser.eval(
+        "return document.querySelector('#chat-input').value",
+        json!([]),
+    );
+    assert_eq!(left, "");
+    browser.wait_text(".tool-line[data-tool=list_dir] .preview", "/data");
+    browser.wait_shown(".tool-line[data-tool=list_dir][data-state=finished][data-ok=true]");
+    browser.wait_text(".turn-answer.streaming", "There");
+
+    let answer = browser.wait_text(".turn[data-done=true] .turn-answer", "config.json");
+    assert!(answer.starts_with("There is one file, config.json, and <b>no</b> other:"));
+    assert_eq!(browser.text(".turn-answer strong").unwrap(), "one");
+    assert_eq!(browser.text(".turn-answer p code").unwrap(), "config.json");
+    assert_eq!(browser.text(".turn-answer pre").unwrap(), "config.json");
+    assert_eq!(
+        browser.eval(
+            "return document.querySelectorAll('.turn-answer b').length",
+            json!([])
+        ),
+        0,
+        "HTML in an answer is text"
+    );
+    // The text before the tool call stays, and is not the answer.
+    assert!(
+        browser
+            .text(".turn .bubble.assistant")
+            .unwrap()
+            .contains("Let me look.")
+    );
+    browser.wait_text(".turn-footer .turn-cost", "");
+    assert!(!browser.is_shown("#chat-stop"));
+
+    // A reload shows the same conversation, from the agent.
+    browser.reload();
+    browser.wait_text(".turn-answer", "There is one file");
+    browser.wait_text(".tool-line[data-tool=list_dir]", "/data");
+    fake.assert_clean();
+}
+
+#[test]
+fn a_question_is_answered_with_a_choice_button() {
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    fake.push_openai(openai::reply(vec![
+        openai::function_call(
+            "plan",
+            json!({"items": [{"text": "ask the colour", "done": true}, {"text": "write it", "done": false}]}),
+        ),
+        openai::function_call(
+            "ask",
+            json!({"question": "Which colour should the counter print?", "choices": ["red", "blue"]}),
+        ),
+    ]));
+    fake.push_openai(openai::text_reply("A blue counter, then."));
+    let web = WebHost::start(&world);
+    let browser = logged_in(&web);
+
+    browser.type_into("#chat-input", &format!("make me a counter{ENTER}"));
+    browser.wait_text(".plan li.done", "ask the colour");
+    browser.wait_text(".plan li:not(.done)", "write it");
+    browser.wait_text(".question p", "Which colour should the counter print?");
+    browser.wait_shown("#chat-stop");
+    // The open question's buttons come back after a reload.
+    browser.reload();
+    browser.wait_text(".question p", "Which colour should the counter print?");
+    browser.wait_text(".plan li.done", "ask the colour");
+    browser.click(".question button[data-choice=blue]");
+    browser.wait_text(".question .answered", "blue");
+    browser.wait_text(
+        ".turn[data-done=true] .turn-answer",
+        "A blue counter, then.",
+    );
+    assert_eq!(tool_outputs(&fake, 1).last().unwrap(), "web answered: blue");
+    assert_eq!(fake.requests().len(), 2, "the answer was not a new turn");
+    fake.assert_clean();
+}
+
+#[test]
+fn the_stop_button_ends_a_running_turn() {
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "ask",
+        json!({"question": "May I delete /data/old?"}),
+    )]));
+    let web = WebHost::start(&world);
+    let browser = logged_in(&web);
+
+    browser.type_into("#chat-input", &format!("clean up{ENTER}"));
+    browser.wait_text(".question p", "May I delete /data/old?");
+    browser.click("#chat-stop");
+    browser.wait_text(
+        ".turn[data-done=true] .turn-footer .stopped",
+        "stopped (stop)",
+    );
+    assert!(!browser.is_shown("#chat-stop"));
+    assert_eq!(
+        browser.eval(
+            "return document.querySelector('.question input').disabled",
+            json!([])
+        ),
+        true,
+        "a question of a turn that ended cannot be answered"
+    );
+    assert_eq!(fake.requests().len(), 1);
+}
+
+#[test]
+fn an_actor_is_stopped_and_started_from_its_page_and_the_table_follows() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    world.install("crasher", "crasher");
+    std::fs::write(world.path("actor/echo/public/hello.txt"), "hello, world").unwrap();
+    let web = WebHost::start(&world);
+    let browser = logged_in(&web);
+
+    go(&browser, "actors");
+    let state = "#actors-table tr[data-actor=echo] .state";
+    browser.wait_text(state, "running");
+    // Native actors can be hidden; the table sorts by a column's header.
+    assert!(browser.is_shown("#actors-table tr[data-actor=broker]"));
+    browser.click("#hide-native");
+    browser.wait_until(
+        "native actors hidden",
+        "return !document.querySelector('#actors-table tr[data-actor=broker]')",
+    );
+    browser.click("#actors-table th[data-key=id]");
+    browser.wait_text("#actors-table tbody tr:first-child .id", "echo");
+    browser.click("#actors-table th[data-key=id]");
+    browser.wait_text("#actors-table tbody tr:first-child .id", "crasher");
+
+    browser.click("#actors-table tr[data-actor=echo] .id a");
+    browser.wait_text("#actor-id", "echo");
+    browser.wait_text("#actor-state", "running");
+    browser.click("a.file[data-path='hello.txt']");
+    browser.wait_text("#file-text", "hello, world");
+
+    // Stop, after a confirmation that can be cancelled.
+    browser.click("#actor-stop");
+    browser.wait_text("#confirm-text", "Stop echo?");
+    browser.click("#confirm-no");
+    browser.wait_until(
+        "the dialog closed",
+        "return document.querySelector('#confirm').hidden",
+    );
+    assert_eq!(world.status("echo")["state"], "running");
+    browser.click("#actor-stop");
+    browser.click("#confirm-yes");
+    browser.wait_text("#actor-notice", "Stopped echo.");
+    browser.wait_text("#actor-state", "stopped");
+    go(&browser, "actors");
+    browser.wait_text(state, "stopped");
+
+    browser.click("#actors-table tr[data-actor=echo] .id a");
+    browser.click("#actor-start");
+    browser.click("#confirm-yes");
+    browser.wait_text("#actor-notice", "Started echo.");
+    go(&browser, "actors");
+    browser.wait_text(state, "running");
+
+    // An actor's stderr.log, followed live.
+    let client = browser.client(&web.addr);
+    browser.click("#actors-table tr[data-actor=crasher] .id a");
+    browser.wait_text("#actor-id", "crasher");
+    client.post(
+        "/api/send",
+        &json!({"to": "crasher", "body": {"type": "log", "lines": 3, "width": 20}}),
+    );
+    browser.wait_text("#actor-log", "line 3");
+}
+
+#[test]
+fn a_rollback_from_the_actor_page_makes_version_one_current_again() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    let web = WebHost::start(&world);
+    let browser = logged_in(&web);
+    let client = browser.client(&web.addr);
+    browser.goto(&format!("http://{}/#/actor/echo", web.addr));
+    browser.wait_text("#versions tr[data-version='1'] .current", "current");
+
+    // With one version there is nothing to roll back to: the page says why.
+    browser.click("#actor-rollback");
+    browser.click("#confirm-yes");
+    browser.wait_text("#actor-error", "no version older");
+
+    let upgrade = json!({"to": "broker", "body": {
+        "type": "upgrade", "actor": "echo",
+        "wasm": wasm("echo"), "source": source("echo"),
+    }});
+    assert_eq!(client.post("/api/send", &upgrade).status, 200);
+    browser.wait_text("#versions tr[data-version='2'] .current", "current");
+    browser.wait_text("#versions tr[data-version='2']", "web");
+
+    browser.click("#versions tr[data-version='1'] button.switch");
+    browser.wait_text("#confirm-text", "Switch echo to version 1?");
+    browser.click("#confirm-yes");
+    browser.wait_text("#actor-notice", "Now on version 1 (was 2).");
+    browser.wait_text("#versions tr[data-version='1'] .current", "current");
+    assert!(browser.is_shown("#versions tr[data-version='2'] button.switch"));
+    assert!(!browser.is_shown("#actor-error"));
+    assert_eq!(world.status("echo")["version"], 1);
+}
+
+#[test]
+fn the_graph_shows_who_sends_to_whom() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    let web = WebHost::start(&world);
+    let browser = logged_in(&web);
+    let client = browser.client(&web.addr);
+    go(&browser, "graph");
+    browser.wait_shown("#graph svg .node[data-id=echo]");
+    for n in 0..5 {
+        client.post(
+            "/api/send",
+            &json!({"to": "echo", "body": {"type": "ping", "n": n}}),
+        );
+    }
+    let edge = "#graph svg .edge[data-from=web][data-to=echo]";
+    browser.wait_text(edge, "/s");
+    browser.wait_shown("#graph svg .edge[data-from=echo][data-to=web]");
+    let width = browser.eval(
+        "return parseFloat(document.querySelector(arguments[0] + ' path').getAttribute('stroke-width'))",
+        json!([edge]),
+    );
+    assert!(width.as_f64().unwrap() > 1.5, "{width}");
+}
+
+#[test]
+fn the_page_reconnects_after_a_restart_without_losing_what_was_typed() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    let addr = free_addr();
+    let web = WebHost::start_at(&world, &addr);
+    let browser = logged_in(&web);
+    let live = "return document.querySelector('#conn').dataset.state === 'live' \
+        && document.body.dataset.run";
+    let run = browser.wait_until("the first connection", live);
+    browser.eval("window.samePage = true", json!([]));
+    browser.type_into("#chat-input", "a thought half-way wr");
+
+    web.host.quit();
+    browser.wait_until(
+        "the page to notice",
+        "return document.querySelector('#conn').dataset.state !== 'live'",
+    );
+    let _web = WebHost::start_at(&world, &addr);
+    browser.wait_until_with(
+        "a connection to the new run, and the view's data reloaded",
+        "return document.querySelector('#conn').dataset.state === 'live' \
+            && document.body.dataset.run !== arguments[0] && document.body.dataset.reloads",
+        json!([run]),
+    );
+    assert_eq!(browser.eval("return window.samePage", json!([])), true);
+    browser.type_into("#chat-input", "itten");
+    let kept = browser.eval(
+        "return [document.querySelector('#chat-input').value, \
+            sessionStorage.getItem('sausage.chat.draft')]",
+        json!([]),
+    );
+    assert_eq!(
+        kept,
+        json!(["a thought half-way written", "a thought half-way written"])
+    );
+    // The session outlived the restart: the API answers the page.
+    go(&browser, "actors");
+    browser.wait_text("#actors-table tr[data-actor=echo] .state", "running");
+    assert!(!browser.is_shown("#login-banner"));
+    drop(browser); // its screenshot, before the host goes
+}
+
+#[test]
+fn on_a_phone_the_chat_is_usable_and_the_menu_folds() {
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    fake.push_openai(openai::text_reply(
+        "Hello! Ask me to build an actor, or to look around the world.",
+    ));
+    let web = WebHost::start(&world);
+    let browser = Browser::open_sized(375, 800);
+    browser.log_in(&web.login_link);
+
+    // The menu is folded behind its button, and opens.
+    assert!(!browser.is_shown("#nav a[data-view=actors]"));
+    browser.click("#nav-toggle");
+    browser.wait_shown("#nav a[data-view=actors]");
+    go(&browser, "actors");
+    assert!(!browser.is_shown("#nav a[data-view=chat]"));
+    browser.click("#nav-toggle");
+    go(&browser, "chat");
+
+    browser.type_into("#chat-input", &format!("hello{ENTER}"));
+    browser.wait_text(".turn[data-done=true] .turn-answer", "Hello! Ask me");
+    let fits = browser.eval(
+        "const width = document.documentElement.clientWidth; \
+         const inside = (s) => { const r = document.querySelector(s).getBoundingClientRect(); \
+           return r.left >= 0 && r.right <= width && r.bottom <= window.innerHeight; }; \
+         return [document.documentElement.scrollWidth <= width, inside('#chat-input'), \
+           inside('#chat-send'), inside('.turn-answer')];",
+        json!([]),
+    );
+    assert_eq!(fits, json!([true, true, true, true]));
+}
