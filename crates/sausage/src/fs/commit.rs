@@ -234,20 +234,7 @@ impl Pending {
     /// the other at the target, never neither.
     fn exchange(&self) -> io::Result<()> {
         let folder = self.folder.as_raw_fd();
-        // SAFETY: as in `rename`; the flag is an integer.
-        let exchanged = unsafe {
-            libc::renameat2(
-                folder,
-                self.temporary.as_ptr(),
-                folder,
-                self.target.as_ptr(),
-                libc::RENAME_EXCHANGE,
-            )
-        };
-        if exchanged != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        super::exchange_at(folder, &self.temporary, folder, &self.target)
     }
 
     /// Whether `name` in the folder is a regular file (false when there is no such name).

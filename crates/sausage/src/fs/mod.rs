@@ -160,12 +160,23 @@ pub fn create_temporary_dir(dir: &Path) -> io::Result<PathBuf> {
 /// either both before or both after, and a crash leaves one or the other.
 pub fn exchange(a: &Path, b: &Path) -> io::Result<()> {
     let (a, b) = (path_to_c(a)?, path_to_c(b)?);
-    // SAFETY: renameat2 only reads the two NUL-terminated paths, which outlive the call.
+    exchange_at(libc::AT_FDCWD, &a, libc::AT_FDCWD, &b)
+}
+
+/// [`exchange`] of names relative to folder descriptors (or `AT_FDCWD`).
+fn exchange_at(
+    folder_a: std::os::fd::RawFd,
+    a: &std::ffi::CStr,
+    folder_b: std::os::fd::RawFd,
+    b: &std::ffi::CStr,
+) -> io::Result<()> {
+    // SAFETY: renameat2 only reads the two NUL-terminated names, which outlive the call; the
+    // descriptors are the caller's, open for the call, and the flag is an integer.
     let done = unsafe {
         libc::renameat2(
-            libc::AT_FDCWD,
+            folder_a,
             a.as_ptr(),
-            libc::AT_FDCWD,
+            folder_b,
             b.as_ptr(),
             libc::RENAME_EXCHANGE,
         )

@@ -115,7 +115,7 @@ async fn me(Extension(person): Extension<Person>) -> Json<Value> {
 
 /// `POST /api/logout`: ends the session.
 async fn logout(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    if let Some(id) = cookie(&headers) {
+    if let Some(id) = super::session_id(&headers) {
         app.sessions.log_out(&id);
     }
     let mut response = Json(json!({"type": "logged_out"})).into_response();
@@ -124,14 +124,6 @@ async fn logout(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         HeaderValue::from_static("sausage_session=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
     );
     response
-}
-
-fn cookie(headers: &HeaderMap) -> Option<String> {
-    let cookies = headers.get(header::COOKIE)?.to_str().ok()?;
-    cookies.split(';').find_map(|pair| {
-        let (name, value) = pair.trim().split_once('=')?;
-        (name == SESSION_COOKIE).then(|| value.to_string())
-    })
 }
 
 /// `GET /api/actors`.

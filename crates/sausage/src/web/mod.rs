@@ -187,12 +187,16 @@ fn header_str(request: &Request, name: header::HeaderName) -> Option<&str> {
 
 /// The session cookie's person, if the session is valid.
 fn session_of(app: &App, request: &Request) -> Option<String> {
-    let cookies = header_str(request, header::COOKIE)?;
-    let id = cookies.split(';').find_map(|pair| {
+    app.sessions.person(&session_id(request.headers())?)
+}
+
+/// The session id the request's cookie carries.
+fn session_id(headers: &axum::http::HeaderMap) -> Option<String> {
+    let cookies = headers.get(header::COOKIE)?.to_str().ok()?;
+    cookies.split(';').find_map(|pair| {
         let (name, value) = pair.trim().split_once('=')?;
-        (name == SESSION_COOKIE).then_some(value)
-    })?;
-    app.sessions.person(id)
+        (name == SESSION_COOKIE).then(|| value.to_string())
+    })
 }
 
 /// A refusal as JSON: `{"error": why}`.
