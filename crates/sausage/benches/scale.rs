@@ -9,6 +9,9 @@
 //! says what failed and where in its row, and the next size goes on. `SAUSAGE_BIN=path` runs
 //! another build of the host (to compare before and after a change).
 
+mod common;
+use common::{build_actors, repo};
+
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -197,31 +200,6 @@ fn ids(n: usize) -> Vec<ActorId> {
         ids.push(ActorId::parse(pair).expect("a valid id"));
     }
     ids
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("the repository exists")
-}
-
-fn build_actors() -> PathBuf {
-    let status = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--release",
-            "--target",
-            "wasm32-wasip2",
-            "--manifest-path",
-        ])
-        .arg(repo().join("actors/Cargo.toml"))
-        .arg("--target-dir")
-        .arg(repo().join("target/actors"))
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "building the test actors failed");
-    repo().join("target/actors/wasm32-wasip2/release")
 }
 
 /// A new world of `n` echo actors and the `ping`/`pong` pair, installed as version 1 as `spawn`

@@ -5,10 +5,11 @@
 //! `cargo bench -- WORD…` measures only the groups whose name contains a word (`round_trips`,
 //! `flood`, `start_up`, `memory`, `upgrade`, `compile`).
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+mod common;
+use common::{Host, build_actors, build_agent, repo, world};
+
+use std::io::Write;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -66,141 +67,6 @@ fn main() {
     println!("| --- | --- | --- |");
     for f in figures {
         println!("| {} | {} | {} |", f.what, f.value, f.target);
-    }
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("the repository exists")
-}
-
-fn cargo_build(manifest: &str, target: &str) {
-    let status = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--release",
-            "--target",
-            "wasm32-wasip2",
-            "--manifest-path",
-        ])
-        .arg(repo().join(manifest))
-        .arg("--target-dir")
-        .arg(repo().join(target))
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "building {manifest} failed");
-}
-
-fn build_actors() -> PathBuf {
-    cargo_build("actors/Cargo.toml", "target/actors");
-    repo().join("target/actors/wasm32-wasip2/release")
-}
-
-fn build_agent() -> PathBuf {
-    cargo_build("agent/Cargo.toml", "target/agent");
-    repo().join("target/agent/wasm32-wasip2/release/agent.wasm")
-}
-
-/// A new world in a temporary folder with these actors installed as version 1, as `spawn`
-/// leaves them.
-fn world(actors: &Path, installs: &[(&str, &str)]) -> (tempfile::TempDir, World) {
-    let dir = tempfile::tempdir().expect("a temporary folder");
-    let world = World::new(dir.path().join("world"));
-    world.create().expect("a new world");
-    let mut registry = world.load_registry().expect("its registry");
-    for (id, actor) in installs {
-        let id = ActorId::parse(id).expect("a valid id");
-        let version = world.version_dir(&id, 1);
-        std::fs::create_dir_all(version.join("source")).unwrap();
-        std::fs::copy(
-            actors.join(format!("{actor}.wasm")),
-            version.join("actor.wasm"),
-        )
-        .unwrap();
-        sausage::world::copy_tree(&repo().join("actors").join(actor), &version.join("source"))
-            .unwrap();
-        world.create_actor_dirs(&id).unwrap();
-        world.install_source(&id, 1).unwrap();
-        registry.actors.insert(
-            id.to_string(),
-            sausage::world::ActorEntry {
-                version: 1,
-                next_version: 2,
-                running: true,
-            },
-        );
-    }
-    world.save_registry(&registry).unwrap();
-    (dir, world)
-}
-
-/// `sausage run` on a world, driven through its console.
-struct Host {
-    child: Child,
-    stdin: ChildStdin,
-    /// Each line the console printed, with when it was read.
-    lines: mpsc::Receiver<(Instant, String)>,
-}
-
-impl Host {
-    fn start(world: &World) -> Host {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sausage"))
-            .arg("run")
-            .arg(world.root())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("sausage runs");
-        let (tx, lines) = mpsc::channel();
-        let stdout = child.stdout.take().expect("piped");
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send((Instant::now(), line)).is_err() {
-                    break;
-                }
-            }
-        });
-        let stdin = child.stdin.take().expect("piped");
-        Host {
-            child,
-            stdin,
-            lines,
-        }
-    }
-
-    fn tell(&mut self, to: &str, body: Value) {
-        writeln!(self.stdin, "@{to} {body}").expect("the console reads");
-        self.stdin.flush().expect("the console reads");
-    }
-
-    /// The body of the next printed message from `from` whose type is `kind`.
-    fn wait(&mut self, from: &str, kind: &str) -> Value {
-        self.wait_timed(from, kind).1
-    }
-
-    /// [`Host::wait`], with the moment the console printed it.
-    fn wait_timed(&mut self, from: &str, kind: &str) -> (Instant, Value) {
-        let head = format!("[{from}] (reply) ");
-        loop {
-            let (at, line) = self
-                .lines
-                .recv_timeout(Duration::from_secs(600))
-                .unwrap_or_else(|_| panic!("no `{kind}` from {from}"));
-            if let Some(body) = line.strip_prefix(&head)
-                && let Ok(body) = serde_json::from_str::<Value>(body)
-                && body["type"] == kind
-            {
-                return (at, body);
-            }
-        }
-    }
-
-    fn quit(mut self) {
-        drop(self.stdin);
-        let _ = self.child.wait();
     }
 }
 

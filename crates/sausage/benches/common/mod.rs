@@ -1,0 +1,159 @@
+//! What the benches share: the repository, building the test actors and the agent, worlds with
+//! actors installed as `spawn` leaves them, and `sausage run` driven through its console.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use sausage::message::ActorId;
+use sausage::world::{ActorEntry, World};
+
+/// How long a bench waits for an answer before it gives up.
+const PATIENCE: Duration = Duration::from_secs(3600);
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("the repository exists")
+}
+
+fn cargo_build(manifest: &str, target: &str) {
+    let status = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--manifest-path",
+        ])
+        .arg(repo().join(manifest))
+        .arg("--target-dir")
+        .arg(repo().join(target))
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "building {manifest} failed");
+}
+
+/// Builds the test actors; returns the folder of their `.wasm` files.
+pub fn build_actors() -> PathBuf {
+    cargo_build("actors/Cargo.toml", "target/actors");
+    repo().join("target/actors/wasm32-wasip2/release")
+}
+
+/// Builds the agent; returns its `.wasm`.
+pub fn build_agent() -> PathBuf {
+    cargo_build("agent/Cargo.toml", "target/agent");
+    repo().join("target/agent/wasm32-wasip2/release/agent.wasm")
+}
+
+/// A new world in a temporary folder with these actors installed as version 1, as `spawn`
+/// leaves them.
+pub fn world(actors: &Path, installs: &[(&str, &str)]) -> (tempfile::TempDir, World) {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let world = World::new(dir.path().join("world"));
+    world.create().expect("a new world");
+    let mut registry = world.load_registry().expect("its registry");
+    for (id, actor) in installs {
+        let id = ActorId::parse(id).expect("a valid id");
+        let version = world.version_dir(&id, 1);
+        std::fs::create_dir_all(version.join("source")).unwrap();
+        std::fs::copy(
+            actors.join(format!("{actor}.wasm")),
+            version.join("actor.wasm"),
+        )
+        .unwrap();
+        sausage::world::copy_tree(&repo().join("actors").join(actor), &version.join("source"))
+            .unwrap();
+        world.create_actor_dirs(&id).unwrap();
+        world.install_source(&id, 1).unwrap();
+        registry.actors.insert(
+            id.to_string(),
+            ActorEntry {
+                version: 1,
+                next_version: 2,
+                running: true,
+            },
+        );
+    }
+    world.save_registry(&registry).unwrap();
+    (dir, world)
+}
+
+/// `sausage run` on a world, driven through its console.
+pub struct Host {
+    pub child: Child,
+    stdin: ChildStdin,
+    /// Each line the console printed, with when it was read.
+    lines: mpsc::Receiver<(Instant, String)>,
+}
+
+impl Host {
+    pub fn start(world: &World) -> Host {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sausage"))
+            .arg("run")
+            .arg(world.root())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sausage runs");
+        let (tx, lines) = mpsc::channel();
+        let stdout = child.stdout.take().expect("piped");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send((Instant::now(), line)).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take().expect("piped");
+        Host {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    pub fn tell(&mut self, to: &str, body: Value) {
+        writeln!(self.stdin, "@{to} {body}").expect("the console reads");
+        self.stdin.flush().expect("the console reads");
+    }
+
+    /// The body of the next printed reply from `from` whose type is `kind`; an `error` from it
+    /// ends the bench.
+    pub fn wait(&mut self, from: &str, kind: &str) -> Value {
+        self.wait_timed(from, kind).1
+    }
+
+    /// [`Host::wait`], with the moment the console printed it.
+    pub fn wait_timed(&mut self, from: &str, kind: &str) -> (Instant, Value) {
+        let head = format!("[{from}] (reply) ");
+        loop {
+            let (at, line) = self
+                .lines
+                .recv_timeout(PATIENCE)
+                .unwrap_or_else(|_| panic!("no `{kind}` from {from}"));
+            if let Some(body) = line.strip_prefix(&head)
+                && let Ok(body) = serde_json::from_str::<Value>(body)
+            {
+                assert_ne!(body["type"], "error", "{from}: {body}");
+                if body["type"] == kind {
+                    return (at, body);
+                }
+            }
+        }
+    }
+
+    /// Ends the console's input and waits for the host to stop every actor and exit.
+    pub fn quit(mut self) {
+        drop(self.stdin);
+        let _ = self.child.wait();
+    }
+}
