@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use super::supervisor::{CRASH_LOOP_CRASHES, CRASH_LOOP_WINDOW, CrashLoop, Install, Upgraded};
 use super::{Broker, candidate};
 use crate::message::{ActorId, Envelope, Outgoing};
-use crate::replace::{Applied, Replacement};
+use crate::replace::Replacement;
 use crate::runtime::Program;
 use crate::world::ActorEntry;
 
@@ -145,23 +145,12 @@ impl Broker {
         handle.stop().await;
         let mut parts = self.world.snapshot_parts(&id, previous);
         parts.extend(self.world.source_parts(&id, version));
-        let saved = match self.replace(&id, version, parts).await {
-            Ok(applied) => {
-                let saved = self
-                    .update_registry(|registry| {
-                        let entry = registry.actors.get_mut(id.as_str()).expect("checked above");
-                        entry.version = version;
-                        entry.next_version = version + 1;
-                    })
-                    .await;
-                settle(applied, saved.is_ok());
-                saved.map_err(|e| format!("{e:#}"))
-            }
-            Err(e) => Err(format!(
-                "actor {id}: cannot snapshot its files and install version {version}: {e}"
-            )),
-        };
-        if let Err(e) = saved {
+        let swapped = self
+            .swap_in(&id, version, parts, |entry| {
+                entry.next_version = version + 1
+            })
+            .await;
+        if let Err(e) = swapped {
             // Nothing changed: the old version is still installed; put it back to work.
             self.discard_version(&id, version);
             if entry.running {
@@ -242,25 +231,7 @@ impl Broker {
         let restored = restore.is_some();
         parts.extend(restore.into_iter().flatten());
         parts.extend(self.world.source_parts(id, target));
-        let saved = match self.replace(id, target, parts).await {
-            Ok(applied) => {
-                let saved = self
-                    .update_registry(|registry| {
-                        registry
-                            .actors
-                            .get_mut(id.as_str())
-                            .expect("checked above")
-                            .version = target;
-                    })
-                    .await;
-                settle(applied, saved.is_ok());
-                saved.map_err(|e| format!("{e:#}"))
-            }
-            Err(e) => Err(format!(
-                "actor {id}: cannot snapshot its files and restore version {target}: {e}"
-            )),
-        };
-        if let Err(e) = saved {
+        if let Err(e) = self.swap_in(id, target, parts, |_| {}).await {
             if entry.running {
                 handle.start().await;
             }
@@ -283,20 +254,42 @@ impl Broker {
         }))
     }
 
-    /// Builds and swaps in the folders of `parts` on a worker thread (they may hold many
-    /// files): all of them, or on an error none. The swap is logged with the `version` the
-    /// registry names once it is final, so a kill before that is settled at the next start.
-    async fn replace(
+    /// Makes `version` the installed version of `id`: swaps in the folders of `parts` (built
+    /// and swapped on a worker thread, as they may hold many files), then saves the registry
+    /// with the entry's version set and `also` applied. All of it, or on an error nothing: a
+    /// registry that cannot be saved swaps the folders back. The swap is logged with `version`,
+    /// so a kill before the registry names it is settled at the next start.
+    async fn swap_in(
         &self,
         id: &ActorId,
         version: u32,
         parts: Vec<(PathBuf, PathBuf)>,
-    ) -> std::io::Result<Applied> {
+        also: impl FnOnce(&mut ActorEntry),
+    ) -> Result<(), String> {
         let log = self.world.swap_log_path(id);
         let note = json!({ "version": version });
-        tokio::task::spawn_blocking(move || Replacement::prepare(parts)?.apply_logged(log, note))
-            .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(format!("the swap failed: {e}"))))
+        let applied = tokio::task::spawn_blocking(move || {
+            Replacement::prepare(parts)?.apply_logged(log, note)
+        })
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(format!("the swap failed: {e}"))))
+        .map_err(|e| {
+            format!("actor {id}: cannot snapshot its files and install version {version}: {e}")
+        })?;
+        let saved = self
+            .update_registry(|registry| {
+                let entry = registry.actors.get_mut(id.as_str()).expect("a known actor");
+                entry.version = version;
+                also(entry);
+            })
+            .await;
+        if saved.is_ok() {
+            // Final: the old trees go, off the world's thread.
+            drop(tokio::task::spawn_blocking(move || applied.finish()));
+        } else {
+            applied.undo();
+        }
+        saved.map_err(|e| format!("{e:#}"))
     }
 
     /// A crash loop after an upgrade: roll back to the previous version and tell whoever asked
@@ -657,14 +650,4 @@ fn now_rfc3339() -> String {
         rem % 3600 / 60,
         rem % 60
     )
-}
-
-/// Makes a swap final once the registry names the new version (the old trees go, on a worker
-/// thread), or undoes it when the registry could not be saved, so folders and registry agree.
-fn settle(applied: Applied, saved: bool) {
-    if saved {
-        drop(tokio::task::spawn_blocking(move || applied.finish()));
-    } else {
-        applied.undo();
-    }
 }
