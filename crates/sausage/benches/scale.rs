@@ -242,6 +242,7 @@ fn world(actors: &Path, scratch: &Path, n: usize) -> World {
                 version: 1,
                 next_version: 2,
                 running: true,
+                owner: None,
             },
         );
     }

@@ -39,6 +39,27 @@ pub const TOKEN_VARIABLE: &str = "SAUSAGE_API_TOKEN";
 /// own files, since the console deploys it.
 const AGENT_SOURCE_DIR: &str = "agent-source";
 
+/// Asks for the first owner's person id; an empty answer is [`crate::people::DEFAULT_OWNER`].
+pub fn ask_owner(input: &mut impl BufRead, out: &mut impl Write) -> Result<String> {
+    let default = crate::people::DEFAULT_OWNER;
+    loop {
+        write!(out, "Your person id, the world's owner [{default}]: ")?;
+        out.flush()?;
+        let mut line = String::new();
+        if input.read_line(&mut line)? == 0 {
+            bail!("no answer to \"Your person id\"; give it with --owner");
+        }
+        let answer = match line.trim() {
+            "" => default,
+            answer => answer,
+        };
+        match ActorId::parse(answer) {
+            Ok(_) => return Ok(answer.to_string()),
+            Err(e) => writeln!(out, "{}", e.replace("actor id", "person id"))?,
+        }
+    }
+}
+
 /// What the agent needs to reach its model.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct AgentConfig {
@@ -271,6 +292,24 @@ mod tests {
         let mut out = Vec::new();
         let result = config.complete(&mut answers.as_bytes(), &mut out, false);
         (result, String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn the_owner_is_asked_with_a_default_and_a_wrong_id_asked_again() {
+        let mut out = Vec::new();
+        let owner = ask_owner(&mut "Big Boss\nboss\n".as_bytes(), &mut out).unwrap();
+        assert_eq!(owner, "boss");
+        let out = String::from_utf8(out).unwrap();
+        assert!(
+            out.contains("person id `Big Boss` has the character 'B'"),
+            "{out}"
+        );
+        assert_eq!(
+            ask_owner(&mut "\n".as_bytes(), &mut Vec::new()).unwrap(),
+            "owner"
+        );
+        let none = ask_owner(&mut "".as_bytes(), &mut Vec::new()).unwrap_err();
+        assert!(none.to_string().contains("--owner"));
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod console;
 pub mod fs;
 pub mod init;
 pub mod message;
+pub mod people;
 pub mod replace;
 pub mod runtime;
 pub mod web;

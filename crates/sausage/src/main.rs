@@ -1,4 +1,5 @@
-//! The `sausage` command line (DESIGN §6): `init` creates a world, `run` runs it.
+//! The `sausage` command line (DESIGN §6): `init` creates a world, `run` runs it, `people`
+//! manages who may use it (DESIGN §13).
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -13,6 +14,8 @@ use tokio::io::BufReader;
 use sausage::broker::Broker;
 use sausage::console::{self, End};
 use sausage::init::{self, AgentConfig};
+use sausage::message::Tier;
+use sausage::people::People;
 use sausage::runtime::Runtime;
 use sausage::world::World;
 
@@ -43,6 +46,9 @@ enum Command {
         /// The model to use (asked if missing).
         #[arg(long)]
         model: Option<String>,
+        /// Your person id, the world's first owner (asked at a terminal; default `owner`).
+        #[arg(long, value_name = "ID")]
+        owner: Option<String>,
     },
     /// Run a world: the broker, the console, the web console and every actor that was running.
     Run {
@@ -56,6 +62,46 @@ enum Command {
         #[arg(long)]
         no_web: bool,
     },
+    /// Manage the people who may use a world: add, list, remove, or change a tier. Works
+    /// whether the world runs or not.
+    People {
+        #[command(subcommand)]
+        command: PeopleCommand,
+        /// The world's folder.
+        #[arg(long, global = true, value_name = "DIR", default_value = "world")]
+        world: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum PeopleCommand {
+    /// Add a person; prints a one-time login link for the web console.
+    Add {
+        /// Their id (a-z, 0-9, -, _).
+        id: String,
+        /// owner, member or guest.
+        #[arg(long, value_parser = parse_tier)]
+        tier: Tier,
+        /// How they are called (default: the id).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List everyone with their tier.
+    List,
+    /// Remove a person; their web sessions end at once.
+    Remove { id: String },
+    /// Change a person's tier.
+    Tier {
+        id: String,
+        #[arg(value_parser = parse_tier)]
+        tier: Tier,
+    },
+    /// Print a new one-time login link for a person.
+    Link { id: String },
+}
+
+fn parse_tier(name: &str) -> Result<Tier, String> {
+    Tier::parse(name)
 }
 
 fn main() -> ExitCode {
@@ -67,6 +113,7 @@ fn main() -> ExitCode {
             api,
             base_url,
             model,
+            owner,
         } => {
             let config = AgentConfig {
                 api,
@@ -74,9 +121,10 @@ fn main() -> ExitCode {
                 model,
                 token: None,
             };
-            block_on(init(dir, config))
+            block_on(init(dir, config, owner))
         }
         Command::Run { dir, web, no_web } => block_on(run(dir, (!no_web).then_some(web))),
+        Command::People { command, world } => people(&World::new(world), command),
     };
     match result {
         Ok(code) => code,
@@ -115,16 +163,22 @@ fn block_on(job: impl Future<Output = Result<ExitCode>>) -> Result<ExitCode> {
 }
 
 /// Creates the world, writes the agent's configuration, then builds and spawns the agent.
-async fn init(dir: PathBuf, config: AgentConfig) -> Result<ExitCode> {
+async fn init(dir: PathBuf, config: AgentConfig, owner: Option<String>) -> Result<ExitCode> {
     let world = World::new(&dir);
     world.check_new()?;
     let terminal = std::io::stdin().is_terminal();
+    let owner = match owner {
+        Some(owner) => owner,
+        None if terminal => init::ask_owner(&mut std::io::stdin().lock(), &mut std::io::stdout())?,
+        None => sausage::people::DEFAULT_OWNER.to_string(),
+    };
     let config = config.complete(
         &mut std::io::stdin().lock(),
         &mut std::io::stdout(),
         terminal,
     )?;
     world.create()?;
+    People::new(&world).create(&owner)?;
     config.write(&world)?;
     println!("Created the world `{}`. Building the agent…", dir.display());
     let source = init::write_agent_source(&world, &config)?;
@@ -146,6 +200,54 @@ async fn init(dir: PathBuf, config: AgentConfig) -> Result<ExitCode> {
     println!("    sausage run {}", dir.display());
     println!("then type what you want, for example: make me an actor that counts words");
     Ok(ExitCode::SUCCESS)
+}
+
+/// `sausage people …`: one change to `people.json` (under its lock, so a running world and
+/// this command never lose each other's change).
+fn people(world: &World, command: PeopleCommand) -> Result<ExitCode> {
+    world.load_registry()?;
+    let people = People::new(world);
+    match command {
+        PeopleCommand::Add { id, tier, name } => {
+            let token = people.add(&id, tier, name.as_deref())?;
+            println!("Added {id} ({}). Their one-time login link:", tier.as_str());
+            println!("    {}", login_link(world, &token));
+        }
+        PeopleCommand::List => {
+            for person in people.list()? {
+                println!(
+                    "{:<24} {:<7} {}",
+                    person.id,
+                    person.tier.as_str(),
+                    person.name
+                );
+            }
+        }
+        PeopleCommand::Remove { id } => {
+            people.remove(&id)?;
+            println!("Removed {id}; their sessions have ended.");
+        }
+        PeopleCommand::Tier { id, tier } => {
+            people.set_tier(&id, tier)?;
+            println!("{id} is now {}.", tier.as_str());
+        }
+        PeopleCommand::Link { id } => {
+            let token = people.new_link(&id)?;
+            println!("{}", login_link(world, &token));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A login link on the web console's address: the one the world last served on, or the
+/// default.
+fn login_link(world: &World, token: &str) -> String {
+    let addr = std::fs::read_to_string(world.web_address_path())
+        .ok()
+        .map(|a| a.trim().to_string())
+        .filter(|a| !a.is_empty())
+        .unwrap_or_else(|| sausage::web::DEFAULT_ADDR.to_string());
+    format!("http://{addr}/login?token={token}")
 }
 
 /// The broker and native actors of an open world; stopping them is `close`.

@@ -3,6 +3,8 @@
 //!
 //! Bodies are kept as raw JSON text from the line that carried them: routing checks that a body
 //! is an object and passes it on without parsing it into values or serialising it again.
+//! **Invariant:** only the host sets who a message speaks for ([`Speaker`]): the line an actor
+//! writes cannot carry one, whatever fields it holds.
 
 use std::fmt;
 use std::sync::Arc;
@@ -72,8 +74,51 @@ impl fmt::Debug for ActorId {
     }
 }
 
+/// What a person may make happen (DESIGN §13), from least to most. `people` keeps each
+/// person's; the envelope carries the speaker's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    /// Talks and reads.
+    Guest,
+    /// Also builds, deploys and upgrades the actors it owns.
+    Member,
+    /// Everything, including changing the agent and managing people.
+    Owner,
+}
+
+impl Tier {
+    pub const NAMES: &str = "owner, member or guest";
+
+    pub fn parse(name: &str) -> Result<Tier, String> {
+        match name {
+            "owner" => Ok(Tier::Owner),
+            "member" => Ok(Tier::Member),
+            "guest" => Ok(Tier::Guest),
+            _ => Err(format!("`{name}` is not a tier; use {}", Tier::NAMES)),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Owner => "owner",
+            Tier::Member => "member",
+            Tier::Guest => "guest",
+        }
+    }
+}
+
+/// The person a message speaks for and their tier, set by the surface (console, web) that took
+/// the message from them: `"person"` and `"tier"` in the envelope. Person ids follow the rules
+/// of actor ids, so they need no escaping.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Speaker {
+    pub person: ActorId,
+    pub tier: Tier,
+}
+
 /// What an actor writes: `{"to": "notes", "id": "x1", "reply_to": "m-17", "body": {...}}`.
-/// Only `body` is required; unknown fields are ignored.
+/// Only `body` is required; unknown fields are ignored, `person` and `tier` among them.
 #[derive(Deserialize)]
 pub struct Outgoing {
     #[serde(default)]
@@ -86,6 +131,9 @@ pub struct Outgoing {
     #[serde(default)]
     pub reply_to: Option<String>,
     pub body: Box<RawValue>,
+    /// Set only by native surfaces, never read from a line.
+    #[serde(skip)]
+    pub speaker: Option<Speaker>,
 }
 
 impl Outgoing {
@@ -111,11 +159,18 @@ impl Outgoing {
             id: None,
             reply_to: None,
             body: raw(body),
+            speaker: None,
         }
     }
 
     pub fn replying_to(mut self, id: Option<&str>) -> Outgoing {
         self.reply_to = id.map(str::to_owned);
+        self
+    }
+
+    /// The message speaks for a person: a surface's message from them.
+    pub fn spoken_by(mut self, speaker: Option<Speaker>) -> Outgoing {
+        self.speaker = speaker;
         self
     }
 }
@@ -147,13 +202,15 @@ fn actor_chosen_id<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Stri
     d.deserialize_any(Id)
 }
 
-/// A message as the broker delivers it:
-/// `{"id": "m-17", "from": "console", "reply_to": "agent/a3", "body": {...}}`.
+/// A message as the broker delivers it: `{"id": "m-17", "from": "console", "reply_to":
+/// "agent/a3", "person": "ann", "tier": "member", "body": {...}}` (`reply_to`, `person` and
+/// `tier` only when there are some).
 #[derive(Debug)]
 pub struct Envelope {
     pub id: String,
     pub from: ActorId,
     pub reply_to: Option<String>,
+    pub speaker: Option<Speaker>,
     pub body: Box<RawValue>,
 }
 
@@ -172,6 +229,13 @@ impl Envelope {
             line.extend_from_slice(b",\"reply_to\":");
             push_json_string(&mut line, reply_to);
         }
+        if let Some(speaker) = &self.speaker {
+            line.extend_from_slice(b",\"person\":\"");
+            line.extend_from_slice(speaker.person.as_str().as_bytes());
+            line.extend_from_slice(b"\",\"tier\":\"");
+            line.extend_from_slice(speaker.tier.as_str().as_bytes());
+            line.push(b'"');
+        }
         line.extend_from_slice(b",\"body\":");
         line.extend_from_slice(body.as_bytes());
         line.extend_from_slice(b"}\n");
@@ -182,10 +246,14 @@ impl Envelope {
     pub fn line_len(&self) -> usize {
         const FRAME: usize = r#"{"id":"","from":"","body":}"#.len() + 1;
         const REPLY_FRAME: usize = r#","reply_to":"""#.len();
+        const SPEAKER_FRAME: usize = r#","person":"","tier":"""#.len();
         self.body.get().len()
             + self.id.len()
             + self.from.as_str().len()
             + self.reply_to.as_ref().map_or(0, |r| r.len() + REPLY_FRAME)
+            + self.speaker.as_ref().map_or(0, |s| {
+                s.person.as_str().len() + s.tier.as_str().len() + SPEAKER_FRAME
+            })
             + FRAME
     }
 
@@ -292,9 +360,11 @@ mod tests {
             id: "a/q".into(),
             from: ActorId::parse("echo").unwrap(),
             reply_to: Some("m-1".into()),
+            speaker: None,
             body: RawValue::from_string(r#"{ "type" : "t" }"#.into()).unwrap(),
         };
         let line = env.to_line();
+        assert_eq!(line.len(), env.line_len());
         assert!(line.ends_with(b"}\n"));
         let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
         assert_eq!(v["id"], "a/q");
@@ -305,6 +375,34 @@ mod tests {
             String::from_utf8(line)
                 .unwrap()
                 .contains(r#"{ "type" : "t" }"#)
+        );
+    }
+
+    #[test]
+    fn only_the_host_says_who_a_message_speaks_for() {
+        let forged = br#"{"to":"agent","person":"boss","tier":"owner","body":{"type":"text"}}"#;
+        assert_eq!(Outgoing::parse(forged).unwrap().speaker, None);
+
+        let env = Envelope {
+            id: "m-9".into(),
+            from: ActorId::parse("web").unwrap(),
+            reply_to: None,
+            speaker: Some(Speaker {
+                person: ActorId::parse("ann").unwrap(),
+                tier: Tier::Member,
+            }),
+            body: RawValue::from_string(r#"{"type":"text"}"#.into()).unwrap(),
+        };
+        let line = env.to_line();
+        assert_eq!(line.len(), env.line_len());
+        let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(
+            (&v["person"], &v["tier"]),
+            (&"ann".into(), &"member".into())
+        );
+        assert_eq!(
+            Tier::parse("admin").unwrap_err(),
+            "`admin` is not a tier; use owner, member or guest"
         );
     }
 }

@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::fs::{Mount, write_atomically};
-use crate::message::{ActorId, Envelope, NATIVE_ACTORS};
+use crate::message::{ActorId, Envelope, NATIVE_ACTORS, Speaker, Tier};
 use crate::replace::{Applied, Replacement};
 use crate::runtime::MAX_MEMORY_MB;
 use crate::runtime::network::Credentials;
@@ -118,6 +118,10 @@ pub struct ActorEntry {
     pub next_version: u32,
     /// Whether the actor should run: `stop` clears it, a host shutdown does not.
     pub running: bool,
+    /// Who created it (DESIGN §13): a person's id, or the requesting actor's; `None` for an
+    /// actor spawned before owners were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// A message as [`Envelope::to_line`] writes it, read back.
@@ -126,7 +130,18 @@ struct StoredEnvelope {
     id: String,
     from: String,
     reply_to: Option<String>,
+    person: Option<String>,
+    tier: Option<Tier>,
     body: Box<serde_json::value::RawValue>,
+}
+
+impl StoredEnvelope {
+    fn speaker(&self) -> Option<Speaker> {
+        Some(Speaker {
+            person: ActorId::parse(self.person.as_deref()?).ok()?,
+            tier: self.tier?,
+        })
+    }
 }
 
 /// `actor/<id>/status.json`, kept current by the supervisor.
@@ -355,8 +370,9 @@ impl World {
         let bytes = std::fs::read(&path).ok()?;
         match serde_json::from_slice::<StoredEnvelope>(&bytes) {
             Ok(stored) => Some(Envelope {
-                id: stored.id,
+                speaker: stored.speaker(),
                 from: ActorId::parse(&stored.from).ok()?,
+                id: stored.id,
                 reply_to: stored.reply_to,
                 body: stored.body,
             }),
@@ -396,6 +412,26 @@ impl World {
 
     /// `broker/credentials/`: host-private secrets, outside every mount (and hidden from
     /// sandboxed builds).
+    /// `broker/people.json`: who may speak to the world (`people` owns it).
+    pub fn people_path(&self) -> PathBuf {
+        self.root.join("broker/people.json")
+    }
+
+    pub fn people_lock_path(&self) -> PathBuf {
+        self.root.join("broker/people.lock")
+    }
+
+    /// `broker/web/sessions.json`: the web console's sessions (hashes only).
+    pub fn web_sessions_path(&self) -> PathBuf {
+        self.root.join("broker/web/sessions.json")
+    }
+
+    /// `broker/web/address`: where the running world's web console listens, so login links
+    /// made by `sausage people` point at it.
+    pub fn web_address_path(&self) -> PathBuf {
+        self.root.join("broker/web/address")
+    }
+
     pub fn credentials_dir(&self) -> PathBuf {
         self.root.join("broker/credentials")
     }

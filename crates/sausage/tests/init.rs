@@ -28,6 +28,8 @@ fn init_builds_and_registers_the_agent_and_the_world_answers() {
             &fake.base_url(),
             "--model",
             "m-1",
+            "--owner",
+            "boss",
         ])
         .env("SAUSAGE_API_TOKEN", TOKEN)
         .stdin(Stdio::null())
@@ -47,6 +49,12 @@ fn init_builds_and_registers_the_agent_and_the_world_answers() {
 
     let world = TestWorld::adopt(dir, root);
     assert_eq!(world.json("sausage.json")["actors"]["agent"]["version"], 1);
+    let people = world.json("broker/people.json");
+    assert_eq!(
+        people["people"][0]["id"], "boss",
+        "the first owner: {people}"
+    );
+    assert_eq!(people["people"][0]["tier"], "owner");
     assert_eq!(
         world.json("sausage.json")["subscriptions"]["agent"],
         serde_json::json!(["console"])

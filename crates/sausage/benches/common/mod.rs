@@ -79,6 +79,7 @@ pub fn world(actors: &Path, installs: &[(&str, &str)]) -> (tempfile::TempDir, Wo
                 version: 1,
                 next_version: 2,
                 running: true,
+                owner: None,
             },
         );
     }

@@ -189,6 +189,7 @@ async fn run_transcript(
                     id: format!("t-{}", step.line),
                     from,
                     reply_to: None,
+                    speaker: None,
                     body: raw(body),
                 };
                 if instance.stdin.try_push(Arc::new(envelope)).is_err() {

@@ -20,7 +20,7 @@ use memmap2::{Advice, Mmap, MmapRaw};
 use rustc_hash::FxHashMap;
 use serde_json::value::RawValue;
 
-use crate::message::{ActorId, Envelope};
+use crate::message::{ActorId, Envelope, Speaker, Tier};
 
 /// Bytes of one segment file. Only the segment being written is mapped, so this bounds the
 /// memory the journal adds to the host; a record larger than this gets a segment of its size.
@@ -47,9 +47,11 @@ const HEADER: usize = 8;
 /// The payload starts with its kind, then the key: the actor (a `u8` length and its bytes) and
 /// the position (`i64`). A put goes on with the envelope: the id (`u32` length), the sender
 /// (`u8` length), `reply_to` (`u32` length, [`NO_REPLY`] for none), and the body to the end.
-/// Every integer is little-endian.
+/// A put that speaks for a person ([`PUT_SPOKEN`]) has the person (`u8` length) and the tier
+/// (one byte, [`tier_byte`]) between `reply_to` and the body. Every integer is little-endian.
 const PUT: u8 = 1;
 const TAKE: u8 = 2;
+const PUT_SPOKEN: u8 = 3;
 
 /// The reply length that means "no `reply_to`".
 const NO_REPLY: u32 = u32::MAX;
@@ -221,6 +223,7 @@ impl Journal {
         let id = envelope.id.as_bytes();
         let from = envelope.from.as_str().as_bytes();
         let reply_to = envelope.reply_to.as_deref().map(str::as_bytes);
+        let speaker = envelope.speaker.as_ref();
         let body = envelope.body.get().as_bytes();
         let len = key_len(actor)
             + 4
@@ -229,10 +232,11 @@ impl Journal {
             + from.len()
             + 4
             + reply_to.map_or(0, <[u8]>::len)
+            + speaker.map_or(0, |s| 1 + s.person.as_str().len() + 1)
             + body.len();
         let place = log.append(len, |out| {
             let mut out = Writer(out);
-            out.key(PUT, actor, pos);
+            out.key(if speaker.is_some() { PUT_SPOKEN } else { PUT }, actor, pos);
             out.u32(id.len() as u32);
             out.bytes(id);
             out.u8(from.len() as u8);
@@ -243,6 +247,11 @@ impl Journal {
                     out.bytes(reply_to);
                 }
                 None => out.u32(NO_REPLY),
+            }
+            if let Some(speaker) = speaker {
+                out.u8(speaker.person.as_str().len() as u8);
+                out.bytes(speaker.person.as_str().as_bytes());
+                out.u8(tier_byte(speaker.tier));
             }
             out.bytes(body);
         })?;
@@ -527,7 +536,7 @@ fn decode(payload: &[u8]) -> Result<Record, String> {
     if kind == TAKE {
         return Ok(Record::Take((actor, pos)));
     }
-    if kind != PUT {
+    if kind != PUT && kind != PUT_SPOKEN {
         return Err(format!("unknown record kind {kind}"));
     }
     let len = r.u32()? as usize;
@@ -538,6 +547,19 @@ fn decode(payload: &[u8]) -> Result<Record, String> {
         NO_REPLY => None,
         len => Some(r.str(len as usize)?.to_string()),
     };
+    let speaker = if kind == PUT_SPOKEN {
+        let len = r.u8()? as usize;
+        let person = ActorId::parse(r.str(len)?)?;
+        let tier = match r.u8()? {
+            0 => Tier::Guest,
+            1 => Tier::Member,
+            2 => Tier::Owner,
+            other => return Err(format!("unknown tier {other}")),
+        };
+        Some(Speaker { person, tier })
+    } else {
+        None
+    };
     let body = RawValue::from_string(r.str(r.0.len())?.to_string())
         .map_err(|e| format!("the body is not JSON: {e}"))?;
     Ok(Record::Put(
@@ -546,9 +568,19 @@ fn decode(payload: &[u8]) -> Result<Record, String> {
             id,
             from,
             reply_to,
+            speaker,
             body,
         },
     ))
+}
+
+/// A tier as one byte of a record.
+fn tier_byte(tier: Tier) -> u8 {
+    match tier {
+        Tier::Guest => 0,
+        Tier::Member => 1,
+        Tier::Owner => 2,
+    }
 }
 
 /// Bytes of a record's kind, actor and position.
@@ -637,6 +669,7 @@ mod tests {
             id: format!("m-{n}"),
             from: actor("sender"),
             reply_to: n.is_multiple_of(2).then(|| format!("x/{n}")),
+            speaker: None,
             body: raw(&json!({"type": "n", "n": n, "pad": "é".repeat(pad)})),
         }
     }
@@ -653,6 +686,42 @@ mod tests {
 
     fn segments(dir: &Path) -> usize {
         std::fs::read_dir(dir).unwrap().count()
+    }
+
+    #[test]
+    fn who_a_message_speaks_for_comes_back_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let spoken = |n: usize, tier| Envelope {
+            speaker: Some(Speaker {
+                person: actor("ann"),
+                tier,
+            }),
+            ..envelope(n, 1)
+        };
+        {
+            let journal = Journal::open(dir.path()).unwrap();
+            journal
+                .put(&actor("a"), 0, &spoken(0, Tier::Guest))
+                .unwrap();
+            journal.put(&actor("a"), 1, &envelope(1, 1)).unwrap();
+            journal
+                .put(&actor("a"), 2, &spoken(2, Tier::Owner))
+                .unwrap();
+        }
+        let journal = Journal::open(dir.path()).unwrap();
+        let speakers: Vec<_> = journal
+            .claim(&actor("a"))
+            .into_iter()
+            .map(|(_, e)| e.speaker.as_ref().map(|s| (s.person.to_string(), s.tier)))
+            .collect();
+        assert_eq!(
+            speakers,
+            [
+                Some(("ann".to_string(), Tier::Guest)),
+                None,
+                Some(("ann".to_string(), Tier::Owner))
+            ]
+        );
     }
 
     #[test]

@@ -475,6 +475,7 @@ mod tests {
             id: format!("m-{n}"),
             from: ActorId::parse("test").unwrap(),
             reply_to: None,
+            speaker: None,
             body: raw(&serde_json::json!({"type": "n", "n": n})),
         })
     }
@@ -512,6 +513,7 @@ mod tests {
             id: format!("m-{n}"),
             from: ActorId::parse("test").unwrap(),
             reply_to: None,
+            speaker: None,
             body: raw(&serde_json::json!({"type": "big", "pad": "x".repeat(kib << 10)})),
         })
     }
@@ -582,6 +584,7 @@ mod tests {
             id: format!("m-{n:04}"),
             from: ActorId::parse("test").unwrap(),
             reply_to: None,
+            speaker: None,
             body: raw(&serde_json::json!({"type": "big", "pad": "x".repeat(1000)})),
         })
     }
@@ -706,6 +709,7 @@ mod tests {
                         id: format!("m-{n}"),
                         from: ActorId::parse("x").unwrap(),
                         reply_to: None,
+                        speaker: None,
                         body: raw(&serde_json::json!({"pad": "y".repeat(pad * 100)})),
                     });
                     match op {

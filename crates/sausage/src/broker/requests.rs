@@ -53,21 +53,60 @@ pub const REQUESTS: [&str; 9] = [
 ];
 
 /// A request failed: the reason goes back to the requester.
-type Answer = Result<Value, String>;
+type Answer<T = Value> = Result<T, String>;
 
 impl Broker {
     /// Answers one request; the reply is a message to the requester with `reply_to` set.
     pub(super) async fn answer(self: Arc<Self>, request: Arc<Envelope>, body: Value) {
         let kind = body.get("type").and_then(Value::as_str).unwrap_or("");
-        let answer = match kind {
-            "spawn" => self.spawn(&request, &body).await,
-            "upgrade" => self.upgrade(&request, &body).await,
-            "rollback" => self.rollback(&body).await,
-            "remove" => self.remove(&body).await,
-            "stop" => self.stop(&body).await,
-            "start" => self.start_actor(&body).await,
-            "subscribe" => self.subscribe(&request, &body, true).await,
-            "unsubscribe" => self.subscribe(&request, &body, false).await,
+        if matches!(kind, "undeliverable" | "shutdown") {
+            return;
+        }
+        let answer = match self.tier_allows(&request, kind, &body).await {
+            Err(refusal) => Err(refusal),
+            Ok(()) => self.answer_allowed(&request, kind, &body).await,
+        };
+        let reply = answer
+            .unwrap_or_else(|reason| json!({"type": "error", "request": kind, "reason": reason}));
+        let out = Outgoing::new(&request.from, &reply).replying_to(Some(&request.id));
+        self.send(&ActorId::broker(), out).await;
+    }
+
+    /// A request that speaks for a person is refused when their tier does not allow it
+    /// (`people::tiers`), before anything happens. Requests of actors speak for nobody.
+    async fn tier_allows(&self, request: &Envelope, kind: &str, body: &Value) -> Answer<()> {
+        let Some(speaker) = &request.speaker else {
+            return Ok(());
+        };
+        let actor = body.get("actor").and_then(Value::as_str);
+        let owner = match actor {
+            Some(actor) => self
+                .registry()
+                .await
+                .actors
+                .get(actor)
+                .and_then(|entry| entry.owner.clone()),
+            None => None,
+        };
+        crate::people::tiers::may_ask(speaker, kind, actor, owner.as_deref())
+    }
+
+    /// Answers a request its sender may make.
+    async fn answer_allowed(
+        self: &Arc<Self>,
+        request: &Envelope,
+        kind: &str,
+        body: &Value,
+    ) -> Answer {
+        match kind {
+            "spawn" => self.spawn(request, body).await,
+            "upgrade" => self.upgrade(request, body).await,
+            "rollback" => self.rollback(body).await,
+            "remove" => self.remove(body).await,
+            "stop" => self.stop(body).await,
+            "start" => self.start_actor(body).await,
+            "subscribe" => self.subscribe(request, body, true).await,
+            "unsubscribe" => self.subscribe(request, body, false).await,
             "list" => Ok(self.list().await),
             "" => Err(format!(
                 "a request needs a string `type`; known requests: {}",
@@ -79,16 +118,11 @@ impl Broker {
                     .as_str()
                     .unwrap_or("the request cannot be read")
             )),
-            "undeliverable" | "shutdown" => return,
             other => Err(format!(
                 "unknown request `{other}`; known requests: {}",
                 REQUESTS.join(", ")
             )),
-        };
-        let reply = answer
-            .unwrap_or_else(|reason| json!({"type": "error", "request": kind, "reason": reason}));
-        let out = Outgoing::new(&request.from, &reply).replying_to(Some(&request.id));
-        self.send(&ActorId::broker(), out).await;
+        }
     }
 
     /// `spawn`: compile, test on scratch copies, then install as version 1 and start.
@@ -104,6 +138,7 @@ impl Broker {
                 "actor `{id}` already exists; send `upgrade` to install a new version"
             ));
         }
+        let owner = owner_of_spawn(request, body)?;
         let version = 1;
         let candidate = self.candidate(request, body, &id, version).await?;
         self.store_version(&id, version, &candidate)
@@ -118,6 +153,7 @@ impl Broker {
                     version,
                     next_version: version + 1,
                     running: true,
+                    owner: Some(owner),
                 },
             );
         })
@@ -590,6 +626,7 @@ impl Broker {
                 "id": id,
                 "kind": kind,
                 "version": entry.map(|e| e.version),
+                "owner": entry.and_then(|e| e.owner.as_deref()),
                 "running": entry.is_none_or(|e| e.running),
                 "state": if kind == "native" { json!("running") } else { json!(status.state) },
                 "restarts": status.restarts,
@@ -597,6 +634,31 @@ impl Broker {
             }));
         }
         json!({"type": "actors", "actors": actors, "subscriptions": registry.subscriptions})
+    }
+}
+
+/// Who owns a new actor (DESIGN §13): the `owner` the request names (a person's id, as the
+/// agent passes the person it acts for), else the person the request speaks for, else the
+/// requesting actor. A member may name only themselves.
+fn owner_of_spawn(request: &Envelope, body: &Value) -> Result<String, String> {
+    let named = optional_string(body, "owner")?
+        .map(|owner| {
+            ActorId::parse(owner)
+                .map_err(|e| format!("`owner`: {}", e.replace("actor id", "person id")))
+        })
+        .transpose()?;
+    match (&request.speaker, named) {
+        (Some(speaker), Some(owner))
+            if speaker.tier != crate::message::Tier::Owner && owner != speaker.person =>
+        {
+            Err(format!(
+                "`owner`: {} may spawn actors only for themselves, not for {owner}",
+                speaker.person
+            ))
+        }
+        (_, Some(owner)) => Ok(owner.to_string()),
+        (Some(speaker), None) => Ok(speaker.person.to_string()),
+        (None, None) => Ok(request.from.to_string()),
     }
 }
 

@@ -137,6 +137,7 @@ impl Router {
                         id,
                         from: from.clone(),
                         reply_to: out.reply_to,
+                        speaker: out.speaker,
                         body: out.body,
                     };
                     self.undeliverable(&envelope, &to, &reason);
@@ -159,6 +160,7 @@ impl Router {
                 id,
                 from: from.clone(),
                 reply_to: out.reply_to,
+                speaker: out.speaker,
                 body: out.body,
             }),
             recipients,
@@ -236,6 +238,7 @@ impl Router {
             id: self.next_id(),
             from: broker,
             reply_to: Some(failed.id.clone()),
+            speaker: None,
             body: raw(&json!({"type": "undeliverable", "reason": reason, "to": to})),
         };
         // Dropping the notice when the sender's own mailbox is full is right: waiting here

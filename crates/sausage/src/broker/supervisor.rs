@@ -448,6 +448,7 @@ impl Task {
             id: self.sup.router.next_id(),
             from: ActorId::broker(),
             reply_to: None,
+            speaker: None,
             body: raw(&json!({"type": "shutdown"})),
         };
         self.sup.mailbox.close_input(shutdown.to_line());

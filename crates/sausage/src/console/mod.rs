@@ -23,7 +23,8 @@ use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::broker::Broker;
-use crate::message::{ActorId, Envelope, Outgoing};
+use crate::message::{ActorId, Envelope, Outgoing, Speaker};
+use crate::people::People;
 use render::{DEFAULT_WIDTH, Renderer, script_line};
 use terminal::{Input, Known, LivePrompt, Printer, Terminal};
 use turns::{AGENT, Interrupt, Turns};
@@ -208,6 +209,10 @@ pub async fn run_terminal(broker: Arc<Broker>) -> Result<End> {
 struct Console {
     broker: Arc<Broker>,
     me: ActorId,
+    /// The person the console speaks for: the world's first owner (DESIGN §13); `None` only
+    /// when `people.json` cannot be read (reported at start), and then its messages speak for
+    /// nobody, as an actor's do.
+    speaker: Option<Speaker>,
     awaited: Awaited,
     arrivals: Arrivals,
     /// Changed through [`Console::turns`], which keeps the prompt and completion in step.
@@ -228,9 +233,20 @@ struct View {
 
 impl Console {
     fn new(broker: Arc<Broker>, out: Output, view: Option<View>) -> Arc<Console> {
+        let speaker = match People::new(&broker.world).console_person() {
+            Ok(person) => ActorId::parse(&person.id).ok().map(|id| Speaker {
+                person: id,
+                tier: person.tier,
+            }),
+            Err(e) => {
+                eprintln!("sausage: {e:#}; the console speaks for nobody");
+                None
+            }
+        };
         Arc::new(Console {
             broker,
             me: ActorId::parse("console").expect("valid id"),
+            speaker,
             awaited: Awaited::default(),
             arrivals: Arrivals::default(),
             turns: Mutex::default(),
@@ -266,6 +282,13 @@ impl Console {
                     continue;
                 };
                 let body = message.body_value();
+                // Another person's conversation (a room's copy for a member who last spoke
+                // elsewhere) is theirs, not the console's person's (DESIGN §13).
+                if let (Some(to), Some(me)) = (body["for"].as_str(), &console.speaker)
+                    && to != me.person.as_str()
+                {
+                    continue;
+                }
                 let ended = console.turns(|t| {
                     t.observe(
                         &message.id,
@@ -365,7 +388,9 @@ impl Console {
     /// Sends a message. A text to the agent starts a turn, known by the message's id, which
     /// the console follows until its final reply.
     async fn send(&self, to: &ActorId, body: &Value, reply_to: Option<&str>) {
-        let out = Outgoing::new(to, body).replying_to(reply_to);
+        let out = Outgoing::new(to, body)
+            .replying_to(reply_to)
+            .spoken_by(self.speaker.clone());
         let delivery = self.broker.router.accept(&self.me, out);
         if to.as_str() == AGENT && reply_to.is_none() && body["type"] == "text" {
             // Noted before delivery, so even the quickest reply finds its turn.
@@ -394,10 +419,10 @@ impl Console {
     /// Sends a request and waits up to `patience` for its reply, which is not shown.
     async fn ask(&self, to: &ActorId, body: Value, patience: Duration) -> Result<Value, String> {
         let (tx, rx) = oneshot::channel();
-        let delivery = self
-            .broker
-            .router
-            .accept(&self.me, Outgoing::new(to, &body));
+        let delivery = self.broker.router.accept(
+            &self.me,
+            Outgoing::new(to, &body).spoken_by(self.speaker.clone()),
+        );
         self.awaited
             .waiting
             .lock()

@@ -19,8 +19,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use super::{App, Person, SESSION_COOKIE, empty, refuse};
-use crate::message::{ActorId, Envelope, Outgoing};
+use super::{App, Person, SESSION_COOKIE, Viewer, empty, refuse};
+use crate::message::{ActorId, Envelope, Outgoing, Speaker, Tier};
+use crate::people::tiers::may_ask;
 
 /// How long an action on an actor (a rollback compiles) may take before the call gives up.
 const ACTION_PATIENCE: Duration = Duration::from_secs(120);
@@ -66,6 +67,8 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/api/chat/stop", post(stop_turn))
         .route("/api/conversation", get(conversation))
         .route("/api/graph", get(graph))
+        .route("/api/people", get(people).post(add_person))
+        .route("/api/people/{id}/{action}", post(change_person))
         .route("/api/events", get(events))
         .fallback(|| async {
             refuse(
@@ -99,7 +102,7 @@ async fn login(State(app): State<Arc<App>>, Query(query): Query<LoginQuery>) -> 
     headers.insert(header::LOCATION, HeaderValue::from_static("/"));
     let cookie = format!(
         "{SESSION_COOKIE}={session}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
-        super::sessions::SESSION_DAYS * 24 * 3600
+        crate::people::sessions::SESSION_DAYS * 24 * 3600
     );
     headers.insert(
         header::SET_COOKIE,
@@ -110,7 +113,7 @@ async fn login(State(app): State<Arc<App>>, Query(query): Query<LoginQuery>) -> 
 
 /// `GET /api/me`: who the session is.
 async fn me(Extension(person): Extension<Person>) -> Json<Value> {
-    Json(json!({ "person": person.0 }))
+    Json(json!({ "person": person.id, "name": person.name, "tier": person.tier }))
 }
 
 /// `POST /api/logout`: ends the session.
@@ -193,13 +196,21 @@ async fn known(app: &App, id: &str) -> Result<(ActorId, &'static str), Refusal> 
     Ok((actor, kind))
 }
 
-/// `GET /api/actors/{id}`: `status`, `versions` (each version's `meta.json` with `current`),
+/// `GET /api/actors/{id}`: `owner` (who created it), `status`, `versions` (each version's
+/// `meta.json` with `current`),
 /// the files of `public` and `source` (paths), and `log_size`.
 async fn actor(State(app): State<Arc<App>>, UrlPath(id): UrlPath<String>) -> Response {
     let (actor, kind) = match known(&app, &id).await {
         Ok(known) => known,
         Err(refused) => return refused.into_response(),
     };
+    let owner = app
+        .broker
+        .registry()
+        .await
+        .actors
+        .get(actor.as_str())
+        .and_then(|entry| entry.owner.clone());
     let world = app.broker.world.clone();
     let details = tokio::task::spawn_blocking(move || {
         let status = world.read_status(&actor);
@@ -221,7 +232,7 @@ async fn actor(State(app): State<Arc<App>>, UrlPath(id): UrlPath<String>) -> Res
             })
             .collect();
         json!({
-            "id": actor.as_str(), "kind": kind, "status": status,
+            "id": actor.as_str(), "kind": kind, "owner": owner, "status": status,
             "versions": versions,
             "public": list_files(&world.public_dir(&actor)),
             "source": list_files(&world.source_dir(&actor)),
@@ -432,15 +443,38 @@ fn object(body: &Bytes) -> Result<serde_json::Map<String, Value>, Refusal> {
     }
 }
 
-/// Sends `body` to `to` as `web`; returns the message's id.
-async fn tell(app: &App, to: &ActorId, body: &Value, reply_to: Option<&str>) -> String {
-    let out = Outgoing::new(to, body).replying_to(reply_to);
+/// Who a person is in an envelope: the session's person speaks through `web`.
+fn speaker(person: &Person) -> Speaker {
+    Speaker {
+        person: ActorId::parse(&person.id).expect("people.json holds valid ids"),
+        tier: person.tier,
+    }
+}
+
+/// Sends `body` to `to` as `web`, speaking for `person`; returns the message's id.
+async fn tell(
+    app: &App,
+    person: &Person,
+    to: &ActorId,
+    body: &Value,
+    reply_to: Option<&str>,
+) -> String {
+    let own = app.broker.router.next_id();
+    let id = format!("{}/{own}", app.me);
+    // Noted before the message goes, so even the quickest reply finds its person.
+    app.sent_for(&id, &person.id);
+    let mut out = Outgoing::new(to, body)
+        .replying_to(reply_to)
+        .spoken_by(Some(speaker(person)));
+    out.id = Some(own);
     app.broker.send(&app.me, out).await
 }
 
-/// Sends `body` to `to` as `web` and waits up to `patience` for the reply.
+/// Sends `body` to `to` as `web`, speaking for `person`, and waits up to `patience` for the
+/// reply.
 async fn ask(
     app: &App,
+    person: &Person,
     to: &ActorId,
     body: &Value,
     patience: Duration,
@@ -449,7 +483,7 @@ async fn ask(
     let id = format!("{}/{own}", app.me);
     let (done, reply) = oneshot::channel();
     app.lock_waiting().insert(id.clone(), done);
-    let mut out = Outgoing::new(to, body);
+    let mut out = Outgoing::new(to, body).spoken_by(Some(speaker(person)));
     out.id = Some(own);
     app.broker.send(&app.me, out).await;
     match tokio::time::timeout(patience, reply).await {
@@ -467,10 +501,40 @@ async fn ask(
     }
 }
 
+/// 403 unless `person`'s tier allows the broker request `kind` on `actor`
+/// (`people::tiers`); the broker checks again when the request arrives.
+async fn tier_allows(app: &App, person: &Person, kind: &str, actor: &str) -> Result<(), Refusal> {
+    let owner = app
+        .broker
+        .registry()
+        .await
+        .actors
+        .get(actor)
+        .and_then(|entry| entry.owner.clone());
+    may_ask(&speaker(person), kind, Some(actor), owner.as_deref())
+        .map_err(|why| Refusal(StatusCode::FORBIDDEN, why))
+}
+
+/// 403 unless `person` is an owner.
+fn owners_only(person: &Person, what: &str) -> Result<(), Refusal> {
+    if person.tier == Tier::Owner {
+        return Ok(());
+    }
+    Err(Refusal(
+        StatusCode::FORBIDDEN,
+        format!(
+            "only owners may {what}; {} is a {}",
+            person.id,
+            person.tier.as_str()
+        ),
+    ))
+}
+
 /// `POST /api/actors/{id}/stop|start|rollback` (rollback takes an optional `{"version"}`, older
 /// or newer): the broker's reply, or 409 with its reason.
 async fn act(
     State(app): State<Arc<App>>,
+    Extension(person): Extension<Person>,
     UrlPath((id, action)): UrlPath<(String, String)>,
     body: Bytes,
 ) -> Response {
@@ -490,6 +554,9 @@ async fn act(
             &format!("`{id}` is part of the host; it cannot be stopped, started or rolled back"),
         );
     }
+    if let Err(refused) = tier_allows(&app, &person, &action, actor.as_str()).await {
+        return refused.into_response();
+    }
     let mut request = json!({"type": action, "actor": actor.as_str()});
     if action == "rollback" && !body.is_empty() {
         let fields = match object(&body) {
@@ -507,14 +574,7 @@ async fn act(
             }
         }
     }
-    match ask(
-        &app,
-        &crate::message::ActorId::broker(),
-        &request,
-        ACTION_PATIENCE,
-    )
-    .await
-    {
+    match ask(&app, &person, &ActorId::broker(), &request, ACTION_PATIENCE).await {
         Ok(reply) => {
             let body = reply.body_value();
             if body["type"] == "error" {
@@ -532,8 +592,24 @@ async fn act(
     }
 }
 
-/// `POST /api/send` `{"to","body"}`: sends a message as `web`, like the console's `@`.
-async fn send(State(app): State<Arc<App>>, body: Bytes) -> Response {
+/// `POST /api/send` `{"to","body"}`: sends a message as `web`, like the console's `@`, for
+/// members and owners (a guest talks to the agent in the chat); the broker checks requests
+/// against the person's tier.
+async fn send(
+    State(app): State<Arc<App>>,
+    Extension(person): Extension<Person>,
+    body: Bytes,
+) -> Response {
+    if person.tier == Tier::Guest {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            &format!(
+                "{} is a guest: guests talk to the agent in the chat; sending to actors needs a \
+                 member or an owner",
+                person.id
+            ),
+        );
+    }
     let fields = match object(&body) {
         Ok(fields) => fields,
         Err(refused) => return refused.into_response(),
@@ -554,13 +630,18 @@ async fn send(State(app): State<Arc<App>>, body: Bytes) -> Response {
             "`body` must be a JSON object with a string `type`",
         );
     };
-    let id = tell(&app, &to, message, None).await;
+    let id = tell(&app, &person, &to, message, None).await;
     Json(json!({ "id": id })).into_response()
 }
 
 /// `POST /api/chat`: `{"text"}` starts a turn of the agent; `{"answer","question"}` answers
-/// the agent's open question (`question` is the question message's id). Answers `{"id"}`.
-async fn chat(State(app): State<Arc<App>>, body: Bytes) -> Response {
+/// the agent's open question (`question` is the question message's id); an optional `room`
+/// speaks in that shared room. Answers `{"id"}`.
+async fn chat(
+    State(app): State<Arc<App>>,
+    Extension(person): Extension<Person>,
+    body: Bytes,
+) -> Response {
     let fields = match object(&body) {
         Ok(fields) => fields,
         Err(refused) => return refused.into_response(),
@@ -572,7 +653,8 @@ async fn chat(State(app): State<Arc<App>>, body: Bytes) -> Response {
             .and_then(Value::as_str)
             .filter(|t| !t.trim().is_empty())
     };
-    let (message, reply_to) = match (nonempty("text"), nonempty("answer"), nonempty("question")) {
+    let (mut message, reply_to) = match (nonempty("text"), nonempty("answer"), nonempty("question"))
+    {
         (Some(text), None, None) => (json!({"type": "text", "text": text}), None),
         (None, Some(answer), Some(question)) => (
             json!({"type": "answer", "text": answer}),
@@ -586,12 +668,26 @@ async fn chat(State(app): State<Arc<App>>, body: Bytes) -> Response {
             );
         }
     };
-    let id = tell(&app, &agent, &message, reply_to.as_deref()).await;
+    match fields.get("room") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(room)) if ActorId::parse(room).is_ok() => message["room"] = json!(room),
+        Some(other) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                &format!("`room` must be a room's id (a-z, 0-9, -, _), not {other}"),
+            );
+        }
+    }
+    let id = tell(&app, &person, &agent, &message, reply_to.as_deref()).await;
     Json(json!({ "id": id })).into_response()
 }
 
 /// `POST /api/chat/stop` `{"turn"}`: asks the agent to end that turn after its current step.
-async fn stop_turn(State(app): State<Arc<App>>, body: Bytes) -> Response {
+async fn stop_turn(
+    State(app): State<Arc<App>>,
+    Extension(person): Extension<Person>,
+    body: Bytes,
+) -> Response {
     let fields = match object(&body) {
         Ok(fields) => fields,
         Err(refused) => return refused.into_response(),
@@ -603,12 +699,23 @@ async fn stop_turn(State(app): State<Arc<App>>, body: Bytes) -> Response {
         );
     };
     let agent = ActorId::parse("agent").expect("valid");
-    let id = tell(&app, &agent, &json!({"type": "stop", "turn": turn}), None).await;
+    let stop = json!({"type": "stop", "turn": turn});
+    let id = tell(&app, &person, &agent, &stop, None).await;
     Json(json!({ "id": id })).into_response()
 }
 
-/// `GET /api/conversation`: the agent's conversation as it tells it (`{"entries": [...]}`).
-async fn conversation(State(app): State<Arc<App>>) -> Response {
+#[derive(Deserialize)]
+struct ConversationQuery {
+    room: Option<String>,
+}
+
+/// `GET /api/conversation[?room=R]`: the person's conversation with the agent (or that shared
+/// room's), as the agent tells it (`{"entries": [...]}`).
+async fn conversation(
+    State(app): State<Arc<App>>,
+    Extension(person): Extension<Person>,
+    Query(query): Query<ConversationQuery>,
+) -> Response {
     let agent = ActorId::parse("agent").expect("valid");
     if app.broker.router.mailbox(&agent).is_none() {
         return refuse(
@@ -616,14 +723,11 @@ async fn conversation(State(app): State<Arc<App>>) -> Response {
             "there is no agent in this world (`sausage init` makes one)",
         );
     }
-    match ask(
-        &app,
-        &agent,
-        &json!({"type": "conversation"}),
-        CONVERSATION_PATIENCE,
-    )
-    .await
-    {
+    let mut request = json!({"type": "conversation"});
+    if let Some(room) = query.room {
+        request["room"] = json!(room);
+    }
+    match ask(&app, &person, &agent, &request, CONVERSATION_PATIENCE).await {
         Ok(reply) => {
             let body = reply.body_value();
             if body["type"] == "conversation" {
@@ -640,6 +744,144 @@ async fn conversation(State(app): State<Arc<App>>) -> Response {
     }
 }
 
+/// Runs one change of `people.json` off the world's thread (it takes the file's lock), for
+/// owners only: 403 for others, 400 with the reason when the change is refused.
+async fn people_change<T: Send + 'static>(
+    app: &App,
+    person: &Person,
+    change: impl FnOnce(&crate::people::People) -> anyhow::Result<T> + Send + 'static,
+) -> Result<T, Refusal> {
+    owners_only(person, "manage people")?;
+    let people = app.sessions.people().clone();
+    match tokio::task::spawn_blocking(move || change(&people)).await {
+        Ok(Ok(done)) => Ok(done),
+        Ok(Err(e)) => Err(Refusal(StatusCode::BAD_REQUEST, format!("{e:#}"))),
+        Err(e) => Err(Refusal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+    }
+}
+
+/// `GET /api/people` (owners): `{"people": [{"id","name","tier","created"}]}`.
+async fn people(State(app): State<Arc<App>>, Extension(person): Extension<Person>) -> Response {
+    match people_change(&app, &person, |people| people.list()).await {
+        Ok(list) => {
+            let list: Vec<Value> = list.iter().map(crate::people::Person::public).collect();
+            Json(json!({ "people": list })).into_response()
+        }
+        Err(refused) => refused.into_response(),
+    }
+}
+
+/// `POST /api/people` `{"id","tier","name"?}` (owners): adds a person; answers the person and
+/// their one-time login link (`{"person","link"}`).
+async fn add_person(
+    State(app): State<Arc<App>>,
+    Extension(person): Extension<Person>,
+    body: Bytes,
+) -> Response {
+    let fields = match object(&body) {
+        Ok(fields) => fields,
+        Err(refused) => return refused.into_response(),
+    };
+    let (Some(id), Some(tier)) = (
+        fields.get("id").and_then(Value::as_str).map(str::to_owned),
+        fields.get("tier").and_then(Value::as_str),
+    ) else {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "send {\"id\": \"ann\", \"tier\": \"owner|member|guest\", \"name\": \"Ann\"} \
+             (name optional)",
+        );
+    };
+    let tier = match Tier::parse(tier) {
+        Ok(tier) => tier,
+        Err(why) => return refuse(StatusCode::BAD_REQUEST, &format!("`tier`: {why}")),
+    };
+    let name = match fields.get("name") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) if !name.trim().is_empty() => Some(name.trim().to_owned()),
+        Some(other) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                &format!("`name` must be a non-empty string, not {other}"),
+            );
+        }
+    };
+    let added = people_change(&app, &person, move |people| {
+        let token = people.add(&id, tier, name.as_deref())?;
+        Ok((people.get(&id)?, token))
+    })
+    .await;
+    match added {
+        Ok((Some(added), token)) => Json(json!({
+            "person": added.public(),
+            "link": format!("{}/login?token={token}", app.origin),
+        }))
+        .into_response(),
+        Ok((None, _)) => refuse(StatusCode::CONFLICT, "the person was removed at once"),
+        Err(refused) => refused.into_response(),
+    }
+}
+
+/// `POST /api/people/{id}/tier` `{"tier"}`, `…/remove` (their sessions end at once) and
+/// `…/link` (a new one-time login link, `{"link"}`), for owners.
+async fn change_person(
+    State(app): State<Arc<App>>,
+    Extension(person): Extension<Person>,
+    UrlPath((id, action)): UrlPath<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let changed = match action.as_str() {
+        "tier" => {
+            let fields = match object(&body) {
+                Ok(fields) => fields,
+                Err(refused) => return refused.into_response(),
+            };
+            let tier = match fields.get("tier").and_then(Value::as_str).map(Tier::parse) {
+                Some(Ok(tier)) => tier,
+                Some(Err(why)) => {
+                    return refuse(StatusCode::BAD_REQUEST, &format!("`tier`: {why}"));
+                }
+                None => {
+                    return refuse(
+                        StatusCode::BAD_REQUEST,
+                        "send {\"tier\": \"owner|member|guest\"}",
+                    );
+                }
+            };
+            people_change(&app, &person, move |people| {
+                people.set_tier(&id, tier)?;
+                Ok(json!({"type": "tier_changed", "person": id, "tier": tier}))
+            })
+            .await
+        }
+        "remove" => {
+            people_change(&app, &person, move |people| {
+                people.remove(&id)?;
+                Ok(json!({"type": "removed", "person": id}))
+            })
+            .await
+        }
+        "link" => {
+            let origin = app.origin.clone();
+            people_change(&app, &person, move |people| {
+                let token = people.new_link(&id)?;
+                Ok(json!({"link": format!("{origin}/login?token={token}")}))
+            })
+            .await
+        }
+        _ => {
+            return refuse(
+                StatusCode::NOT_FOUND,
+                &format!("no action `{action}` on a person; actions are tier, remove and link"),
+            );
+        }
+    };
+    match changed {
+        Ok(done) => Json(done).into_response(),
+        Err(refused) => refused.into_response(),
+    }
+}
+
 /// `GET /api/graph`: who sent to whom over the last 60 s.
 async fn graph(State(app): State<Arc<App>>) -> Json<Value> {
     Json(app.lock_rates().graph())
@@ -649,13 +891,18 @@ async fn graph(State(app): State<Arc<App>>) -> Json<Value> {
 /// resumable with `Last-Event-ID`.
 async fn events(
     State(app): State<Arc<App>>,
+    Extension(person): Extension<Person>,
     headers: HeaderMap,
 ) -> Sse<impl Stream<Item = Result<SseEvent, std::convert::Infallible>>> {
     let last = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let receiver = app.events.subscribe(last.as_deref());
+    let viewer = Viewer {
+        owner: person.tier == Tier::Owner,
+        person: person.id,
+    };
+    let receiver = app.events.subscribe(viewer, last.as_deref());
     let stream = stream::unfold(receiver, |mut receiver| async move {
         let event = receiver.recv().await?;
         let mut sse = SseEvent::default().event(event.kind).data(&*event.data);

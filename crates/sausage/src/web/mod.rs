@@ -13,7 +13,6 @@
 mod api;
 mod events;
 mod rates;
-mod sessions;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -33,9 +32,9 @@ use tokio::task::JoinHandle;
 
 use crate::broker::Broker;
 use crate::message::{ActorId, Envelope};
-pub use events::Events;
+use crate::people::{People, Person, Sessions};
+pub use events::{Audience, Events, Viewer};
 use rates::Rates;
-pub use sessions::Sessions;
 
 /// Where `sausage run` serves the page unless `--web ADDR` says otherwise.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:7878";
@@ -45,6 +44,28 @@ pub const BODY_LIMIT: usize = 1 << 20;
 pub const SESSION_COOKIE: &str = "sausage_session";
 /// How often the sampler reads the router's counters while a page is open.
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+/// How many of the messages sent for people `web` remembers the person of. A reply to an
+/// older one, without a `for`, goes to owners' pages only: never to the wrong person.
+const SENT_REMEMBERED: usize = 10_000;
+
+/// The people that `web`'s latest messages were sent for.
+#[derive(Default)]
+struct Sent {
+    person: HashMap<String, String>,
+    order: std::collections::VecDeque<String>,
+}
+
+impl Sent {
+    fn remember(&mut self, id: String, person: String) {
+        if self.order.len() >= SENT_REMEMBERED
+            && let Some(oldest) = self.order.pop_front()
+        {
+            self.person.remove(&oldest);
+        }
+        self.order.push_back(id.clone());
+        self.person.insert(id, person);
+    }
+}
 
 /// The web console's shared state.
 pub struct App {
@@ -54,6 +75,10 @@ pub struct App {
     events: Events,
     /// Requests the API sent and waits on: message id → the call waiting for its reply.
     waiting: Mutex<HashMap<String, oneshot::Sender<Arc<Envelope>>>>,
+    /// Whom the messages `web` sent for people were from: message id → person, so that replies
+    /// and a turn's messages go to that person's pages only. The oldest are forgotten past
+    /// [`SENT_REMEMBERED`].
+    sent: Mutex<Sent>,
     /// `http://ADDR`: the only `Origin` a state-changing call may carry.
     origin: String,
     /// The `Host` headers that name this server.
@@ -91,9 +116,20 @@ pub async fn start(broker: Arc<Broker>, addr: SocketAddr) -> Result<Web> {
     if addr.ip().is_loopback() {
         hosts.push(format!("localhost:{}", addr.port()));
     }
-    let sessions = Sessions::load(broker.world.root().join("broker/web/sessions.json"));
-    let token = sessions.new_link("owner");
+    let people = People::new(&broker.world);
+    let owner = people.console_person()?;
+    let token = people.new_link(&owner.id)?;
     let login_link = format!("{origin}/login?token={token}");
+    let sessions = Sessions::load(broker.world.web_sessions_path(), people);
+    let address = broker.world.web_address_path();
+    std::fs::create_dir_all(address.parent().expect("in broker/web"))
+        .and_then(|()| crate::fs::write_atomically_unsynced(&address, addr.to_string().as_bytes()))
+        .with_context(|| {
+            format!(
+                "{}: cannot record the web console's address",
+                address.display()
+            )
+        })?;
     let run = format!("{:x}", std::process::id() ^ rand_u32());
     let app = Arc::new(App {
         me: ActorId::parse("web").expect("a valid id"),
@@ -101,6 +137,7 @@ pub async fn start(broker: Arc<Broker>, addr: SocketAddr) -> Result<Web> {
         sessions,
         events: Events::new(run),
         waiting: Mutex::default(),
+        sent: Mutex::default(),
         origin,
         hosts,
         rates: Mutex::new(Rates::default()),
@@ -155,7 +192,7 @@ async fn guard(State(app): State<Arc<App>>, mut request: Request, next: Next) ->
                 "a change must come from the console's own page (its Origin header)",
             );
         }
-        request.extensions_mut().insert(Person(person));
+        request.extensions_mut().insert(person);
     }
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
@@ -177,16 +214,12 @@ async fn guard(State(app): State<Arc<App>>, mut request: Request, next: Next) ->
     response
 }
 
-/// The person a request acts for, put there by [`guard`].
-#[derive(Clone, Debug)]
-pub struct Person(pub String);
-
 fn header_str(request: &Request, name: header::HeaderName) -> Option<&str> {
     request.headers().get(name)?.to_str().ok()
 }
 
 /// The session cookie's person, if the session is valid.
-fn session_of(app: &App, request: &Request) -> Option<String> {
+fn session_of(app: &App, request: &Request) -> Option<Person> {
     app.sessions.person(&session_id(request.headers())?)
 }
 
@@ -219,13 +252,18 @@ async fn read_mailbox(app: Arc<App>) {
                 // The call may have given up waiting; then the reply has nobody to go to.
                 let _ = waiter.send(message);
             }
-            None => app.events.publish(
-                "message",
-                &json!({
-                    "id": message.id, "from": message.from.as_str(),
-                    "reply_to": message.reply_to, "body": message.body_value(),
-                }),
-            ),
+            None => {
+                let body = message.body_value();
+                let audience = app.audience(&message, &body);
+                app.events.publish(
+                    "message",
+                    &json!({
+                        "id": message.id, "from": message.from.as_str(),
+                        "reply_to": message.reply_to, "body": body,
+                    }),
+                    audience,
+                );
+            }
         }
     }
 }
@@ -250,6 +288,27 @@ async fn sample(app: Arc<App>) {
 }
 
 impl App {
+    /// Whose pages a message to `web` is for: the person its body names in `for` (the agent
+    /// names the person of every message about a conversation), else the person of the message
+    /// it replies to or of the turn it belongs to, else owners.
+    fn audience(&self, message: &Envelope, body: &serde_json::Value) -> Audience {
+        if let Some(person) = body["for"].as_str() {
+            return Audience::Person(person.to_string());
+        }
+        let sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
+        [message.reply_to.as_deref(), body["turn"].as_str()]
+            .into_iter()
+            .flatten()
+            .find_map(|id| sent.person.get(id))
+            .map_or(Audience::Owners, |person| Audience::Person(person.clone()))
+    }
+
+    /// Notes that message `id` was sent for `person`.
+    fn sent_for(&self, id: &str, person: &str) {
+        let mut sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
+        sent.remember(id.to_string(), person.to_string());
+    }
+
     fn lock_waiting(
         &self,
     ) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Sender<Arc<Envelope>>>> {

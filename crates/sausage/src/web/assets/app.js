@@ -1,5 +1,6 @@
-// The web console's page (DESIGN §14): four views behind hash routes (#/chat, #/actors,
-// #/actor/<id>, #/graph), fed by the JSON API and the server-sent events of /api/events.
+// The web console's page (DESIGN §14): views behind hash routes (#/chat, #/actors,
+// #/actor/<id>, #/graph, and #/people for owners), fed by the JSON API and the server-sent
+// events of /api/events, which carry only what is for this page's person (DESIGN §13).
 // No framework, no build step, no network beyond this server. Untrusted text (messages, files,
 // logs) only ever becomes DOM text nodes: nothing here assigns innerHTML.
 // The chat box is never rebuilt, so a reconnect or a restart of the world never loses what a
@@ -100,6 +101,31 @@ async function api(method, path, body, asText = false) {
     throw new ApiError(why, response.status);
   }
   return data;
+}
+
+/** Who is logged in (`/api/me`): the page offers only what their tier may do; the server
+ * refuses the rest anyway. */
+let me = null;
+
+async function loadMe() {
+  try {
+    me = await api('GET', '/api/me');
+  } catch {
+    return;
+  }
+  document.body.dataset.tier = me.tier;
+  const label = $('#me');
+  label.textContent = `${me.name || me.person} · ${me.tier}`;
+  label.hidden = false;
+  $('#nav-people').hidden = me.tier !== 'owner';
+  if (actorPage.detail) renderActor(actorPage.detail);
+}
+
+/** Whether this person may stop, start or roll back the actor (the table of DESIGN §13). */
+function mayChange(detail) {
+  if (!me) return false;
+  if (me.tier === 'owner') return true;
+  return me.tier === 'member' && detail.id !== 'agent' && detail.owner === me.person;
 }
 
 function loggedIn(yes) {
@@ -752,7 +778,8 @@ function renderActor(detail) {
   badge.textContent = state;
   badge.dataset.state = state;
   const native = detail.kind === 'native';
-  for (const button of ['#actor-stop', '#actor-start', '#actor-rollback']) $(button).hidden = native;
+  const allowed = mayChange(detail);
+  for (const button of ['#actor-stop', '#actor-start', '#actor-rollback']) $(button).hidden = native || !allowed;
   $('#actor-status').replaceChildren(
     ...fact('kind', detail.kind), ...fact('state', state), ...fact('version', status.version),
     ...fact('restarts', status.restarts), ...fact('last exit', status.last_exit),
@@ -761,6 +788,7 @@ function renderActor(detail) {
   $('#versions tbody').replaceChildren(...(detail.versions || []).map((v) => {
     let action;
     if (v.current) action = el('span', { class: 'current' }, 'current');
+    else if (!allowed) action = '';
     else {
       action = el('button', { type: 'button', class: 'switch', 'data-version': v.version }, 'switch to');
       action.addEventListener('click', () => act('rollback', { version: v.version },
@@ -1043,6 +1071,79 @@ function reloadView() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// People (owners): who may use the world, their tiers, and login links.
+
+async function loadPeople() {
+  let list;
+  try {
+    list = (await api('GET', '/api/people')).people || [];
+    showError($('#people-error'), '');
+  } catch (error) {
+    showError($('#people-error'), error.message);
+    return;
+  }
+  $('#people-table tbody').replaceChildren(...list.map((person) => {
+    const tier = el('select', { class: 'tier', 'aria-label': `tier of ${person.id}` },
+      ...['guest', 'member', 'owner'].map((t) => el('option', { value: t, selected: t === person.tier }, t)));
+    tier.addEventListener('change', () => changePerson(person.id, 'tier', { tier: tier.value },
+      `Make ${person.id} ${tier.value === 'owner' ? 'an' : 'a'} ${tier.value}?`));
+    const link = el('button', { type: 'button', class: 'link-button' }, 'new link');
+    link.addEventListener('click', async () => {
+      try {
+        showLink(person.id, (await api('POST', `/api/people/${encodeURIComponent(person.id)}/link`)).link);
+      } catch (error) {
+        showError($('#people-error'), error.message);
+      }
+    });
+    const remove = el('button', { type: 'button', class: 'danger remove' }, 'remove');
+    remove.addEventListener('click', () => changePerson(person.id, 'remove', {},
+      `Remove ${person.id}? Their sessions end at once.`));
+    return el('tr', { 'data-person': person.id },
+      el('td', { class: 'id' }, person.id), el('td', {}, person.name),
+      el('td', {}, tier), el('td', { class: 'actions' }, link, ' ', remove));
+  }));
+}
+
+async function changePerson(id, action, body, question) {
+  if (!await confirmDialog(question)) {
+    loadPeople();
+    return;
+  }
+  try {
+    await api('POST', `/api/people/${encodeURIComponent(id)}/${action}`, body);
+    showError($('#people-error'), '');
+  } catch (error) {
+    showError($('#people-error'), error.message);
+  }
+  loadPeople();
+}
+
+function showLink(who, link) {
+  $('#person-link-who').textContent = who;
+  $('#person-link-url').textContent = link;
+  $('#person-link').hidden = false;
+}
+
+function setUpPeople() {
+  $('#person-form').addEventListener('submit', async (event) => {
+    event.preventDefault();
+    const body = { id: $('#person-id').value.trim(), tier: $('#person-tier').value };
+    const name = $('#person-name').value.trim();
+    if (name) body.name = name;
+    try {
+      const added = await api('POST', '/api/people', body);
+      showLink(added.person.id, added.link);
+      $('#person-id').value = '';
+      $('#person-name').value = '';
+      showError($('#people-error'), '');
+    } catch (error) {
+      showError($('#people-error'), error.message);
+    }
+    loadPeople();
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
 // Views and routing.
 
 let currentView = null;
@@ -1050,7 +1151,7 @@ let currentView = null;
 function parseRoute() {
   const [view, ...rest] = (location.hash || '#/chat').replace(/^#\/?/, '').split('/');
   if (view === 'actor' && rest.length) return { view: 'actor', id: decodeURIComponent(rest.join('/')) };
-  return { view: ['chat', 'actors', 'graph'].includes(view) ? view : 'chat' };
+  return { view: ['chat', 'actors', 'graph', 'people'].includes(view) ? view : 'chat' };
 }
 
 function route() {
@@ -1078,6 +1179,7 @@ function loadView() {
     case 'actors': return loadActors();
     case 'actor': loadActors(); return loadActor();
     case 'graph': return loadGraph();
+    case 'people': return loadPeople();
     default: return null;
   }
 }
@@ -1095,6 +1197,8 @@ function main() {
   setUpChat();
   setUpActors();
   setUpActor();
+  setUpPeople();
+  loadMe();
   window.addEventListener('hashchange', route);
   route();
   connect();

@@ -1,0 +1,366 @@
+//! The people of a world (DESIGN §13): who may speak to it, as which tier, and the login links
+//! and web sessions that say who is at a page.
+//!
+//! `broker/people.json` (outside every mount) is owned here: surfaces and commands ask
+//! [`People`], nobody else reads the file. Every change is a read-modify-write under an exclusive
+//! `flock` of `broker/people.lock`, so `sausage people …` and a running world never lose each
+//! other's change; the file itself is replaced atomically and synced.
+//! **Invariant:** a world always has an owner, and login tokens are kept only as SHA-256 hashes.
+
+pub mod sessions;
+pub mod tiers;
+
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::message::ActorId;
+pub use crate::message::Tier;
+use crate::world::World;
+
+pub use sessions::Sessions;
+
+/// The first owner's id when `sausage init` is not told one, and the owner of a world made
+/// before people existed.
+pub const DEFAULT_OWNER: &str = "owner";
+
+/// An unused login link stops working after this many days.
+pub const LINK_DAYS: u64 = 7;
+
+/// Unused links kept per person; making one more drops the oldest, so links printed again and
+/// again (one at every start of the world) do not pile up.
+pub const LINKS_PER_PERSON: usize = 5;
+
+/// One person of `people.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Person {
+    /// Follows the rules of actor ids.
+    pub id: String,
+    pub name: String,
+    pub tier: Tier,
+    /// Seconds since the Unix epoch.
+    #[serde(default)]
+    pub created: u64,
+    /// Random, new for every person added: a session opened for a removed person does not
+    /// let in someone added later under the same id.
+    #[serde(default)]
+    pub key: String,
+    /// Login links not used yet, newest last.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    links: Vec<Link>,
+}
+
+impl Person {
+    /// The person as surfaces show them: no link hashes.
+    pub fn public(&self) -> Value {
+        json!({"id": self.id, "name": self.name, "tier": self.tier, "created": self.created})
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Link {
+    /// SHA-256 of the token, in hex.
+    hash: String,
+    created: u64,
+}
+
+#[derive(Default, Serialize, Deserialize)]
+struct PeopleFile {
+    people: Vec<Person>,
+}
+
+/// The people of one world.
+#[derive(Clone, Debug)]
+pub struct People {
+    /// `broker/people.json`.
+    path: PathBuf,
+    /// `broker/people.lock`, held while a change reads and writes the file.
+    lock: PathBuf,
+}
+
+impl People {
+    pub fn new(world: &World) -> People {
+        People {
+            path: world.people_path(),
+            lock: world.people_lock_path(),
+        }
+    }
+
+    /// Everyone, in the order they were added. A world made before people existed has one
+    /// owner, [`DEFAULT_OWNER`], until the first change writes the file.
+    pub fn list(&self) -> Result<Vec<Person>> {
+        Ok(self.read()?.people)
+    }
+
+    pub fn get(&self, id: &str) -> Result<Option<Person>> {
+        Ok(self.list()?.into_iter().find(|p| p.id == id))
+    }
+
+    /// The person the terminal console speaks as: the first owner.
+    pub fn console_person(&self) -> Result<Person> {
+        self.list()?
+            .into_iter()
+            .find(|p| p.tier == Tier::Owner)
+            .with_context(|| format!("{}: the world has no owner", self.path.display()))
+    }
+
+    /// Starts a new world's people with its first owner.
+    pub fn create(&self, owner: &str) -> Result<()> {
+        check_id(owner)?;
+        self.change(|people| {
+            people.clear();
+            people.push(new_person(owner, None, Tier::Owner));
+            Ok(())
+        })
+    }
+
+    /// Adds a person; returns a one-time login token for them.
+    pub fn add(&self, id: &str, tier: Tier, name: Option<&str>) -> Result<String> {
+        check_id(id)?;
+        self.change(|people| {
+            if people.iter().any(|p| p.id == id) {
+                bail!("person {id} already exists; change their tier with `sausage people tier {id} TIER`");
+            }
+            let mut person = new_person(id, name, tier);
+            let token = add_link(&mut person);
+            people.push(person);
+            Ok(token)
+        })
+    }
+
+    /// Removes a person; their sessions end at their next request. The last owner stays.
+    pub fn remove(&self, id: &str) -> Result<Person> {
+        self.change(|people| {
+            let at = position(people, id)?;
+            if people[at].tier == Tier::Owner && owners(people) == 1 {
+                bail!("person {id} is the world's only owner; make someone else an owner first");
+            }
+            Ok(people.remove(at))
+        })
+    }
+
+    /// Changes a person's tier. The last owner keeps theirs.
+    pub fn set_tier(&self, id: &str, tier: Tier) -> Result<()> {
+        self.change(|people| {
+            let at = position(people, id)?;
+            if people[at].tier == Tier::Owner && tier != Tier::Owner && owners(people) == 1 {
+                bail!("person {id} is the world's only owner; make someone else an owner first");
+            }
+            people[at].tier = tier;
+            Ok(())
+        })
+    }
+
+    /// A new one-time login token for a person.
+    pub fn new_link(&self, id: &str) -> Result<String> {
+        self.change(|people| {
+            let at = position(people, id)?;
+            Ok(add_link(&mut people[at]))
+        })
+    }
+
+    /// Uses a login token: the person it logs in, once; `None` for a token that is unknown,
+    /// used or expired.
+    pub fn use_link(&self, token: &str) -> Result<Option<Person>> {
+        let hash = sessions::hash(token);
+        self.change(|people| {
+            for person in people.iter_mut() {
+                let before = person.links.len();
+                person.links.retain(|link| link.hash != hash);
+                if person.links.len() < before {
+                    return Ok(Some(person.clone()));
+                }
+            }
+            Ok(None)
+        })
+    }
+
+    fn read(&self) -> Result<PeopleFile> {
+        let bytes = match std::fs::read(&self.path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // The same owner at every read, key included, until a change writes it.
+                let owner = Person {
+                    key: String::new(),
+                    ..new_person(DEFAULT_OWNER, None, Tier::Owner)
+                };
+                return Ok(PeopleFile {
+                    people: vec![owner],
+                });
+            }
+            Err(e) => return Err(e).with_context(|| format!("{}", self.path.display())),
+        };
+        serde_json::from_slice(&bytes).with_context(|| {
+            format!(
+                "{}: not a valid people file; fix the JSON or restore it",
+                self.path.display()
+            )
+        })
+    }
+
+    /// Reads the file, lets `change` edit the people, and writes them back if it succeeded,
+    /// all under the lock. Expired links are dropped on the way.
+    fn change<T>(&self, change: impl FnOnce(&mut Vec<Person>) -> Result<T>) -> Result<T> {
+        let _lock = lock(&self.lock)?;
+        let mut file = self.read()?;
+        let result = change(&mut file.people)?;
+        let now = sessions::now();
+        for person in &mut file.people {
+            person
+                .links
+                .retain(|link| now.saturating_sub(link.created) < LINK_DAYS * 24 * 3600);
+        }
+        let bytes = serde_json::to_vec_pretty(&file).expect("people serialise");
+        crate::fs::write_atomically(&self.path, &bytes)
+            .with_context(|| format!("{}: cannot save the people", self.path.display()))?;
+        Ok(result)
+    }
+}
+
+fn check_id(id: &str) -> Result<()> {
+    ActorId::parse(id)
+        .map(drop)
+        .map_err(|e| anyhow::anyhow!("{}", e.replace("actor id", "person id")))
+}
+
+fn new_person(id: &str, name: Option<&str>, tier: Tier) -> Person {
+    Person {
+        id: id.to_string(),
+        name: name.unwrap_or(id).to_string(),
+        tier,
+        created: sessions::now(),
+        key: sessions::random_token()[..16].to_string(),
+        links: Vec::new(),
+    }
+}
+
+fn add_link(person: &mut Person) -> String {
+    let token = sessions::random_token();
+    if person.links.len() >= LINKS_PER_PERSON {
+        person.links.remove(0);
+    }
+    person.links.push(Link {
+        hash: sessions::hash(&token),
+        created: sessions::now(),
+    });
+    token
+}
+
+fn position(people: &[Person], id: &str) -> Result<usize> {
+    people.iter().position(|p| p.id == id).with_context(|| {
+        format!("there is no person {id}; `sausage people list` shows who there is")
+    })
+}
+
+fn owners(people: &[Person]) -> usize {
+    people.iter().filter(|p| p.tier == Tier::Owner).count()
+}
+
+/// Takes the exclusive lock of `path` until the returned file is dropped (or the process ends).
+fn lock(path: &Path) -> Result<std::fs::File> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("{}: cannot open the lock file", path.display()))?;
+    // SAFETY: flock on a descriptor we own; it has no memory effects. It blocks only while
+    // another process changes the people, which takes a few milliseconds.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("{}: cannot lock", path.display()));
+    }
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn people() -> (tempfile::TempDir, People) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("broker")).unwrap();
+        let people = People::new(&World::new(dir.path()));
+        (dir, people)
+    }
+
+    #[test]
+    fn a_world_without_the_file_has_one_owner_and_the_first_change_writes_it() {
+        let (dir, people) = people();
+        assert_eq!(people.console_person().unwrap().id, DEFAULT_OWNER);
+        people.add("alice", Tier::Guest, Some("Alice")).unwrap();
+        let written = std::fs::read_to_string(dir.path().join("broker/people.json")).unwrap();
+        assert!(written.contains("\"owner\"") && written.contains("\"Alice\""));
+    }
+
+    #[test]
+    fn links_log_in_once_and_are_kept_only_as_hashes() {
+        let (dir, people) = people();
+        people.create("boss").unwrap();
+        let token = people.add("bob", Tier::Member, None).unwrap();
+        let written = std::fs::read_to_string(dir.path().join("broker/people.json")).unwrap();
+        assert!(!written.contains(&token), "only the hash is on disk");
+        assert_eq!(people.use_link(&token).unwrap().unwrap().id, "bob");
+        assert!(
+            people.use_link(&token).unwrap().is_none(),
+            "a link works once"
+        );
+        assert!(people.use_link("not a token").unwrap().is_none());
+        for _ in 0..LINKS_PER_PERSON + 2 {
+            people.new_link("bob").unwrap();
+        }
+        assert_eq!(
+            people.get("bob").unwrap().unwrap().links.len(),
+            LINKS_PER_PERSON
+        );
+    }
+
+    #[test]
+    fn wrong_requests_change_nothing_and_say_what_to_do() {
+        let (_dir, people) = people();
+        people.create("boss").unwrap();
+        let wrong = [
+            people.add("Bad Id", Tier::Guest, None).map(drop),
+            people.add("boss", Tier::Guest, None).map(drop),
+            people.remove("nobody").map(drop),
+            people.remove("boss").map(drop),
+            people.set_tier("boss", Tier::Guest),
+            people.new_link("nobody").map(drop),
+        ];
+        let reasons: Vec<String> = wrong
+            .into_iter()
+            .map(|r| r.unwrap_err().to_string())
+            .collect();
+        assert!(reasons[0].contains("person id `Bad Id`"), "{reasons:?}");
+        assert!(reasons[1].contains("already exists"), "{reasons:?}");
+        assert!(reasons[2].contains("`sausage people list`"), "{reasons:?}");
+        assert!(reasons[3].contains("only owner"), "{reasons:?}");
+        assert!(reasons[4].contains("only owner"), "{reasons:?}");
+        let list = people.list().unwrap();
+        assert_eq!(list.len(), 1);
+        assert_eq!(list[0].tier, Tier::Owner);
+
+        people.add("carol", Tier::Owner, None).unwrap();
+        people.set_tier("boss", Tier::Guest).unwrap();
+        assert_eq!(people.console_person().unwrap().id, "carol");
+    }
+
+    #[test]
+    fn changes_from_two_processes_both_land() {
+        let (dir, people) = people();
+        people.create("boss").unwrap();
+        let threads: Vec<_> = (0..8)
+            .map(|n| {
+                let people = People::new(&World::new(dir.path()));
+                std::thread::spawn(move || people.add(&format!("p{n}"), Tier::Guest, None).unwrap())
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert_eq!(people.list().unwrap().len(), 9);
+    }
+}

@@ -1,0 +1,371 @@
+//! The people of a world (DESIGN §13) through the real binary: `sausage people` while the world
+//! runs, login links, sessions that end with their person, the web console's tiers, and what
+//! each person's page is shown.
+
+mod support;
+
+use std::process::Command;
+
+use serde_json::{Value, json};
+use support::http::{EventStream, ServerEvent, request};
+use support::web::{Client, EVENT_PATIENCE, WebHost};
+use support::*;
+
+/// Runs `sausage people ARGS --world WORLD`: its exit code, stdout and stderr.
+fn people(world: &TestWorld, args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_sausage"))
+        .arg("people")
+        .args(args)
+        .arg("--world")
+        .arg(&world.root)
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Adds a person and logs them in on `web` with the link the command printed.
+fn add_and_log_in(world: &TestWorld, web: &WebHost, id: &str, tier: &str) -> Client {
+    let (code, out, err) = people(world, &["add", id, "--tier", tier]);
+    assert_eq!(code, 0, "{out}{err}");
+    let link = out
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("a login link")
+        .to_string();
+    assert!(
+        link.starts_with(&format!("http://{}/login?token=", web.addr)),
+        "{link}"
+    );
+    log_in(web, &link)
+}
+
+fn log_in(web: &WebHost, link: &str) -> Client {
+    let path = link.split_once(&web.addr).unwrap().1;
+    let response = request(&web.addr, "GET", path, &[], b"");
+    assert_eq!(response.status, 303, "{}", response.text());
+    let cookie = response.header("set-cookie").unwrap();
+    Client {
+        addr: web.addr.clone(),
+        cookie: cookie.split(';').next().unwrap().to_string(),
+    }
+}
+
+#[test]
+fn people_are_managed_while_the_world_runs_and_a_removed_persons_session_ends() {
+    let world = TestWorld::new();
+    let web = WebHost::start(&world);
+    let owner = web.log_in();
+    assert_eq!(owner.get("/api/me").json()["tier"], "owner");
+
+    let ann = add_and_log_in(&world, &web, "ann", "member");
+    let me = ann.get("/api/me").json();
+    assert_eq!(
+        (&me["person"], &me["tier"]),
+        (&json!("ann"), &json!("member"))
+    );
+    let stored = world.read("broker/people.json");
+    assert!(!stored.contains(ann.cookie.trim_start_matches("sausage_session=")));
+
+    let (code, out, _) = people(&world, &["list"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("owner") && out.contains("ann") && out.contains("member"),
+        "{out}"
+    );
+
+    // A tier change shows at the person's next request; removal ends their session at once.
+    assert_eq!(people(&world, &["tier", "ann", "guest"]).0, 0);
+    assert_eq!(ann.get("/api/me").json()["tier"], "guest");
+    let (code, out, _) = people(&world, &["remove", "ann"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(ann.get("/api/me").status, 401);
+    assert_eq!(ann.get("/api/events").status, 401);
+
+    // Wrong requests say what to do and change nothing.
+    for (args, says) in [
+        (&["add", "Bad Id", "--tier", "guest"][..], "person id"),
+        (&["add", "bob", "--tier", "admin"], "owner, member or guest"),
+        (&["remove", "nobody"], "sausage people list"),
+        (&["tier", "owner", "guest"], "only owner"),
+        (&["remove", "owner"], "only owner"),
+    ] {
+        let (code, out, err) = people(&world, args);
+        assert_ne!(code, 0, "{args:?}: {out}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let (_, out, _) = people(&world, &["list"]);
+    assert_eq!(out.lines().count(), 1, "only the owner is left: {out}");
+    let missing = TestWorld::new();
+    std::fs::remove_file(missing.path("sausage.json")).unwrap();
+    let (code, _, err) = people(&missing, &["list"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no world here"), "{err}");
+}
+
+#[test]
+fn owners_manage_people_on_the_web_and_nobody_else_may() {
+    let world = TestWorld::new();
+    let web = WebHost::start(&world);
+    let owner = web.log_in();
+
+    let added = owner.post(
+        "/api/people",
+        &json!({"id": "gus", "tier": "guest", "name": "Gus"}),
+    );
+    assert_eq!(added.status, 200, "{}", added.text());
+    let added = added.json();
+    assert_eq!(added["person"]["name"], "Gus");
+    let gus = log_in(&web, added["link"].as_str().unwrap());
+    assert_eq!(
+        request(
+            &web.addr,
+            "GET",
+            added["link"]
+                .as_str()
+                .unwrap()
+                .split_once(&web.addr)
+                .unwrap()
+                .1,
+            &[],
+            b""
+        )
+        .status,
+        401,
+        "a used link cannot log in again"
+    );
+    let list = owner.get("/api/people").json();
+    let ids: Vec<&str> = list["people"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["owner", "gus"]);
+    assert!(!list.to_string().contains("hash"), "no link hashes: {list}");
+
+    // Nobody but owners.
+    assert_eq!(gus.get("/api/people").status, 403);
+    assert_eq!(
+        gus.post("/api/people", &json!({"id": "x", "tier": "owner"}))
+            .status,
+        403
+    );
+    assert_eq!(
+        gus.post("/api/people/gus/tier", &json!({"tier": "owner"}))
+            .status,
+        403
+    );
+    assert_eq!(gus.get("/api/me").json()["tier"], "guest");
+
+    // Wrong values.
+    for (path, body, status) in [
+        ("/api/people", json!({"id": "Bad Id", "tier": "guest"}), 400),
+        ("/api/people", json!({"id": "gus", "tier": "guest"}), 400),
+        ("/api/people", json!({"id": "zed", "tier": "admin"}), 400),
+        (
+            "/api/people",
+            json!({"id": "zed", "tier": "guest", "name": 7}),
+            400,
+        ),
+        ("/api/people", json!({"tier": "guest"}), 400),
+        ("/api/people/nobody/tier", json!({"tier": "guest"}), 400),
+        ("/api/people/gus/tier", json!({"tier": 3}), 400),
+        ("/api/people/owner/tier", json!({"tier": "guest"}), 400),
+        ("/api/people/owner/remove", json!({}), 400),
+        ("/api/people/gus/explode", json!({}), 404),
+    ] {
+        let refused = owner.post(path, &body);
+        assert_eq!(refused.status, status, "{path} {body}: {}", refused.text());
+        assert!(refused.json()["error"].is_string());
+    }
+    assert_eq!(
+        owner.get("/api/people").json()["people"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    let promoted = owner.post("/api/people/gus/tier", &json!({"tier": "member"}));
+    assert_eq!(promoted.status, 200, "{}", promoted.text());
+    assert_eq!(gus.get("/api/me").json()["tier"], "member");
+    let link = owner.post("/api/people/gus/link", &json!({})).json();
+    let second = log_in(&web, link["link"].as_str().unwrap());
+    assert_eq!(owner.post("/api/people/gus/remove", &json!({})).status, 200);
+    assert_eq!(gus.get("/api/me").status, 401);
+    assert_eq!(
+        second.get("/api/me").status,
+        401,
+        "every session of the person ends"
+    );
+}
+
+/// Every event of `events` up to and including the reply to message `id`.
+fn until_reply(events: &mut EventStream, id: &str) -> Vec<ServerEvent> {
+    let mut seen = Vec::new();
+    loop {
+        let event = events
+            .next(EVENT_PATIENCE)
+            .expect("the reply before the patience ends");
+        let is_reply = event.kind == "message"
+            && serde_json::from_str::<Value>(&event.data).unwrap()["reply_to"] == id;
+        seen.push(event);
+        if is_reply {
+            return seen;
+        }
+    }
+}
+
+/// Sends `body` to `to` from `client`'s page and returns the reply's body, read from `events`.
+fn send_and_wait(client: &Client, events: &mut EventStream, to: &str, body: Value) -> Value {
+    let sent = client.post("/api/send", &json!({"to": to, "body": body}));
+    assert_eq!(sent.status, 200, "{}", sent.text());
+    let id = sent.json()["id"].as_str().unwrap().to_string();
+    let reply = until_reply(events, &id).pop().unwrap();
+    serde_json::from_str::<Value>(&reply.data).unwrap()["body"].clone()
+}
+
+#[test]
+fn tiers_limit_what_people_can_make_the_broker_do() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    let web = WebHost::start(&world);
+    let owner = web.log_in();
+    let ann = add_and_log_in(&world, &web, "ann", "member");
+    let gus = add_and_log_in(&world, &web, "gus", "guest");
+    owner.until("/api/actors", "echo running", |t| {
+        t["actors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["id"] == "echo" && a["state"] == "running")
+    });
+
+    // A guest reads, and may not act or send.
+    assert_eq!(gus.get("/api/actors").status, 200);
+    assert_eq!(gus.get("/api/actors/echo").status, 200);
+    let refused = gus.post("/api/actors/echo/stop", &json!({}));
+    assert_eq!(refused.status, 403, "{}", refused.text());
+    assert!(refused.json()["error"].as_str().unwrap().contains("guest"));
+    let spawn =
+        json!({"type": "spawn", "actor": "mine", "wasm": wasm("echo"), "source": source("echo")});
+    assert_eq!(
+        gus.post("/api/send", &json!({"to": "broker", "body": spawn}))
+            .status,
+        403
+    );
+
+    // A member spawns an actor of its own and may stop it, but not echo (nobody's) nor more.
+    let mut events = ann.events(None);
+    let spawned = send_and_wait(&ann, &mut events, "broker", spawn);
+    assert_eq!(spawned["type"], "spawned", "{spawned}");
+    assert_eq!(world.json("sausage.json")["actors"]["mine"]["owner"], "ann");
+    let stopped = ann.post("/api/actors/mine/stop", &json!({}));
+    assert_eq!(stopped.status, 200, "{}", stopped.text());
+    let theirs = ann.post("/api/actors/echo/stop", &json!({}));
+    assert_eq!(theirs.status, 403, "{}", theirs.text());
+    assert!(
+        theirs.json()["error"].as_str().unwrap().contains("created"),
+        "{}",
+        theirs.text()
+    );
+    assert_eq!(
+        world.status("echo")["state"],
+        "running",
+        "nothing happened to echo"
+    );
+
+    // The broker checks again what a member sends it directly.
+    let upgrade = json!({"type": "upgrade", "actor": "echo", "wasm": wasm("echo")});
+    let refused = send_and_wait(&ann, &mut events, "broker", upgrade);
+    assert_eq!(refused["type"], "error", "{refused}");
+    assert!(
+        refused["reason"].as_str().unwrap().contains("created"),
+        "{refused}"
+    );
+    assert_eq!(world.json("sausage.json")["actors"]["echo"]["version"], 1);
+    let for_bob = json!({"type": "spawn", "actor": "other", "wasm": wasm("echo"), "owner": "bob"});
+    let refused = send_and_wait(&ann, &mut events, "broker", for_bob);
+    assert!(
+        refused["reason"]
+            .as_str()
+            .unwrap()
+            .contains("only for themselves"),
+        "{refused}"
+    );
+    let agent = json!({"type": "stop", "actor": "agent"});
+    let refused = send_and_wait(&ann, &mut events, "broker", agent);
+    assert!(
+        refused["reason"].as_str().unwrap().contains("only owners"),
+        "{refused}"
+    );
+    assert!(world.json("sausage.json")["actors"].get("other").is_none());
+
+    // The owner may do everything.
+    assert_eq!(owner.post("/api/actors/mine/start", &json!({})).status, 200);
+    assert_eq!(owner.post("/api/actors/echo/stop", &json!({})).status, 200);
+}
+
+#[test]
+fn each_page_sees_only_its_persons_messages() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    let web = WebHost::start(&world);
+    let owner = web.log_in();
+    let ann = add_and_log_in(&world, &web, "ann", "member");
+    let bob = add_and_log_in(&world, &web, "bob", "member");
+    let mut ann_events = ann.events(None);
+    let mut bob_events = bob.events(None);
+    let mut owner_events = owner.events(None);
+
+    // echo answers whoever asked: the reply goes to the asker's pages only.
+    let said = send_and_wait(
+        &ann,
+        &mut ann_events,
+        "echo",
+        json!({"type": "text", "text": "ann's secret"}),
+    );
+    assert_eq!(said["text"], "ann's secret");
+    let sent = bob.post(
+        "/api/send",
+        &json!({"to": "echo", "body": {"type": "text", "text": "bob's"}}),
+    );
+    let id = sent.json()["id"].as_str().unwrap().to_string();
+    // Bob's stream up to his own reply holds everything that came before it.
+    let seen = until_reply(&mut bob_events, &id);
+    assert!(
+        !seen.iter().any(|e| e.data.contains("ann's secret")),
+        "{seen:?}"
+    );
+    // Nor after a reconnect that asks for every event of the run.
+    let hello = seen
+        .iter()
+        .find(|e| e.kind == "hello")
+        .expect("the stream's hello");
+    let run = serde_json::from_str::<Value>(&hello.data).unwrap()["run"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let replayed = until_reply(&mut bob.events(Some(&format!("{run}:0"))), &id);
+    assert!(
+        !replayed.iter().any(|e| e.data.contains("ann's secret")),
+        "{replayed:?}"
+    );
+    // The owner's page is not shown a member's replies either.
+    let sent = owner.post(
+        "/api/send",
+        &json!({"to": "echo", "body": {"type": "text", "text": "owner's"}}),
+    );
+    let id = sent.json()["id"].as_str().unwrap().to_string();
+    let seen = until_reply(&mut owner_events, &id);
+    assert!(
+        !seen
+            .iter()
+            .any(|e| e.data.contains("ann's secret") || e.data.contains("bob's")),
+        "{seen:?}"
+    );
+}
