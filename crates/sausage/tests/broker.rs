@@ -41,7 +41,8 @@ fn spawn_installs_version_one_and_the_actor_answers() {
     let registry = world.json("sausage.json");
     assert_eq!(
         registry["actors"]["echo"],
-        json!({"version": 1, "next_version": 2, "running": true})
+        json!({"version": 1, "next_version": 2, "running": true, "owner": "owner"}),
+        "the console speaks for the world's owner, who owns what it spawns"
     );
     assert_eq!(world.status("echo")["state"], "running");
     assert!(
