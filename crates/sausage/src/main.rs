@@ -85,6 +85,9 @@ enum PeopleCommand {
         /// How they are called (default: the id).
         #[arg(long)]
         name: Option<String>,
+        /// Their Matrix user id (`@ann:example.org`), for the `matrix` actor.
+        #[arg(long, value_name = "USER_ID")]
+        matrix: Option<String>,
     },
     /// List everyone with their tier.
     List,
@@ -98,6 +101,8 @@ enum PeopleCommand {
     },
     /// Print a new one-time login link for a person.
     Link { id: String },
+    /// Set a person's Matrix user id (`@ann:example.org`), or clear it when none is given.
+    Matrix { id: String, user_id: Option<String> },
 }
 
 fn parse_tier(name: &str) -> Result<Tier, String> {
@@ -208,8 +213,17 @@ fn people(world: &World, command: PeopleCommand) -> Result<ExitCode> {
     world.load_registry()?;
     let people = People::new(world);
     match command {
-        PeopleCommand::Add { id, tier, name } => {
-            let token = people.add(&id, tier, name.as_deref())?;
+        PeopleCommand::Add {
+            id,
+            tier,
+            name,
+            matrix,
+        } => {
+            let handles = matrix
+                .map(|m| ("matrix".to_string(), m))
+                .into_iter()
+                .collect();
+            let token = people.add_with(&id, tier, name.as_deref(), handles)?;
             println!("Added {id} ({}). Their one-time login link:", tier.as_str());
             println!("    {}", login_link(world, &token));
         }
@@ -230,6 +244,13 @@ fn people(world: &World, command: PeopleCommand) -> Result<ExitCode> {
         PeopleCommand::Tier { id, tier } => {
             people.set_tier(&id, tier)?;
             println!("{id} is now {}.", tier.as_str());
+        }
+        PeopleCommand::Matrix { id, user_id } => {
+            people.set_handle(&id, "matrix", user_id.as_deref())?;
+            match user_id {
+                Some(user_id) => println!("{id} is {user_id} on Matrix."),
+                None => println!("{id} has no Matrix user id now."),
+            }
         }
         PeopleCommand::Link { id } => {
             let token = people.new_link(&id)?;

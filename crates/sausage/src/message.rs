@@ -131,7 +131,12 @@ pub struct Outgoing {
     #[serde(default)]
     pub reply_to: Option<String>,
     pub body: Box<RawValue>,
-    /// Set only by native surfaces, never read from a line.
+    /// `"as"`: a surface actor (such as `matrix`) names the person it writes for by their
+    /// handle on its network; the router makes that the speaker when the owner granted the
+    /// actor that kind of handle, and refuses the message otherwise.
+    #[serde(default, rename = "as")]
+    pub as_handle: Option<String>,
+    /// Set only by native surfaces and by the router (from `as`), never read from a line.
     #[serde(skip)]
     pub speaker: Option<Speaker>,
 }
@@ -159,6 +164,7 @@ impl Outgoing {
             id: None,
             reply_to: None,
             body: raw(body),
+            as_handle: None,
             speaker: None,
         }
     }

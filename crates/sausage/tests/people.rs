@@ -86,12 +86,28 @@ fn people_are_managed_while_the_world_runs_and_a_removed_persons_session_ends() 
     assert_eq!(ann.get("/api/events").status, 401);
 
     // Wrong requests say what to do and change nothing.
+    assert_eq!(
+        people(&world, &["matrix", "owner", "@boss:example.org"]).0,
+        0
+    );
     for (args, says) in [
         (&["add", "Bad Id", "--tier", "guest"][..], "person id"),
         (&["add", "bob", "--tier", "admin"], "owner, member or guest"),
         (&["remove", "nobody"], "sausage people list"),
         (&["tier", "owner", "guest"], "only owner"),
         (&["remove", "owner"], "only owner"),
+        (&["matrix", "owner", "ann"], "not a Matrix user id"),
+        (
+            &[
+                "add",
+                "eve",
+                "--tier",
+                "guest",
+                "--matrix",
+                "@boss:example.org",
+            ],
+            "owner's already",
+        ),
     ] {
         let (code, out, err) = people(&world, args);
         assert_ne!(code, 0, "{args:?}: {out}");

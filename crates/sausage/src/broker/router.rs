@@ -15,6 +15,7 @@ use serde_json::json;
 use super::journal::Journal;
 use super::mailbox::{MAILBOX_BYTES, MAILBOX_CAPACITY, Mailbox, Refused};
 use crate::message::{ActorId, Envelope, Outgoing, raw};
+use crate::people::People;
 use crate::world::{MESSAGE_ID_BLOCK, World};
 
 pub struct Router {
@@ -26,6 +27,8 @@ pub struct Router {
     ids: MessageIds,
     /// Records every mailbox, so accepted messages survive a kill of the host.
     journal: Arc<Journal>,
+    /// Who a surface actor's `"as"` handle speaks for (consulted only for lines that have one).
+    people: People,
 }
 
 /// One mailbox seen by [`Router::traffic`].
@@ -48,6 +51,7 @@ impl Router {
         Router {
             mailboxes: RwLock::default(),
             subscribers: RwLock::default(),
+            people: People::new(&world),
             ids: MessageIds::new(world, first_message_id),
             journal,
         }
@@ -123,13 +127,42 @@ impl Router {
     }
 
     /// Gives a message written by `from` its id and recipients: `to`, or every subscriber of
-    /// `from` when `to` is absent.
-    pub fn accept(&self, from: &ActorId, out: Outgoing) -> Delivery {
+    /// `from` when `to` is absent. A line with `"as"` speaks for the person that handle names,
+    /// or goes nowhere (the sender hears why).
+    pub fn accept(&self, from: &ActorId, mut out: Outgoing) -> Delivery {
         let id = match out.id {
             Some(own) => format!("{from}/{own}"),
             None => self.next_id(),
         };
-        let recipients = match out.to {
+        let spoken = match out.as_handle.take() {
+            Some(handle) => self.people.speaker_by_handle(from, &handle).map(Some),
+            None => Ok(out.speaker.take()),
+        };
+        let recipients = match (out.to, spoken) {
+            (to, Err(reason)) => {
+                let envelope = Envelope {
+                    id,
+                    from: from.clone(),
+                    reply_to: out.reply_to,
+                    speaker: None,
+                    body: out.body,
+                };
+                self.undeliverable(
+                    &envelope,
+                    to.as_deref().unwrap_or("its subscribers"),
+                    &reason,
+                );
+                return Delivery {
+                    envelope: Arc::new(envelope),
+                    recipients: VecDeque::new(),
+                };
+            }
+            (to, Ok(speaker)) => {
+                out.speaker = speaker;
+                to
+            }
+        };
+        let recipients = match recipients {
             Some(to) => match ActorId::parse(&to) {
                 Ok(to) => VecDeque::from([to]),
                 Err(reason) => {
@@ -353,6 +386,48 @@ mod tests {
         assert_eq!(got[1]["id"], "a/q1");
         assert_eq!(got[1]["reply_to"], "m-9");
         assert_eq!(got[1]["body"]["type"], "y");
+    }
+
+    #[tokio::test]
+    async fn a_surface_speaks_for_a_person_by_their_handle_and_nobody_else_can() {
+        let (dir, r) = router();
+        for a in ["matrix", "agent", "echo"] {
+            r.add(&id(a));
+        }
+        let people = People::new(&World::new(dir.path()));
+        let handles = [("matrix".to_string(), "@ann:x.org".to_string())].into();
+        people
+            .add_with("ann", crate::message::Tier::Member, None, handles)
+            .unwrap();
+        people.grant_surface(&id("matrix"), "matrix").unwrap();
+        let line = r#"{"to":"agent","as":"@ann:x.org","person":"owner","body":{"type":"text"}}"#;
+        r.send(&id("matrix"), out(line)).await;
+        r.send(&id("echo"), out(line)).await;
+        let unknown = r#"{"to":"agent","as":"@eve:x.org","body":{"type":"text"}}"#;
+        r.send(&id("matrix"), out(unknown)).await;
+        let got = drain(&r, "agent");
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(
+            (&got[0]["person"], &got[0]["tier"]),
+            (&json!("ann"), &json!("member"))
+        );
+        let echo = drain(&r, "echo");
+        assert!(
+            echo[0]["body"]["reason"]
+                .as_str()
+                .unwrap()
+                .contains("may not speak"),
+            "{echo:?}"
+        );
+        let matrix = drain(&r, "matrix");
+        assert_eq!(matrix[0]["body"]["type"], "undeliverable");
+        assert!(
+            matrix[0]["body"]["reason"]
+                .as_str()
+                .unwrap()
+                .contains("not a person"),
+            "{matrix:?}"
+        );
     }
 
     #[tokio::test]

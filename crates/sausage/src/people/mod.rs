@@ -10,15 +10,18 @@
 pub mod sessions;
 pub mod tiers;
 
+use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::message::ActorId;
 pub use crate::message::Tier;
+use crate::message::{ActorId, Speaker};
 use crate::world::World;
 
 pub use sessions::Sessions;
@@ -48,6 +51,10 @@ pub struct Person {
     /// let in someone added later under the same id.
     #[serde(default)]
     pub key: String,
+    /// Who the person is on other networks, by kind: `{"matrix": "@ann:example.org"}`. A
+    /// surface actor granted a kind speaks for the person by that handle.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub handles: BTreeMap<String, String>,
     /// Login links not used yet, newest last.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     links: Vec<Link>,
@@ -56,7 +63,10 @@ pub struct Person {
 impl Person {
     /// The person as surfaces show them: no link hashes.
     pub fn public(&self) -> Value {
-        json!({"id": self.id, "name": self.name, "tier": self.tier, "created": self.created})
+        json!({
+            "id": self.id, "name": self.name, "tier": self.tier, "created": self.created,
+            "handles": self.handles,
+        })
     }
 }
 
@@ -67,18 +77,31 @@ struct Link {
     created: u64,
 }
 
-#[derive(Default, Serialize, Deserialize)]
+#[derive(Clone, Default, Serialize, Deserialize)]
 struct PeopleFile {
     people: Vec<Person>,
+    /// Surface actors and the kind of handle each may speak for people by (`"matrix":
+    /// "matrix"`): an owner's grant, made outside every actor's reach.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    surfaces: BTreeMap<String, String>,
 }
 
 /// The people of one world.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct People {
     /// `broker/people.json`.
     path: PathBuf,
     /// `broker/people.lock`, held while a change reads and writes the file.
     lock: PathBuf,
+    /// The file as last read, and its modification time, for [`People::speaker_by_handle`],
+    /// which runs for every message a surface actor writes for someone.
+    cached: Arc<Mutex<Option<(SystemTime, PeopleFile)>>>,
+}
+
+impl std::fmt::Debug for People {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("People").field("path", &self.path).finish()
+    }
 }
 
 impl People {
@@ -86,6 +109,7 @@ impl People {
         People {
             path: world.people_path(),
             lock: world.people_lock_path(),
+            cached: Arc::default(),
         }
     }
 
@@ -119,12 +143,30 @@ impl People {
 
     /// Adds a person; returns a one-time login token for them.
     pub fn add(&self, id: &str, tier: Tier, name: Option<&str>) -> Result<String> {
+        self.add_with(id, tier, name, BTreeMap::new())
+    }
+
+    /// Adds a person with their handles on other networks (`{"matrix": "@ann:example.org"}`).
+    pub fn add_with(
+        &self,
+        id: &str,
+        tier: Tier,
+        name: Option<&str>,
+        handles: BTreeMap<String, String>,
+    ) -> Result<String> {
         check_id(id)?;
+        for (kind, handle) in &handles {
+            check_handle(kind, handle)?;
+        }
         self.change(|people| {
             if people.iter().any(|p| p.id == id) {
                 bail!("person {id} already exists; change their tier with `sausage people tier {id} TIER`");
             }
+            for (kind, handle) in &handles {
+                unclaimed(people, id, kind, handle)?;
+            }
             let mut person = new_person(id, name, tier);
+            person.handles = handles;
             let token = add_link(&mut person);
             people.push(person);
             Ok(token)
@@ -151,6 +193,74 @@ impl People {
             }
             people[at].tier = tier;
             Ok(())
+        })
+    }
+
+    /// Sets (or with `None` clears) a person's handle of `kind`, such as their Matrix id.
+    pub fn set_handle(&self, id: &str, kind: &str, handle: Option<&str>) -> Result<()> {
+        if let Some(handle) = handle {
+            check_handle(kind, handle)?;
+        }
+        self.change(|people| {
+            let at = position(people, id)?;
+            match handle {
+                Some(handle) => {
+                    unclaimed(people, id, kind, handle)?;
+                    people[at]
+                        .handles
+                        .insert(kind.to_string(), handle.to_string());
+                }
+                None => {
+                    people[at].handles.remove(kind);
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Lets the actor `surface` speak for people by their handles of `kind` (an owner's
+    /// decision, such as `sausage matrix setup` makes for the actor `matrix`).
+    pub fn grant_surface(&self, surface: &ActorId, kind: &str) -> Result<()> {
+        check_kind(kind)?;
+        self.change_file(|file| {
+            file.surfaces.insert(surface.to_string(), kind.to_string());
+            Ok(())
+        })
+    }
+
+    /// Who `surface` speaks for when it writes `"as": handle` (DESIGN §13, §17): the person
+    /// whose handle of the kind granted to `surface` it is. `Err` says why nobody: the actor is
+    /// no surface, or the handle is nobody's. Reads the file again only when it changed.
+    pub fn speaker_by_handle(&self, surface: &ActorId, handle: &str) -> Result<Speaker, String> {
+        let mtime = std::fs::metadata(&self.path)
+            .and_then(|m| m.modified())
+            .ok();
+        let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+        let fresh = matches!((&*cached, mtime), (Some((seen, _)), Some(now)) if *seen == now);
+        if !fresh {
+            let file = self.read().map_err(|e| format!("{e:#}"))?;
+            *cached = Some((mtime.unwrap_or(SystemTime::UNIX_EPOCH), file));
+        }
+        let (_, file) = cached.as_ref().expect("just read");
+        let Some(kind) = file.surfaces.get(surface.as_str()) else {
+            return Err(format!(
+                "`as`: actor {surface} may not speak for people (an owner grants that to a \
+                 surface, such as `sausage matrix setup` for matrix)"
+            ));
+        };
+        let person = file
+            .people
+            .iter()
+            .find(|p| p.handles.get(kind).is_some_and(|h| h == handle))
+            .ok_or_else(|| {
+                format!(
+                    "`as`: {handle} is not a person of this world; an owner adds them with \
+                     `sausage people add ID --tier TIER --{kind} {handle}`"
+                )
+            })?;
+        Ok(Speaker {
+            person: ActorId::parse(&person.id).map_err(|e| format!("people.json: {e}"))?,
+            tier: person.tier,
         })
     }
 
@@ -189,6 +299,7 @@ impl People {
                 };
                 return Ok(PeopleFile {
                     people: vec![owner],
+                    surfaces: BTreeMap::new(),
                 });
             }
             Err(e) => return Err(e).with_context(|| format!("{}", self.path.display())),
@@ -204,9 +315,13 @@ impl People {
     /// Reads the file, lets `change` edit the people, and writes them back if it succeeded,
     /// all under the lock. Expired links are dropped on the way.
     fn change<T>(&self, change: impl FnOnce(&mut Vec<Person>) -> Result<T>) -> Result<T> {
+        self.change_file(|file| change(&mut file.people))
+    }
+
+    fn change_file<T>(&self, change: impl FnOnce(&mut PeopleFile) -> Result<T>) -> Result<T> {
         let _lock = lock(&self.lock)?;
         let mut file = self.read()?;
-        let result = change(&mut file.people)?;
+        let result = change(&mut file)?;
         let now = sessions::now();
         for person in &mut file.people {
             person
@@ -226,6 +341,46 @@ fn check_id(id: &str) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("{}", e.replace("actor id", "person id")))
 }
 
+/// A handle's kind names a network: a-z only (`matrix`).
+fn check_kind(kind: &str) -> Result<()> {
+    if kind.is_empty() || kind.len() > 32 || !kind.bytes().all(|b| b.is_ascii_lowercase()) {
+        bail!("`{kind}` is not a kind of handle; use a network's name in a-z, such as matrix");
+    }
+    Ok(())
+}
+
+/// A handle is one short line; a Matrix id looks like `@user:server`.
+fn check_handle(kind: &str, handle: &str) -> Result<()> {
+    check_kind(kind)?;
+    if handle.is_empty() || handle.len() > 255 || handle.chars().any(char::is_whitespace) {
+        bail!("`{handle}` is not a {kind} handle: 1 to 255 characters without spaces");
+    }
+    if kind == "matrix" {
+        let valid = handle
+            .strip_prefix('@')
+            .and_then(|rest| rest.split_once(':'))
+            .is_some_and(|(user, server)| !user.is_empty() && !server.is_empty());
+        if !valid {
+            bail!("`{handle}` is not a Matrix user id; it looks like @ann:example.org");
+        }
+    }
+    Ok(())
+}
+
+/// Fails when someone other than `id` has `handle` already: a handle speaks for one person.
+fn unclaimed(people: &[Person], id: &str, kind: &str, handle: &str) -> Result<()> {
+    if let Some(other) = people
+        .iter()
+        .find(|p| p.id != id && p.handles.get(kind).is_some_and(|h| h == handle))
+    {
+        bail!(
+            "{handle} is {}'s already; a {kind} handle speaks for one person",
+            other.id
+        );
+    }
+    Ok(())
+}
+
 fn new_person(id: &str, name: Option<&str>, tier: Tier) -> Person {
     Person {
         id: id.to_string(),
@@ -233,6 +388,7 @@ fn new_person(id: &str, name: Option<&str>, tier: Tier) -> Person {
         tier,
         created: sessions::now(),
         key: sessions::random_token()[..16].to_string(),
+        handles: BTreeMap::new(),
         links: Vec::new(),
     }
 }
@@ -362,5 +518,59 @@ mod tests {
             thread.join().unwrap();
         }
         assert_eq!(people.list().unwrap().len(), 9);
+    }
+
+    #[test]
+    fn a_surface_speaks_only_for_the_people_whose_handle_it_was_granted() {
+        let (_dir, people) = people();
+        people.create("boss").unwrap();
+        let matrix = ActorId::parse("matrix").unwrap();
+        let handles = BTreeMap::from([("matrix".to_string(), "@ann:example.org".to_string())]);
+        people.add_with("ann", Tier::Member, None, handles).unwrap();
+        let refused = people
+            .speaker_by_handle(&matrix, "@ann:example.org")
+            .unwrap_err();
+        assert!(refused.contains("may not speak for people"), "{refused}");
+        people.grant_surface(&matrix, "matrix").unwrap();
+        let ann = people
+            .speaker_by_handle(&matrix, "@ann:example.org")
+            .unwrap();
+        assert_eq!((ann.person.as_str(), ann.tier), ("ann", Tier::Member));
+        let nobody = people
+            .speaker_by_handle(&matrix, "@eve:example.org")
+            .unwrap_err();
+        assert!(nobody.contains("--matrix @eve:example.org"), "{nobody}");
+        let other = ActorId::parse("echo").unwrap();
+        assert!(
+            people
+                .speaker_by_handle(&other, "@ann:example.org")
+                .is_err()
+        );
+
+        // Changes show at once; a handle is one person's; wrong handles are refused.
+        people.set_tier("ann", Tier::Guest).unwrap();
+        assert_eq!(
+            people
+                .speaker_by_handle(&matrix, "@ann:example.org")
+                .unwrap()
+                .tier,
+            Tier::Guest
+        );
+        let taken = people
+            .set_handle("boss", "matrix", Some("@ann:example.org"))
+            .unwrap_err();
+        assert!(taken.to_string().contains("ann's already"), "{taken}");
+        for wrong in ["ann", "@ann", "@:x", "@a b:x", ""] {
+            assert!(
+                people.set_handle("boss", "matrix", Some(wrong)).is_err(),
+                "{wrong}"
+            );
+        }
+        people.remove("ann").unwrap();
+        assert!(
+            people
+                .speaker_by_handle(&matrix, "@ann:example.org")
+                .is_err()
+        );
     }
 }
