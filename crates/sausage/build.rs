@@ -1,24 +1,39 @@
-//! Embeds the agent's source (the `agent/` crate) in the binary: `sausage init` writes it into
-//! the new world and builds it like any actor.
+//! Embeds the sources of the actors the binary ships (the `agent/` and `matrix/` crates):
+//! `sausage init` (and `sausage matrix setup`) write them into a world, which builds them like
+//! any actor.
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));
-    let agent = manifest.join("../../agent");
-    println!("cargo:rerun-if-changed={}", agent.display());
-    let mut files = Vec::new();
-    collect(&agent, &agent, &mut files);
-    files.sort();
-    let mut code =
-        String::from("/// The agent's source files: (path inside the crate, content).\n");
-    code.push_str("pub const AGENT_SOURCE: &[(&str, &[u8])] = &[\n");
-    for (relative, absolute) in &files {
-        writeln!(code, "    ({relative:?}, include_bytes!({absolute:?})),")
-            .expect("writing to a string");
+    let mut code = String::new();
+    for (constant, folder, what) in [
+        ("AGENT_SOURCE", "agent", "The agent's source files"),
+        (
+            "MATRIX_SOURCE",
+            "matrix",
+            "The `matrix` actor's source files",
+        ),
+    ] {
+        let root = manifest.join("../..").join(folder);
+        println!("cargo:rerun-if-changed={}", root.display());
+        let mut files = Vec::new();
+        collect(&root, &root, &mut files);
+        files.sort();
+        writeln!(
+            code,
+            "/// {what}: (path inside the crate, content); empty when the"
+        )
+        .unwrap();
+        writeln!(code, "/// repository had no `{folder}/` folder.").unwrap();
+        writeln!(code, "pub const {constant}: &[(&str, &[u8])] = &[").unwrap();
+        for (relative, absolute) in &files {
+            writeln!(code, "    ({relative:?}, include_bytes!({absolute:?})),")
+                .expect("writing to a string");
+        }
+        code.push_str("];\n");
     }
-    code.push_str("];\n");
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("set by cargo"));
     std::fs::write(out.join("agent_source.rs"), code).expect("OUT_DIR is writable");
 }

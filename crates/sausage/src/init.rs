@@ -81,33 +81,11 @@ impl AgentConfig {
         if self.token.is_none() {
             self.token = std::env::var(TOKEN_VARIABLE).ok().filter(|t| !t.is_empty());
         }
-        // Asks until the answer passes `check`; `instead` says how to answer without a question;
-        // a `hidden` answer is not shown as it is typed.
-        let mut ask = |question: &str,
-                       instead: &str,
-                       check: &dyn Fn(&str) -> Result<(), String>,
-                       hidden: bool|
-         -> Result<String> {
-            loop {
-                let line = if hidden {
-                    rpassword::prompt_password(format!("{question}: "))
-                        .with_context(|| format!("cannot read the answer to \"{question}\""))?
-                } else {
-                    write!(out, "{question}: ")?;
-                    out.flush()?;
-                    let mut line = String::new();
-                    if input.read_line(&mut line)? == 0 {
-                        bail!("no answer to \"{question}\"; {instead}");
-                    }
-                    line
-                };
-                let answer = line.trim().to_string();
-                match check(&answer) {
-                    Ok(()) => return Ok(answer),
-                    Err(problem) => writeln!(out, "{problem}")?,
-                }
-            }
-        };
+        let mut ask =
+            |question: &str,
+             instead: &str,
+             check: &dyn Fn(&str) -> Result<(), String>,
+             hidden: bool| { ask_until(input, out, question, instead, check, hidden) };
         if self.api.is_none() {
             self.api = Some(ask(
                 &format!("API shape ({})", apis()),
@@ -207,20 +185,182 @@ impl AgentConfig {
 
     /// The provider's `host[:port]`, as the agent's manifest allows it.
     fn provider_host(&self) -> Result<String> {
-        let uri: http::Uri = self
-            .base_url()
-            .parse()
-            .with_context(|| format!("`{}` is not a URL", self.base_url()))?;
-        uri.authority()
-            .map(|a| {
-                a.as_str()
-                    .rsplit('@')
-                    .next()
-                    .unwrap_or_default()
-                    .to_string()
-            })
-            .with_context(|| format!("`{}` names no host", self.base_url()))
+        host_of(self.base_url())
     }
+}
+
+/// Asks `question` until the answer passes `check`; `instead` says how to answer without a
+/// question (at the end of input); a `hidden` answer is read from the terminal without being
+/// shown.
+fn ask_until(
+    input: &mut impl BufRead,
+    out: &mut impl Write,
+    question: &str,
+    instead: &str,
+    check: &dyn Fn(&str) -> Result<(), String>,
+    hidden: bool,
+) -> Result<String> {
+    loop {
+        let line = if hidden {
+            rpassword::prompt_password(format!("{question}: "))
+                .with_context(|| format!("cannot read the answer to \"{question}\""))?
+        } else {
+            write!(out, "{question}: ")?;
+            out.flush()?;
+            let mut line = String::new();
+            if input.read_line(&mut line)? == 0 {
+                bail!("no answer to \"{question}\"; {instead}");
+            }
+            line
+        };
+        let answer = line.trim().to_string();
+        match check(&answer) {
+            Ok(()) => return Ok(answer),
+            Err(problem) => writeln!(out, "{problem}")?,
+        }
+    }
+}
+
+/// The environment variable that may hold the `matrix` actor's access token.
+pub const MATRIX_TOKEN_VARIABLE: &str = "SAUSAGE_MATRIX_TOKEN";
+
+/// Where in the world the carried `matrix` source is written before it is built.
+const MATRIX_SOURCE_DIR: &str = "matrix-source";
+
+/// The actor that connects a world to Matrix (DESIGN §17), and the kind of handle it speaks for
+/// people by.
+pub const MATRIX: &str = "matrix";
+
+/// What the `matrix` actor needs: its homeserver, its own user id there, and its access token.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct MatrixConfig {
+    pub homeserver: Option<String>,
+    pub user_id: Option<String>,
+    pub token: Option<String>,
+}
+
+impl MatrixConfig {
+    /// Asks on `input` for every value still missing (the token from
+    /// [`MATRIX_TOKEN_VARIABLE`] first; at a `terminal`, typed without being shown).
+    pub fn complete(
+        mut self,
+        input: &mut impl BufRead,
+        out: &mut impl Write,
+        terminal: bool,
+    ) -> Result<MatrixConfig> {
+        if self.token.is_none() {
+            self.token = std::env::var(MATRIX_TOKEN_VARIABLE)
+                .ok()
+                .filter(|t| !t.is_empty());
+        }
+        if self.homeserver.is_none() {
+            self.homeserver = Some(ask_until(
+                input,
+                out,
+                "Matrix homeserver URL (https://…)",
+                "give it with --homeserver",
+                &check_base_url,
+                false,
+            )?);
+        }
+        if self.user_id.is_none() {
+            self.user_id = Some(ask_until(
+                input,
+                out,
+                "The world's Matrix user id (@sausage:example.org)",
+                "give it with --user",
+                &check_matrix_user,
+                false,
+            )?);
+        }
+        if self.token.is_none() {
+            self.token = Some(ask_until(
+                input,
+                out,
+                &format!("Its access token (or set {MATRIX_TOKEN_VARIABLE})"),
+                &format!("set it in the environment variable {MATRIX_TOKEN_VARIABLE}"),
+                &check_not_empty,
+                terminal,
+            )?);
+        }
+        check_base_url(self.homeserver()).map_err(anyhow::Error::msg)?;
+        check_matrix_user(self.user_id.as_deref().unwrap_or("")).map_err(anyhow::Error::msg)?;
+        Ok(self)
+    }
+
+    fn homeserver(&self) -> &str {
+        self.homeserver
+            .as_deref()
+            .unwrap_or("")
+            .trim_end_matches('/')
+    }
+
+    /// Everything the actor needs but its build: the token in `broker/credentials/matrix.json`
+    /// (added by the host to its requests under the homeserver), its `/data/config.json`, and
+    /// the owner's grant that lets it speak for people by their Matrix ids.
+    pub fn write(&self, world: &World) -> Result<()> {
+        let matrix = ActorId::parse(MATRIX).expect("valid id");
+        world.create_actor_dirs(&matrix)?;
+        let config = json!({
+            "homeserver": self.homeserver(), "user_id": self.user_id, "agent": "agent",
+        });
+        crate::fs::write_atomically(
+            &world.data_dir(&matrix).join("config.json"),
+            &serde_json::to_vec_pretty(&config).expect("config serialises"),
+        )
+        .context("cannot write the matrix actor's configuration")?;
+        let token = self.token.as_deref().unwrap_or_default();
+        world.write_credentials(
+            &matrix,
+            &Credentials {
+                base_url: self.homeserver().to_string(),
+                header: "authorization".into(),
+                value: format!("Bearer {token}"),
+            },
+        )?;
+        crate::people::People::new(world).grant_surface(&matrix, MATRIX)
+    }
+
+    /// Writes the carried `matrix` source into the world, with a manifest that lets it reach
+    /// only its homeserver, and returns its folder.
+    pub fn write_source(&self, world: &World) -> Result<PathBuf> {
+        write_source(
+            world,
+            MATRIX_SOURCE,
+            MATRIX_SOURCE_DIR,
+            &host_of(self.homeserver())?,
+        )
+    }
+}
+
+fn check_matrix_user(user: &str) -> Result<(), String> {
+    let valid = user
+        .strip_prefix('@')
+        .and_then(|rest| rest.split_once(':'))
+        .is_some_and(|(name, server)| !name.is_empty() && !server.is_empty());
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{user}` is not a Matrix user id; it looks like @sausage:example.org"
+        ))
+    }
+}
+
+/// The `host[:port]` of a URL, as a manifest allows it.
+fn host_of(url: &str) -> Result<String> {
+    let uri: http::Uri = url
+        .parse()
+        .with_context(|| format!("`{url}` is not a URL"))?;
+    uri.authority()
+        .map(|a| {
+            a.as_str()
+                .rsplit('@')
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .with_context(|| format!("`{url}` names no host"))
 }
 
 /// `openai-responses, anthropic-messages or openai-chat`.
@@ -259,17 +399,33 @@ fn check_not_empty(text: &str) -> Result<(), String> {
 /// Writes the carried agent source into the world, with a manifest that lets it reach its
 /// provider, and returns its folder.
 pub fn write_agent_source(world: &World, config: &AgentConfig) -> Result<PathBuf> {
-    if AGENT_SOURCE.is_empty() {
-        bail!("this sausage binary carries no agent source; it was built without `agent/`");
+    write_source(
+        world,
+        AGENT_SOURCE,
+        AGENT_SOURCE_DIR,
+        &config.provider_host()?,
+    )
+}
+
+/// Writes a carried source into the console's `/data/<folder>` (the console deploys it), with
+/// a manifest that lets it reach `host` only, and returns its folder.
+fn write_source(
+    world: &World,
+    files: &[(&str, &[u8])],
+    folder: &str,
+    host: &str,
+) -> Result<PathBuf> {
+    if files.is_empty() {
+        bail!("this sausage binary carries no `{folder}`; it was built without its crate");
     }
     let console = ActorId::parse("console").expect("valid id");
-    let dir = world.data_dir(&console).join(AGENT_SOURCE_DIR);
-    for (relative, bytes) in AGENT_SOURCE {
+    let dir = world.data_dir(&console).join(folder);
+    for (relative, bytes) in files {
         let path = dir.join(relative);
         std::fs::create_dir_all(path.parent().unwrap_or(&dir))?;
         std::fs::write(&path, bytes).with_context(|| format!("{}", path.display()))?;
     }
-    let manifest = json!({"network": [config.provider_host()?]});
+    let manifest = json!({ "network": [host] });
     let path = dir.join(MANIFEST);
     std::fs::write(
         &path,
@@ -279,9 +435,10 @@ pub fn write_agent_source(world: &World, config: &AgentConfig) -> Result<PathBuf
     Ok(dir)
 }
 
-/// The console script that builds and spawns the agent: the same `/deploy` a person types.
-pub fn deploy_script(source: &Path) -> String {
-    format!("/deploy agent {}\n", source.display())
+/// The console line that builds and spawns (or upgrades) `actor` from `source`: the same
+/// `/deploy` a person types.
+pub fn deploy_line(actor: &str, source: &Path) -> String {
+    format!("/deploy {actor} {}\n", source.display())
 }
 
 #[cfg(test)]
@@ -310,6 +467,59 @@ mod tests {
         );
         let none = ask_owner(&mut "".as_bytes(), &mut Vec::new()).unwrap_err();
         assert!(none.to_string().contains("--owner"));
+    }
+
+    #[test]
+    fn the_matrix_actor_is_configured_outside_its_reach_and_wrong_answers_asked_again() {
+        let mut out = Vec::new();
+        let config = MatrixConfig {
+            token: Some("syt_secret".into()),
+            ..MatrixConfig::default()
+        }
+        .complete(
+            &mut "matrix.example.org\nhttp://127.0.0.1:8008/\nsausage\n@sausage:localhost\n"
+                .as_bytes(),
+            &mut out,
+            false,
+        )
+        .unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(
+            out.contains("`matrix.example.org` is not an http:// or https:// URL"),
+            "{out}"
+        );
+        assert!(out.contains("`sausage` is not a Matrix user id"), "{out}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let world = World::new(dir.path().join("w"));
+        world.create().unwrap();
+        config.write(&world).unwrap();
+        let matrix = ActorId::parse(MATRIX).unwrap();
+        let written: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(world.data_dir(&matrix).join("config.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(written["homeserver"], "http://127.0.0.1:8008");
+        assert_eq!(written["user_id"], "@sausage:localhost");
+        assert!(
+            !written.to_string().contains("syt_secret"),
+            "no token in /data"
+        );
+        let credentials: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(world.credentials_path(&matrix)).unwrap())
+                .unwrap();
+        assert_eq!(credentials["value"], "Bearer syt_secret");
+        assert_eq!(credentials["base_url"], "http://127.0.0.1:8008");
+        let people = crate::people::People::new(&world);
+        let refused = people
+            .speaker_by_handle(&matrix, "@ann:localhost")
+            .unwrap_err();
+        assert!(
+            refused.contains("not a person"),
+            "the grant is made: {refused}"
+        );
+        let none = MatrixConfig::default().complete(&mut "".as_bytes(), &mut Vec::new(), false);
+        assert!(none.unwrap_err().to_string().contains("--homeserver"));
     }
 
     #[test]

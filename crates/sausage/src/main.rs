@@ -13,7 +13,7 @@ use tokio::io::BufReader;
 
 use sausage::broker::Broker;
 use sausage::console::{self, End};
-use sausage::init::{self, AgentConfig};
+use sausage::init::{self, AgentConfig, MatrixConfig};
 use sausage::message::Tier;
 use sausage::people::People;
 use sausage::runtime::Runtime;
@@ -49,6 +49,13 @@ enum Command {
         /// Your person id, the world's first owner (asked at a terminal; default `owner`).
         #[arg(long, value_name = "ID")]
         owner: Option<String>,
+        /// Also connect the world to this Matrix homeserver (the `matrix` actor).
+        #[arg(long, value_name = "HOMESERVER_URL")]
+        matrix: Option<String>,
+        /// The world's own Matrix user id with `--matrix` (asked if missing; its token comes
+        /// from SAUSAGE_MATRIX_TOKEN or is asked).
+        #[arg(long, value_name = "USER_ID", requires = "matrix")]
+        matrix_user: Option<String>,
     },
     /// Run a world: the broker, the console, the web console and every actor that was running.
     Run {
@@ -61,6 +68,11 @@ enum Command {
         /// Do not serve the web console.
         #[arg(long)]
         no_web: bool,
+    },
+    /// Connect a world to Matrix: `sausage matrix setup`.
+    Matrix {
+        #[command(subcommand)]
+        command: MatrixCommand,
     },
     /// Manage the people who may use a world: add, list, remove, or change a tier. Works
     /// whether the world runs or not.
@@ -105,6 +117,24 @@ enum PeopleCommand {
     Matrix { id: String, user_id: Option<String> },
 }
 
+#[derive(Subcommand)]
+enum MatrixCommand {
+    /// Configure and deploy the `matrix` actor: its homeserver, its user id and its access
+    /// token (from SAUSAGE_MATRIX_TOKEN or asked; kept outside every actor's files). People
+    /// reach the agent from Matrix once they have a Matrix id (`sausage people matrix ID @…`).
+    Setup {
+        /// The world's folder.
+        #[arg(long, value_name = "DIR", default_value = "world")]
+        world: PathBuf,
+        /// The homeserver's URL, such as https://matrix.example.org (asked if missing).
+        #[arg(long, value_name = "URL")]
+        homeserver: Option<String>,
+        /// The world's own Matrix user id, such as @sausage:example.org (asked if missing).
+        #[arg(long, value_name = "USER_ID")]
+        user: Option<String>,
+    },
+}
+
 fn parse_tier(name: &str) -> Result<Tier, String> {
     Tier::parse(name)
 }
@@ -119,6 +149,8 @@ fn main() -> ExitCode {
             base_url,
             model,
             owner,
+            matrix,
+            matrix_user,
         } => {
             let config = AgentConfig {
                 api,
@@ -126,7 +158,27 @@ fn main() -> ExitCode {
                 model,
                 token: None,
             };
-            block_on(init(dir, config, owner))
+            let matrix = matrix.map(|homeserver| MatrixConfig {
+                homeserver: Some(homeserver),
+                user_id: matrix_user,
+                token: None,
+            });
+            block_on(init(dir, config, owner, matrix))
+        }
+        Command::Matrix {
+            command:
+                MatrixCommand::Setup {
+                    world,
+                    homeserver,
+                    user,
+                },
+        } => {
+            let config = MatrixConfig {
+                homeserver,
+                user_id: user,
+                token: None,
+            };
+            block_on(matrix_setup(World::new(world), config))
         }
         Command::Run { dir, web, no_web } => block_on(run(dir, (!no_web).then_some(web))),
         Command::People { command, world } => people(&World::new(world), command),
@@ -168,7 +220,12 @@ fn block_on(job: impl Future<Output = Result<ExitCode>>) -> Result<ExitCode> {
 }
 
 /// Creates the world, writes the agent's configuration, then builds and spawns the agent.
-async fn init(dir: PathBuf, config: AgentConfig, owner: Option<String>) -> Result<ExitCode> {
+async fn init(
+    dir: PathBuf,
+    config: AgentConfig,
+    owner: Option<String>,
+    matrix: Option<MatrixConfig>,
+) -> Result<ExitCode> {
     let world = World::new(&dir);
     world.check_new()?;
     let terminal = std::io::stdin().is_terminal();
@@ -182,13 +239,29 @@ async fn init(dir: PathBuf, config: AgentConfig, owner: Option<String>) -> Resul
         &mut std::io::stdout(),
         terminal,
     )?;
+    let matrix = match matrix {
+        Some(matrix) => Some(matrix.complete(
+            &mut std::io::stdin().lock(),
+            &mut std::io::stdout(),
+            terminal,
+        )?),
+        None => None,
+    };
     world.create()?;
     People::new(&world).create(&owner)?;
     config.write(&world)?;
     println!("Created the world `{}`. Building the agent…", dir.display());
     let source = init::write_agent_source(&world, &config)?;
+    let mut script = init::deploy_line("agent", &source);
+    if let Some(matrix) = &matrix {
+        matrix.write(&world)?;
+        script.push_str(&init::deploy_line(
+            init::MATRIX,
+            &matrix.write_source(&world)?,
+        ));
+    }
     let (broker, services) = open(&world).await?;
-    let script = BufReader::new(std::io::Cursor::new(init::deploy_script(&source)));
+    let script = BufReader::new(std::io::Cursor::new(script));
     let end = console::run(broker.clone(), script).await;
     close(&broker, services).await;
     if end != End::Quit {
@@ -204,6 +277,45 @@ async fn init(dir: PathBuf, config: AgentConfig, owner: Option<String>) -> Resul
     println!("The world is ready. Start it with:");
     println!("    sausage run {}", dir.display());
     println!("then type what you want, for example: make me an actor that counts words");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `sausage matrix setup`: the `matrix` actor's configuration and credentials, then its build
+/// and spawn (or upgrade) in the world, headless; a running world is told by a line to type.
+async fn matrix_setup(world: World, config: MatrixConfig) -> Result<ExitCode> {
+    world.load_registry()?;
+    let terminal = std::io::stdin().is_terminal();
+    let config = config.complete(
+        &mut std::io::stdin().lock(),
+        &mut std::io::stdout(),
+        terminal,
+    )?;
+    config.write(&world)?;
+    let source = config.write_source(&world)?;
+    let line = init::deploy_line(init::MATRIX, &source);
+    let Ok(_lock) = world.lock() else {
+        println!("The world is running: type this at its console to deploy the matrix actor:");
+        print!("    {line}");
+        return Ok(ExitCode::SUCCESS);
+    };
+    println!("Building the matrix actor…");
+    let (broker, services) = open(&world).await?;
+    let end = console::run(
+        broker.clone(),
+        BufReader::new(std::io::Cursor::new(line.clone())),
+    )
+    .await;
+    close(&broker, services).await;
+    if end != End::Quit {
+        eprintln!(
+            "sausage: the matrix actor was not deployed; fix the cause above, then type `{}` in `sausage run`",
+            line.trim_end()
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    println!(
+        "The matrix actor runs. Give people their Matrix ids with `sausage people matrix ID @user:server`."
+    );
     Ok(ExitCode::SUCCESS)
 }
 
