@@ -1,22 +1,30 @@
 //! Turns: the agent's main loop and the state machine of one turn (message → model step → tools →
 //! … → answer), with what must survive a restart saved in `/data` after every step:
-//! `history.json` (the conversation), `turn.json` (the turn in progress: the message that started
-//! it, the steps so far, its usage, a reply being waited for), `inbox.json` (messages not yet
-//! shown) and `spend.json` (the day's spending).
-//! While a step streams, the person sees its text as `progress` messages; every tool call is
-//! announced as `tool` started and finished; the final reply carries the turn's `usage`.
+//! the conversation's `history.json` (see `conversations`), `turn.json` (the turn in progress:
+//! its conversation, the message that started it, the steps so far, its usage, a reply being
+//! waited for), `inbox.json` (texts waiting for their turn, and messages not yet shown, each
+//! with its conversation) and `spend.json` (the day's spending).
+//! A turn acts for one person (DESIGN §13): its request holds only its conversation, its tools
+//! pass `access` first, and everything about it goes to the people of that conversation with
+//! `for` (and `room`). While a step streams, they see its text as `progress` messages; every
+//! tool call is announced as `tool` started and finished; the final reply carries the turn's
+//! `usage`.
 //! **Invariant:** a turn always ends with exactly one answer to the message that started it, in
 //! words even when everything failed; a shutdown ends it only by saving it for the next start.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::budget::{self, Spend};
+use crate::access::{self, Who};
+use crate::budget::{self, Payer, Spend};
 use crate::config::{self, Config};
 use crate::context;
+use crate::conversations::{self, Conversation, Room, Surfaces, Tier, valid_id};
+use crate::fairness::{self, Starts};
 use crate::goals::{self, Goal, Goals};
 use crate::history::{self, Entry, History};
 use crate::host::{Event, Host, Incoming, Outgoing, Posted};
@@ -65,9 +73,21 @@ pub const INTERRUPTED: &str = "interrupted: the agent restarted before this fini
 /// The result of tool calls left unrun because the turn ended first.
 const NOT_RUN: &str = "not run: the turn ended before this call";
 
+/// How long a member's change to an actor waits for the broker's `list`, which says who owns
+/// it; without an answer the change is not sent.
+const OWNER_CHECK_SECONDS: u64 = 10;
+
+/// The most messages kept for one conversation until its next turn: an actor that publishes
+/// forever to a conversation that never speaks must not grow `inbox.json` without end. Past it,
+/// the oldest is dropped (with a line on stderr).
+pub const MAX_KEPT_NOTES: usize = 200;
+
 /// The turn in progress, as `turn.json` keeps it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SavedTurn {
+    /// The conversation it speaks in; `legacy` in a turn saved before people.
+    #[serde(default)]
+    pub conversation: Conversation,
     /// The message that started the turn; the answer goes to its sender, replying to its id.
     pub message: Incoming,
     /// Model steps taken so far.
@@ -114,8 +134,9 @@ pub struct RoundEnd {
 
 impl SavedTurn {
     /// A turn about to take its first step.
-    pub fn new(message: Incoming) -> SavedTurn {
+    pub fn new(message: Incoming, conversation: Conversation) -> SavedTurn {
         SavedTurn {
+            conversation,
             message,
             steps: 0,
             done: Vec::new(),
@@ -128,6 +149,30 @@ impl SavedTurn {
             goal: None,
             plan: Value::Null,
             round_end: None,
+        }
+    }
+
+    /// Who the turn acts for: the person who spoke, with their tier; an actor's conversation
+    /// has a guest's rights; a turn from before people had an owner's (that agent had no tiers).
+    pub fn who(&self) -> Who {
+        let (person, tier) = match self.conversation {
+            Conversation::Legacy => (None, Tier::Owner),
+            Conversation::Actor(_) => (None, Tier::Guest),
+            _ => (self.message.person.clone(), self.message.tier()),
+        };
+        Who {
+            conversation: self.conversation.clone(),
+            person,
+            tier,
+        }
+    }
+
+    fn payer(&self) -> Payer {
+        match (&self.conversation, &self.message.person) {
+            (Conversation::Legacy, _) => Payer::World,
+            (Conversation::Actor(actor), _) => Payer::Actor(actor.clone()),
+            (_, Some(person)) => Payer::Person(person.clone()),
+            (_, None) => Payer::Actor(self.message.from.clone()),
         }
     }
 }
@@ -150,12 +195,32 @@ pub struct Waiting {
 /// Messages kept for later, as `inbox.json` keeps them.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Inbox {
-    /// Shown to the model at the next turn (or by `wait_for_messages`).
+    /// Shown to the model at its conversation's next turn (or by `wait_for_messages` in it).
     #[serde(default)]
-    notes: Vec<Incoming>,
-    /// Texts that arrived during a turn: each starts its own turn after it.
+    notes: Vec<Kept>,
+    /// Texts waiting for their turn, served round-robin by sender (`fairness`).
     #[serde(default)]
     turns: Vec<Incoming>,
+}
+
+/// A message kept for a conversation: `{...the message, "conversation"}`.
+#[derive(Debug, Serialize, Deserialize)]
+struct Kept {
+    #[serde(flatten)]
+    message: Incoming,
+    /// Missing in an inbox from before people: then the message says it (see
+    /// [`Conversation::of_note`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    conversation: Option<Conversation>,
+}
+
+/// One person (or actor) a turn's messages go to.
+struct Recipient {
+    to: String,
+    /// The turn's message id for the one who asked; the others get no `reply_to`.
+    reply_to: Option<String>,
+    /// `for`: the person the message is for.
+    person: Option<String>,
 }
 
 /// Whether the agent goes on or must exit (a shutdown came; everything is saved).
@@ -244,6 +309,16 @@ pub struct Agent<H: Host> {
     inbox: Inbox,
     /// The id of the message whose turn is running, if one is.
     current: Option<String>,
+    /// The running turn's conversation and message, for who may stop it and where unaddressed
+    /// messages that arrive meanwhile belong.
+    running: Option<(Conversation, Incoming)>,
+    /// Where each person last spoke from.
+    surfaces: Surfaces,
+    /// Turn starts of the last hour, per sender.
+    starts: Starts,
+    /// When each sender's text was last served (a count of turns), for round-robin.
+    served: HashMap<String, u64>,
+    turns_served: u64,
     /// A `stop` came for the running turn: it ends after its current step.
     stop_asked: bool,
     /// The id of the message whose turn ended last: a `stop` for it crossed its answer.
@@ -271,6 +346,11 @@ impl<H: Host> Agent<H> {
             candidate,
             inbox: Inbox::default(),
             current: None,
+            running: None,
+            surfaces: Surfaces::load(&data),
+            starts: Starts::load(&data),
+            served: HashMap::new(),
+            turns_served: 0,
             stop_asked: false,
             finished: None,
             goals: Goals::new(&data),
@@ -300,36 +380,31 @@ impl<H: Host> Agent<H> {
                 return;
             }
         }
-        // People's texts come first; a goal's rounds run when none waits, so a goal never locks
-        // anyone out for longer than one round.
+        // People's texts come first, round-robin by sender; a goal's rounds run when none
+        // waits, so a goal never locks anyone out for longer than one round.
         loop {
             // What came while the last turn asked the model waits in the host: people first.
             self.take_arrived();
-            let goal = (!self.candidate && self.inbox.turns.is_empty())
-                .then(|| self.goals.active())
-                .flatten();
-            let wait = goal.as_ref().map(|_| Duration::ZERO);
-            let message = if self.inbox.turns.is_empty() {
-                match (self.host.receive(wait), goal) {
-                    (Event::Message(message), _) => message,
-                    (Event::TimedOut, Some(goal)) => {
-                        if self.round(goal) == Flow::Stop {
-                            return;
-                        }
-                        continue;
-                    }
-                    (Event::TimedOut, None) => continue,
-                    (Event::Stop, _) => return,
-                }
-            } else {
-                let message = self.inbox.turns.remove(0);
+            if !self.inbox.turns.is_empty() {
+                let next = fairness::next(&self.inbox.turns, &self.served);
+                let message = self.inbox.turns.remove(next);
                 self.save_inbox();
-                message
-            };
-            if !message.starts_turn() {
-                self.keep(message);
-            } else if self.start(message) == Flow::Stop {
-                return;
+                if self.start(message) == Flow::Stop {
+                    return;
+                }
+                continue;
+            }
+            let goal = (!self.candidate).then(|| self.goals.active()).flatten();
+            let wait = goal.as_ref().map(|_| Duration::ZERO);
+            match (self.host.receive(wait), goal) {
+                (Event::Message(message), _) => self.keep(message),
+                (Event::TimedOut, Some(goal)) => {
+                    if self.round(goal) == Flow::Stop {
+                        return;
+                    }
+                }
+                (Event::TimedOut, None) => {}
+                (Event::Stop, _) => return,
             }
         }
     }
@@ -354,9 +429,9 @@ impl<H: Host> Agent<H> {
             aside.display()
         );
         self.report(std::fs::rename(&path, &aside).map_err(|e| format!("{}: {e}", path.display())));
-        let message = serde_json::from_slice::<Value>(&bytes)
+        let saved = serde_json::from_slice::<Value>(&bytes).unwrap_or_default();
+        let message = serde_json::from_value::<Incoming>(saved["message"].clone())
             .ok()
-            .and_then(|v| serde_json::from_value::<Incoming>(v["message"].clone()).ok())
             .filter(|m| !m.from.is_empty());
         if let Some(message) = message {
             let words = format!(
@@ -364,48 +439,99 @@ impl<H: Host> Agent<H> {
                  saved (/data/turn.json: {problem}). I moved it to /data/turn-unreadable.json. \
                  Please ask again; I may have done part of it already."
             );
-            self.answer_turn(&message, words, &Usage::default(), Some(0.0), None);
+            self.refuse_turn(&message, words, None);
         }
         None
     }
 
-    /// Starts a turn for a text message.
+    /// Answers a text without running its turn (a refusal, a limit, a failure before the first
+    /// step): only to its sender, with `for` and `room` as a turn's answer would have.
+    fn refuse_turn(&mut self, message: &Incoming, words: String, stopped: Option<Stopped>) {
+        let mut body = answer_body(message, words, &Usage::default(), Some(0.0), stopped);
+        if let Some(room) = message.body["room"].as_str() {
+            body["room"] = json!(room);
+        }
+        self.reply(message, body);
+    }
+
+    /// Starts a turn for a text message, in its conversation, unless its person's day is spent.
     fn start(&mut self, message: Incoming) -> Flow {
         eprintln!("agent: a turn for {} from {}", message.id, message.from);
-        let config = match config::load(&self.file("config.json")) {
-            Ok(config) => config,
+        let conversation = match Conversation::of_text(&message, &self.data) {
+            Ok(conversation) => conversation,
             Err(words) => {
-                self.answer_turn(&message, words, &Usage::default(), Some(0.0), None);
+                self.refuse_turn(&message, format!("I cannot take this: {words}."), None);
                 return Flow::Continue;
             }
         };
-        let spend = Spend::load(&self.file("spend.json"), self.host.now());
-        if config.price.is_some() && spend.usd >= config.max_day_usd {
-            let words = self.day_cap_words(&config, &spend);
-            let usage = Usage::default();
-            self.answer_turn(&message, words, &usage, Some(0.0), Some(Stopped::Budget));
+        let config = match config::load(&self.file("config.json")) {
+            Ok(config) => config,
+            Err(words) => {
+                self.refuse_turn(&message, words, None);
+                return Flow::Continue;
+            }
+        };
+        let turn = SavedTurn::new(message, conversation);
+        if let Some(words) = self.past_day_cap(&config, &turn) {
+            self.refuse_turn(&turn.message, words, Some(Stopped::Budget));
             return Flow::Continue;
         }
-        let mut history = self.load_history();
-        history.entries.extend(self.take_notes());
-        let text = message.body["text"].as_str().unwrap_or_default();
+        let sender = fairness::sender(&turn.message);
+        self.turns_served += 1;
+        self.served.insert(sender.clone(), self.turns_served);
+        if !self.candidate {
+            let now = unix_seconds(self.host.now());
+            let recorded = self.starts.record(&self.data, &sender, now);
+            self.report(recorded);
+        }
+        if let (Conversation::Person(person), Tier::Owner) = (&turn.conversation, turn.who().tier) {
+            self.report(conversations::adopt_legacy(&self.data, person).map(|_| ()));
+        }
+        let mut history = self.load_history(&turn.conversation);
+        history.entries.extend(self.take_notes(&turn.conversation));
+        let text = turn.message.body["text"].as_str().unwrap_or_default();
+        // In a room several people speak: each message names its person.
+        let by = match (&turn.conversation, &turn.message.person) {
+            (Conversation::Room(_), Some(person)) => format!(" by {person}"),
+            _ => String::new(),
+        };
         history.entries.push(Entry::user(format!(
-            "Message {} from {}:\n{text}",
-            message.id, message.from
+            "Message {} from {}{by}:\n{text}",
+            turn.message.id, turn.message.from
         )));
-        self.work(&config, history, SavedTurn::new(message))
+        self.work(&config, history, turn)
     }
 
-    fn day_cap_words(&self, config: &Config, spend: &Spend) -> String {
-        let now = self.host.now();
-        format!(
-            "I stopped: today's model spending is {} and my daily cap (max_day_usd in \
-             /data/config.json) is {}. It resets at midnight UTC, in {}. To go on now, raise \
-             max_day_usd.",
-            budget::usd_words(spend.usd),
-            budget::usd_words(config.max_day_usd),
-            budget::duration_words(budget::until_midnight(now)),
-        )
+    /// The words that end or refuse a turn whose payer has spent their day's cap; `None` while
+    /// it has not (or the model has no price).
+    fn past_day_cap(&self, config: &Config, turn: &SavedTurn) -> Option<String> {
+        config.price?;
+        let spend = Spend::load(&self.file("spend.json"), self.host.now());
+        let payer = turn.payer();
+        let tier = turn.who().tier;
+        let cap = match payer {
+            Payer::World => config.max_day_usd,
+            _ => config.day_cap(tier),
+        };
+        let spent = spend.of(&payer);
+        if spent < cap {
+            return None;
+        }
+        let (whose, setting) = match (&payer, tier) {
+            (Payer::Person(person), Tier::Owner) => (format!("{person}'s"), "max_day_usd"),
+            (Payer::Person(person), _) => (format!("{person}'s"), "tier_day_usd"),
+            (Payer::Actor(actor), _) => (format!("actor {actor}'s"), "tier_day_usd"),
+            (Payer::World, _) => ("the world's".to_string(), "max_day_usd"),
+        };
+        Some(format!(
+            "I stopped: {whose} model spending today is {}, and the daily cap of a {} is {} \
+             ({setting} in /data/config.json). It resets at midnight UTC, in {}. Others are not \
+             affected; an owner can raise the cap.",
+            budget::usd_words(spent),
+            tier.name(),
+            budget::usd_words(cap),
+            budget::duration_words(budget::until_midnight(self.host.now())),
+        ))
     }
 
     /// Finishes a turn saved by an earlier instance: every call left open gets a result (the
@@ -417,7 +543,7 @@ impl<H: Host> Agent<H> {
         );
         self.current = Some(turn.message.id.clone());
         turn.resumes += 1;
-        let mut history = self.load_history();
+        let mut history = self.load_history(&turn.conversation);
         if turn.resumes >= MAX_RESUMES {
             let words = format!(
                 "I stopped this turn: I restarted {} times in a row in the middle of it without \
@@ -446,13 +572,14 @@ impl<H: Host> Agent<H> {
                     let left = waiting
                         .until
                         .map_or(waiting.seconds, |u| u.saturating_sub(now));
-                    let awaited = self.await_reply(&waiting.reply_to, left);
+                    let asked = turn.conversation.clone();
+                    let awaited = self.await_reply(&waiting.reply_to, left, Some(&asked));
                     match answer_words(awaited, &waiting.reply_to) {
                         Some(words) => format!("(asked before the agent restarted) {words}"),
                         None => return self.stop(&history, &turn),
                     }
                 }
-                Some(waiting) => match self.await_reply(&waiting.reply_to, waiting.seconds) {
+                Some(waiting) => match self.await_reply(&waiting.reply_to, waiting.seconds, None) {
                     Awaited::Reply(reply) => format!(
                         "The agent restarted while waiting for this reply (for example because \
                          it upgraded itself); after the restart it came: {}",
@@ -470,7 +597,7 @@ impl<H: Host> Agent<H> {
             history.entries.push(Entry::ToolResult { id, output });
         }
         turn.waiting = None;
-        history.entries.extend(self.take_notes());
+        history.entries.extend(self.take_notes(&turn.conversation));
         let what = match &turn.goal {
             Some(goal) => format!("the round of goal {goal} you were in; end it with goal_status"),
             None => format!(
@@ -490,6 +617,7 @@ impl<H: Host> Agent<H> {
     /// is stopped, reaches its budget, or reaches [`MAX_STEPS`].
     fn work(&mut self, config: &Config, mut history: History, mut turn: SavedTurn) -> Flow {
         self.current = Some(turn.message.id.clone());
+        self.running = Some((turn.conversation.clone(), turn.message.clone()));
         self.stop_asked = false;
         self.round_of = turn.goal.clone();
         let (answer, stopped) = loop {
@@ -602,7 +730,7 @@ impl<H: Host> Agent<H> {
             }
             (Some(_), outcome) => self.end_round(&mut turn, outcome),
         }
-        self.finish(&mut history)
+        self.finish(&mut history, &turn.conversation)
     }
 
     /// Whether the turn must end before its next step, and with what words: a stop asked for,
@@ -625,12 +753,8 @@ impl<H: Host> Agent<H> {
             );
             return Some((self.failure_words(turn, words), Some(Stopped::Budget)));
         }
-        let spend = Spend::load(&self.file("spend.json"), self.host.now());
-        if spend.usd >= config.max_day_usd {
-            let words = self.day_cap_words(config, &spend);
-            return Some((self.failure_words(turn, words), Some(Stopped::Budget)));
-        }
-        None
+        let words = self.past_day_cap(config, turn)?;
+        Some((self.failure_words(turn, words), Some(Stopped::Budget)))
     }
 
     /// One model step: the request (compacting the history first when it would not fit), its
@@ -701,7 +825,7 @@ impl<H: Host> Agent<H> {
             .into_iter()
             .filter(|t| turn.goal.is_some() || t.name != "goal_status")
             .collect();
-        provider::request(config, &self.system_prompt(), &entries, &tools)
+        provider::request(config, &self.system_prompt(&turn.who()), &entries, &tools)
     }
 
     /// Replaces the older history by a handoff summary the model writes (DESIGN §12, Context).
@@ -828,7 +952,9 @@ impl<H: Host> Agent<H> {
     ) -> Result<Reply, Option<Failure>> {
         let mut stream = provider::Stream::new(config.api);
         let mut broken: Option<Failure> = None;
-        let (to, id) = (turn.message.from.clone(), turn.message.id.clone());
+        let audience = self.audience(turn);
+        let room = turn.conversation.room().map(str::to_string);
+        let id = turn.message.id.clone();
         let progress = &mut self.progress;
         let posted = self.host.post(request, &mut |bytes| {
             if broken.is_none() && !bytes.is_empty() {
@@ -838,12 +964,11 @@ impl<H: Host> Agent<H> {
                     Err(failure) => broken = Some(failure),
                 }
             }
-            let text = progress.due(Instant::now())?;
-            Some(turn_message(
-                &to,
-                &id,
-                json!({"type": "progress", "text": text}),
-            ))
+            let Some(text) = progress.due(Instant::now()) else {
+                return Vec::new();
+            };
+            let body = json!({"type": "progress", "text": text});
+            addressed(&audience, room.as_deref(), Some(&id), &body, None)
         });
         if !self.progress.pending.is_empty() {
             // The rest of the text goes now, keeping the batching interval.
@@ -891,8 +1016,7 @@ impl<H: Host> Agent<H> {
         turn.cost_usd += cost;
         let path = self.file("spend.json");
         let mut spend = Spend::load(&path, self.host.now());
-        spend.usd += cost;
-        spend.usage.add(*usage);
+        spend.add(&turn.payer(), cost, usage);
         if !self.candidate {
             self.report(spend.save(&path));
         }
@@ -950,56 +1074,62 @@ impl<H: Host> Agent<H> {
         }
     }
 
-    /// Sends a message about the turn to its sender (DESIGN §12: `reply_to` and `turn` are the
-    /// turn's message id). Flushes batched progress first so the order stays true.
+    /// Who gets the turn's messages: the one who asked, on the surface they asked from, and in
+    /// a room every other member on the surface they last spoke from (DESIGN §13).
+    fn audience(&self, turn: &SavedTurn) -> Vec<Recipient> {
+        let message = &turn.message;
+        let mut all = vec![Recipient {
+            to: message.from.clone(),
+            reply_to: Some(message.id.clone()),
+            person: message.person.clone(),
+        }];
+        let Conversation::Room(room) = &turn.conversation else {
+            return all;
+        };
+        let members = Room::load(&self.data, room).map_or_else(Vec::new, |r| r.members);
+        for member in members {
+            if message.person.as_ref() != Some(&member) {
+                all.push(Recipient {
+                    to: self.surfaces.of(&member).to_string(),
+                    reply_to: None,
+                    person: Some(member),
+                });
+            }
+        }
+        all
+    }
+
+    /// Sends a message about the turn to its people (DESIGN §12: `turn` is the turn's message
+    /// id, and the asker's copy replies to it). Flushes batched progress first so the order
+    /// stays true.
     fn tell(&mut self, turn: &SavedTurn, body: Value) {
+        self.tell_with_id(turn, body, None);
+    }
+
+    fn tell_with_id(&mut self, turn: &SavedTurn, body: Value, id: Option<String>) {
         if turn.message.from.is_empty() {
             return;
         }
-        let (to, id) = (&turn.message.from, &turn.message.id);
+        let audience = self.audience(turn);
+        let (room, turn_id) = (turn.conversation.room(), Some(turn.message.id.as_str()));
+        let mut messages = Vec::new();
         if body["type"] != "progress" && !self.progress.pending.is_empty() {
             let text = std::mem::take(&mut self.progress.pending);
-            let pending = turn_message(to, id, json!({"type": "progress", "text": text}));
-            self.host.send(&pending);
+            let pending = json!({"type": "progress", "text": text});
+            messages.extend(addressed(&audience, room, turn_id, &pending, None));
         }
         self.progress.last = Some(Instant::now());
-        let message = turn_message(to, id, body);
-        self.host.send(&message);
+        messages.extend(addressed(&audience, room, turn_id, &body, id));
+        for message in &messages {
+            self.host.send(message);
+        }
     }
 
-    /// The final reply of a turn, with its usage.
+    /// The final reply of a turn, with its usage, to everyone who follows the turn.
     fn answer_ending(&mut self, turn: &SavedTurn, text: String, stopped: Option<Stopped>) {
         let cost = (!turn.unpriced).then_some(turn.cost_usd);
-        self.answer_turn(&turn.message, text, &turn.usage, cost, stopped);
-    }
-
-    fn answer_turn(
-        &mut self,
-        message: &Incoming,
-        text: String,
-        usage: &Usage,
-        cost_usd: Option<f64>,
-        stopped: Option<Stopped>,
-    ) {
-        let mut body = json!({
-            "type": "text", "text": text, "turn": message.id,
-            "usage": {
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
-                "cache_read_tokens": usage.cache_read_tokens,
-                "cache_write_tokens": usage.cache_write_tokens,
-                "cost_usd": cost_usd.map(|usd| (usd * 1e6).round() / 1e6),
-            },
-        });
-        if let Some(stopped) = stopped {
-            body["stopped"] = json!(stopped.name());
-        }
-        self.host.send(&Outgoing {
-            to: Some(message.from.clone()),
-            id: None,
-            reply_to: Some(message.id.clone()),
-            body,
-        });
+        let body = answer_body(&turn.message, text, &turn.usage, cost, stopped);
+        self.tell(turn, body);
     }
 
     /// Runs one tool call; `None` when a shutdown came while it waited.
@@ -1016,12 +1146,17 @@ impl<H: Host> Agent<H> {
                 "error: the arguments must be a JSON object, not {arguments}"
             ));
         }
+        let who = turn.who();
+        if let Err(refusal) = who.file_tool(&self.data, name, arguments) {
+            return Some(refusal);
+        }
         match name {
             "send_message" => self.send_message(history, turn, id, arguments),
-            "wait_for_messages" => self.wait_for_messages(arguments),
+            "wait_for_messages" => self.wait_for_messages(&turn.conversation, arguments),
             "ask" => self.ask_person(history, turn, id, arguments),
             "plan" => Some(self.plan(turn, arguments)),
-            "note" => Some(self.note(arguments)),
+            "note" => Some(who.may_note().map_or_else(|e| e, |()| self.note(arguments))),
+            "remember" | "forget" => Some(self.memory_tool(turn, name, arguments)),
             "goal_status" => Some(self.goal_status(turn, arguments)),
             _ => Some(tools::run_file_tool(name, arguments).unwrap_or_else(|| {
                 let names: Vec<&str> = tools::specs().iter().map(|s| s.name).collect();
@@ -1036,8 +1171,17 @@ impl<H: Host> Agent<H> {
     // -----------------------------------------------------------------------------------------
     // Goals (DESIGN §12): rounds of a turn each, between people's turns.
 
-    /// `{"type":"goal","text","max_rounds"?,"max_usd"?}`: a new goal, answered `goal_started`.
+    /// `{"type":"goal","text","max_rounds"?,"max_usd"?}`: a new goal, answered `goal_started`;
+    /// a goal works with its person's rights, so guests (and actors) may not start one.
     fn new_goal(&mut self, message: Incoming) {
+        if message.tier() == Tier::Guest {
+            let reason = "refused: a guest (or an actor, which speaks for no person) may not \
+                          start goals; only members and owners may";
+            return self.reply(
+                &message,
+                json!({"type": "error", "request": "goal", "reason": reason}),
+            );
+        }
         let added = goals::parse_request(&message.body)
             .and_then(|(text, rounds, usd)| self.goals.add(message.clone(), text, rounds, usd));
         let body = match added {
@@ -1072,6 +1216,14 @@ impl<H: Host> Agent<H> {
                 json!({"type": "error", "request": "goal_stop", "reason": reason}),
             );
         };
+        if goal.message.person != message.person && message.tier() != Tier::Owner {
+            let reason =
+                format!("refused: goal {id} is not yours; only its person or an owner may stop it");
+            return self.reply(
+                &message,
+                json!({"type": "error", "request": "goal_stop", "reason": reason}),
+            );
+        }
         if goal.finished() {
             let reason = format!("goal {id} has already ended ({:?})", goal.state).to_lowercase();
             return self.reply(
@@ -1109,9 +1261,19 @@ impl<H: Host> Agent<H> {
                 return Flow::Continue;
             }
         };
-        let spend = Spend::load(&self.file("spend.json"), self.host.now());
-        if config.price.is_some() && spend.usd >= config.max_day_usd {
-            let reason = self.day_cap_words(&config, &spend);
+        let mut message = goal.message.clone();
+        message.body = json!({"type": "text", "text": goal.text});
+        // A goal is its person's; one from before people finishes as it began.
+        let conversation = match &message.person {
+            Some(person) => Conversation::Person(person.clone()),
+            None => Conversation::Legacy,
+        };
+        let turn = SavedTurn {
+            goal: Some(goal.id.clone()),
+            plan: goal.plan.clone(),
+            ..SavedTurn::new(message, conversation)
+        };
+        if let Some(reason) = self.past_day_cap(&config, &turn) {
             self.stop_goal_because(&mut goal, reason);
             return Flow::Continue;
         }
@@ -1119,8 +1281,8 @@ impl<H: Host> Agent<H> {
         self.report(self.goals.save(&goal));
         let round = goal.rounds + 1;
         eprintln!("agent: goal {} round {round}", goal.id);
-        let mut history = self.load_history();
-        history.entries.extend(self.take_notes());
+        let mut history = self.load_history(&turn.conversation);
+        history.entries.extend(self.take_notes(&turn.conversation));
         let earlier: Vec<String> = goal
             .summaries
             .iter()
@@ -1147,13 +1309,6 @@ impl<H: Host> Agent<H> {
             },
             goals::BLOCKED_FROM_ROUND,
         )));
-        let mut message = goal.message.clone();
-        message.body = json!({"type": "text", "text": goal.text});
-        let turn = SavedTurn {
-            goal: Some(goal.id.clone()),
-            plan: goal.plan.clone(),
-            ..SavedTurn::new(message)
-        };
         self.work(&config, history, turn)
     }
 
@@ -1250,8 +1405,15 @@ impl<H: Host> Agent<H> {
         self.reply(&message, body);
     }
 
-    /// A reply to `message`, to its sender.
-    fn reply(&mut self, message: &Incoming, body: Value) {
+    /// A reply to `message`, to its sender; for the person it came from (`for`) and, when it
+    /// named a room, that room.
+    fn reply(&mut self, message: &Incoming, mut body: Value) {
+        if let Some(person) = &message.person {
+            body["for"] = json!(person);
+        }
+        if let (Some(room), Value::Null) = (message.body["room"].as_str(), &body["room"]) {
+            body["room"] = json!(room);
+        }
         self.host.send(&Outgoing {
             to: Some(message.from.clone()),
             id: None,
@@ -1321,9 +1483,34 @@ impl<H: Host> Agent<H> {
         card::note(&self.file("notes.md"), arguments)
     }
 
-    /// The prompt, with the agent's notes.
-    fn system_prompt(&self) -> String {
-        crate::PROMPT.to_string() + &card::notes_section(&self.file("notes.md"))
+    /// `remember` and `forget`: the memory of the person the turn acts for (in a room, the
+    /// one who spoke).
+    fn memory_tool(&mut self, turn: &SavedTurn, name: &str, arguments: &Value) -> String {
+        let Some(person) = turn.who().person else {
+            return "error: this conversation speaks for no person, so there is no one's memory \
+                    to change"
+                .into();
+        };
+        match (name, &arguments["text"]) {
+            ("remember", Value::String(text)) => conversations::remember(&self.data, &person, text),
+            ("remember", _) => "error: `text` must be the fact or preference to remember".into(),
+            (_, Value::String(text)) => conversations::forget(&self.data, &person, Some(text)),
+            (_, Value::Null) => conversations::forget(&self.data, &person, None),
+            (_, other) => format!(
+                "error: `text` is {other}; give the text of the facts to forget, or leave it out to forget everything"
+            ),
+        }
+    }
+
+    /// The prompt, with the agent's notes, who the turn acts for, and (in their own
+    /// conversation) what is remembered about them.
+    fn system_prompt(&self, who: &Who) -> String {
+        let mut prompt = crate::PROMPT.to_string() + &card::notes_section(&self.file("notes.md"));
+        prompt.push_str(&who_section(&self.data, who));
+        if let (Conversation::Person(person), Some(_)) = (&who.conversation, &who.person) {
+            prompt.push_str(&conversations::memory_section(&self.data, person));
+        }
+        prompt
     }
 
     /// `ask`: a `question` to the turn's sender; the turn waits for the answer, durably, up to
@@ -1360,7 +1547,7 @@ impl<H: Host> Agent<H> {
             return Some("error: this turn has no sender to ask".into());
         }
         history.sent += 1;
-        let id = format!("q{}", history.sent);
+        let id = format!("{}.q{}", turn.conversation.tag(), history.sent);
         let published = format!("{}/{id}", self.actor);
         let seconds = QUESTION_WAIT.as_secs();
         turn.waiting = Some(Waiting {
@@ -1372,17 +1559,15 @@ impl<H: Host> Agent<H> {
         });
         // Saved before asking: a restart goes on waiting for this very question.
         self.save(history, turn);
-        let mut body = json!({"type": "question", "turn": turn.message.id, "text": question});
+        let mut body = json!({"type": "question", "text": question});
         if let Some(choices) = choices {
             body["choices"] = Value::Array(choices);
         }
-        self.host.send(&Outgoing {
-            to: Some(turn.message.from.clone()),
-            id: Some(id),
-            reply_to: Some(turn.message.id.clone()),
-            body,
-        });
-        let output = answer_words(self.await_reply(&published, seconds), &published)?;
+        // In a room every member sees the question, under the same id, and any of them answers.
+        self.tell_with_id(turn, body, Some(id));
+        let asked = turn.conversation.clone();
+        let awaited = self.await_reply(&published, seconds, Some(&asked));
+        let output = answer_words(awaited, &published)?;
         turn.waiting = None;
         Some(output)
     }
@@ -1395,7 +1580,7 @@ impl<H: Host> Agent<H> {
         arguments: &Value,
     ) -> Option<String> {
         let to = match string_arg(arguments, "to") {
-            Ok(to) if valid_actor_id(to) => to,
+            Ok(to) if valid_id(to) => to,
             Ok(to) => {
                 return Some(format!(
                     "error: `{to}` is not an actor id (a-z, 0-9, -, _; 1 to 64 characters)"
@@ -1403,16 +1588,39 @@ impl<H: Host> Agent<H> {
             }
             Err(e) => return Some(e),
         };
-        let body = &arguments["body"];
+        let mut body = arguments["body"].clone();
         if !body["type"].is_string() {
             return Some("error: `body` must be a JSON object with a string \"type\"".into());
+        }
+        let who = turn.who();
+        match who.send(&self.data, to, &body) {
+            access::Send::Allow => {}
+            access::Send::Rewritten(rewritten) => body = rewritten,
+            access::Send::Refuse(refusal) => return Some(refusal),
+            access::Send::IfOwned(actor) => {
+                let list = json!({"to": "broker", "body": {"type": "list"}, "wait_seconds": OWNER_CHECK_SECONDS});
+                let listed = self.send_message(history, turn, call_id, &list)?;
+                let reply: Value = serde_json::from_str::<Incoming>(&listed)
+                    .map(|m| m.body)
+                    .unwrap_or_default();
+                if reply["type"] != "actors" {
+                    return Some(format!(
+                        "refused: I could not check who owns {actor} (the broker's list answered: \
+                         {}); nothing was sent. Try again.",
+                        shorten(&listed, STEP_DESCRIPTION_CHARS)
+                    ));
+                }
+                if let Err(refusal) = who.owns(&actor, &reply) {
+                    return Some(refusal);
+                }
+            }
         }
         let seconds = arguments["wait_seconds"]
             .as_u64()
             .unwrap_or(0)
             .min(MAX_WAIT_SECONDS);
         history.sent += 1;
-        let id = format!("t{}", history.sent);
+        let id = format!("{}.t{}", turn.conversation.tag(), history.sent);
         let published = format!("{}/{id}", self.actor);
         if seconds > 0 {
             turn.waiting = Some(Waiting {
@@ -1429,12 +1637,12 @@ impl<H: Host> Agent<H> {
             to: Some(to.to_string()),
             id: Some(id),
             reply_to: None,
-            body: body.clone(),
+            body,
         });
         if seconds == 0 {
             return Some(format!("sent as {published}"));
         }
-        let output = match self.await_reply(&published, seconds) {
+        let output = match self.await_reply(&published, seconds, None) {
             Awaited::Reply(reply) => reply.to_line(),
             Awaited::TimedOut => format!(
                 "sent as {published}; no reply came within {seconds} s (it may still come: use \
@@ -1449,9 +1657,14 @@ impl<H: Host> Agent<H> {
         Some(output)
     }
 
-    /// Waits for the message whose `reply_to` is `reply_to`; the others are kept. A `stop` for
-    /// the turn ends the wait.
-    fn await_reply(&mut self, reply_to: &str, seconds: u64) -> Awaited {
+    /// Waits for the message whose `reply_to` is `reply_to` (for a question of a conversation,
+    /// from one of its people); the others are kept. A `stop` for the turn ends the wait.
+    fn await_reply(
+        &mut self,
+        reply_to: &str,
+        seconds: u64,
+        question_of: Option<&Conversation>,
+    ) -> Awaited {
         let deadline = Instant::now() + Duration::from_secs(seconds);
         loop {
             if self.stop_asked {
@@ -1459,7 +1672,10 @@ impl<H: Host> Agent<H> {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             match self.host.receive(Some(left)) {
-                Event::Message(m) if m.reply_to.as_deref() == Some(reply_to) => {
+                Event::Message(m)
+                    if m.reply_to.as_deref() == Some(reply_to)
+                        && question_of.is_none_or(|c| may_answer(c, &self.data, &m)) =>
+                {
                     return Awaited::Reply(m);
                 }
                 Event::Message(m) => self.keep(m),
@@ -1469,12 +1685,17 @@ impl<H: Host> Agent<H> {
         }
     }
 
-    fn wait_for_messages(&mut self, arguments: &Value) -> Option<String> {
+    /// `wait_for_messages`: the messages kept for this conversation (never another's).
+    fn wait_for_messages(
+        &mut self,
+        conversation: &Conversation,
+        arguments: &Value,
+    ) -> Option<String> {
         let seconds = arguments["seconds"]
             .as_u64()
             .unwrap_or(DEFAULT_WAIT_SECONDS)
             .min(MAX_WAIT_SECONDS);
-        if self.inbox.notes.is_empty() {
+        if !self.has_notes(conversation) {
             let deadline = Instant::now() + Duration::from_secs(seconds);
             let mut timeout = deadline.saturating_duration_since(Instant::now());
             // The first message ends the wait; whatever arrived with it is taken too.
@@ -1484,10 +1705,17 @@ impl<H: Host> Agent<H> {
                     Event::TimedOut => break,
                     Event::Stop => return None,
                 }
-                timeout = Duration::ZERO;
+                if self.has_notes(conversation) {
+                    timeout = Duration::ZERO;
+                } else {
+                    timeout = deadline.saturating_duration_since(Instant::now());
+                    if timeout.is_zero() {
+                        break;
+                    }
+                }
             }
         }
-        let notes = std::mem::take(&mut self.inbox.notes);
+        let notes = self.take_kept(conversation);
         let mut output: Vec<String> = notes.iter().map(Incoming::to_line).collect();
         if output.is_empty() {
             output.push(format!("no message came within {seconds} s"));
@@ -1502,40 +1730,165 @@ impl<H: Host> Agent<H> {
         Some(output.join("\n"))
     }
 
-    /// Keeps a message that does not belong to the current wait: a text for its own turn, any
-    /// other for the model to see later. A `stop` is obeyed instead of kept.
+    /// Keeps a message that does not belong to the current wait: a text for its own turn (if
+    /// its sender may have one now), any other for its conversation's model to see later.
+    /// Requests about the agent itself (stop, goals, conversation, rooms, memory) are answered
+    /// instead of kept.
     fn keep(&mut self, message: Incoming) {
+        let heard = self.surfaces.heard(&self.data, &message);
+        self.report(heard);
         match message.kind() {
             "stop" => return self.obey_stop(message),
             "goal" => return self.new_goal(message),
             "goal_stop" => return self.stop_goal(message),
             "conversation" => return self.tell_conversation(&message),
+            "room" => return self.room_request(&message),
+            "memory" | "forget" => return self.memory_request(&message),
             _ => {}
         }
         if message.starts_turn() {
+            if let Some(words) = self.not_admitted(&message) {
+                return self.refuse_turn(&message, words, None);
+            }
             self.inbox.turns.push(message);
         } else {
-            self.inbox.notes.push(message);
+            // A message that names no conversation and arrives during a turn is what that turn
+            // may be waiting for (a publication, a notice); idle, it is its actor's.
+            let conversation = match (&self.running, Conversation::of_note(&message, &self.actor)) {
+                (Some((running, _)), Conversation::Actor(from))
+                    if message.person.is_none()
+                        && message.reply_to.is_none()
+                        && from == message.from =>
+                {
+                    running.clone()
+                }
+                (_, conversation) => conversation,
+            };
+            self.keep_note(message, conversation);
         }
         self.save_inbox();
     }
 
-    /// `{"type":"conversation"}`: the conversation as a person reads it (see [`conversation`]),
-    /// answered at once when idle, and at the next step during a turn.
-    fn tell_conversation(&mut self, message: &Incoming) {
-        let body = match history::load(&self.file("history.json")) {
-            Ok(history) => json!({"type": "conversation", "entries": conversation(&history)}),
-            Err(e) => json!({
-                "type": "error", "request": "conversation",
-                "reason": format!("the conversation cannot be read: {e}"),
-            }),
+    fn keep_note(&mut self, message: Incoming, conversation: Conversation) {
+        let actor = self.actor.clone();
+        let of = |kept: &Kept| {
+            kept.conversation
+                .clone()
+                .unwrap_or_else(|| Conversation::of_note(&kept.message, &actor))
         };
-        self.host.send(&Outgoing {
-            to: Some(message.from.clone()),
-            id: None,
-            reply_to: Some(message.id.clone()),
-            body,
+        let same: Vec<usize> = (0..self.inbox.notes.len())
+            .filter(|&n| of(&self.inbox.notes[n]) == conversation)
+            .collect();
+        if same.len() >= MAX_KEPT_NOTES {
+            let dropped = self.inbox.notes.remove(same[0]);
+            eprintln!(
+                "agent: {} kept messages wait for {}; the oldest ({} from {}) is dropped",
+                same.len(),
+                conversation.tag(),
+                dropped.message.id,
+                dropped.message.from
+            );
+        }
+        self.inbox.notes.push(Kept {
+            message,
+            conversation: Some(conversation),
         });
+    }
+
+    /// Why a text may not wait for a turn, in words: a room it may not speak in, or its sender's
+    /// hourly limit (DESIGN §13); `None` when it may.
+    fn not_admitted(&self, message: &Incoming) -> Option<String> {
+        if let Err(words) = Conversation::of_text(message, &self.data) {
+            return Some(format!("I cannot take this: {words}."));
+        }
+        let limit = fairness::turns_per_hour(message.tier())?;
+        let sender = fairness::sender(message);
+        let queued = self
+            .inbox
+            .turns
+            .iter()
+            .filter(|m| fairness::sender(m) == sender)
+            .count();
+        let now = unix_seconds(self.host.now());
+        let wait = self.starts.wait(&sender, limit, queued, now)?;
+        Some(format!(
+            "You have asked {limit} times within the last hour, the most a {} may; so that \
+             everyone gets their turn, you may ask again in {}.",
+            message.tier().name(),
+            budget::duration_words(wait)
+        ))
+    }
+
+    /// `{"type":"conversation","room"?}`: the asker's conversation (or a room they are in) as
+    /// a person reads it (see [`conversation`]), answered at once when idle, and at the next
+    /// step during a turn.
+    fn tell_conversation(&mut self, message: &Incoming) {
+        let body = match Conversation::of_text(message, &self.data) {
+            Err(reason) => json!({"type": "error", "request": "conversation", "reason": reason}),
+            Ok(asked) => {
+                if let (Conversation::Person(person), Tier::Owner, None) =
+                    (&asked, message.tier(), &self.current)
+                {
+                    self.report(conversations::adopt_legacy(&self.data, person).map(|_| ()));
+                }
+                match history::load(&asked.history(&self.data)) {
+                    Ok(history) => {
+                        json!({"type": "conversation", "entries": conversation(&history)})
+                    }
+                    Err(e) => json!({
+                        "type": "error", "request": "conversation",
+                        "reason": format!("the conversation cannot be read: {e}"),
+                    }),
+                }
+            }
+        };
+        self.reply(message, body);
+    }
+
+    /// `{"type":"room","room","members"}` from an owner: creates or changes a shared room.
+    fn room_request(&mut self, message: &Incoming) {
+        let error = |reason: String| json!({"type": "error", "request": "room", "reason": reason});
+        let body = if message.tier() != Tier::Owner {
+            error(format!(
+                "refused: only owners create or change rooms, and {} is {}",
+                message.person.as_deref().map_or("an actor", |p| p),
+                match message.person {
+                    Some(_) => format!("a {}", message.tier().name()),
+                    None => "no person".into(),
+                }
+            ))
+        } else {
+            match Room::parse(&message.body).and_then(|room| room.save(&self.data).map(|()| room)) {
+                Ok(room) => {
+                    eprintln!("agent: room {} has {}", room.room, room.members.join(", "));
+                    json!({"type": "room_created", "room": room.room, "members": room.members})
+                }
+                Err(reason) => error(reason),
+            }
+        };
+        self.reply(message, body);
+    }
+
+    /// `{"type":"memory"}` (answered `memory` with `text`) and `{"type":"forget"}` (answered
+    /// `forgotten`): what the agent remembers about the asking person.
+    fn memory_request(&mut self, message: &Incoming) {
+        let kind = message.kind();
+        let body = match (&message.person, kind) {
+            (None, _) => json!({"type": "error", "request": kind,
+                "reason": "memory is kept for people, and this message speaks for none"}),
+            (Some(person), "memory") => {
+                json!({"type": "memory", "text": conversations::memory(&self.data, person)})
+            }
+            (Some(person), _) => {
+                let words = conversations::forget(&self.data, person, None);
+                if words.starts_with("error") {
+                    json!({"type": "error", "request": "forget", "reason": words})
+                } else {
+                    json!({"type": "forgotten"})
+                }
+            }
+        };
+        self.reply(message, body);
     }
 
     /// `{"type":"stop","turn"}`: the running turn ends after its current step; a turn still
@@ -1549,17 +1902,40 @@ impl<H: Host> Agent<H> {
             // The turn ended while the stop was on its way: it is done, as asked.
             return;
         }
-        if self.current.as_deref() == Some(turn.as_str()) {
+        let running = self
+            .running
+            .clone()
+            .filter(|_| self.current.as_deref() == Some(turn.as_str()));
+        let queued = self.inbox.turns.iter().position(|m| m.id == turn);
+        let target = match (&running, queued) {
+            (Some((conversation, started)), _) => Some((conversation.clone(), started.clone())),
+            (None, Some(n)) => {
+                let started = self.inbox.turns[n].clone();
+                let conversation = Conversation::of_text(&started, &self.data)
+                    .unwrap_or_else(|_| Conversation::Actor(started.from.clone()));
+                Some((conversation, started))
+            }
+            (None, None) => None,
+        };
+        if let Some((conversation, started)) = &target
+            && !self.may_stop(&message, conversation, started)
+        {
+            let words = format!("refused: turn {turn} is not yours to stop");
+            return self.reply(
+                &message,
+                json!({"type": "error", "request": "stop", "reason": words}),
+            );
+        }
+        if running.is_some() {
             eprintln!("agent: {} stops the turn {turn}", message.from);
             self.stop_asked = true;
             return;
         }
-        if let Some(n) = self.inbox.turns.iter().position(|m| m.id == turn) {
+        if let Some(n) = queued {
             let queued = self.inbox.turns.remove(n);
             self.save_inbox();
             let words = "Stopped before it started, as asked.".to_string();
-            let usage = Usage::default();
-            self.answer_turn(&queued, words, &usage, Some(0.0), Some(Stopped::Stop));
+            self.refuse_turn(&queued, words, Some(Stopped::Stop));
             return;
         }
         let words = if turn.is_empty() {
@@ -1569,24 +1945,65 @@ impl<H: Host> Agent<H> {
         } else {
             format!("There is no turn {turn} running; it may have ended already.")
         };
-        self.host.send(&Outgoing {
-            to: Some(message.from.clone()),
-            id: None,
-            reply_to: Some(message.id.clone()),
-            body: json!({"type": "error", "request": "stop", "reason": words}),
-        });
+        self.reply(
+            &message,
+            json!({"type": "error", "request": "stop", "reason": words}),
+        );
     }
 
-    /// The notes as one user entry, emptying the inbox's notes.
-    fn take_notes(&mut self) -> Option<Entry> {
-        if self.inbox.notes.is_empty() {
-            return None;
+    /// Who may stop a turn: its person, a member of its room, an owner, or for an actor's
+    /// turn that actor.
+    fn may_stop(
+        &self,
+        stopper: &Incoming,
+        conversation: &Conversation,
+        started: &Incoming,
+    ) -> bool {
+        match (&stopper.person, conversation) {
+            _ if stopper.tier() == Tier::Owner => true,
+            (Some(person), Conversation::Room(room)) => {
+                Room::member_of(&self.data, room, person).is_ok()
+            }
+            (Some(person), _) => started.person.as_ref() == Some(person),
+            (None, _) => started.person.is_none() && started.from == stopper.from,
         }
-        let lines: Vec<String> = std::mem::take(&mut self.inbox.notes)
+    }
+
+    fn has_notes(&self, conversation: &Conversation) -> bool {
+        self.inbox
+            .notes
+            .iter()
+            .any(|kept| self.conversation_of(kept) == *conversation)
+    }
+
+    fn conversation_of(&self, kept: &Kept) -> Conversation {
+        kept.conversation
+            .clone()
+            .unwrap_or_else(|| Conversation::of_note(&kept.message, &self.actor))
+    }
+
+    /// Takes the messages kept for `conversation` out of the inbox, in order.
+    fn take_kept(&mut self, conversation: &Conversation) -> Vec<Incoming> {
+        let (mine, others): (Vec<Kept>, Vec<Kept>) = std::mem::take(&mut self.inbox.notes)
+            .into_iter()
+            .partition(|kept| self.conversation_of(kept) == *conversation);
+        self.inbox.notes = others;
+        if !mine.is_empty() {
+            self.save_inbox();
+        }
+        mine.into_iter().map(|kept| kept.message).collect()
+    }
+
+    /// The messages kept for `conversation` as one user entry, taking them from the inbox.
+    fn take_notes(&mut self, conversation: &Conversation) -> Option<Entry> {
+        let lines: Vec<String> = self
+            .take_kept(conversation)
             .iter()
             .map(Incoming::to_line)
             .collect();
-        self.save_inbox();
+        if lines.is_empty() {
+            return None;
+        }
         Some(Entry::user(cut_output(format!(
             "Messages that arrived meanwhile:\n{}",
             lines.join("\n")
@@ -1604,14 +2021,21 @@ impl<H: Host> Agent<H> {
         Flow::Stop
     }
 
-    fn finish(&mut self, history: &mut History) -> Flow {
+    fn finish(&mut self, history: &mut History, conversation: &Conversation) -> Flow {
         self.finished = self.current.take();
+        self.running = None;
         self.round_of = None;
         self.stop_asked = false;
         history.cut();
-        self.report(history::save(&self.file("history.json"), history));
+        self.report(self.save_history(conversation, history));
         self.end_turn();
         Flow::Continue
+    }
+
+    fn save_history(&self, conversation: &Conversation, history: &History) -> Result<(), String> {
+        let dir = conversation.dir(&self.data);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        history::save(&conversation.history(&self.data), history)
     }
 
     fn end_turn(&mut self) {
@@ -1625,10 +2049,10 @@ impl<H: Host> Agent<H> {
 
     /// The conversation; one that cannot be read is moved aside (kept for a person to look at)
     /// and the agent starts a new one, rather than being stuck for good.
-    fn load_history(&mut self) -> History {
-        let path = self.file("history.json");
+    fn load_history(&mut self, conversation: &Conversation) -> History {
+        let path = conversation.history(&self.data);
         history::load(&path).unwrap_or_else(|e| {
-            let aside = self.file("history-unreadable.json");
+            let aside = conversation.dir(&self.data).join("history-unreadable.json");
             eprintln!(
                 "agent: {e}; moved to {} and starting a new conversation",
                 aside.display()
@@ -1643,7 +2067,7 @@ impl<H: Host> Agent<H> {
     /// Saves the history and the turn, so a kill loses at most the step in progress.
     fn save(&mut self, history: &mut History, turn: &SavedTurn) {
         history.cut();
-        self.report(history::save(&self.file("history.json"), history));
+        self.report(self.save_history(&turn.conversation, history));
         self.report(write_json(&self.file("turn.json"), turn));
     }
 
@@ -1671,15 +2095,114 @@ impl<H: Host> Agent<H> {
     }
 }
 
-/// A message about the turn started by message `id` from `to`.
-fn turn_message(to: &str, id: &str, mut body: Value) -> Outgoing {
-    body["turn"] = json!(id);
-    Outgoing {
-        to: Some(to.to_string()),
-        id: None,
-        reply_to: Some(id.to_string()),
-        body,
+/// `body` for each of `audience`, with `for` (its person), `room` and `turn` (the id of the
+/// turn's message) when there are some; the asker's copy replies to the turn's message.
+fn addressed(
+    audience: &[Recipient],
+    room: Option<&str>,
+    turn: Option<&str>,
+    body: &Value,
+    id: Option<String>,
+) -> Vec<Outgoing> {
+    audience
+        .iter()
+        .filter(|r| !r.to.is_empty())
+        .map(|recipient| {
+            let mut body = body.clone();
+            if let Some(turn) = turn {
+                body["turn"] = json!(turn);
+            }
+            if let Some(person) = &recipient.person {
+                body["for"] = json!(person);
+            }
+            if let Some(room) = room {
+                body["room"] = json!(room);
+            }
+            Outgoing {
+                to: Some(recipient.to.clone()),
+                id: id.clone(),
+                reply_to: recipient.reply_to.clone(),
+                body,
+            }
+        })
+        .collect()
+}
+
+/// The final `text` of a turn (DESIGN §12), with its usage.
+fn answer_body(
+    message: &Incoming,
+    text: String,
+    usage: &Usage,
+    cost_usd: Option<f64>,
+    stopped: Option<Stopped>,
+) -> Value {
+    let mut body = json!({
+        "type": "text", "text": text, "turn": message.id,
+        "usage": {
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cache_read_tokens": usage.cache_read_tokens,
+            "cache_write_tokens": usage.cache_write_tokens,
+            "cost_usd": cost_usd.map(|usd| (usd * 1e6).round() / 1e6),
+        },
+    });
+    if let Some(stopped) = stopped {
+        body["stopped"] = json!(stopped.name());
     }
+    body
+}
+
+/// Whether `reply` to a question of `conversation` comes from one of its people (for an
+/// actor's conversation, the actor): nobody else answers for them.
+fn may_answer(conversation: &Conversation, data: &std::path::Path, reply: &Incoming) -> bool {
+    match (conversation, &reply.person) {
+        (Conversation::Legacy, _) => true,
+        (Conversation::Person(person), Some(from)) => person == from,
+        (Conversation::Room(room), Some(from)) => Room::member_of(data, room, from).is_ok(),
+        (Conversation::Actor(actor), None) => *actor == reply.from,
+        _ => false,
+    }
+}
+
+/// The prompt's section on who the turn acts for and what that allows (DESIGN §13).
+fn who_section(data: &std::path::Path, who: &Who) -> String {
+    let rights = match who.tier {
+        Tier::Guest => {
+            "a guest: you may talk and read; writing files, builds (cargo), the \
+            broker's requests other than list, goals and notes are refused by your tools"
+        }
+        Tier::Member => {
+            "a member: you may also build with cargo, spawn actors (they are owned \
+            by this person), change (upgrade, rollback, stop, start, remove, subscribe) only \
+            actors the broker's list says this person owns, never the agent or native actors, \
+            and write files only under /data/work/<person>/"
+        }
+        Tier::Owner => "an owner: everything is allowed, changing the agent and rooms included",
+    };
+    let person = who.person.as_deref().unwrap_or("nobody");
+    let who_words = match &who.conversation {
+        Conversation::Person(_) => format!(
+            "This turn acts for {person}, in {person}'s private conversation. {person} is {rights}."
+        ),
+        Conversation::Room(room) => {
+            let members = Room::load(data, room).map_or_else(Vec::new, |r| r.members);
+            format!(
+                "This turn is in the shared room `{room}` (members: {}); {person} spoke, and \
+                 everything you write reaches every member. Act with {person}'s rights: \
+                 {person} is {rights}. Nobody's memory or private conversation is shown here; \
+                 keep them out of the room.",
+                members.join(", ")
+            )
+        }
+        Conversation::Actor(actor) => format!(
+            "This conversation is with the actor {actor}, whose messages speak for no person: \
+             it has a guest's rights, {rights}."
+        ),
+        Conversation::Legacy => "This turn began before the agent knew people; it finishes \
+            with an owner's rights."
+            .to_string(),
+    };
+    format!("\n\n## Who you act for\n\n{who_words}\n")
 }
 
 /// What a tool call does, in at most [`PREVIEW_CHARS`] characters: a path, a recipient and a
@@ -1790,14 +2313,6 @@ fn unix_seconds(t: std::time::SystemTime) -> u64 {
 /// Seconds with a tenth, as a person reads a duration.
 fn round_seconds(time: Duration) -> f64 {
     (time.as_secs_f64() * 10.0).round() / 10.0
-}
-
-/// Actor ids: `a-z`, `0-9`, `-`, `_`, 1 to 64 characters (DESIGN §1).
-fn valid_actor_id(id: &str) -> bool {
-    (1..=64).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
 /// Reads a JSON state file; `None` when it is missing or unreadable (which is logged).
