@@ -2332,3 +2332,7 @@ fn write_json(path: &std::path::Path, value: &impl Serialize) -> Result<(), Stri
 #[cfg(test)]
 #[path = "turn_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "people_tests.rs"]
+mod people_tests;
