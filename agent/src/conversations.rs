@@ -46,6 +46,10 @@ pub const MAX_FACT_BYTES: usize = 1024;
 /// The surface a person who never spoke to the agent is reached on.
 pub const DEFAULT_SURFACE: &str = "web";
 
+/// Actors that send for people but are no place a person reads: a schedule that fires for ann
+/// does not make the scheduler her surface.
+const NOT_SURFACES: &[&str] = &["scheduler"];
+
 /// One conversation with its own history (saved in turns as `{"person":"ann"}`, `{"room":…}`,
 /// `{"actor":…}`, or `"legacy"`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -260,7 +264,11 @@ impl Surfaces {
         let Some(person) = &message.person else {
             return Ok(());
         };
-        if self.0.get(person) == Some(&message.from) || message.from.is_empty() {
+        let from = message.from.as_str();
+        if self.0.get(person).map(String::as_str) == Some(from)
+            || from.is_empty()
+            || NOT_SURFACES.contains(&from)
+        {
             return Ok(());
         }
         self.0.insert(person.clone(), message.from.clone());

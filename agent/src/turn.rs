@@ -542,6 +542,7 @@ impl<H: Host> Agent<H> {
             turn.message.id, turn.message.from
         );
         self.current = Some(turn.message.id.clone());
+        self.running = Some((turn.conversation.clone(), turn.message.clone()));
         turn.resumes += 1;
         let mut history = self.load_history(&turn.conversation);
         if turn.resumes >= MAX_RESUMES {
