@@ -20,6 +20,7 @@ use std::path::{Component, Path, PathBuf};
 use serde_json::{Value, json};
 
 use crate::conversations::{Conversation, Room, Tier};
+use crate::host::Incoming;
 
 /// Who a turn acts for.
 #[derive(Clone, Debug, PartialEq)]
@@ -292,6 +293,78 @@ impl Who {
             Tier::Guest => Err(self.guest_refusal("add notes, which every conversation reads")),
             _ => Ok(()),
         }
+    }
+}
+
+impl Who {
+    /// The prompt's section on who the turn acts for and what that allows.
+    pub fn prompt_section(&self, data: &Path) -> String {
+        let rights = match self.tier {
+            Tier::Guest => {
+                "a guest: you may talk and read; writing files, builds (cargo), the broker's \
+                 requests other than list, goals and notes are refused by your tools"
+            }
+            Tier::Member => {
+                "a member: you may also build with cargo, spawn actors (they are owned by this \
+                 person), change (upgrade, rollback, stop, start, remove, subscribe) only actors \
+                 the broker's list says this person owns, never the agent or native actors, and \
+                 write files only under /data/work/<person>/"
+            }
+            Tier::Owner => "an owner: everything is allowed, changing the agent and rooms included",
+        };
+        let person = self.person.as_deref().unwrap_or("nobody");
+        let words = match &self.conversation {
+            Conversation::Person(_) => format!(
+                "This turn acts for {person}, in {person}'s private conversation. {person} is \
+                 {rights}."
+            ),
+            Conversation::Room(room) => {
+                let members = Room::load(data, room).map_or_else(Vec::new, |r| r.members);
+                format!(
+                    "This turn is in the shared room `{room}` (members: {}); {person} spoke, and \
+                     everything you write reaches every member. Act with {person}'s rights: \
+                     {person} is {rights}. Nobody's memory or private conversation is shown \
+                     here; keep them out of the room.",
+                    members.join(", ")
+                )
+            }
+            Conversation::Actor(actor) => format!(
+                "This conversation is with the actor {actor}, whose messages speak for no \
+                 person: it has a guest's rights, {rights}."
+            ),
+            Conversation::Legacy => "This turn began before the agent knew people; it finishes \
+                with an owner's rights."
+                .to_string(),
+        };
+        format!("\n\n## Who you act for\n\n{words}\n")
+    }
+}
+
+/// Whether `reply` to a question of `conversation` comes from one of its people (for an
+/// actor's conversation, the actor): nobody else answers for them.
+pub fn may_answer(data: &Path, conversation: &Conversation, reply: &Incoming) -> bool {
+    match (conversation, &reply.person) {
+        (Conversation::Legacy, _) => true,
+        (Conversation::Person(person), Some(from)) => person == from,
+        (Conversation::Room(room), Some(from)) => Room::member_of(data, room, from).is_ok(),
+        (Conversation::Actor(actor), None) => *actor == reply.from,
+        _ => false,
+    }
+}
+
+/// Whether `stopper` may stop the turn `started` began in `conversation`: its person, a member
+/// of its room, an owner, or for an actor's turn that actor.
+pub fn may_stop(
+    data: &Path,
+    stopper: &Incoming,
+    conversation: &Conversation,
+    started: &Incoming,
+) -> bool {
+    match (&stopper.person, conversation) {
+        _ if stopper.tier() == Tier::Owner => true,
+        (Some(person), Conversation::Room(room)) => Room::member_of(data, room, person).is_ok(),
+        (Some(person), _) => started.person.as_ref() == Some(person),
+        (None, _) => started.person.is_none() && started.from == stopper.from,
     }
 }
 

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::host::Incoming;
 
@@ -295,6 +295,48 @@ pub fn adopt_legacy(data: &Path, person: &str) -> Result<bool, String> {
     Ok(true)
 }
 
+/// `{"type":"room","room","members"}` from an owner creates or changes a shared room; the answer
+/// is `room_created` (`room`, `members`) or an `error` whose reason says what would be right.
+pub fn room_request(data: &Path, message: &Incoming) -> Value {
+    let error = |reason: String| json!({"type": "error", "request": "room", "reason": reason});
+    if message.tier() != Tier::Owner {
+        return error(match &message.person {
+            Some(person) => format!(
+                "refused: only owners create or change rooms, and {person} is a {}",
+                message.tier().name()
+            ),
+            None => "refused: only owners create or change rooms, and an actor is no person".into(),
+        });
+    }
+    match Room::parse(&message.body).and_then(|room| room.save(data).map(|()| room)) {
+        Ok(room) => {
+            eprintln!("agent: room {} has {}", room.room, room.members.join(", "));
+            json!({"type": "room_created", "room": room.room, "members": room.members})
+        }
+        Err(reason) => error(reason),
+    }
+}
+
+/// `{"type":"memory"}` (answered `memory` with `text`) and `{"type":"forget"}` (answered
+/// `forgotten`): what the agent remembers about the asking person, for surfaces to show and
+/// clear.
+pub fn memory_request(data: &Path, message: &Incoming) -> Value {
+    let kind = message.kind();
+    match (&message.person, kind) {
+        (None, _) => json!({"type": "error", "request": kind,
+            "reason": "memory is kept for people, and this message speaks for none"}),
+        (Some(person), "memory") => json!({"type": "memory", "text": memory(data, person)}),
+        (Some(person), _) => {
+            let words = forget(data, person, None);
+            if words.starts_with("error") {
+                json!({"type": "error", "request": "forget", "reason": words})
+            } else {
+                json!({"type": "forgotten"})
+            }
+        }
+    }
+}
+
 fn memory_path(data: &Path, person: &str) -> PathBuf {
     Conversation::Person(person.into())
         .dir(data)
@@ -398,8 +440,6 @@ pub fn valid_id(id: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
 
     fn note(reply_to: Option<&str>, person: Option<&str>) -> Incoming {

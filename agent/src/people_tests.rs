@@ -817,3 +817,95 @@ fn a_goal_is_its_persons_and_guests_may_not_start_one() {
     );
     assert!(Conversation::Person("mia".into()).history(&data).exists());
 }
+
+#[test]
+fn a_turn_and_inbox_saved_before_people_finish_in_the_old_history() {
+    let data = world(CONFIG);
+    let old = History {
+        sent: 1,
+        entries: vec![
+            Entry::user("Message m-1 from console:\nupgrade yourself"),
+            Entry::ToolCall {
+                id: "c-old".into(),
+                name: "send_message".into(),
+                arguments: json!({"to": "broker", "body": {"type": "upgrade", "actor": "agent"}}),
+                item_id: None,
+            },
+        ],
+    };
+    history::save(&data.join("history.json"), &old).unwrap();
+    // As the agent before people wrote them: no conversation, no person, untagged ids.
+    std::fs::write(
+        data.join("turn.json"),
+        json!({"message": {"id": "m-1", "from": "console", "body": {"type": "text", "text": "upgrade yourself"}},
+               "steps": 1}).to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        data.join("inbox.json"),
+        json!({"notes": [{"id": "m-2", "from": "broker", "reply_to": "agent/t1",
+                          "body": {"type": "upgraded", "version": 2}}], "turns": []})
+        .to_string(),
+    )
+    .unwrap();
+    let host = run(&data, vec![], vec![text("I am version 2 now.")]);
+    let (to, person, reply_to, words) = finals(&host).remove(0);
+    assert_eq!((to.as_str(), person.as_str()), ("console", ""));
+    assert_eq!(
+        (reply_to.as_deref(), words.as_str()),
+        (Some("m-1"), "I am version 2 now.")
+    );
+    let request = &requests(&host)[0].1;
+    assert!(request.contains("upgrade yourself") && request.contains(r#"\"upgraded\""#));
+    assert!(request.contains("before the agent knew people"));
+    assert!(history(&data.join("history.json")).entries.len() > old.entries.len());
+}
+
+fn history(path: &Path) -> History {
+    history::load(path).unwrap()
+}
+
+#[test]
+fn only_the_people_of_a_conversation_stop_its_turn_or_answer_its_question() {
+    let data = world(CONFIG);
+    let person = |id: &str, who: &str, reply_to: Option<&str>, body: Value| {
+        let mut message = from_person(id, who, "member", "web", body);
+        message.reply_to = reply_to.map(str::to_string);
+        Event::Message(message)
+    };
+    let host = run(
+        &data,
+        vec![
+            says("m-1", "ann", "member", "pick a colour with me"),
+            person("m-2", "bob", None, json!({"type": "stop", "turn": "m-1"})),
+            person(
+                "m-3",
+                "bob",
+                Some("agent/person.ann.q1"),
+                json!({"type": "answer", "text": "black"}),
+            ),
+            person(
+                "m-4",
+                "ann",
+                Some("agent/person.ann.q1"),
+                json!({"type": "answer", "text": "green"}),
+            ),
+        ],
+        vec![
+            call("ask", json!({"question": "Which colour?"})),
+            text("Green it is."),
+        ],
+    );
+    let refusal = &replies_of(&host, "error")[0].body;
+    assert_eq!(refusal["request"], "stop");
+    assert_eq!(refusal["for"], "bob");
+    assert!(
+        refusal["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not yours to stop")
+    );
+    let results = tool_results(&host);
+    assert_eq!(results, ["ann answered: green"]);
+    assert_eq!(finals_text(&host), ["Green it is."]);
+}

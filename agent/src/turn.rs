@@ -1507,7 +1507,7 @@ impl<H: Host> Agent<H> {
     /// conversation) what is remembered about them.
     fn system_prompt(&self, who: &Who) -> String {
         let mut prompt = crate::PROMPT.to_string() + &card::notes_section(&self.file("notes.md"));
-        prompt.push_str(&who_section(&self.data, who));
+        prompt.push_str(&who.prompt_section(&self.data));
         if let (Conversation::Person(person), Some(_)) = (&who.conversation, &who.person) {
             prompt.push_str(&conversations::memory_section(&self.data, person));
         }
@@ -1675,7 +1675,7 @@ impl<H: Host> Agent<H> {
             match self.host.receive(Some(left)) {
                 Event::Message(m)
                     if m.reply_to.as_deref() == Some(reply_to)
-                        && question_of.is_none_or(|c| may_answer(c, &self.data, &m)) =>
+                        && question_of.is_none_or(|c| access::may_answer(&self.data, c, &m)) =>
                 {
                     return Awaited::Reply(m);
                 }
@@ -1743,8 +1743,14 @@ impl<H: Host> Agent<H> {
             "goal" => return self.new_goal(message),
             "goal_stop" => return self.stop_goal(message),
             "conversation" => return self.tell_conversation(&message),
-            "room" => return self.room_request(&message),
-            "memory" | "forget" => return self.memory_request(&message),
+            "room" => {
+                let body = conversations::room_request(&self.data, &message);
+                return self.reply(&message, body);
+            }
+            "memory" | "forget" => {
+                let body = conversations::memory_request(&self.data, &message);
+                return self.reply(&message, body);
+            }
             _ => {}
         }
         if message.starts_turn() {
@@ -1846,52 +1852,6 @@ impl<H: Host> Agent<H> {
         self.reply(message, body);
     }
 
-    /// `{"type":"room","room","members"}` from an owner: creates or changes a shared room.
-    fn room_request(&mut self, message: &Incoming) {
-        let error = |reason: String| json!({"type": "error", "request": "room", "reason": reason});
-        let body = if message.tier() != Tier::Owner {
-            error(format!(
-                "refused: only owners create or change rooms, and {} is {}",
-                message.person.as_deref().map_or("an actor", |p| p),
-                match message.person {
-                    Some(_) => format!("a {}", message.tier().name()),
-                    None => "no person".into(),
-                }
-            ))
-        } else {
-            match Room::parse(&message.body).and_then(|room| room.save(&self.data).map(|()| room)) {
-                Ok(room) => {
-                    eprintln!("agent: room {} has {}", room.room, room.members.join(", "));
-                    json!({"type": "room_created", "room": room.room, "members": room.members})
-                }
-                Err(reason) => error(reason),
-            }
-        };
-        self.reply(message, body);
-    }
-
-    /// `{"type":"memory"}` (answered `memory` with `text`) and `{"type":"forget"}` (answered
-    /// `forgotten`): what the agent remembers about the asking person.
-    fn memory_request(&mut self, message: &Incoming) {
-        let kind = message.kind();
-        let body = match (&message.person, kind) {
-            (None, _) => json!({"type": "error", "request": kind,
-                "reason": "memory is kept for people, and this message speaks for none"}),
-            (Some(person), "memory") => {
-                json!({"type": "memory", "text": conversations::memory(&self.data, person)})
-            }
-            (Some(person), _) => {
-                let words = conversations::forget(&self.data, person, None);
-                if words.starts_with("error") {
-                    json!({"type": "error", "request": "forget", "reason": words})
-                } else {
-                    json!({"type": "forgotten"})
-                }
-            }
-        };
-        self.reply(message, body);
-    }
-
     /// `{"type":"stop","turn"}`: the running turn ends after its current step; a turn still
     /// waiting for its start is answered at once without running; any other is told so.
     fn obey_stop(&mut self, message: Incoming) {
@@ -1919,7 +1879,7 @@ impl<H: Host> Agent<H> {
             (None, None) => None,
         };
         if let Some((conversation, started)) = &target
-            && !self.may_stop(&message, conversation, started)
+            && !access::may_stop(&self.data, &message, conversation, started)
         {
             let words = format!("refused: turn {turn} is not yours to stop");
             return self.reply(
@@ -1950,24 +1910,6 @@ impl<H: Host> Agent<H> {
             &message,
             json!({"type": "error", "request": "stop", "reason": words}),
         );
-    }
-
-    /// Who may stop a turn: its person, a member of its room, an owner, or for an actor's
-    /// turn that actor.
-    fn may_stop(
-        &self,
-        stopper: &Incoming,
-        conversation: &Conversation,
-        started: &Incoming,
-    ) -> bool {
-        match (&stopper.person, conversation) {
-            _ if stopper.tier() == Tier::Owner => true,
-            (Some(person), Conversation::Room(room)) => {
-                Room::member_of(&self.data, room, person).is_ok()
-            }
-            (Some(person), _) => started.person.as_ref() == Some(person),
-            (None, _) => started.person.is_none() && started.from == stopper.from,
-        }
     }
 
     fn has_notes(&self, conversation: &Conversation) -> bool {
@@ -2153,59 +2095,6 @@ fn answer_body(
     body
 }
 
-/// Whether `reply` to a question of `conversation` comes from one of its people (for an
-/// actor's conversation, the actor): nobody else answers for them.
-fn may_answer(conversation: &Conversation, data: &std::path::Path, reply: &Incoming) -> bool {
-    match (conversation, &reply.person) {
-        (Conversation::Legacy, _) => true,
-        (Conversation::Person(person), Some(from)) => person == from,
-        (Conversation::Room(room), Some(from)) => Room::member_of(data, room, from).is_ok(),
-        (Conversation::Actor(actor), None) => *actor == reply.from,
-        _ => false,
-    }
-}
-
-/// The prompt's section on who the turn acts for and what that allows (DESIGN §13).
-fn who_section(data: &std::path::Path, who: &Who) -> String {
-    let rights = match who.tier {
-        Tier::Guest => {
-            "a guest: you may talk and read; writing files, builds (cargo), the \
-            broker's requests other than list, goals and notes are refused by your tools"
-        }
-        Tier::Member => {
-            "a member: you may also build with cargo, spawn actors (they are owned \
-            by this person), change (upgrade, rollback, stop, start, remove, subscribe) only \
-            actors the broker's list says this person owns, never the agent or native actors, \
-            and write files only under /data/work/<person>/"
-        }
-        Tier::Owner => "an owner: everything is allowed, changing the agent and rooms included",
-    };
-    let person = who.person.as_deref().unwrap_or("nobody");
-    let who_words = match &who.conversation {
-        Conversation::Person(_) => format!(
-            "This turn acts for {person}, in {person}'s private conversation. {person} is {rights}."
-        ),
-        Conversation::Room(room) => {
-            let members = Room::load(data, room).map_or_else(Vec::new, |r| r.members);
-            format!(
-                "This turn is in the shared room `{room}` (members: {}); {person} spoke, and \
-                 everything you write reaches every member. Act with {person}'s rights: \
-                 {person} is {rights}. Nobody's memory or private conversation is shown here; \
-                 keep them out of the room.",
-                members.join(", ")
-            )
-        }
-        Conversation::Actor(actor) => format!(
-            "This conversation is with the actor {actor}, whose messages speak for no person: \
-             it has a guest's rights, {rights}."
-        ),
-        Conversation::Legacy => "This turn began before the agent knew people; it finishes \
-            with an owner's rights."
-            .to_string(),
-    };
-    format!("\n\n## Who you act for\n\n{who_words}\n")
-}
-
 /// What a tool call does, in at most [`PREVIEW_CHARS`] characters: a path, a recipient and a
 /// body type; never a file's content.
 /// The last [`CONVERSATION_ENTRIES`] entries of `history` as a person reads them:
@@ -2293,7 +2182,7 @@ fn answer_words(awaited: Awaited, question: &str) -> Option<String> {
     Some(match awaited {
         Awaited::Reply(reply) if reply.kind() == "answer" => format!(
             "{} answered: {}",
-            reply.from,
+            reply.person.as_ref().unwrap_or(&reply.from),
             reply.body["text"].as_str().unwrap_or_default()
         ),
         Awaited::Reply(reply) => format!("a reply to the question came: {}", reply.to_line()),

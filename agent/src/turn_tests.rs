@@ -1272,7 +1272,7 @@ fn a_question_waits_for_its_answer_and_the_answer_reaches_the_model() {
         question.body,
         json!({"type": "question", "turn": "m-1", "text": "Which colour?", "choices": ["red", "blue"], "for": "owner"})
     );
-    assert_eq!(tool_outputs(&host, 1), ["console answered: blue"]);
+    assert_eq!(tool_outputs(&host, 1), ["owner answered: blue"]);
     let replies: Vec<(String, String)> = answers(&host).into_iter().map(|a| (a.1, a.2)).collect();
     assert_eq!(
         replies,
@@ -1313,7 +1313,7 @@ fn a_question_is_still_waited_for_after_a_restart_and_answered() {
     let output = &tool_outputs(&host, 0)[0];
     assert_eq!(
         output,
-        "(asked before the agent restarted) console answered: green"
+        "(asked before the agent restarted) owner answered: green"
     );
     // The wait went on for what was left of the 24 hours, not for 24 more.
     let waited = host.waits[0].unwrap();
