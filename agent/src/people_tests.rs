@@ -462,11 +462,11 @@ fn a_room_is_one_history_that_every_member_hears_and_no_private_one_holds() {
     }
     let conversations = replies_of(&host, "conversation");
     assert_eq!(conversations.len(), 1, "only bob may read the room");
-    assert!(
-        conversations[0].body["entries"]
-            .to_string()
-            .contains("plan the party")
+    assert_eq!(
+        conversations[0].body["entries"][0],
+        json!({"role": "user", "id": "m-3", "from": "web", "person": "ann", "text": "let us plan the party"})
     );
+    assert_eq!(conversations[0].body["room"], "team");
     let errors = replies_of(&host, "error");
     assert!(
         errors[0].body["reason"]

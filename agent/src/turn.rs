@@ -2095,10 +2095,9 @@ fn answer_body(
     body
 }
 
-/// What a tool call does, in at most [`PREVIEW_CHARS`] characters: a path, a recipient and a
-/// body type; never a file's content.
 /// The last [`CONVERSATION_ENTRIES`] entries of `history` as a person reads them:
-/// `{"role":"user","from","id","text"}` for a message that started a turn, `{"role":"note",
+/// `{"role":"user","from","id","person"?,"text"}` for a message that started a turn (`person`
+/// in a room's), `{"role":"note",
 /// "text"}` for other messages shown to the model, `{"role":"assistant","text"}`,
 /// `{"role":"tool","name","preview"}` for each call (no arguments, no output), and
 /// `{"role":"summary","text"}` where older entries were summarised. Provider items are left out.
@@ -2120,17 +2119,24 @@ pub fn conversation(history: &History) -> Vec<Value> {
         .collect()
 }
 
-/// A user entry: a turn's message (`Message <id> from <sender>:\n<text>`, as [`Agent::start`]
-/// writes it) or notes.
+/// A user entry: a turn's message (`Message <id> from <sender>[ by <person>]:\n<text>`, as
+/// [`Agent::start`] writes it; a room's name their person) or notes.
 fn user_entry(text: &str) -> Value {
     let parsed = text.strip_prefix("Message ").and_then(|rest| {
         let (head, body) = rest.split_once(":\n")?;
         let (id, from) = head.split_once(" from ")?;
-        Some(json!({"role": "user", "id": id, "from": from, "text": body}))
+        Some(match from.split_once(" by ") {
+            Some((from, person)) => {
+                json!({"role": "user", "id": id, "from": from, "person": person, "text": body})
+            }
+            None => json!({"role": "user", "id": id, "from": from, "text": body}),
+        })
     });
     parsed.unwrap_or_else(|| json!({"role": "note", "text": text}))
 }
 
+/// What a tool call does, in at most [`PREVIEW_CHARS`] characters: a path, a recipient and a
+/// body type; never a file's content.
 fn preview(name: &str, arguments: &Value) -> String {
     let text = |key: &str| arguments[key].as_str().unwrap_or("?");
     let words = match name {
