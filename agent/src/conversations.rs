@@ -40,7 +40,8 @@ pub const MAX_ROOM_MEMBERS: usize = 50;
 /// stay a page, not a diary. At the limit, `remember` asks to forget something first.
 pub const MAX_MEMORY_BYTES: usize = 16 * 1024;
 
-/// The longest one remembered fact.
+/// The longest one remembered fact: a line of memory, not a document; longer ones are refused
+/// with a request to keep it short.
 pub const MAX_FACT_BYTES: usize = 1024;
 
 /// The surface a person who never spoke to the agent is reached on.
@@ -474,6 +475,24 @@ mod tests {
             Conversation::Actor("echo".into())
         );
         assert_eq!(of(None, None), Conversation::Actor("echo".into()));
+    }
+
+    #[test]
+    fn a_person_id_that_could_name_another_folder_is_no_person() {
+        for bad in ["../bob", "a/b", "", "Ann"] {
+            let line =
+                json!({"id": "m-1", "from": "web", "person": bad, "tier": "owner", "body": {}});
+            let message: Incoming = serde_json::from_value(line).unwrap();
+            assert_eq!(message.person, None, "{bad}");
+            assert_eq!(message.tier(), Tier::Guest);
+        }
+        let line =
+            json!({"id": "m-1", "from": "web", "person": "ann", "tier": "member", "body": {}});
+        let message: Incoming = serde_json::from_value(line).unwrap();
+        assert_eq!(
+            (message.person.as_deref(), message.tier()),
+            (Some("ann"), Tier::Member)
+        );
     }
 
     #[test]

@@ -22,7 +22,13 @@ pub struct Incoming {
     pub from: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_to: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Only an id by the rules of actor ids: it names folders (`/data/people/<id>/`), so any
+    /// other value is read as no person at all.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "person_id"
+    )]
     pub person: Option<String>,
     /// Kept as the host wrote it: a tier this agent does not know counts as a guest's, and never
     /// makes the message unreadable.
@@ -57,6 +63,11 @@ impl Incoming {
         // Strings and a JSON value always serialise.
         serde_json::to_string(self).expect("a message serialises")
     }
+}
+
+fn person_id<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let id = Option::<String>::deserialize(d)?;
+    Ok(id.filter(|id| crate::conversations::valid_id(id)))
 }
 
 /// A message to write: `{"to"?,"id"?,"reply_to"?,"body"}`.
