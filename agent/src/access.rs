@@ -54,6 +54,7 @@ const STATE_FILES: &[&str] = &[
     "history.json",
     "history-unreadable.json",
     "surfaces.json",
+    "subscriptions.json",
     "rate.json",
     "goals",
 ];

@@ -2,8 +2,9 @@
 //! `/data/people/<id>/` holds a person's private `history.json` and `memory.md`;
 //! `/data/rooms/<id>/` a shared room's `room.json` (its members) and `history.json`;
 //! `/data/actors/<id>/` the history of an actor's messages (they speak for no person). Also
-//! `/data/surfaces.json`, the actor each person last spoke from, and the one-time move of the
-//! single `/data/history.json` of an agent from before people.
+//! `/data/surfaces.json`, the actor each person last spoke from, `/data/subscriptions.json`,
+//! the conversation that subscribed to each publisher, and the one-time move of the single
+//! `/data/history.json` of an agent from before people.
 //! **Invariant:** nothing here reads one conversation's files for another: a request built for a
 //! conversation gets only its own history and, in a person's own conversation, their memory.
 
@@ -24,11 +25,12 @@ pub enum Tier {
 }
 
 impl Tier {
-    pub fn name(self) -> &'static str {
+    /// The tier in a sentence: `a guest`, `a member`, `an owner`.
+    pub fn a(self) -> &'static str {
         match self {
-            Tier::Guest => "guest",
-            Tier::Member => "member",
-            Tier::Owner => "owner",
+            Tier::Guest => "a guest",
+            Tier::Member => "a member",
+            Tier::Owner => "an owner",
         }
     }
 }
@@ -280,6 +282,41 @@ impl Surfaces {
     }
 }
 
+/// Which conversation subscribed the agent to each publisher (`/data/subscriptions.json`):
+/// what a publisher publishes belongs to the conversation that asked for it.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Subscriptions(BTreeMap<String, Conversation>);
+
+impl Subscriptions {
+    pub fn load(data: &Path) -> Subscriptions {
+        std::fs::read(data.join("subscriptions.json"))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default()
+    }
+
+    pub fn of(&self, publisher: &str) -> Option<&Conversation> {
+        self.0.get(publisher)
+    }
+
+    /// After a `subscribe` (`Some`, the asking conversation) or an `unsubscribe` (`None`).
+    pub fn set(
+        &mut self,
+        data: &Path,
+        publisher: &str,
+        conversation: Option<Conversation>,
+    ) -> Result<(), String> {
+        match conversation {
+            Some(conversation) => self.0.insert(publisher.to_string(), conversation),
+            None => self.0.remove(publisher),
+        };
+        let path = data.join("subscriptions.json");
+        // Ids and conversations always serialise.
+        let text = serde_json::to_string_pretty(self).expect("subscriptions serialise");
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
 /// Moves the single history of an agent from before people to `person`'s conversation, once:
 /// when it exists and the person has none yet. One rename, so it is whole in one place or the
 /// other. Returns whether it moved.
@@ -303,8 +340,8 @@ pub fn room_request(data: &Path, message: &Incoming) -> Value {
     if message.tier() != Tier::Owner {
         return error(match &message.person {
             Some(person) => format!(
-                "refused: only owners create or change rooms, and {person} is a {}",
-                message.tier().name()
+                "refused: only owners create or change rooms, and {person} is {}",
+                message.tier().a()
             ),
             None => "refused: only owners create or change rooms, and an actor is no person".into(),
         });

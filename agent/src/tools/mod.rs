@@ -50,10 +50,12 @@ pub fn specs() -> Vec<ToolSpec> {
         ToolSpec {
             name: "send_message",
             description: "Send a message to an actor (broker, cargo, console, or any actor id). \
-                The message gets its own id t<n>, which others see as agent/t<n>. With \
-                wait_seconds, wait up to that long for the reply (the message whose reply_to is \
-                agent/t<n>) and return it; other messages that arrive meanwhile are kept for \
-                wait_for_messages and the next turn.",
+                The message gets its own id, the conversation's tag and t<n> (such as \
+                person.ann.t3), which others see as agent/person.ann.t3. With wait_seconds, wait \
+                up to that long for the reply (the message whose reply_to is that) and return \
+                it; other messages that arrive meanwhile are kept for their conversations \
+                (wait_for_messages and the next turn). What the person you act for may not do \
+                is refused before anything is sent.",
             parameters: json!({
                 "type": "object",
                 "properties": {

@@ -205,6 +205,13 @@ impl<H: Host> Agent<H> {
         }
         // Saved before sending: a restart must neither reuse the id nor forget the wait.
         self.save(history, turn);
+        if let ("broker", Some(kind @ ("subscribe" | "unsubscribe")), Some(publisher)) =
+            (to, body["type"].as_str(), body["actor"].as_str())
+        {
+            let asking = (kind == "subscribe").then(|| turn.conversation.clone());
+            let noted = self.subscriptions.set(&self.data, publisher, asking);
+            self.report(noted);
+        }
         self.host.send(&Outgoing {
             to: Some(to.to_string()),
             id: Some(id),

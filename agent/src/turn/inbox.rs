@@ -34,17 +34,14 @@ impl<H: Host> Agent<H> {
             }
             self.inbox.turns.push(message);
         } else {
-            // A message that names no conversation and arrives during a turn is what that turn
-            // may be waiting for (a publication, a notice); idle, it is its actor's.
-            let conversation = match (&self.running, Conversation::of_note(&message, &self.actor)) {
-                (Some((running, _)), Conversation::Actor(from))
-                    if message.person.is_none()
-                        && message.reply_to.is_none()
-                        && from == message.from =>
-                {
-                    running.clone()
-                }
-                (_, conversation) => conversation,
+            // A message that names no conversation is a publication for the conversation that
+            // subscribed to its sender; else, during a turn, what that turn may be waiting for;
+            // idle, it is its actor's.
+            let unnamed = message.person.is_none() && message.reply_to.is_none();
+            let conversation = match (self.subscriptions.of(&message.from), &self.running) {
+                (Some(subscribed), _) if unnamed => subscribed.clone(),
+                (None, Some((running, _))) if unnamed => running.clone(),
+                _ => Conversation::of_note(&message, &self.actor),
             };
             self.keep_note(message, conversation);
         }
@@ -94,9 +91,9 @@ impl<H: Host> Agent<H> {
         let now = unix_seconds(self.host.now());
         let wait = self.starts.wait(&sender, limit, queued, now)?;
         Some(format!(
-            "You have asked {limit} times within the last hour, the most a {} may; so that \
+            "You have asked {limit} times within the last hour, the most {} may; so that \
              everyone gets their turn, you may ask again in {}.",
-            message.tier().name(),
+            message.tier().a(),
             budget::duration_words(wait)
         ))
     }

@@ -25,7 +25,7 @@ use crate::access::{self, Who};
 use crate::budget::{self, Payer, Spend};
 use crate::config::{self, Config};
 use crate::context;
-use crate::conversations::{self, Conversation, Room, Surfaces, Tier, valid_id};
+use crate::conversations::{self, Conversation, Room, Subscriptions, Surfaces, Tier, valid_id};
 use crate::fairness::{self, Starts};
 use crate::goals::{self, Goal, Goals};
 use crate::history::{self, Entry, History};
@@ -322,6 +322,8 @@ pub struct Agent<H: Host> {
     running: Option<(Conversation, Incoming)>,
     /// Where each person last spoke from.
     surfaces: Surfaces,
+    /// Which conversation subscribed to each publisher.
+    subscriptions: Subscriptions,
     /// Turn starts of the last hour, per sender.
     starts: Starts,
     /// When each sender's text was last served (a count of turns), for round-robin.
@@ -356,6 +358,7 @@ impl<H: Host> Agent<H> {
             current: None,
             running: None,
             surfaces: Surfaces::load(&data),
+            subscriptions: Subscriptions::load(&data),
             starts: Starts::load(&data),
             served: HashMap::new(),
             turns_served: 0,
@@ -532,11 +535,11 @@ impl<H: Host> Agent<H> {
             (Payer::World, _) => ("the world's".to_string(), "max_day_usd"),
         };
         Some(format!(
-            "I stopped: {whose} model spending today is {}, and the daily cap of a {} is {} \
+            "I stopped: {whose} model spending today is {}, and the daily cap of {} is {} \
              ({setting} in /data/config.json). It resets at midnight UTC, in {}. Others are not \
              affected; an owner can raise the cap.",
             budget::usd_words(spent),
-            tier.name(),
+            tier.a(),
             budget::usd_words(cap),
             budget::duration_words(budget::until_midnight(self.host.now())),
         ))

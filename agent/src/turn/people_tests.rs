@@ -909,3 +909,49 @@ fn only_the_people_of_a_conversation_stop_its_turn_or_answer_its_question() {
     assert_eq!(results, ["ann answered: green"]);
     assert_eq!(finals_text(&host), ["Green it is."]);
 }
+
+#[test]
+fn what_a_publisher_publishes_reaches_the_conversation_that_subscribed_to_it() {
+    let data = world(CONFIG);
+    let tick = Event::Message(Incoming {
+        id: "m-3".into(),
+        from: "ticker".into(),
+        body: json!({"type": "tick", "n": 7}),
+        ..Incoming::default()
+    });
+    let host = run(
+        &data,
+        vec![
+            says("m-1", "ann", "owner", "follow the ticker"),
+            reply(
+                "m-2",
+                "broker",
+                "agent/person.ann.t1",
+                json!({"type": "subscribed", "actor": "ticker"}),
+            ),
+            tick,
+            says("m-4", "bob", "member", "anything new?"),
+            says("m-5", "ann", "owner", "anything new?"),
+        ],
+        vec![
+            call(
+                "send_message",
+                json!({"to": "broker", "body": {"type": "subscribe", "actor": "ticker"}, "wait_seconds": 5}),
+            ),
+            text("Subscribed."),
+            text("Nothing for you."),
+            text("The ticker says 7."),
+        ],
+    );
+    let requests = requests(&host);
+    assert_eq!(
+        (requests[2].0.as_str(), requests[3].0.as_str()),
+        ("bob", "ann")
+    );
+    assert!(!requests[2].1.contains(r#"\"type\":\"tick\""#));
+    assert!(
+        requests[3].1.contains(r#"\"type\":\"tick\""#),
+        "{}",
+        requests[3].1
+    );
+}
