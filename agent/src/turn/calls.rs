@@ -299,10 +299,17 @@ impl<H: Host> Agent<H> {
         if output.is_empty() {
             output.push(format!("no message came within {seconds} s"));
         }
-        if !self.inbox.turns.is_empty() {
+        // Only this conversation's own waiting texts are counted: others' are none of its business.
+        let waiting = self
+            .inbox
+            .turns
+            .iter()
+            .filter(|m| Conversation::of_text(m, &self.data).as_ref() == Ok(conversation))
+            .count();
+        if waiting > 0 {
             output.push(format!(
-                "({} text message(s) wait for their own turn after this one.)",
-                self.inbox.turns.len()
+                "({waiting} text message(s) of this conversation wait for their own turn after \
+                 this one.)"
             ));
         }
         self.save_inbox();
