@@ -172,7 +172,10 @@ impl<H: Host> Agent<H> {
             access::Send::IfOwned(actor) => {
                 let list = json!({"to": "broker", "body": {"type": "list"}, "wait_seconds": OWNER_CHECK_SECONDS});
                 let listed = self.send_message(history, turn, call_id, &list)?;
+                // Only the broker's own answer counts: any actor may reply to any id.
                 let reply: Value = serde_json::from_str::<Incoming>(&listed)
+                    .ok()
+                    .filter(|m| m.from == "broker")
                     .map(|m| m.body)
                     .unwrap_or_default();
                 if reply["type"] != "actors" {
