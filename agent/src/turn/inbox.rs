@@ -48,15 +48,10 @@ impl<H: Host> Agent<H> {
         self.save_inbox();
     }
 
+    /// Keeps `message` for `conversation`, at most [`MAX_KEPT_NOTES`] of them.
     pub(super) fn keep_note(&mut self, message: Incoming, conversation: Conversation) {
-        let actor = self.actor.clone();
-        let of = |kept: &Kept| {
-            kept.conversation
-                .clone()
-                .unwrap_or_else(|| Conversation::of_note(&kept.message, &actor))
-        };
         let same: Vec<usize> = (0..self.inbox.notes.len())
-            .filter(|&n| of(&self.inbox.notes[n]) == conversation)
+            .filter(|&n| self.conversation_of(&self.inbox.notes[n]) == conversation)
             .collect();
         if same.len() >= MAX_KEPT_NOTES {
             let dropped = self.inbox.notes.remove(same[0]);
