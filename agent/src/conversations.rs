@@ -552,6 +552,10 @@ mod tests {
                 "named twice",
             ),
             (json!({"room": "team", "members": [3]}), "(a string)"),
+            (
+                json!({"room": "team", "members": (0..=MAX_ROOM_MEMBERS).map(|n| format!("p{n}")).collect::<Vec<_>>()}),
+                "at most 50 members",
+            ),
         ] {
             let e = Room::parse(&body).unwrap_err();
             assert!(e.contains(says), "{body}: {e}");

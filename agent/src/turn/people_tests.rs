@@ -969,3 +969,26 @@ fn what_a_publisher_publishes_reaches_the_conversation_that_subscribed_to_it() {
         requests[3].1
     );
 }
+
+#[test]
+fn a_conversation_keeps_at_most_its_limit_of_messages_dropping_the_oldest() {
+    let data = world(CONFIG);
+    let ticks: Vec<Event> = (0..=MAX_KEPT_NOTES)
+        .map(|n| {
+            Event::Message(Incoming {
+                id: format!("m-{n}"),
+                from: "ticker".into(),
+                body: json!({"type": "tick", "n": n}),
+                ..Incoming::default()
+            })
+        })
+        .collect();
+    run(&data, ticks, vec![]);
+    let inbox: Value = read_json(&data.join("inbox.json")).unwrap();
+    let notes = inbox["notes"].as_array().unwrap();
+    assert_eq!(notes.len(), MAX_KEPT_NOTES);
+    assert_eq!(
+        (&notes[0]["id"], &notes[0]["conversation"]),
+        (&json!("m-1"), &json!({"actor": "ticker"}))
+    );
+}
