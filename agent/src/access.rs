@@ -126,6 +126,14 @@ impl Who {
     }
 
     fn may_write(&self, data: &Path, path: &Path, tool: &str) -> Result<(), String> {
+        if self.tier != Tier::Guest && holds_private(data, path) {
+            return Err(format!(
+                "refused: {} holds other conversations' files (/data/people, /data/rooms, \
+                 /data/actors, the agent's state); {tool} only below it, such as in /data/work. \
+                 Nothing was done.",
+                path.display()
+            ));
+        }
         match self.tier {
             Tier::Guest => Err(self.guest_refusal(&format!("write files ({tool})"))),
             Tier::Member => {
@@ -475,6 +483,15 @@ mod tests {
         assert!(e.contains("writes only under /data/work/ann/"), "{e}");
         assert!(write(&ann(Tier::Owner), "/data/agent-next/src/main.rs").is_ok());
         assert!(write(&ann(Tier::Owner), "/data/people/bob/memory.md").is_err());
+        for everything in ["/data", "/data/people", "/data/rooms/", "/"] {
+            let remove = json!({"path": everything});
+            let e = ann(Tier::Owner)
+                .file_tool(data, "remove_path", &remove)
+                .unwrap_err();
+            assert!(e.contains("holds other conversations"), "{everything}: {e}");
+            let copy = json!({"from": "/actor/x/source", "to": everything});
+            assert!(ann(Tier::Owner).file_tool(data, "copy_dir", &copy).is_err());
+        }
         let copy = json!({"from": "/actor/agent/source", "to": "/data/agent-next"});
         assert!(
             ann(Tier::Member)
