@@ -10,8 +10,9 @@
 //! | owner  | everything                              | everything                                 |
 //!
 //! For every tier, reading or writing another conversation's files (`/data/people/<other>/`,
-//! `/data/rooms/<room without them>/`, `/data/actors/`, the agent's own state files) is refused;
-//! config and spending are for owners.
+//! `/data/rooms/<room without them>/`, `/data/actors/`, the agent's own state files) is refused,
+//! and so is searching, copying or removing a folder that holds them (such as `/data`); config
+//! and spending are for owners.
 //! **Invariant:** a refused request never reaches its recipient; paths are judged after
 //! normalising (`.`, `..`, `//`, trailing `/`).
 
