@@ -334,7 +334,8 @@ pub fn adopt_legacy(data: &Path, person: &str) -> Result<bool, String> {
 }
 
 /// `{"type":"room","room","members"}` from an owner creates or changes a shared room; the answer
-/// is `room_created` (`room`, `members`) or an `error` whose reason says what would be right.
+/// is `room_created` (`room`, `members`, and `unheard`: members who never spoke to the agent) or
+/// an `error` whose reason says what would be right.
 pub fn room_request(data: &Path, message: &Incoming) -> Value {
     let error = |reason: String| json!({"type": "error", "request": "room", "reason": reason});
     if message.tier() != Tier::Owner {
@@ -349,7 +350,20 @@ pub fn room_request(data: &Path, message: &Incoming) -> Value {
     match Room::parse(&message.body).and_then(|room| room.save(data).map(|()| room)) {
         Ok(room) => {
             eprintln!("agent: room {} has {}", room.room, room.members.join(", "));
-            json!({"type": "room_created", "room": room.room, "members": room.members})
+            let mut body =
+                json!({"type": "room_created", "room": room.room, "members": room.members});
+            // The agent cannot see the world's people; it says whom it has never heard from, as
+            // a hint at a misspelt id, and reaches them on the default surface.
+            let surfaces = Surfaces::load(data);
+            let unheard: Vec<&String> = room
+                .members
+                .iter()
+                .filter(|m| !surfaces.0.contains_key(*m) && message.person.as_ref() != Some(m))
+                .collect();
+            if !unheard.is_empty() {
+                body["unheard"] = json!(unheard);
+            }
+            body
         }
         Err(reason) => error(reason),
     }

@@ -431,7 +431,8 @@ fn a_room_is_one_history_that_every_member_hears_and_no_private_one_holds() {
     let created = replies_of(&host, "room_created");
     assert_eq!(
         created[0].body,
-        json!({"type": "room_created", "room": "team", "members": ["ann", "bob"], "for": "owner"})
+        json!({"type": "room_created", "room": "team", "members": ["ann", "bob"],
+               "unheard": ["ann", "bob"], "for": "owner"})
     );
     let room_answers: Vec<(String, String, Option<String>)> = host
         .sent
