@@ -183,9 +183,10 @@ impl Room {
                 "there is no room `{room}`; an owner creates one with {{\"type\":\"room\",\"room\":\"{room}\",\"members\":[…]}}"
             )),
             Some(r) if r.members.iter().any(|m| m == person) => Ok(()),
-            Some(r) => Err(format!(
-                "{person} is not a member of room `{room}` (its members: {})",
-                r.members.join(", ")
+            // Who is in a room is the room's business: a non-member is not told.
+            Some(_) => Err(format!(
+                "{person} is not a member of room `{room}`; an owner can add them with \
+                 {{\"type\":\"room\",\"room\":\"{room}\",\"members\":[…]}}"
             )),
         }
     }
