@@ -1,9 +1,11 @@
-//! What turns cost (DESIGN §12, Budget): pricing one response's usage, and the day's spending in
-//! `/data/spend.json`, counted per UTC day. The caps themselves are the turn loop's decision;
-//! this module only measures.
+//! What turns cost (DESIGN §12, Budget; §13, tiers): pricing one response's usage, and the day's
+//! spending in `/data/spend.json`, counted per UTC day for the world and for each payer (a
+//! person, or an actor whose messages speak for none). The caps themselves are the turn loop's
+//! decision; this module only measures.
 //! **Invariant:** spending is written after every priced response, before its tools run, so a
 //! crash never forgets money already spent.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -24,13 +26,35 @@ pub fn cost(usage: &Usage, price: &Price) -> f64 {
 }
 
 /// One day's spending, as `spend.json` keeps it: `{"day": "2026-12-01", "usd": 1.25, "usage":
-/// {...}}`. Tokens of models without a price count in `usage` but not in `usd`.
+/// {...}, "people": {"ann": {"usd", "usage"}}, "actors": {"echo": {...}}}`: the world's total,
+/// then each payer's part. Tokens of models without a price count in `usage` but not in `usd`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Spend {
     pub day: String,
     pub usd: f64,
     #[serde(default)]
     pub usage: Usage,
+    #[serde(default)]
+    pub people: BTreeMap<String, Spent>,
+    #[serde(default)]
+    pub actors: BTreeMap<String, Spent>,
+}
+
+/// One payer's part of a day.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Spent {
+    pub usd: f64,
+    #[serde(default)]
+    pub usage: Usage,
+}
+
+/// Who a turn's spending counts for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Payer {
+    Person(String),
+    Actor(String),
+    /// A turn saved by an agent from before people: only the world's total.
+    World,
 }
 
 impl Spend {
@@ -45,6 +69,28 @@ impl Spend {
                 day: today,
                 ..Spend::default()
             })
+    }
+
+    /// What `payer` spent today.
+    pub fn of(&self, payer: &Payer) -> f64 {
+        match payer {
+            Payer::Person(id) => self.people.get(id).map_or(0.0, |s| s.usd),
+            Payer::Actor(id) => self.actors.get(id).map_or(0.0, |s| s.usd),
+            Payer::World => self.usd,
+        }
+    }
+
+    /// Adds a response's price and usage to the world and to `payer`.
+    pub fn add(&mut self, payer: &Payer, usd: f64, usage: &Usage) {
+        self.usd += usd;
+        self.usage.add(*usage);
+        let part = match payer {
+            Payer::Person(id) => self.people.entry(id.clone()).or_default(),
+            Payer::Actor(id) => self.actors.entry(id.clone()).or_default(),
+            Payer::World => return,
+        };
+        part.usd += usd;
+        part.usage.add(*usage);
     }
 
     pub fn save(&self, path: &Path) -> Result<(), String> {
@@ -152,5 +198,18 @@ mod tests {
         assert_eq!(Spend::load(&path, next).usd, 0.0);
         std::fs::write(&path, "not json").unwrap();
         assert_eq!(Spend::load(&path, day).usd, 0.0);
+    }
+
+    #[test]
+    fn each_payer_has_its_part_of_the_worlds_day() {
+        let mut spend = Spend::default();
+        let (ann, echo) = (Payer::Person("ann".into()), Payer::Actor("echo".into()));
+        spend.add(&ann, 1.5, &Usage::default());
+        spend.add(&ann, 0.5, &Usage::default());
+        spend.add(&echo, 0.25, &Usage::default());
+        spend.add(&Payer::World, 1.0, &Usage::default());
+        assert_eq!((spend.of(&ann), spend.of(&echo)), (2.0, 0.25));
+        assert_eq!(spend.of(&Payer::Person("bob".into())), 0.0);
+        assert_eq!(spend.of(&Payer::World), 3.25);
     }
 }

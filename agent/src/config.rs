@@ -9,14 +9,23 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::conversations::Tier;
+
 /// `max_tokens` when the configuration names none: enough for a long answer or a large file.
 pub const DEFAULT_MAX_TOKENS: u32 = 16_000;
 
 /// `max_turn_usd` when the configuration names none: what one turn may spend.
 pub const DEFAULT_MAX_TURN_USD: f64 = 5.0;
 
-/// `max_day_usd` when the configuration names none: what all turns of one day (UTC) may spend.
+/// `max_day_usd` when the configuration names none: what each owner's turns of one day (UTC)
+/// may spend (DESIGN §13).
 pub const DEFAULT_MAX_DAY_USD: f64 = 25.0;
+
+/// A guest's daily cap when `tier_day_usd` names none: a stranger cannot run up the bill.
+pub const DEFAULT_GUEST_DAY_USD: f64 = 1.0;
+
+/// A member's daily cap when `tier_day_usd` names none.
+pub const DEFAULT_MEMBER_DAY_USD: f64 = 10.0;
 
 /// The context window assumed for a model the table does not know and the file does not size:
 /// what most current hosted models offer. A smaller local model answers "context too long" once,
@@ -41,6 +50,17 @@ pub struct KnownModel {
     pub name: &'static str,
     pub price: Price,
     pub context_window: u64,
+}
+
+impl Config {
+    /// What one person of `tier` may spend a day.
+    pub fn day_cap(&self, tier: Tier) -> f64 {
+        match tier {
+            Tier::Guest => self.guest_day_usd,
+            Tier::Member => self.member_day_usd,
+            Tier::Owner => self.max_day_usd,
+        }
+    }
 }
 
 const fn model(name: &'static str, price: [f64; 4], context_window: u64) -> KnownModel {
@@ -112,7 +132,11 @@ pub struct Config {
     /// counted, and the cost is said to be unknown).
     pub price: Option<Price>,
     pub max_turn_usd: f64,
+    /// An owner's daily cap.
     pub max_day_usd: f64,
+    /// A guest's and a member's daily caps (`tier_day_usd`: `{"guest","member"}`).
+    pub guest_day_usd: f64,
+    pub member_day_usd: f64,
     /// The model's context window in tokens.
     pub context_window: u64,
 }
@@ -122,8 +146,8 @@ fn not_configured(problem: &str) -> String {
     format!(
         "I am not configured yet: {problem}. /data/config.json needs api (\"openai-responses\", \
          \"anthropic-messages\" or \"openai-chat\"), base_url (such as \"https://api.openai.com\") \
-         and model; reasoning_effort, max_tokens, max_turn_usd, max_day_usd, context_window and \
-         prices are optional. The host keeps the token. Run `sausage init` to create a world with \
+         and model; reasoning_effort, max_tokens, max_turn_usd, max_day_usd, tier_day_usd, \
+         context_window and prices are optional. The host keeps the token. Run `sausage init` to create a world with \
          them, or write the file into the agent's data folder."
     )
 }
@@ -181,6 +205,18 @@ fn parse(value: &Value) -> Result<Config, String> {
             .filter(|&usd| usd > 0.0)
             .ok_or_else(|| not_configured(&format!("{name} is {v}, not a positive number of USD"))),
     };
+    let tiers = &value["tier_day_usd"];
+    if !tiers.is_null() && !tiers.is_object() {
+        return Err(not_configured(&format!(
+            "tier_day_usd is {tiers}, not {{\"guest\": <USD>, \"member\": <USD>}}"
+        )));
+    }
+    let tier_usd = |tier: &str, default: f64| match &tiers[tier] {
+        Value::Null => Ok(default),
+        v => v.as_f64().filter(|&usd| usd >= 0.0).ok_or_else(|| {
+            not_configured(&format!("tier_day_usd.{tier} is {v}, not a number of USD"))
+        }),
+    };
     let model = text("model").unwrap_or_default().to_string();
     let known = known_model(&model);
     let context_window = match &value["context_window"] {
@@ -207,6 +243,8 @@ fn parse(value: &Value) -> Result<Config, String> {
         max_tokens,
         max_turn_usd: usd("max_turn_usd", DEFAULT_MAX_TURN_USD)?,
         max_day_usd: usd("max_day_usd", DEFAULT_MAX_DAY_USD)?,
+        guest_day_usd: tier_usd("guest", DEFAULT_GUEST_DAY_USD)?,
+        member_day_usd: tier_usd("member", DEFAULT_MEMBER_DAY_USD)?,
         context_window,
     })
 }

@@ -199,8 +199,8 @@ mod tests {
         Incoming {
             id: id.into(),
             from: "console".into(),
-            reply_to: None,
             body: json!({"type": "goal", "text": "x"}),
+            ..Incoming::default()
         }
     }
 

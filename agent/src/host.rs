@@ -8,10 +8,13 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::conversations::Tier;
 use crate::provider::{HttpRequest, HttpResponse};
 
-/// A message as the broker delivers it: `{"id","from","reply_to"?,"body"}`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// A message as the broker delivers it: `{"id","from","reply_to"?,"person"?,"tier"?,"body"}`.
+/// `person` and `tier` are set by the host on what a person sent through a surface (DESIGN §13);
+/// an actor cannot set them, so a message without them speaks for no person.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Incoming {
     #[serde(default)]
     pub id: String,
@@ -19,12 +22,34 @@ pub struct Incoming {
     pub from: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_to: Option<String>,
+    /// Only an id by the rules of actor ids: it names folders (`/data/people/<id>/`), so any
+    /// other value is read as no person at all.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "person_id"
+    )]
+    pub person: Option<String>,
+    /// Kept as the host wrote it: a tier this agent does not know counts as a guest's, and never
+    /// makes the message unreadable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
     pub body: Value,
 }
 
 impl Incoming {
     pub fn kind(&self) -> &str {
         self.body["type"].as_str().unwrap_or("")
+    }
+
+    /// What the sender may make happen: the person's tier; guest for a message of an actor, so
+    /// an actor cannot borrow a person's power.
+    pub fn tier(&self) -> Tier {
+        match (&self.person, self.tier.as_deref()) {
+            (Some(_), Some("owner")) => Tier::Owner,
+            (Some(_), Some("member")) => Tier::Member,
+            _ => Tier::Guest,
+        }
     }
 
     /// Only a text that answers nothing starts a turn: replies never do, so two actors cannot
@@ -38,6 +63,11 @@ impl Incoming {
         // Strings and a JSON value always serialise.
         serde_json::to_string(self).expect("a message serialises")
     }
+}
+
+fn person_id<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let id = Option::<String>::deserialize(d)?;
+    Ok(id.filter(|id| crate::conversations::valid_id(id)))
 }
 
 /// A message to write: `{"to"?,"id"?,"reply_to"?,"body"}`.
@@ -92,11 +122,12 @@ pub trait Host {
     /// and `stream(&[])` is called at least every [`STREAM_TICK`] while it is silent; any other
     /// answer comes back whole as `Refused`. Messages that arrive meanwhile are kept for
     /// `receive`; a shutdown among them abandons the request with `Stopped`.
-    /// Whatever `stream` returns (batched progress for a person) is sent at once.
+    /// Whatever `stream` returns (batched progress, one message for each person who follows
+    /// the turn) is sent at once.
     fn post(
         &mut self,
         request: &HttpRequest,
-        stream: &mut dyn FnMut(&[u8]) -> Option<Outgoing>,
+        stream: &mut dyn FnMut(&[u8]) -> Vec<Outgoing>,
     ) -> Posted;
 
     /// The messages that arrived while a request was in flight and were not taken yet, without

@@ -8,8 +8,9 @@
 //! Code map: `turn` (the main loop and one turn's state machine), `host` (the trait for stdin,
 //! stdout and streaming HTTP; `wasi_host` implements it for the component), `provider`
 //! (requests and event streams of each model API), `history` (the neutral conversation format),
-//! `context` (estimates and compaction), `budget` (prices and the day's spending), `tools`,
-//! `config`.
+//! `conversations` (one per person, room and actor; memory), `access` (what each tier may do),
+//! `fairness` (round-robin and the hourly limit), `context` (estimates and compaction), `budget`
+//! (prices and the day's spending per person), `tools`, `config`.
 //! The model's instructions are `prompt.md`.
 //!
 //! Build: `cargo build --release --target wasm32-wasip2`. Test natively: `cargo test` (the
@@ -18,9 +19,12 @@
 // Natively only the unit tests drive this code; the program itself is the wasm32 component.
 #![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 
+mod access;
 mod budget;
 mod config;
 mod context;
+mod conversations;
+mod fairness;
 mod goals;
 mod history;
 mod host;

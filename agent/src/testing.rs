@@ -131,7 +131,7 @@ impl Host for ScriptedHost {
     fn post(
         &mut self,
         request: &HttpRequest,
-        stream: &mut dyn FnMut(&[u8]) -> Option<Outgoing>,
+        stream: &mut dyn FnMut(&[u8]) -> Vec<Outgoing>,
     ) -> Posted {
         self.requests.push(request.clone());
         let answer = match (self.answers.pop_front(), &mut self.respond) {
@@ -145,9 +145,7 @@ impl Host for ScriptedHost {
         match answer {
             Answer::Stream(bytes) => {
                 for piece in bytes.chunks(STREAM_PIECE) {
-                    if let Some(message) = stream(piece) {
-                        self.sent.push(message);
-                    }
+                    self.sent.extend(stream(piece));
                 }
                 Posted::Streamed
             }

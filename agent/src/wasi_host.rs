@@ -135,7 +135,7 @@ impl Host for WasiHost {
     fn post(
         &mut self,
         request: &HttpRequest,
-        stream: &mut dyn FnMut(&[u8]) -> Option<Outgoing>,
+        stream: &mut dyn FnMut(&[u8]) -> Vec<Outgoing>,
     ) -> Posted {
         if self.candidate {
             return Posted::Failed {
@@ -169,7 +169,7 @@ impl WasiHost {
     fn try_post(
         &mut self,
         request: &HttpRequest,
-        stream: &mut dyn FnMut(&[u8]) -> Option<Outgoing>,
+        stream: &mut dyn FnMut(&[u8]) -> Vec<Outgoing>,
     ) -> Result<Posted, PostError> {
         let fatal = |why: String| (why, false);
         let (scheme, rest) = request.url.split_once("://").ok_or_else(|| {
@@ -289,8 +289,10 @@ impl WasiHost {
                     }
                 }
                 if !ready.contains(&0) {
-                    if streaming && let Some(message) = stream(&[]) {
-                        self.send(&message);
+                    if streaming {
+                        for message in stream(&[]) {
+                            self.send(&message);
+                        }
                     }
                     continue;
                 }
@@ -305,7 +307,7 @@ impl WasiHost {
                     }
                 };
                 if streaming {
-                    if let Some(message) = stream(&chunk) {
+                    for message in stream(&chunk) {
                         self.send(&message);
                     }
                 } else if whole.len() < MAX_ERROR_BYTES {

@@ -3,10 +3,11 @@
 //! here: `files` (read, list, write, edit, copy, remove) and `search` (`search`, `find_files`);
 //! `card` checks the to-do card and keeps the notes.
 //! The turn runs the tools that need the mailbox or the turn's state (`send_message`,
-//! `wait_for_messages`, `plan`, `note`, `ask`, `goal_status`); every output passes through
-//! [`cut_output`]. A tool's failure is an output starting with `error: ` that says what to do
-//! next, never a panic. Paths are absolute guest paths; the host's filesystem decides what may be
-//! written, and its refusals come back to the model as the tool's output.
+//! `wait_for_messages`, `plan`, `note`, `remember`, `forget`, `ask`, `goal_status`); every
+//! output passes through [`cut_output`]. A tool's failure is an output starting with `error: `
+//! that says what to do next, never a panic. Paths are absolute guest paths; what a turn may
+//! touch is `access`'s decision, made before a tool here runs, and the host's filesystem's
+//! refusals come back to the model as the tool's output.
 
 pub mod card;
 mod files;
@@ -49,10 +50,12 @@ pub fn specs() -> Vec<ToolSpec> {
         ToolSpec {
             name: "send_message",
             description: "Send a message to an actor (broker, cargo, console, or any actor id). \
-                The message gets its own id t<n>, which others see as agent/t<n>. With \
-                wait_seconds, wait up to that long for the reply (the message whose reply_to is \
-                agent/t<n>) and return it; other messages that arrive meanwhile are kept for \
-                wait_for_messages and the next turn.",
+                The message gets its own id, the conversation's tag and t<n> (such as \
+                person.ann.t3), which others see as agent/person.ann.t3. With wait_seconds, wait \
+                up to that long for the reply (the message whose reply_to is that) and return \
+                it; other messages that arrive meanwhile are kept for their conversations \
+                (wait_for_messages and the next turn). What the person you act for may not do \
+                is refused before anything is sent.",
             parameters: json!({
                 "type": "object",
                 "properties": {
@@ -206,13 +209,36 @@ pub fn specs() -> Vec<ToolSpec> {
         },
         ToolSpec {
             name: "note",
-            description: "Append a note to /data/notes.md, which every turn shows you: what later \
-                turns must remember (a person's preferences, facts about the world, decisions \
-                and why).",
+            description: "Append a note to /data/notes.md, which every conversation shows you, \
+                whoever it is with: facts about the world and decisions with their reasons. \
+                Everyone's turns read it, so never put a person's private facts here (use \
+                remember). Guests may not add notes.",
             parameters: json!({
                 "type": "object",
                 "properties": {"text": {"type": "string", "description": "the note, short and self-contained"}},
                 "required": ["text"],
+            }),
+        },
+        ToolSpec {
+            name: "remember",
+            description: "Remember a fact about the person this turn acts for (in a room, the \
+                one who spoke), or a lasting preference of theirs, as one line of their memory \
+                (/data/people/<id>/memory.md). Their private conversation shows it in every \
+                request; nobody else's does. Use it when they ask you to remember something or \
+                state a lasting preference.",
+            parameters: json!({
+                "type": "object",
+                "properties": {"text": {"type": "string", "description": "the fact or preference, short and self-contained"}},
+                "required": ["text"],
+            }),
+        },
+        ToolSpec {
+            name: "forget",
+            description: "Forget what you remember about the person this turn acts for: the \
+                lines that contain `text` (ignoring case), or, without `text`, everything.",
+            parameters: json!({
+                "type": "object",
+                "properties": {"text": {"type": "string", "description": "text of the facts to forget; leave it out to forget all"}},
             }),
         },
         ToolSpec {
@@ -407,6 +433,8 @@ mod tests {
                 "find_files",
                 "plan",
                 "note",
+                "remember",
+                "forget",
                 "ask",
                 "goal_status",
             ]
@@ -485,7 +513,15 @@ mod tests {
             assert!(answer.contains("absolute path"), "{tool}: {answer}");
         }
         assert!(run("write_file", json!({"path": "/data/x"})).contains("`content`"));
-        for tool in ["send_message", "plan", "note", "ask", "goal_status"] {
+        for tool in [
+            "send_message",
+            "plan",
+            "note",
+            "remember",
+            "forget",
+            "ask",
+            "goal_status",
+        ] {
             assert!(run_file_tool(tool, &json!({})).is_none(), "{tool}");
         }
     }

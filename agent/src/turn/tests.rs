@@ -36,11 +36,19 @@ fn run_as(data: &Path, events: Vec<Event>, answers: Vec<Answer>, candidate: bool
     agent.host
 }
 
+/// The person the console and the web page speak for in these tests: the world's owner.
+const OWNER: &str = "owner";
+
+/// A message as the broker delivers it; from a surface (`console`, `web`) it speaks for the
+/// owner, as the host sets it.
 fn message(id: &str, from: &str, reply_to: Option<&str>, body: Value) -> Event {
+    let surface = matches!(from, "console" | "web");
     Event::Message(Incoming {
         id: id.into(),
         from: from.into(),
         reply_to: reply_to.map(str::to_string),
+        person: surface.then(|| OWNER.to_string()),
+        tier: surface.then(|| "owner".to_string()),
         body,
     })
 }
@@ -87,8 +95,10 @@ fn from_console(id: &str, body: Value) -> Incoming {
     Incoming {
         id: id.into(),
         from: "console".into(),
-        reply_to: None,
+        person: Some(OWNER.into()),
+        tier: Some("owner".into()),
         body,
+        ..Incoming::default()
     }
 }
 
@@ -103,7 +113,12 @@ fn tool_sends(host: &ScriptedHost) -> Vec<&Outgoing> {
 }
 
 fn history(data: &Path) -> History {
-    history::load(&data.join("history.json")).unwrap()
+    history::load(&owners().history(data)).unwrap()
+}
+
+/// The owner's private conversation, where the console's texts speak.
+fn owners() -> Conversation {
+    Conversation::Person(OWNER.into())
 }
 
 #[test]
@@ -253,9 +268,10 @@ fn replies_start_no_turn_and_are_shown_at_the_next_one() {
             message(
                 "m-1",
                 "notes",
-                Some("agent/t9"),
+                Some("agent/person.owner.t9"),
                 json!({"type": "text", "text": "late reply"}),
             ),
+            // A publication while idle is its actor's: the owner's conversation does not see it.
             message("m-2", "ticker", None, json!({"type": "tick", "n": 1})),
             text("m-3", "anything new?"),
         ],
@@ -268,13 +284,17 @@ fn replies_start_no_turn_and_are_shown_at_the_next_one() {
         notes.starts_with("Messages that arrived meanwhile:\n"),
         "{notes}"
     );
-    assert!(notes.contains(r#"{"id":"m-1","from":"notes","reply_to":"agent/t9","body":{"text":"late reply","type":"text"}}"#));
-    assert!(notes.contains(r#""type":"tick""#));
+    assert!(notes.contains(r#"{"id":"m-1","from":"notes","reply_to":"agent/person.owner.t9","body":{"text":"late reply","type":"text"}}"#));
+    assert!(!notes.contains(r#""type":"tick""#), "{notes}");
     assert_eq!(
         input[1]["content"],
         "Message m-3 from console:\nanything new?"
     );
-    assert!(!data.join("inbox.json").exists());
+    let inbox: Value = read_json(&data.join("inbox.json")).unwrap();
+    assert_eq!(
+        inbox["notes"][0]["conversation"],
+        json!({"actor": "ticker"})
+    );
 }
 
 #[test]
@@ -308,12 +328,12 @@ fn a_text_arriving_during_a_turn_gets_its_own_turn_after_it() {
     let sent = &tool_sends(&host)[0];
     assert_eq!(
         (sent.to.as_deref(), sent.id.as_deref()),
-        (Some("cargo"), Some("t1"))
+        (Some("cargo"), Some("person.owner.t1"))
     );
     let output = &body(&host.requests[1])["input"][2]["output"];
     assert_eq!(
         output,
-        "sent as agent/t1; no reply came within 5 s (it may still come: use wait_for_messages)"
+        "sent as agent/person.owner.t1; no reply came within 5 s (it may still come: use wait_for_messages)"
     );
 }
 
@@ -333,14 +353,14 @@ fn a_shutdown_while_waiting_saves_the_turn_and_the_next_start_finishes_it() {
         )],
     );
     assert!(answers(&host).is_empty(), "no answer yet");
-    assert_eq!(tool_sends(&host)[0].id.as_deref(), Some("t1"));
+    assert_eq!(tool_sends(&host)[0].id.as_deref(), Some("person.owner.t1"));
     let saved: SavedTurn = read_json(&data.join("turn.json")).expect("turn.json");
     assert_eq!((saved.message.id.as_str(), saved.steps), ("m-1", 1));
     assert_eq!(
         saved.waiting,
         Some(Waiting {
             call_id: "c1".into(),
-            reply_to: "agent/t1".into(),
+            reply_to: "agent/person.owner.t1".into(),
             seconds: 60,
             question: false,
             until: None,
@@ -351,7 +371,12 @@ fn a_shutdown_while_waiting_saves_the_turn_and_the_next_start_finishes_it() {
     let upgraded = json!({"type": "upgraded", "actor": "agent", "version": 2, "previous": 1});
     let host = run(
         &data,
-        vec![message("m-9", "broker", Some("agent/t1"), upgraded)],
+        vec![message(
+            "m-9",
+            "broker",
+            Some("agent/person.owner.t1"),
+            upgraded,
+        )],
         vec![openai_text("I upgraded myself to version 2.")],
     );
     assert_eq!(
@@ -400,11 +425,12 @@ fn a_call_cut_off_by_a_kill_gets_an_interrupted_result() {
             },
         ],
     };
+    // A turn saved by an agent from before people finishes in the one history it had.
     history::save(&data.join("history.json"), &saved).unwrap();
     let turn = SavedTurn {
         steps: 1,
         done: vec!["write_file {…}".into()],
-        ..SavedTurn::new(message_of("m-4", "write it"))
+        ..SavedTurn::new(message_of("m-4", "write it"), Conversation::Legacy)
     };
     write_json(&data.join("turn.json"), &turn).unwrap();
     let done = ScriptedHost::ok(
@@ -433,7 +459,7 @@ fn a_candidate_leaves_the_saved_turn_alone_and_answers_without_network() {
     let data = world(Some(OPENAI));
     let turn = SavedTurn {
         steps: 3,
-        ..SavedTurn::new(message_of("m-4", "x"))
+        ..SavedTurn::new(message_of("m-4", "x"), owners())
     };
     write_json(&data.join("turn.json"), &turn).unwrap();
     let no_network = Answer::Failed {
@@ -587,7 +613,7 @@ fn progress_and_tool_messages_reach_the_sender_in_order() {
     assert_eq!(
         messages[1].1,
         json!({"type": "tool", "turn": "m-1", "tool": "list_dir", "state": "started",
-               "preview": "/nowhere"})
+               "preview": "/nowhere", "for": "owner"})
     );
     let finished = &messages[2].1;
     assert_eq!(
@@ -771,7 +797,7 @@ fn past_the_days_cap_a_turn_is_answered_with_when_it_resets() {
     let now = std::time::UNIX_EPOCH + Duration::from_secs(1_796_083_200 + 22 * 3600);
     std::fs::write(
         data.join("spend.json"),
-        json!({"day": "2026-12-01", "usd": 10.5}).to_string(),
+        json!({"day": "2026-12-01", "usd": 10.5, "people": {"owner": {"usd": 10.5}}}).to_string(),
     )
     .unwrap();
     let host = ScriptedHost {
@@ -961,7 +987,7 @@ fn a_turn_resumed_three_times_without_a_step_ends_in_words() {
         steps: 1,
         done: vec!["list_dir {\"path\":\"/\"}".into()],
         resumes: MAX_RESUMES - 1,
-        ..SavedTurn::new(message_of("m-1", "crash me"))
+        ..SavedTurn::new(message_of("m-1", "crash me"), owners())
     };
     write_json(&data.join("turn.json"), &saved).unwrap();
     let host = run(&data, vec![], vec![]);
@@ -1223,7 +1249,7 @@ fn a_question_waits_for_its_answer_and_the_answer_reaches_the_model() {
             text("m-1", "make a counter"),
             // A text that is no answer is kept for its own turn; the answer ends the wait.
             text("m-2", "also, hello"),
-            answer("m-3", "agent/q1", "blue"),
+            answer("m-3", "agent/person.owner.q1", "blue"),
         ],
         vec![
             call_reply(&[(
@@ -1239,14 +1265,14 @@ fn a_question_waits_for_its_answer_and_the_answer_reaches_the_model() {
         .iter()
         .find(|m| m.body["type"] == "question")
         .unwrap();
-    assert_eq!(question.id.as_deref(), Some("q1"));
+    assert_eq!(question.id.as_deref(), Some("person.owner.q1"));
     assert_eq!(question.to.as_deref(), Some("console"));
     assert_eq!(question.reply_to.as_deref(), Some("m-1"));
     assert_eq!(
         question.body,
-        json!({"type": "question", "turn": "m-1", "text": "Which colour?", "choices": ["red", "blue"]})
+        json!({"type": "question", "turn": "m-1", "text": "Which colour?", "choices": ["red", "blue"], "for": "owner"})
     );
-    assert_eq!(tool_outputs(&host, 1), ["console answered: blue"]);
+    assert_eq!(tool_outputs(&host, 1), ["owner answered: blue"]);
     let replies: Vec<(String, String)> = answers(&host).into_iter().map(|a| (a.1, a.2)).collect();
     assert_eq!(
         replies,
@@ -1280,14 +1306,14 @@ fn a_question_is_still_waited_for_after_a_restart_and_answered() {
 
     let host = run(
         &data,
-        vec![answer("m-5", "agent/q1", "green")],
+        vec![answer("m-5", "agent/person.owner.q1", "green")],
         vec![openai_text("Green it is.")],
     );
     assert_eq!(answers(&host)[0].2, "Green it is.");
     let output = &tool_outputs(&host, 0)[0];
     assert_eq!(
         output,
-        "(asked before the agent restarted) console answered: green"
+        "(asked before the agent restarted) owner answered: green"
     );
     // The wait went on for what was left of the 24 hours, not for 24 more.
     let waited = host.waits[0].unwrap();
@@ -1310,7 +1336,7 @@ fn a_question_without_an_answer_in_24_hours_lets_the_model_decide() {
     );
     let outputs = tool_outputs(&host, 1);
     assert!(
-        outputs[0].contains("no answer to agent/q1 came within 24 hours"),
+        outputs[0].contains("no answer to agent/person.owner.q1 came within 24 hours"),
         "{outputs:?}"
     );
     assert!(outputs[1].starts_with("error: `question`"), "{outputs:?}");

@@ -1,27 +1,43 @@
 //! Turns: the agent's main loop and the state machine of one turn (message → model step → tools →
 //! … → answer), with what must survive a restart saved in `/data` after every step:
-//! `history.json` (the conversation), `turn.json` (the turn in progress: the message that started
-//! it, the steps so far, its usage, a reply being waited for), `inbox.json` (messages not yet
-//! shown) and `spend.json` (the day's spending).
-//! While a step streams, the person sees its text as `progress` messages; every tool call is
-//! announced as `tool` started and finished; the final reply carries the turn's `usage`.
+//! the conversation's `history.json` (see `conversations`), `turn.json` (the turn in progress:
+//! its conversation, the message that started it, the steps so far, its usage, a reply being
+//! waited for), `inbox.json` (texts waiting for their turn, and messages not yet shown, each
+//! with its conversation) and `spend.json` (the day's spending).
+//! A turn acts for one person (DESIGN §13): its request holds only its conversation, its tools
+//! pass `access` first, and everything about it goes to the people of that conversation with
+//! `for` (and `room`). While a step streams, they see its text as `progress` messages; every
+//! tool call is announced as `tool` started and finished; the final reply carries the turn's
+//! `usage`.
+//! The loop and the step are here; the same `Agent` is continued in `calls` (the tools the turn
+//! runs itself), `inbox` (what arrives outside a wait) and `rounds` (goals), one file each.
 //! **Invariant:** a turn always ends with exactly one answer to the message that started it, in
 //! words even when everything failed; a shutdown ends it only by saving it for the next start.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::budget::{self, Spend};
+use crate::access::{self, Who};
+use crate::budget::{self, Payer, Spend};
 use crate::config::{self, Config};
 use crate::context;
+use crate::conversations::{self, Conversation, Room, Subscriptions, Surfaces, Tier, valid_id};
+use crate::fairness::{self, Starts};
 use crate::goals::{self, Goal, Goals};
 use crate::history::{self, Entry, History};
 use crate::host::{Event, Host, Incoming, Outgoing, Posted};
 use crate::provider::{self, Failure, Reply, Usage, shorten};
 use crate::tools::{self, DEFAULT_WAIT_SECONDS, MAX_WAIT_SECONDS, card, cut_output, string_arg};
+
+mod calls;
+mod inbox;
+mod rounds;
+
+use calls::{answer_words, preview};
 
 /// The most model steps (requests) one turn may take; then the person is told what was done, so
 /// a model that loops cannot spend without end.
@@ -65,9 +81,21 @@ pub const INTERRUPTED: &str = "interrupted: the agent restarted before this fini
 /// The result of tool calls left unrun because the turn ended first.
 const NOT_RUN: &str = "not run: the turn ended before this call";
 
+/// How long a member's change to an actor waits for the broker's `list`, which says who owns
+/// it; without an answer the change is not sent.
+const OWNER_CHECK_SECONDS: u64 = 10;
+
+/// The most messages kept for one conversation until its next turn: an actor that publishes
+/// forever to a conversation that never speaks must not grow `inbox.json` without end. Past it,
+/// the oldest is dropped (with a line on stderr).
+pub const MAX_KEPT_NOTES: usize = 200;
+
 /// The turn in progress, as `turn.json` keeps it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SavedTurn {
+    /// The conversation it speaks in; `legacy` in a turn saved before people.
+    #[serde(default)]
+    pub conversation: Conversation,
     /// The message that started the turn; the answer goes to its sender, replying to its id.
     pub message: Incoming,
     /// Model steps taken so far.
@@ -114,8 +142,9 @@ pub struct RoundEnd {
 
 impl SavedTurn {
     /// A turn about to take its first step.
-    pub fn new(message: Incoming) -> SavedTurn {
+    pub fn new(message: Incoming, conversation: Conversation) -> SavedTurn {
         SavedTurn {
+            conversation,
             message,
             steps: 0,
             done: Vec::new(),
@@ -128,6 +157,30 @@ impl SavedTurn {
             goal: None,
             plan: Value::Null,
             round_end: None,
+        }
+    }
+
+    /// Who the turn acts for: the person who spoke, with their tier; an actor's conversation
+    /// has a guest's rights; a turn from before people had an owner's (that agent had no tiers).
+    pub fn who(&self) -> Who {
+        let (person, tier) = match self.conversation {
+            Conversation::Legacy => (None, Tier::Owner),
+            Conversation::Actor(_) => (None, Tier::Guest),
+            _ => (self.message.person.clone(), self.message.tier()),
+        };
+        Who {
+            conversation: self.conversation.clone(),
+            person,
+            tier,
+        }
+    }
+
+    fn payer(&self) -> Payer {
+        match (&self.conversation, &self.message.person) {
+            (Conversation::Legacy, _) => Payer::World,
+            (Conversation::Actor(actor), _) => Payer::Actor(actor.clone()),
+            (_, Some(person)) => Payer::Person(person.clone()),
+            (_, None) => Payer::Actor(self.message.from.clone()),
         }
     }
 }
@@ -150,12 +203,32 @@ pub struct Waiting {
 /// Messages kept for later, as `inbox.json` keeps them.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Inbox {
-    /// Shown to the model at the next turn (or by `wait_for_messages`).
+    /// Shown to the model at its conversation's next turn (or by `wait_for_messages` in it).
     #[serde(default)]
-    notes: Vec<Incoming>,
-    /// Texts that arrived during a turn: each starts its own turn after it.
+    notes: Vec<Kept>,
+    /// Texts waiting for their turn, served round-robin by sender (`fairness`).
     #[serde(default)]
     turns: Vec<Incoming>,
+}
+
+/// A message kept for a conversation: `{...the message, "conversation"}`.
+#[derive(Debug, Serialize, Deserialize)]
+struct Kept {
+    #[serde(flatten)]
+    message: Incoming,
+    /// Missing in an inbox from before people: then the message says it (see
+    /// [`Conversation::of_note`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    conversation: Option<Conversation>,
+}
+
+/// One person (or actor) a turn's messages go to.
+struct Recipient {
+    to: String,
+    /// The turn's message id for the one who asked; the others get no `reply_to`.
+    reply_to: Option<String>,
+    /// `for`: the person the message is for.
+    person: Option<String>,
 }
 
 /// Whether the agent goes on or must exit (a shutdown came; everything is saved).
@@ -244,6 +317,18 @@ pub struct Agent<H: Host> {
     inbox: Inbox,
     /// The id of the message whose turn is running, if one is.
     current: Option<String>,
+    /// The running turn's conversation and message, for who may stop it and where unaddressed
+    /// messages that arrive meanwhile belong.
+    running: Option<(Conversation, Incoming)>,
+    /// Where each person last spoke from.
+    surfaces: Surfaces,
+    /// Which conversation subscribed to each publisher.
+    subscriptions: Subscriptions,
+    /// Turn starts of the last hour, per sender.
+    starts: Starts,
+    /// When each sender's text was last served (a count of turns), for round-robin.
+    served: HashMap<String, u64>,
+    turns_served: u64,
     /// A `stop` came for the running turn: it ends after its current step.
     stop_asked: bool,
     /// The id of the message whose turn ended last: a `stop` for it crossed its answer.
@@ -271,6 +356,12 @@ impl<H: Host> Agent<H> {
             candidate,
             inbox: Inbox::default(),
             current: None,
+            running: None,
+            surfaces: Surfaces::load(&data),
+            subscriptions: Subscriptions::load(&data),
+            starts: Starts::load(&data),
+            served: HashMap::new(),
+            turns_served: 0,
             stop_asked: false,
             finished: None,
             goals: Goals::new(&data),
@@ -300,36 +391,31 @@ impl<H: Host> Agent<H> {
                 return;
             }
         }
-        // People's texts come first; a goal's rounds run when none waits, so a goal never locks
-        // anyone out for longer than one round.
+        // People's texts come first, round-robin by sender; a goal's rounds run when none
+        // waits, so a goal never locks anyone out for longer than one round.
         loop {
             // What came while the last turn asked the model waits in the host: people first.
             self.take_arrived();
-            let goal = (!self.candidate && self.inbox.turns.is_empty())
-                .then(|| self.goals.active())
-                .flatten();
-            let wait = goal.as_ref().map(|_| Duration::ZERO);
-            let message = if self.inbox.turns.is_empty() {
-                match (self.host.receive(wait), goal) {
-                    (Event::Message(message), _) => message,
-                    (Event::TimedOut, Some(goal)) => {
-                        if self.round(goal) == Flow::Stop {
-                            return;
-                        }
-                        continue;
-                    }
-                    (Event::TimedOut, None) => continue,
-                    (Event::Stop, _) => return,
-                }
-            } else {
-                let message = self.inbox.turns.remove(0);
+            if !self.inbox.turns.is_empty() {
+                let next = fairness::next(&self.inbox.turns, &self.served);
+                let message = self.inbox.turns.remove(next);
                 self.save_inbox();
-                message
-            };
-            if !message.starts_turn() {
-                self.keep(message);
-            } else if self.start(message) == Flow::Stop {
-                return;
+                if self.start(message) == Flow::Stop {
+                    return;
+                }
+                continue;
+            }
+            let goal = (!self.candidate).then(|| self.goals.active()).flatten();
+            let wait = goal.as_ref().map(|_| Duration::ZERO);
+            match (self.host.receive(wait), goal) {
+                (Event::Message(message), _) => self.keep(message),
+                (Event::TimedOut, Some(goal)) => {
+                    if self.round(goal) == Flow::Stop {
+                        return;
+                    }
+                }
+                (Event::TimedOut, None) => {}
+                (Event::Stop, _) => return,
             }
         }
     }
@@ -354,9 +440,9 @@ impl<H: Host> Agent<H> {
             aside.display()
         );
         self.report(std::fs::rename(&path, &aside).map_err(|e| format!("{}: {e}", path.display())));
-        let message = serde_json::from_slice::<Value>(&bytes)
+        let saved = serde_json::from_slice::<Value>(&bytes).unwrap_or_default();
+        let message = serde_json::from_value::<Incoming>(saved["message"].clone())
             .ok()
-            .and_then(|v| serde_json::from_value::<Incoming>(v["message"].clone()).ok())
             .filter(|m| !m.from.is_empty());
         if let Some(message) = message {
             let words = format!(
@@ -364,48 +450,99 @@ impl<H: Host> Agent<H> {
                  saved (/data/turn.json: {problem}). I moved it to /data/turn-unreadable.json. \
                  Please ask again; I may have done part of it already."
             );
-            self.answer_turn(&message, words, &Usage::default(), Some(0.0), None);
+            self.refuse_turn(&message, words, None);
         }
         None
     }
 
-    /// Starts a turn for a text message.
+    /// Answers a text without running its turn (a refusal, a limit, a failure before the first
+    /// step): only to its sender, with `for` and `room` as a turn's answer would have.
+    fn refuse_turn(&mut self, message: &Incoming, words: String, stopped: Option<Stopped>) {
+        let mut body = answer_body(message, words, &Usage::default(), Some(0.0), stopped);
+        if let Some(room) = message.body["room"].as_str() {
+            body["room"] = json!(room);
+        }
+        self.reply(message, body);
+    }
+
+    /// Starts a turn for a text message, in its conversation, unless its person's day is spent.
     fn start(&mut self, message: Incoming) -> Flow {
         eprintln!("agent: a turn for {} from {}", message.id, message.from);
-        let config = match config::load(&self.file("config.json")) {
-            Ok(config) => config,
+        let conversation = match Conversation::of_text(&message, &self.data) {
+            Ok(conversation) => conversation,
             Err(words) => {
-                self.answer_turn(&message, words, &Usage::default(), Some(0.0), None);
+                self.refuse_turn(&message, format!("I cannot take this: {words}."), None);
                 return Flow::Continue;
             }
         };
-        let spend = Spend::load(&self.file("spend.json"), self.host.now());
-        if config.price.is_some() && spend.usd >= config.max_day_usd {
-            let words = self.day_cap_words(&config, &spend);
-            let usage = Usage::default();
-            self.answer_turn(&message, words, &usage, Some(0.0), Some(Stopped::Budget));
+        let config = match config::load(&self.file("config.json")) {
+            Ok(config) => config,
+            Err(words) => {
+                self.refuse_turn(&message, words, None);
+                return Flow::Continue;
+            }
+        };
+        let turn = SavedTurn::new(message, conversation);
+        if let Some(words) = self.past_day_cap(&config, &turn) {
+            self.refuse_turn(&turn.message, words, Some(Stopped::Budget));
             return Flow::Continue;
         }
-        let mut history = self.load_history();
-        history.entries.extend(self.take_notes());
-        let text = message.body["text"].as_str().unwrap_or_default();
+        let sender = fairness::sender(&turn.message);
+        self.turns_served += 1;
+        self.served.insert(sender.clone(), self.turns_served);
+        if !self.candidate {
+            let now = unix_seconds(self.host.now());
+            let recorded = self.starts.record(&self.data, &sender, now);
+            self.report(recorded);
+        }
+        if let (Conversation::Person(person), Tier::Owner) = (&turn.conversation, turn.who().tier) {
+            self.report(conversations::adopt_legacy(&self.data, person).map(|_| ()));
+        }
+        let mut history = self.load_history(&turn.conversation);
+        history.entries.extend(self.take_notes(&turn.conversation));
+        let text = turn.message.body["text"].as_str().unwrap_or_default();
+        // In a room several people speak: each message names its person.
+        let by = match (&turn.conversation, &turn.message.person) {
+            (Conversation::Room(_), Some(person)) => format!(" by {person}"),
+            _ => String::new(),
+        };
         history.entries.push(Entry::user(format!(
-            "Message {} from {}:\n{text}",
-            message.id, message.from
+            "Message {} from {}{by}:\n{text}",
+            turn.message.id, turn.message.from
         )));
-        self.work(&config, history, SavedTurn::new(message))
+        self.work(&config, history, turn)
     }
 
-    fn day_cap_words(&self, config: &Config, spend: &Spend) -> String {
-        let now = self.host.now();
-        format!(
-            "I stopped: today's model spending is {} and my daily cap (max_day_usd in \
-             /data/config.json) is {}. It resets at midnight UTC, in {}. To go on now, raise \
-             max_day_usd.",
-            budget::usd_words(spend.usd),
-            budget::usd_words(config.max_day_usd),
-            budget::duration_words(budget::until_midnight(now)),
-        )
+    /// The words that end or refuse a turn whose payer has spent their day's cap; `None` while
+    /// it has not (or the model has no price).
+    fn past_day_cap(&self, config: &Config, turn: &SavedTurn) -> Option<String> {
+        config.price?;
+        let spend = Spend::load(&self.file("spend.json"), self.host.now());
+        let payer = turn.payer();
+        let tier = turn.who().tier;
+        let cap = match payer {
+            Payer::World => config.max_day_usd,
+            _ => config.day_cap(tier),
+        };
+        let spent = spend.of(&payer);
+        if spent < cap {
+            return None;
+        }
+        let (whose, setting) = match (&payer, tier) {
+            (Payer::Person(person), Tier::Owner) => (format!("{person}'s"), "max_day_usd"),
+            (Payer::Person(person), _) => (format!("{person}'s"), "tier_day_usd"),
+            (Payer::Actor(actor), _) => (format!("actor {actor}'s"), "tier_day_usd"),
+            (Payer::World, _) => ("the world's".to_string(), "max_day_usd"),
+        };
+        Some(format!(
+            "I stopped: {whose} model spending today is {}, and the daily cap of {} is {} \
+             ({setting} in /data/config.json). It resets at midnight UTC, in {}. Others are not \
+             affected; an owner can raise the cap.",
+            budget::usd_words(spent),
+            tier.a(),
+            budget::usd_words(cap),
+            budget::duration_words(budget::until_midnight(self.host.now())),
+        ))
     }
 
     /// Finishes a turn saved by an earlier instance: every call left open gets a result (the
@@ -416,8 +553,9 @@ impl<H: Host> Agent<H> {
             turn.message.id, turn.message.from
         );
         self.current = Some(turn.message.id.clone());
+        self.running = Some((turn.conversation.clone(), turn.message.clone()));
         turn.resumes += 1;
-        let mut history = self.load_history();
+        let mut history = self.load_history(&turn.conversation);
         if turn.resumes >= MAX_RESUMES {
             let words = format!(
                 "I stopped this turn: I restarted {} times in a row in the middle of it without \
@@ -446,13 +584,14 @@ impl<H: Host> Agent<H> {
                     let left = waiting
                         .until
                         .map_or(waiting.seconds, |u| u.saturating_sub(now));
-                    let awaited = self.await_reply(&waiting.reply_to, left);
+                    let asked = turn.conversation.clone();
+                    let awaited = self.await_reply(&waiting.reply_to, left, Some(&asked));
                     match answer_words(awaited, &waiting.reply_to) {
                         Some(words) => format!("(asked before the agent restarted) {words}"),
                         None => return self.stop(&history, &turn),
                     }
                 }
-                Some(waiting) => match self.await_reply(&waiting.reply_to, waiting.seconds) {
+                Some(waiting) => match self.await_reply(&waiting.reply_to, waiting.seconds, None) {
                     Awaited::Reply(reply) => format!(
                         "The agent restarted while waiting for this reply (for example because \
                          it upgraded itself); after the restart it came: {}",
@@ -470,7 +609,7 @@ impl<H: Host> Agent<H> {
             history.entries.push(Entry::ToolResult { id, output });
         }
         turn.waiting = None;
-        history.entries.extend(self.take_notes());
+        history.entries.extend(self.take_notes(&turn.conversation));
         let what = match &turn.goal {
             Some(goal) => format!("the round of goal {goal} you were in; end it with goal_status"),
             None => format!(
@@ -490,6 +629,7 @@ impl<H: Host> Agent<H> {
     /// is stopped, reaches its budget, or reaches [`MAX_STEPS`].
     fn work(&mut self, config: &Config, mut history: History, mut turn: SavedTurn) -> Flow {
         self.current = Some(turn.message.id.clone());
+        self.running = Some((turn.conversation.clone(), turn.message.clone()));
         self.stop_asked = false;
         self.round_of = turn.goal.clone();
         let (answer, stopped) = loop {
@@ -602,7 +742,7 @@ impl<H: Host> Agent<H> {
             }
             (Some(_), outcome) => self.end_round(&mut turn, outcome),
         }
-        self.finish(&mut history)
+        self.finish(&mut history, &turn.conversation)
     }
 
     /// Whether the turn must end before its next step, and with what words: a stop asked for,
@@ -625,12 +765,8 @@ impl<H: Host> Agent<H> {
             );
             return Some((self.failure_words(turn, words), Some(Stopped::Budget)));
         }
-        let spend = Spend::load(&self.file("spend.json"), self.host.now());
-        if spend.usd >= config.max_day_usd {
-            let words = self.day_cap_words(config, &spend);
-            return Some((self.failure_words(turn, words), Some(Stopped::Budget)));
-        }
-        None
+        let words = self.past_day_cap(config, turn)?;
+        Some((self.failure_words(turn, words), Some(Stopped::Budget)))
     }
 
     /// One model step: the request (compacting the history first when it would not fit), its
@@ -701,7 +837,7 @@ impl<H: Host> Agent<H> {
             .into_iter()
             .filter(|t| turn.goal.is_some() || t.name != "goal_status")
             .collect();
-        provider::request(config, &self.system_prompt(), &entries, &tools)
+        provider::request(config, &self.system_prompt(&turn.who()), &entries, &tools)
     }
 
     /// Replaces the older history by a handoff summary the model writes (DESIGN §12, Context).
@@ -828,7 +964,9 @@ impl<H: Host> Agent<H> {
     ) -> Result<Reply, Option<Failure>> {
         let mut stream = provider::Stream::new(config.api);
         let mut broken: Option<Failure> = None;
-        let (to, id) = (turn.message.from.clone(), turn.message.id.clone());
+        let audience = self.audience(turn);
+        let room = turn.conversation.room().map(str::to_string);
+        let id = turn.message.id.clone();
         let progress = &mut self.progress;
         let posted = self.host.post(request, &mut |bytes| {
             if broken.is_none() && !bytes.is_empty() {
@@ -838,12 +976,11 @@ impl<H: Host> Agent<H> {
                     Err(failure) => broken = Some(failure),
                 }
             }
-            let text = progress.due(Instant::now())?;
-            Some(turn_message(
-                &to,
-                &id,
-                json!({"type": "progress", "text": text}),
-            ))
+            let Some(text) = progress.due(Instant::now()) else {
+                return Vec::new();
+            };
+            let body = json!({"type": "progress", "text": text});
+            addressed(&audience, room.as_deref(), Some(&id), &body, None)
         });
         if !self.progress.pending.is_empty() {
             // The rest of the text goes now, keeping the batching interval.
@@ -891,8 +1028,7 @@ impl<H: Host> Agent<H> {
         turn.cost_usd += cost;
         let path = self.file("spend.json");
         let mut spend = Spend::load(&path, self.host.now());
-        spend.usd += cost;
-        spend.usage.add(*usage);
+        spend.add(&turn.payer(), cost, usage);
         if !self.candidate {
             self.report(spend.save(&path));
         }
@@ -950,647 +1086,73 @@ impl<H: Host> Agent<H> {
         }
     }
 
-    /// Sends a message about the turn to its sender (DESIGN §12: `reply_to` and `turn` are the
-    /// turn's message id). Flushes batched progress first so the order stays true.
+    /// Who gets the turn's messages: the one who asked, on the surface they asked from, and in
+    /// a room every other member on the surface they last spoke from (DESIGN §13).
+    fn audience(&self, turn: &SavedTurn) -> Vec<Recipient> {
+        let message = &turn.message;
+        let mut all = vec![Recipient {
+            to: message.from.clone(),
+            reply_to: Some(message.id.clone()),
+            person: message.person.clone(),
+        }];
+        let Conversation::Room(room) = &turn.conversation else {
+            return all;
+        };
+        let members = Room::load(&self.data, room).map_or_else(Vec::new, |r| r.members);
+        for member in members {
+            if message.person.as_ref() != Some(&member) {
+                all.push(Recipient {
+                    to: self.surfaces.of(&member).to_string(),
+                    reply_to: None,
+                    person: Some(member),
+                });
+            }
+        }
+        all
+    }
+
+    /// Sends a message about the turn to its people (DESIGN §12: `turn` is the turn's message
+    /// id, and the asker's copy replies to it). Flushes batched progress first so the order
+    /// stays true.
     fn tell(&mut self, turn: &SavedTurn, body: Value) {
+        self.tell_with_id(turn, body, None);
+    }
+
+    fn tell_with_id(&mut self, turn: &SavedTurn, body: Value, id: Option<String>) {
         if turn.message.from.is_empty() {
             return;
         }
-        let (to, id) = (&turn.message.from, &turn.message.id);
+        let audience = self.audience(turn);
+        let (room, turn_id) = (turn.conversation.room(), Some(turn.message.id.as_str()));
+        let mut messages = Vec::new();
         if body["type"] != "progress" && !self.progress.pending.is_empty() {
             let text = std::mem::take(&mut self.progress.pending);
-            let pending = turn_message(to, id, json!({"type": "progress", "text": text}));
-            self.host.send(&pending);
+            let pending = json!({"type": "progress", "text": text});
+            messages.extend(addressed(&audience, room, turn_id, &pending, None));
         }
         self.progress.last = Some(Instant::now());
-        let message = turn_message(to, id, body);
-        self.host.send(&message);
+        messages.extend(addressed(&audience, room, turn_id, &body, id));
+        for message in &messages {
+            self.host.send(message);
+        }
     }
 
-    /// The final reply of a turn, with its usage.
+    /// The final reply of a turn, with its usage, to everyone who follows the turn.
     fn answer_ending(&mut self, turn: &SavedTurn, text: String, stopped: Option<Stopped>) {
         let cost = (!turn.unpriced).then_some(turn.cost_usd);
-        self.answer_turn(&turn.message, text, &turn.usage, cost, stopped);
+        let body = answer_body(&turn.message, text, &turn.usage, cost, stopped);
+        self.tell(turn, body);
     }
 
-    fn answer_turn(
-        &mut self,
-        message: &Incoming,
-        text: String,
-        usage: &Usage,
-        cost_usd: Option<f64>,
-        stopped: Option<Stopped>,
-    ) {
-        let mut body = json!({
-            "type": "text", "text": text, "turn": message.id,
-            "usage": {
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
-                "cache_read_tokens": usage.cache_read_tokens,
-                "cache_write_tokens": usage.cache_write_tokens,
-                "cost_usd": cost_usd.map(|usd| (usd * 1e6).round() / 1e6),
-            },
-        });
-        if let Some(stopped) = stopped {
-            body["stopped"] = json!(stopped.name());
+    /// The prompt, with the agent's notes, who the turn acts for, and (in their own
+    /// conversation) what is remembered about them.
+    fn system_prompt(&self, who: &Who) -> String {
+        let mut prompt = crate::PROMPT.to_string() + &card::notes_section(&self.file("notes.md"));
+        prompt.push_str(&who.prompt_section(&self.data));
+        if let (Conversation::Person(person), Some(_)) = (&who.conversation, &who.person) {
+            prompt.push_str(&conversations::memory_section(&self.data, person));
         }
-        self.host.send(&Outgoing {
-            to: Some(message.from.clone()),
-            id: None,
-            reply_to: Some(message.id.clone()),
-            body,
-        });
-    }
-
-    /// Runs one tool call; `None` when a shutdown came while it waited.
-    fn call(
-        &mut self,
-        history: &mut History,
-        turn: &mut SavedTurn,
-        id: &str,
-        name: &str,
-        arguments: &Value,
-    ) -> Option<String> {
-        if !arguments.is_object() {
-            return Some(format!(
-                "error: the arguments must be a JSON object, not {arguments}"
-            ));
-        }
-        match name {
-            "send_message" => self.send_message(history, turn, id, arguments),
-            "wait_for_messages" => self.wait_for_messages(arguments),
-            "ask" => self.ask_person(history, turn, id, arguments),
-            "plan" => Some(self.plan(turn, arguments)),
-            "note" => Some(self.note(arguments)),
-            "goal_status" => Some(self.goal_status(turn, arguments)),
-            _ => Some(tools::run_file_tool(name, arguments).unwrap_or_else(|| {
-                let names: Vec<&str> = tools::specs().iter().map(|s| s.name).collect();
-                format!(
-                    "error: there is no tool `{name}`; the tools are {}",
-                    names.join(", ")
-                )
-            })),
-        }
-    }
-
-    // -----------------------------------------------------------------------------------------
-    // Goals (DESIGN §12): rounds of a turn each, between people's turns.
-
-    /// `{"type":"goal","text","max_rounds"?,"max_usd"?}`: a new goal, answered `goal_started`.
-    fn new_goal(&mut self, message: Incoming) {
-        let added = goals::parse_request(&message.body)
-            .and_then(|(text, rounds, usd)| self.goals.add(message.clone(), text, rounds, usd));
-        let body = match added {
-            Ok(goal) => {
-                eprintln!("agent: goal {} from {}", goal.id, message.from);
-                let mut body = json!({"type": "goal_started", "goal": goal.id});
-                if goal.state == goals::State::Queued {
-                    body["queued"] = json!(true);
-                }
-                body
-            }
-            Err(reason) => json!({"type": "error", "request": "goal", "reason": reason}),
-        };
-        self.reply(&message, body);
-    }
-
-    /// `{"type":"goal_stop","goal"}`: the goal ends; a round in progress ends after its step.
-    fn stop_goal(&mut self, message: Incoming) {
-        let id = message.body["goal"].as_str().unwrap_or_default();
-        let Some(mut goal) = self.goals.get(id) else {
-            let known: Vec<String> = self.goals.all().into_iter().map(|g| g.id).collect();
-            let reason = format!(
-                "there is no goal `{id}`; the goals are: {}",
-                if known.is_empty() {
-                    "none".into()
-                } else {
-                    known.join(", ")
-                }
-            );
-            return self.reply(
-                &message,
-                json!({"type": "error", "request": "goal_stop", "reason": reason}),
-            );
-        };
-        if goal.finished() {
-            let reason = format!("goal {id} has already ended ({:?})", goal.state).to_lowercase();
-            return self.reply(
-                &message,
-                json!({"type": "error", "request": "goal_stop", "reason": reason}),
-            );
-        }
-        let reason = format!("stopped by {} (goal_stop)", message.from);
-        goal.stop = Some(reason.clone());
-        if self.round_of.as_deref() == Some(id) {
-            // The round ends after its current step and reports the stop.
-            self.stop_asked = true;
-            self.report(self.goals.save(&goal));
-        } else {
-            self.stop_goal_because(&mut goal, reason.clone());
-        }
-        if message.from != goal.message.from {
-            self.reply(
-                &message,
-                json!({"type": "goal_stopped", "goal": goal.id, "reason": reason}),
-            );
-        }
-    }
-
-    /// One round of `goal`: a turn of up to [`MAX_STEPS`] steps that ends with `goal_status`.
-    fn round(&mut self, mut goal: Goal) -> Flow {
-        if let Some(reason) = goal.stop.clone() {
-            self.stop_goal_because(&mut goal, reason);
-            return Flow::Continue;
-        }
-        let config = match config::load(&self.file("config.json")) {
-            Ok(config) => config,
-            Err(words) => {
-                self.stop_goal_because(&mut goal, words);
-                return Flow::Continue;
-            }
-        };
-        let spend = Spend::load(&self.file("spend.json"), self.host.now());
-        if config.price.is_some() && spend.usd >= config.max_day_usd {
-            let reason = self.day_cap_words(&config, &spend);
-            self.stop_goal_because(&mut goal, reason);
-            return Flow::Continue;
-        }
-        goal.state = goals::State::Running;
-        self.report(self.goals.save(&goal));
-        let round = goal.rounds + 1;
-        eprintln!("agent: goal {} round {round}", goal.id);
-        let mut history = self.load_history();
-        history.entries.extend(self.take_notes());
-        let earlier: Vec<String> = goal
-            .summaries
-            .iter()
-            .enumerate()
-            .map(|(n, summary)| format!("- round {}: {summary}", n + 1))
-            .collect();
-        history.entries.push(Entry::user(format!(
-            "Goal {} from {}, round {round} of at most {} ({} of {} spent so far):\n{}\n\n\
-             Earlier rounds:\n{}\n\nWork on the goal in this round (up to {MAX_STEPS} steps): \
-             keep the to-do card (plan) current, test each step. End the round with \
-             goal_status: `continue` with what this round did and what comes next, `done` when \
-             the goal is reached and tested, or `blocked` with what you need (allowed from round \
-             {}).",
-            goal.id,
-            goal.message.from,
-            goal.max_rounds,
-            budget::usd_words(goal.spent_usd),
-            budget::usd_words(goal.max_usd),
-            goal.text,
-            if earlier.is_empty() {
-                "(none: this is the first)".to_string()
-            } else {
-                earlier.join("\n")
-            },
-            goals::BLOCKED_FROM_ROUND,
-        )));
-        let mut message = goal.message.clone();
-        message.body = json!({"type": "text", "text": goal.text});
-        let turn = SavedTurn {
-            goal: Some(goal.id.clone()),
-            plan: goal.plan.clone(),
-            ..SavedTurn::new(message)
-        };
-        self.work(&config, history, turn)
-    }
-
-    /// A round ended: `goal_progress`, then the goal goes on or ends (done, blocked, stopped by
-    /// a stop, a limit, or a failure).
-    fn end_round(&mut self, turn: &mut SavedTurn, outcome: Outcome) {
-        let id = turn.goal.clone().unwrap_or_default();
-        let Some(mut goal) = self.goals.get(&id) else {
-            eprintln!("agent: the goal {id} of this round is gone; its round's end is dropped");
-            return;
-        };
-        goal.rounds += 1;
-        goal.spent_usd += turn.cost_usd;
-        goal.plan = turn.plan.clone();
-        let (status, summary, ended) = match outcome {
-            Outcome::Status => {
-                let end = turn
-                    .round_end
-                    .take()
-                    .expect("a status outcome carries its end");
-                (end.status, end.summary, None)
-            }
-            Outcome::Answered(text) => ("continue".to_string(), text, None),
-            Outcome::Cut(words, Some(Stopped::Steps)) => ("continue".to_string(), words, None),
-            Outcome::Cut(words, _) => ("continue".to_string(), words.clone(), Some(words)),
-        };
-        goal.summaries.push(summary.clone());
-        self.tell_goal_owner(
-            &goal,
-            json!({"type": "goal_progress", "goal": goal.id,
-            "round": goal.rounds, "summary": summary}),
-        );
-        let stopped = |reason: String| {
-            (
-                goals::State::Stopped,
-                "goal_stopped",
-                json!({"reason": reason}),
-            )
-        };
-        let (state, kind, fields) = if let Some(reason) = goal.stop.clone() {
-            stopped(reason)
-        } else if let Some(words) = ended {
-            stopped(words)
-        } else if status == "done" {
-            (goals::State::Done, "goal_done", json!({"summary": summary}))
-        } else if status == "blocked" {
-            (
-                goals::State::Blocked,
-                "goal_blocked",
-                json!({"summary": summary}),
-            )
-        } else if goal.rounds >= goal.max_rounds {
-            stopped(format!(
-                "it reached its limit of {} rounds (max_rounds)",
-                goal.max_rounds
-            ))
-        } else if turn.cost_usd > 0.0 && goal.spent_usd >= goal.max_usd {
-            stopped(format!(
-                "it has cost {}, and its limit is {} (max_usd)",
-                budget::usd_words(goal.spent_usd),
-                budget::usd_words(goal.max_usd)
-            ))
-        } else {
-            self.report(self.goals.save(&goal));
-            return;
-        };
-        self.end_goal(&mut goal, state, kind, fields);
-    }
-
-    /// Ends `goal` as stopped, telling its owner why.
-    fn stop_goal_because(&mut self, goal: &mut Goal, reason: String) {
-        self.end_goal(
-            goal,
-            goals::State::Stopped,
-            "goal_stopped",
-            json!({"reason": reason}),
-        );
-    }
-
-    /// Ends `goal` in `state`, telling its owner with a `kind` message carrying `fields`.
-    fn end_goal(&mut self, goal: &mut Goal, state: goals::State, kind: &str, fields: Value) {
-        goal.state = state;
-        self.report(self.goals.save(goal));
-        let mut body = json!({"type": kind, "goal": goal.id});
-        for (key, value) in fields.as_object().into_iter().flatten() {
-            body[key] = value.clone();
-        }
-        eprintln!("agent: goal {} ends: {kind}", goal.id);
-        self.tell_goal_owner(goal, body);
-    }
-
-    fn tell_goal_owner(&mut self, goal: &Goal, body: Value) {
-        let message = goal.message.clone();
-        self.reply(&message, body);
-    }
-
-    /// A reply to `message`, to its sender.
-    fn reply(&mut self, message: &Incoming, body: Value) {
-        self.host.send(&Outgoing {
-            to: Some(message.from.clone()),
-            id: None,
-            reply_to: Some(message.id.clone()),
-            body,
-        });
-    }
-
-    /// `goal_status`: ends the round, unless it gives up before [`goals::BLOCKED_FROM_ROUND`].
-    fn goal_status(&mut self, turn: &mut SavedTurn, arguments: &Value) -> String {
-        let Some(id) = turn.goal.clone() else {
-            return "error: goal_status ends a goal's round, and this turn answers a message: \
-                    end it with your answer instead"
-                .into();
-        };
-        let status = match arguments["status"].as_str() {
-            Some(s @ ("continue" | "done" | "blocked")) => s.to_string(),
-            other => {
-                return format!(
-                    "error: `status` is {other:?}; it must be \"continue\", \"done\" or \"blocked\""
-                );
-            }
-        };
-        let summary = match arguments["summary"].as_str().map(str::trim) {
-            Some(summary) if !summary.is_empty() => summary.to_string(),
-            _ => {
-                return "error: `summary` must say what this round did (and what comes next)"
-                    .into();
-            }
-        };
-        let round = self.goals.get(&id).map_or(1, |g| g.rounds + 1);
-        if status == "blocked" && round < goals::BLOCKED_FROM_ROUND {
-            return format!(
-                "error: this is round {round}; a goal may be given up as blocked only from round \
-                 {} on. Keep going: try another way (a smaller step, a different approach, \
-                 reading the logs and sources again), or ask the person with `ask` if only they \
-                 can decide. The round goes on.",
-                goals::BLOCKED_FROM_ROUND
-            );
-        }
-        turn.round_end = Some(RoundEnd {
-            status: status.clone(),
-            summary,
-        });
-        format!("round {round} of goal {id} ends here ({status})")
-    }
-
-    // -----------------------------------------------------------------------------------------
-    // The to-do card, notes, and asking the person.
-
-    /// `plan`: the whole to-do card; the person gets it as `plan` whenever it changes.
-    fn plan(&mut self, turn: &mut SavedTurn, arguments: &Value) -> String {
-        let card = match card::plan(arguments) {
-            Ok(card) => card,
-            Err(error) => return error,
-        };
-        let words = card::plan_words(&card);
-        if card != turn.plan {
-            turn.plan = card.clone();
-            self.tell(turn, json!({"type": "plan", "items": card}));
-        }
-        words
-    }
-
-    /// `note`: appended to `/data/notes.md`, which every request shows the model.
-    fn note(&mut self, arguments: &Value) -> String {
-        card::note(&self.file("notes.md"), arguments)
-    }
-
-    /// The prompt, with the agent's notes.
-    fn system_prompt(&self) -> String {
-        crate::PROMPT.to_string() + &card::notes_section(&self.file("notes.md"))
-    }
-
-    /// `ask`: a `question` to the turn's sender; the turn waits for the answer, durably, up to
-    /// [`QUESTION_WAIT`].
-    fn ask_person(
-        &mut self,
-        history: &mut History,
-        turn: &mut SavedTurn,
-        call_id: &str,
-        arguments: &Value,
-    ) -> Option<String> {
-        let question = match arguments["question"].as_str().map(str::trim) {
-            Some(q) if !q.is_empty() => q.to_string(),
-            _ => return Some("error: `question` must be the question, in words".into()),
-        };
-        let choices = match &arguments["choices"] {
-            Value::Null => None,
-            Value::Array(items)
-                if (1..=MAX_CHOICES).contains(&items.len())
-                    && items
-                        .iter()
-                        .all(|c| c.as_str().is_some_and(|c| !c.trim().is_empty())) =>
-            {
-                Some(items.clone())
-            }
-            other => {
-                return Some(format!(
-                    "error: `choices` is {other}; give 1 to {MAX_CHOICES} non-empty strings, or \
-                     leave it out for a free answer"
-                ));
-            }
-        };
-        if turn.message.from.is_empty() {
-            return Some("error: this turn has no sender to ask".into());
-        }
-        history.sent += 1;
-        let id = format!("q{}", history.sent);
-        let published = format!("{}/{id}", self.actor);
-        let seconds = QUESTION_WAIT.as_secs();
-        turn.waiting = Some(Waiting {
-            call_id: call_id.to_string(),
-            reply_to: published.clone(),
-            seconds,
-            question: true,
-            until: Some(unix_seconds(self.host.now()) + seconds),
-        });
-        // Saved before asking: a restart goes on waiting for this very question.
-        self.save(history, turn);
-        let mut body = json!({"type": "question", "turn": turn.message.id, "text": question});
-        if let Some(choices) = choices {
-            body["choices"] = Value::Array(choices);
-        }
-        self.host.send(&Outgoing {
-            to: Some(turn.message.from.clone()),
-            id: Some(id),
-            reply_to: Some(turn.message.id.clone()),
-            body,
-        });
-        let output = answer_words(self.await_reply(&published, seconds), &published)?;
-        turn.waiting = None;
-        Some(output)
-    }
-
-    fn send_message(
-        &mut self,
-        history: &mut History,
-        turn: &mut SavedTurn,
-        call_id: &str,
-        arguments: &Value,
-    ) -> Option<String> {
-        let to = match string_arg(arguments, "to") {
-            Ok(to) if valid_actor_id(to) => to,
-            Ok(to) => {
-                return Some(format!(
-                    "error: `{to}` is not an actor id (a-z, 0-9, -, _; 1 to 64 characters)"
-                ));
-            }
-            Err(e) => return Some(e),
-        };
-        let body = &arguments["body"];
-        if !body["type"].is_string() {
-            return Some("error: `body` must be a JSON object with a string \"type\"".into());
-        }
-        let seconds = arguments["wait_seconds"]
-            .as_u64()
-            .unwrap_or(0)
-            .min(MAX_WAIT_SECONDS);
-        history.sent += 1;
-        let id = format!("t{}", history.sent);
-        let published = format!("{}/{id}", self.actor);
-        if seconds > 0 {
-            turn.waiting = Some(Waiting {
-                call_id: call_id.to_string(),
-                reply_to: published.clone(),
-                seconds,
-                question: false,
-                until: None,
-            });
-        }
-        // Saved before sending: a restart must neither reuse the id nor forget the wait.
-        self.save(history, turn);
-        self.host.send(&Outgoing {
-            to: Some(to.to_string()),
-            id: Some(id),
-            reply_to: None,
-            body: body.clone(),
-        });
-        if seconds == 0 {
-            return Some(format!("sent as {published}"));
-        }
-        let output = match self.await_reply(&published, seconds) {
-            Awaited::Reply(reply) => reply.to_line(),
-            Awaited::TimedOut => format!(
-                "sent as {published}; no reply came within {seconds} s (it may still come: use \
-                 wait_for_messages)"
-            ),
-            Awaited::Stopped => {
-                format!("sent as {published}; the person stopped the turn before the reply came")
-            }
-            Awaited::Stop => return None,
-        };
-        turn.waiting = None;
-        Some(output)
-    }
-
-    /// Waits for the message whose `reply_to` is `reply_to`; the others are kept. A `stop` for
-    /// the turn ends the wait.
-    fn await_reply(&mut self, reply_to: &str, seconds: u64) -> Awaited {
-        let deadline = Instant::now() + Duration::from_secs(seconds);
-        loop {
-            if self.stop_asked {
-                return Awaited::Stopped;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.host.receive(Some(left)) {
-                Event::Message(m) if m.reply_to.as_deref() == Some(reply_to) => {
-                    return Awaited::Reply(m);
-                }
-                Event::Message(m) => self.keep(m),
-                Event::TimedOut => return Awaited::TimedOut,
-                Event::Stop => return Awaited::Stop,
-            }
-        }
-    }
-
-    fn wait_for_messages(&mut self, arguments: &Value) -> Option<String> {
-        let seconds = arguments["seconds"]
-            .as_u64()
-            .unwrap_or(DEFAULT_WAIT_SECONDS)
-            .min(MAX_WAIT_SECONDS);
-        if self.inbox.notes.is_empty() {
-            let deadline = Instant::now() + Duration::from_secs(seconds);
-            let mut timeout = deadline.saturating_duration_since(Instant::now());
-            // The first message ends the wait; whatever arrived with it is taken too.
-            while !self.stop_asked {
-                match self.host.receive(Some(timeout)) {
-                    Event::Message(m) => self.keep(m),
-                    Event::TimedOut => break,
-                    Event::Stop => return None,
-                }
-                timeout = Duration::ZERO;
-            }
-        }
-        let notes = std::mem::take(&mut self.inbox.notes);
-        let mut output: Vec<String> = notes.iter().map(Incoming::to_line).collect();
-        if output.is_empty() {
-            output.push(format!("no message came within {seconds} s"));
-        }
-        if !self.inbox.turns.is_empty() {
-            output.push(format!(
-                "({} text message(s) wait for their own turn after this one.)",
-                self.inbox.turns.len()
-            ));
-        }
-        self.save_inbox();
-        Some(output.join("\n"))
-    }
-
-    /// Keeps a message that does not belong to the current wait: a text for its own turn, any
-    /// other for the model to see later. A `stop` is obeyed instead of kept.
-    fn keep(&mut self, message: Incoming) {
-        match message.kind() {
-            "stop" => return self.obey_stop(message),
-            "goal" => return self.new_goal(message),
-            "goal_stop" => return self.stop_goal(message),
-            "conversation" => return self.tell_conversation(&message),
-            _ => {}
-        }
-        if message.starts_turn() {
-            self.inbox.turns.push(message);
-        } else {
-            self.inbox.notes.push(message);
-        }
-        self.save_inbox();
-    }
-
-    /// `{"type":"conversation"}`: the conversation as a person reads it (see [`conversation`]),
-    /// answered at once when idle, and at the next step during a turn.
-    fn tell_conversation(&mut self, message: &Incoming) {
-        let body = match history::load(&self.file("history.json")) {
-            Ok(history) => json!({"type": "conversation", "entries": conversation(&history)}),
-            Err(e) => json!({
-                "type": "error", "request": "conversation",
-                "reason": format!("the conversation cannot be read: {e}"),
-            }),
-        };
-        self.host.send(&Outgoing {
-            to: Some(message.from.clone()),
-            id: None,
-            reply_to: Some(message.id.clone()),
-            body,
-        });
-    }
-
-    /// `{"type":"stop","turn"}`: the running turn ends after its current step; a turn still
-    /// waiting for its start is answered at once without running; any other is told so.
-    fn obey_stop(&mut self, message: Incoming) {
-        let turn = message.body["turn"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        if self.finished.as_deref() == Some(turn.as_str()) {
-            // The turn ended while the stop was on its way: it is done, as asked.
-            return;
-        }
-        if self.current.as_deref() == Some(turn.as_str()) {
-            eprintln!("agent: {} stops the turn {turn}", message.from);
-            self.stop_asked = true;
-            return;
-        }
-        if let Some(n) = self.inbox.turns.iter().position(|m| m.id == turn) {
-            let queued = self.inbox.turns.remove(n);
-            self.save_inbox();
-            let words = "Stopped before it started, as asked.".to_string();
-            let usage = Usage::default();
-            self.answer_turn(&queued, words, &usage, Some(0.0), Some(Stopped::Stop));
-            return;
-        }
-        let words = if turn.is_empty() {
-            "A stop needs the id of the turn to stop: {\"type\":\"stop\",\"turn\":\"<id of the \
-             message that started it>\"}."
-                .to_string()
-        } else {
-            format!("There is no turn {turn} running; it may have ended already.")
-        };
-        self.host.send(&Outgoing {
-            to: Some(message.from.clone()),
-            id: None,
-            reply_to: Some(message.id.clone()),
-            body: json!({"type": "error", "request": "stop", "reason": words}),
-        });
-    }
-
-    /// The notes as one user entry, emptying the inbox's notes.
-    fn take_notes(&mut self) -> Option<Entry> {
-        if self.inbox.notes.is_empty() {
-            return None;
-        }
-        let lines: Vec<String> = std::mem::take(&mut self.inbox.notes)
-            .iter()
-            .map(Incoming::to_line)
-            .collect();
-        self.save_inbox();
-        Some(Entry::user(cut_output(format!(
-            "Messages that arrived meanwhile:\n{}",
-            lines.join("\n")
-        ))))
+        prompt
     }
 
     /// A shutdown came inside a turn: keep what already arrived, save, and let the agent exit.
@@ -1604,14 +1166,21 @@ impl<H: Host> Agent<H> {
         Flow::Stop
     }
 
-    fn finish(&mut self, history: &mut History) -> Flow {
+    fn finish(&mut self, history: &mut History, conversation: &Conversation) -> Flow {
         self.finished = self.current.take();
+        self.running = None;
         self.round_of = None;
         self.stop_asked = false;
         history.cut();
-        self.report(history::save(&self.file("history.json"), history));
+        self.report(self.save_history(conversation, history));
         self.end_turn();
         Flow::Continue
+    }
+
+    fn save_history(&self, conversation: &Conversation, history: &History) -> Result<(), String> {
+        let dir = conversation.dir(&self.data);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        history::save(&conversation.history(&self.data), history)
     }
 
     fn end_turn(&mut self) {
@@ -1625,10 +1194,10 @@ impl<H: Host> Agent<H> {
 
     /// The conversation; one that cannot be read is moved aside (kept for a person to look at)
     /// and the agent starts a new one, rather than being stuck for good.
-    fn load_history(&mut self) -> History {
-        let path = self.file("history.json");
+    fn load_history(&mut self, conversation: &Conversation) -> History {
+        let path = conversation.history(&self.data);
         history::load(&path).unwrap_or_else(|e| {
-            let aside = self.file("history-unreadable.json");
+            let aside = conversation.dir(&self.data).join("history-unreadable.json");
             eprintln!(
                 "agent: {e}; moved to {} and starting a new conversation",
                 aside.display()
@@ -1643,24 +1212,8 @@ impl<H: Host> Agent<H> {
     /// Saves the history and the turn, so a kill loses at most the step in progress.
     fn save(&mut self, history: &mut History, turn: &SavedTurn) {
         history.cut();
-        self.report(history::save(&self.file("history.json"), history));
+        self.report(self.save_history(&turn.conversation, history));
         self.report(write_json(&self.file("turn.json"), turn));
-    }
-
-    fn save_inbox(&mut self) {
-        if self.candidate {
-            return;
-        }
-        let path = self.file("inbox.json");
-        if self.inbox.notes.is_empty() && self.inbox.turns.is_empty() {
-            if path.exists() {
-                self.report(
-                    std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display())),
-                );
-            }
-        } else {
-            self.report(write_json(&path, &self.inbox));
-        }
     }
 
     /// A file the agent cannot write costs it its memory, not its answer: the turn goes on.
@@ -1671,115 +1224,61 @@ impl<H: Host> Agent<H> {
     }
 }
 
-/// A message about the turn started by message `id` from `to`.
-fn turn_message(to: &str, id: &str, mut body: Value) -> Outgoing {
-    body["turn"] = json!(id);
-    Outgoing {
-        to: Some(to.to_string()),
-        id: None,
-        reply_to: Some(id.to_string()),
-        body,
-    }
-}
-
-/// What a tool call does, in at most [`PREVIEW_CHARS`] characters: a path, a recipient and a
-/// body type; never a file's content.
-/// The last [`CONVERSATION_ENTRIES`] entries of `history` as a person reads them:
-/// `{"role":"user","from","id","text"}` for a message that started a turn, `{"role":"note",
-/// "text"}` for other messages shown to the model, `{"role":"assistant","text"}`,
-/// `{"role":"tool","name","preview"}` for each call (no arguments, no output), and
-/// `{"role":"summary","text"}` where older entries were summarised. Provider items are left out.
-pub fn conversation(history: &History) -> Vec<Value> {
-    let start = history.entries.len().saturating_sub(CONVERSATION_ENTRIES);
-    history.entries[start..]
+/// `body` for each of `audience`, with `for` (its person), `room` and `turn` (the id of the
+/// turn's message) when there are some; the asker's copy replies to the turn's message.
+fn addressed(
+    audience: &[Recipient],
+    room: Option<&str>,
+    turn: Option<&str>,
+    body: &Value,
+    id: Option<String>,
+) -> Vec<Outgoing> {
+    audience
         .iter()
-        .filter_map(|entry| match entry {
-            Entry::User { text } => Some(user_entry(text)),
-            Entry::Assistant { text, .. } if !text.is_empty() => {
-                Some(json!({"role": "assistant", "text": text}))
+        .filter(|r| !r.to.is_empty())
+        .map(|recipient| {
+            let mut body = body.clone();
+            if let Some(turn) = turn {
+                body["turn"] = json!(turn);
             }
-            Entry::ToolCall {
-                name, arguments, ..
-            } => Some(json!({"role": "tool", "name": name, "preview": preview(name, arguments)})),
-            Entry::Summary { text } => Some(json!({"role": "summary", "text": text})),
-            Entry::Assistant { .. } | Entry::ToolResult { .. } | Entry::Opaque { .. } => None,
+            if let Some(person) = &recipient.person {
+                body["for"] = json!(person);
+            }
+            if let Some(room) = room {
+                body["room"] = json!(room);
+            }
+            Outgoing {
+                to: Some(recipient.to.clone()),
+                id: id.clone(),
+                reply_to: recipient.reply_to.clone(),
+                body,
+            }
         })
         .collect()
 }
 
-/// A user entry: a turn's message (`Message <id> from <sender>:\n<text>`, as [`Agent::start`]
-/// writes it) or notes.
-fn user_entry(text: &str) -> Value {
-    let parsed = text.strip_prefix("Message ").and_then(|rest| {
-        let (head, body) = rest.split_once(":\n")?;
-        let (id, from) = head.split_once(" from ")?;
-        Some(json!({"role": "user", "id": id, "from": from, "text": body}))
-    });
-    parsed.unwrap_or_else(|| json!({"role": "note", "text": text}))
-}
-
-fn preview(name: &str, arguments: &Value) -> String {
-    let text = |key: &str| arguments[key].as_str().unwrap_or("?");
-    let words = match name {
-        "send_message" => {
-            let kind = arguments["body"]["type"].as_str().unwrap_or("?");
-            match arguments["wait_seconds"].as_u64() {
-                Some(s) if s > 0 => format!("{} {kind} (waits up to {s} s)", text("to")),
-                _ => format!("{} {kind}", text("to")),
-            }
-        }
-        "wait_for_messages" => format!(
-            "up to {} s",
-            arguments["seconds"]
-                .as_u64()
-                .unwrap_or(DEFAULT_WAIT_SECONDS)
-        ),
-        "copy_dir" => format!("{} → {}", text("from"), text("to")),
-        "search" | "find_files" => format!("{} in {}", text("pattern"), text("path")),
-        "plan" => {
-            let items = arguments["items"].as_array();
-            let done = items
-                .into_iter()
-                .flatten()
-                .filter(|i| i["done"] == true)
-                .count();
-            format!("{} items, {done} done", items.map_or(0, Vec::len))
-        }
-        "note" => "/data/notes.md".into(),
-        "ask" => text("question").to_string(),
-        "goal_status" => text("status").to_string(),
-        "write_file" => format!(
-            "{} ({} bytes)",
-            text("path"),
-            arguments["content"].as_str().map_or(0, str::len)
-        ),
-        _ => match arguments["path"].as_str() {
-            Some(path) => path.to_string(),
-            None => String::new(),
+/// The final `text` of a turn (DESIGN §12), with its usage.
+fn answer_body(
+    message: &Incoming,
+    text: String,
+    usage: &Usage,
+    cost_usd: Option<f64>,
+    stopped: Option<Stopped>,
+) -> Value {
+    let mut body = json!({
+        "type": "text", "text": text, "turn": message.id,
+        "usage": {
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cache_read_tokens": usage.cache_read_tokens,
+            "cache_write_tokens": usage.cache_write_tokens,
+            "cost_usd": cost_usd.map(|usd| (usd * 1e6).round() / 1e6),
         },
-    };
-    match words.char_indices().nth(PREVIEW_CHARS - 1) {
-        Some((at, _)) => format!("{}…", &words[..at]),
-        None => words,
+    });
+    if let Some(stopped) = stopped {
+        body["stopped"] = json!(stopped.name());
     }
-}
-
-/// What a question's wait came to, as the `ask` tool's output; `None` on a shutdown.
-fn answer_words(awaited: Awaited, question: &str) -> Option<String> {
-    Some(match awaited {
-        Awaited::Reply(reply) if reply.kind() == "answer" => format!(
-            "{} answered: {}",
-            reply.from,
-            reply.body["text"].as_str().unwrap_or_default()
-        ),
-        Awaited::Reply(reply) => format!("a reply to the question came: {}", reply.to_line()),
-        Awaited::TimedOut => format!(
-            "no answer to {question} came within {} hours; decide without it (say what you              assumed) or ask again later",
-            QUESTION_WAIT.as_secs() / 3600
-        ),
-        Awaited::Stopped => "the person stopped the turn before answering".into(),
-        Awaited::Stop => return None,
-    })
+    body
 }
 
 fn unix_seconds(t: std::time::SystemTime) -> u64 {
@@ -1790,14 +1289,6 @@ fn unix_seconds(t: std::time::SystemTime) -> u64 {
 /// Seconds with a tenth, as a person reads a duration.
 fn round_seconds(time: Duration) -> f64 {
     (time.as_secs_f64() * 10.0).round() / 10.0
-}
-
-/// Actor ids: `a-z`, `0-9`, `-`, `_`, 1 to 64 characters (DESIGN §1).
-fn valid_actor_id(id: &str) -> bool {
-    (1..=64).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
 /// Reads a JSON state file; `None` when it is missing or unreadable (which is logged).
@@ -1815,5 +1306,7 @@ fn write_json(path: &std::path::Path, value: &impl Serialize) -> Result<(), Stri
 }
 
 #[cfg(test)]
-#[path = "turn_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+mod people_tests;

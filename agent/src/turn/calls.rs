@@ -1,0 +1,387 @@
+//! The tools the turn runs itself, because they need its mailbox or its state: `send_message`
+//! (with the member's ownership check), `wait_for_messages`, `ask`, `plan`, `note`, `remember`
+//! and `forget`; and [`Agent::call`], which lets `access` refuse a call before any tool runs.
+//! **Invariant:** a refused call has sent nothing and written nothing.
+
+use super::*;
+
+impl<H: Host> Agent<H> {
+    /// Runs one tool call; `None` when a shutdown came while it waited.
+    pub(super) fn call(
+        &mut self,
+        history: &mut History,
+        turn: &mut SavedTurn,
+        id: &str,
+        name: &str,
+        arguments: &Value,
+    ) -> Option<String> {
+        if !arguments.is_object() {
+            return Some(format!(
+                "error: the arguments must be a JSON object, not {arguments}"
+            ));
+        }
+        let who = turn.who();
+        if let Err(refusal) = who.file_tool(&self.data, name, arguments) {
+            return Some(refusal);
+        }
+        match name {
+            "send_message" => self.send_message(history, turn, id, arguments),
+            "wait_for_messages" => self.wait_for_messages(&turn.conversation, arguments),
+            "ask" => self.ask_person(history, turn, id, arguments),
+            "plan" => Some(self.plan(turn, arguments)),
+            "note" => Some(who.may_note().map_or_else(|e| e, |()| self.note(arguments))),
+            "remember" | "forget" => Some(self.memory_tool(turn, name, arguments)),
+            "goal_status" => Some(self.goal_status(turn, arguments)),
+            _ => Some(tools::run_file_tool(name, arguments).unwrap_or_else(|| {
+                let names: Vec<&str> = tools::specs().iter().map(|s| s.name).collect();
+                format!(
+                    "error: there is no tool `{name}`; the tools are {}",
+                    names.join(", ")
+                )
+            })),
+        }
+    }
+
+    /// `plan`: the whole to-do card; the person gets it as `plan` whenever it changes.
+    pub(super) fn plan(&mut self, turn: &mut SavedTurn, arguments: &Value) -> String {
+        let card = match card::plan(arguments) {
+            Ok(card) => card,
+            Err(error) => return error,
+        };
+        let words = card::plan_words(&card);
+        if card != turn.plan {
+            turn.plan = card.clone();
+            self.tell(turn, json!({"type": "plan", "items": card}));
+        }
+        words
+    }
+
+    /// `note`: appended to `/data/notes.md`, which every request shows the model.
+    pub(super) fn note(&mut self, arguments: &Value) -> String {
+        card::note(&self.file("notes.md"), arguments)
+    }
+
+    /// `remember` and `forget`: the memory of the person the turn acts for (in a room, the
+    /// one who spoke).
+    pub(super) fn memory_tool(
+        &mut self,
+        turn: &SavedTurn,
+        name: &str,
+        arguments: &Value,
+    ) -> String {
+        let Some(person) = turn.who().person else {
+            return "error: this conversation speaks for no person, so there is no one's memory \
+                    to change"
+                .into();
+        };
+        match (name, &arguments["text"]) {
+            ("remember", Value::String(text)) => conversations::remember(&self.data, &person, text),
+            ("remember", _) => "error: `text` must be the fact or preference to remember".into(),
+            (_, Value::String(text)) => conversations::forget(&self.data, &person, Some(text)),
+            (_, Value::Null) => conversations::forget(&self.data, &person, None),
+            (_, other) => format!(
+                "error: `text` is {other}; give the text of the facts to forget, or leave it out to forget everything"
+            ),
+        }
+    }
+
+    /// `ask`: a `question` to the turn's sender; the turn waits for the answer, durably, up to
+    /// [`QUESTION_WAIT`].
+    pub(super) fn ask_person(
+        &mut self,
+        history: &mut History,
+        turn: &mut SavedTurn,
+        call_id: &str,
+        arguments: &Value,
+    ) -> Option<String> {
+        let question = match arguments["question"].as_str().map(str::trim) {
+            Some(q) if !q.is_empty() => q.to_string(),
+            _ => return Some("error: `question` must be the question, in words".into()),
+        };
+        let choices = match &arguments["choices"] {
+            Value::Null => None,
+            Value::Array(items)
+                if (1..=MAX_CHOICES).contains(&items.len())
+                    && items
+                        .iter()
+                        .all(|c| c.as_str().is_some_and(|c| !c.trim().is_empty())) =>
+            {
+                Some(items.clone())
+            }
+            other => {
+                return Some(format!(
+                    "error: `choices` is {other}; give 1 to {MAX_CHOICES} non-empty strings, or \
+                     leave it out for a free answer"
+                ));
+            }
+        };
+        if turn.message.from.is_empty() {
+            return Some("error: this turn has no sender to ask".into());
+        }
+        history.sent += 1;
+        let id = format!("{}.q{}", turn.conversation.tag(), history.sent);
+        let published = format!("{}/{id}", self.actor);
+        let seconds = QUESTION_WAIT.as_secs();
+        turn.waiting = Some(Waiting {
+            call_id: call_id.to_string(),
+            reply_to: published.clone(),
+            seconds,
+            question: true,
+            until: Some(unix_seconds(self.host.now()) + seconds),
+        });
+        // Saved before asking: a restart goes on waiting for this very question.
+        self.save(history, turn);
+        let mut body = json!({"type": "question", "text": question});
+        if let Some(choices) = choices {
+            body["choices"] = Value::Array(choices);
+        }
+        // In a room every member sees the question, under the same id, and any of them answers.
+        self.tell_with_id(turn, body, Some(id));
+        let asked = turn.conversation.clone();
+        let awaited = self.await_reply(&published, seconds, Some(&asked));
+        let output = answer_words(awaited, &published)?;
+        turn.waiting = None;
+        Some(output)
+    }
+
+    pub(super) fn send_message(
+        &mut self,
+        history: &mut History,
+        turn: &mut SavedTurn,
+        call_id: &str,
+        arguments: &Value,
+    ) -> Option<String> {
+        let to = match string_arg(arguments, "to") {
+            Ok(to) if valid_id(to) => to,
+            Ok(to) => {
+                return Some(format!(
+                    "error: `{to}` is not an actor id (a-z, 0-9, -, _; 1 to 64 characters)"
+                ));
+            }
+            Err(e) => return Some(e),
+        };
+        let mut body = arguments["body"].clone();
+        if !body["type"].is_string() {
+            return Some("error: `body` must be a JSON object with a string \"type\"".into());
+        }
+        let who = turn.who();
+        match who.send(&self.data, to, &body) {
+            access::Send::Allow => {}
+            access::Send::Rewritten(rewritten) => body = rewritten,
+            access::Send::Refuse(refusal) => return Some(refusal),
+            access::Send::IfOwned(actor) => {
+                let list = json!({"to": "broker", "body": {"type": "list"}, "wait_seconds": OWNER_CHECK_SECONDS});
+                let listed = self.send_message(history, turn, call_id, &list)?;
+                // Only the broker's own answer counts: any actor may reply to any id.
+                let reply: Value = serde_json::from_str::<Incoming>(&listed)
+                    .ok()
+                    .filter(|m| m.from == "broker")
+                    .map(|m| m.body)
+                    .unwrap_or_default();
+                if reply["type"] != "actors" {
+                    return Some(format!(
+                        "refused: I could not check who owns {actor} (the broker's list answered: \
+                         {}); nothing was sent. Try again.",
+                        shorten(&listed, STEP_DESCRIPTION_CHARS)
+                    ));
+                }
+                if let Err(refusal) = who.owns(&actor, &reply) {
+                    return Some(refusal);
+                }
+            }
+        }
+        let seconds = arguments["wait_seconds"]
+            .as_u64()
+            .unwrap_or(0)
+            .min(MAX_WAIT_SECONDS);
+        history.sent += 1;
+        let id = format!("{}.t{}", turn.conversation.tag(), history.sent);
+        let published = format!("{}/{id}", self.actor);
+        if seconds > 0 {
+            turn.waiting = Some(Waiting {
+                call_id: call_id.to_string(),
+                reply_to: published.clone(),
+                seconds,
+                question: false,
+                until: None,
+            });
+        }
+        // Saved before sending: a restart must neither reuse the id nor forget the wait.
+        self.save(history, turn);
+        if let ("broker", Some(kind @ ("subscribe" | "unsubscribe")), Some(publisher)) =
+            (to, body["type"].as_str(), body["actor"].as_str())
+        {
+            let asking = (kind == "subscribe").then(|| turn.conversation.clone());
+            let noted = self.subscriptions.set(&self.data, publisher, asking);
+            self.report(noted);
+        }
+        self.host.send(&Outgoing {
+            to: Some(to.to_string()),
+            id: Some(id),
+            reply_to: None,
+            body,
+        });
+        if seconds == 0 {
+            return Some(format!("sent as {published}"));
+        }
+        let output = match self.await_reply(&published, seconds, None) {
+            Awaited::Reply(reply) => reply.to_line(),
+            Awaited::TimedOut => format!(
+                "sent as {published}; no reply came within {seconds} s (it may still come: use \
+                 wait_for_messages)"
+            ),
+            Awaited::Stopped => {
+                format!("sent as {published}; the person stopped the turn before the reply came")
+            }
+            Awaited::Stop => return None,
+        };
+        turn.waiting = None;
+        Some(output)
+    }
+
+    /// Waits for the message whose `reply_to` is `reply_to` (for a question of a conversation,
+    /// from one of its people); the others are kept. A `stop` for the turn ends the wait.
+    pub(super) fn await_reply(
+        &mut self,
+        reply_to: &str,
+        seconds: u64,
+        question_of: Option<&Conversation>,
+    ) -> Awaited {
+        let deadline = Instant::now() + Duration::from_secs(seconds);
+        loop {
+            if self.stop_asked {
+                return Awaited::Stopped;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.host.receive(Some(left)) {
+                Event::Message(m)
+                    if m.reply_to.as_deref() == Some(reply_to)
+                        && question_of.is_none_or(|c| access::may_answer(&self.data, c, &m)) =>
+                {
+                    return Awaited::Reply(m);
+                }
+                Event::Message(m) => self.keep(m),
+                Event::TimedOut => return Awaited::TimedOut,
+                Event::Stop => return Awaited::Stop,
+            }
+        }
+    }
+
+    /// `wait_for_messages`: the messages kept for this conversation (never another's).
+    pub(super) fn wait_for_messages(
+        &mut self,
+        conversation: &Conversation,
+        arguments: &Value,
+    ) -> Option<String> {
+        let seconds = arguments["seconds"]
+            .as_u64()
+            .unwrap_or(DEFAULT_WAIT_SECONDS)
+            .min(MAX_WAIT_SECONDS);
+        if !self.has_notes(conversation) {
+            let deadline = Instant::now() + Duration::from_secs(seconds);
+            let mut timeout = deadline.saturating_duration_since(Instant::now());
+            // The first message ends the wait; whatever arrived with it is taken too.
+            while !self.stop_asked {
+                match self.host.receive(Some(timeout)) {
+                    Event::Message(m) => self.keep(m),
+                    Event::TimedOut => break,
+                    Event::Stop => return None,
+                }
+                if self.has_notes(conversation) {
+                    timeout = Duration::ZERO;
+                } else {
+                    timeout = deadline.saturating_duration_since(Instant::now());
+                    if timeout.is_zero() {
+                        break;
+                    }
+                }
+            }
+        }
+        let notes = self.take_kept(conversation);
+        let mut output: Vec<String> = notes.iter().map(Incoming::to_line).collect();
+        if output.is_empty() {
+            output.push(format!("no message came within {seconds} s"));
+        }
+        // Only this conversation's own waiting texts are counted: others' are none of its business.
+        let waiting = self
+            .inbox
+            .turns
+            .iter()
+            .filter(|m| Conversation::of_text(m, &self.data).as_ref() == Ok(conversation))
+            .count();
+        if waiting > 0 {
+            output.push(format!(
+                "({waiting} text message(s) of this conversation wait for their own turn after \
+                 this one.)"
+            ));
+        }
+        self.save_inbox();
+        Some(output.join("\n"))
+    }
+}
+
+/// What a tool call does, in at most [`PREVIEW_CHARS`] characters: a path, a recipient and a
+/// body type; never a file's content.
+pub(super) fn preview(name: &str, arguments: &Value) -> String {
+    let text = |key: &str| arguments[key].as_str().unwrap_or("?");
+    let words = match name {
+        "send_message" => {
+            let kind = arguments["body"]["type"].as_str().unwrap_or("?");
+            match arguments["wait_seconds"].as_u64() {
+                Some(s) if s > 0 => format!("{} {kind} (waits up to {s} s)", text("to")),
+                _ => format!("{} {kind}", text("to")),
+            }
+        }
+        "wait_for_messages" => format!(
+            "up to {} s",
+            arguments["seconds"]
+                .as_u64()
+                .unwrap_or(DEFAULT_WAIT_SECONDS)
+        ),
+        "copy_dir" => format!("{} → {}", text("from"), text("to")),
+        "search" | "find_files" => format!("{} in {}", text("pattern"), text("path")),
+        "plan" => {
+            let items = arguments["items"].as_array();
+            let done = items
+                .into_iter()
+                .flatten()
+                .filter(|i| i["done"] == true)
+                .count();
+            format!("{} items, {done} done", items.map_or(0, Vec::len))
+        }
+        "note" => "/data/notes.md".into(),
+        "ask" => text("question").to_string(),
+        "goal_status" => text("status").to_string(),
+        "write_file" => format!(
+            "{} ({} bytes)",
+            text("path"),
+            arguments["content"].as_str().map_or(0, str::len)
+        ),
+        _ => match arguments["path"].as_str() {
+            Some(path) => path.to_string(),
+            None => String::new(),
+        },
+    };
+    match words.char_indices().nth(PREVIEW_CHARS - 1) {
+        Some((at, _)) => format!("{}…", &words[..at]),
+        None => words,
+    }
+}
+
+/// What a question's wait came to, as the `ask` tool's output; `None` on a shutdown.
+pub(super) fn answer_words(awaited: Awaited, question: &str) -> Option<String> {
+    Some(match awaited {
+        Awaited::Reply(reply) if reply.kind() == "answer" => format!(
+            "{} answered: {}",
+            reply.person.as_ref().unwrap_or(&reply.from),
+            reply.body["text"].as_str().unwrap_or_default()
+        ),
+        Awaited::Reply(reply) => format!("a reply to the question came: {}", reply.to_line()),
+        Awaited::TimedOut => format!(
+            "no answer to {question} came within {} hours; decide without it (say what you              assumed) or ask again later",
+            QUESTION_WAIT.as_secs() / 3600
+        ),
+        Awaited::Stopped => "the person stopped the turn before answering".into(),
+        Awaited::Stop => return None,
+    })
+}
