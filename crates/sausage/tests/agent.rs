@@ -75,7 +75,7 @@ fn the_unconfigured_agent_and_a_provider_error_answer_in_words() {
 }
 
 #[test]
-fn replies_never_start_turns_and_other_messages_reach_the_next_turn() {
+fn replies_never_start_turns_and_other_actors_messages_stay_in_their_own_conversation() {
     let fake = FakeLlm::start();
     fake.push_openai(openai::text_reply("Noted."));
     let world = world_with_agent(&fake, "openai-responses");
@@ -92,10 +92,17 @@ fn replies_never_start_turns_and_other_messages_reach_the_next_turn() {
         1,
         "only the person's text started a turn"
     );
+    // What an actor sends belongs to that actor's conversation with the agent, never to a
+    // person's (DESIGN §13): it is kept for crasher, not shown to the owner.
     let sent = request_text(&fake, 0);
     assert!(
-        sent.contains("pineapples") && sent.contains("bananas"),
+        !sent.contains("pineapples") && !sent.contains("bananas"),
         "{sent}"
+    );
+    let kept = world.read("private/agent/data/inbox.json");
+    assert!(
+        kept.contains("pineapples") && kept.contains("bananas"),
+        "{kept}"
     );
 }
 
@@ -218,7 +225,8 @@ fn the_history_is_cut_at_600_entries_starting_at_a_user_entry() {
             format!("answer {n}")
         );
     }
-    let history = world.json("private/agent/data/history.json");
+    // The console speaks for the owner: the conversation is the owner's.
+    let history = world.json("private/agent/data/people/owner/history.json");
     let entries = history
         .as_array()
         .or_else(|| history["entries"].as_array())
@@ -386,7 +394,7 @@ fn progress_and_tool_messages_arrive_in_order_and_the_console_prints_them() {
     assert_eq!(streamed, words);
     assert_eq!(
         about[first_tool],
-        json!({"type": "tool", "turn": turn, "tool": "list_dir", "state": "started", "preview": "/data"})
+        json!({"type": "tool", "turn": turn, "tool": "list_dir", "state": "started", "preview": "/data", "for": "owner"})
     );
     let finished = &about[first_tool + 1];
     assert_eq!(
@@ -732,7 +740,7 @@ fn a_question_is_answered_with_the_next_plain_line_at_the_console() {
     assert_eq!(question["choices"], json!(["red", "blue"]));
     host.send("blue");
     assert_eq!(final_reply(&mut host)["text"], "A blue counter, then.");
-    assert_eq!(tool_outputs(&fake, 1), ["console answered: blue"]);
+    assert_eq!(tool_outputs(&fake, 1), ["owner answered: blue"]);
     // The line was the answer, not a new turn.
     assert_eq!(fake.requests().len(), 2);
 }
@@ -761,7 +769,7 @@ fn a_question_is_still_open_after_the_agent_restarts_and_its_answer_finishes_the
     assert_eq!(final_reply(&mut host)["text"], "Deleted it, as you said.");
     let sent = fake.requests()[1].body.to_string();
     assert!(
-        sent.contains("(asked before the agent restarted) console answered: yes, delete it"),
+        sent.contains("(asked before the agent restarted) owner answered: yes, delete it"),
         "{sent}"
     );
 }
