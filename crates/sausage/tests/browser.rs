@@ -372,3 +372,67 @@ fn on_a_phone_the_chat_is_usable_and_the_menu_folds() {
     );
     assert_eq!(fits, json!([true, true, true, true]));
 }
+
+#[test]
+fn an_owner_adds_a_guest_who_logs_in_and_sees_only_their_own_chat() {
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    world.install("echo", "echo");
+    fake.push_openai(openai::text_reply("The owner's answer."));
+    fake.push_openai(openai::text_reply("The guest's answer."));
+    let web = WebHost::start(&world);
+    let owner = logged_in(&web);
+    owner.type_into("#chat-input", &format!("the owner's question{ENTER}"));
+    owner.wait_text(".turn[data-done=true] .turn-answer", "The owner's answer.");
+
+    // The owner adds a guest on the People page and gets the guest's link.
+    owner.wait_shown("#nav a[data-view=people]");
+    go(&owner, "people");
+    owner.wait_text("#people-table tr[data-person=owner] .id", "owner");
+    owner.type_into("#person-id", "gus");
+    owner.type_into("#person-name", "Gus");
+    owner.eval(
+        "document.querySelector('#person-tier').value = 'guest'",
+        json!([]),
+    );
+    owner.click("#person-add");
+    let link = owner.wait_text("#person-link-url", "/login?token=");
+    owner.wait_text("#people-table tr[data-person=gus] .id", "gus");
+    owner.screenshot("people_view").unwrap();
+
+    let guest = Browser::open();
+    guest.log_in(&link);
+    guest.wait_text("#me", "Gus · guest");
+    assert!(
+        !guest.is_shown("#nav a[data-view=people]"),
+        "people are for owners"
+    );
+    guest.wait_until(
+        "the guest's empty conversation",
+        "return document.querySelector('#conn').dataset.state === 'live'",
+    );
+    assert!(
+        !guest
+            .text("#chat-log")
+            .unwrap_or_default()
+            .contains("owner's"),
+        "the owner's conversation is the owner's"
+    );
+    guest.type_into("#chat-input", &format!("the guest's question{ENTER}"));
+    guest.wait_text(".turn[data-done=true] .turn-answer", "The guest's answer.");
+    guest.reload();
+    guest.wait_text(".turn-answer", "The guest's answer.");
+    assert!(!guest.text("#chat-log").unwrap().contains("owner's"));
+    // A guest reads the actors' pages but is offered no action on them.
+    go(&guest, "actors");
+    guest.click("#actors-table tr[data-actor=echo] .id a");
+    guest.wait_text("#actor-state", "running");
+    assert!(!guest.is_shown("#actor-stop"));
+
+    // The owner's page never showed the guest's turn.
+    owner.reload();
+    go(&owner, "chat");
+    owner.wait_text(".turn-answer", "The owner's answer.");
+    assert!(!owner.text("#chat-log").unwrap().contains("guest's"));
+    fake.assert_clean();
+}

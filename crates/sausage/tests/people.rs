@@ -7,6 +7,8 @@ mod support;
 use std::process::Command;
 
 use serde_json::{Value, json};
+use support::agent::{tool_outputs, world_with_agent};
+use support::fake_llm::{FakeLlm, openai};
 use support::http::{EventStream, ServerEvent, request};
 use support::web::{Client, EVENT_PATIENCE, WebHost};
 use support::*;
@@ -384,4 +386,238 @@ fn each_page_sees_only_its_persons_messages() {
             .any(|e| e.data.contains("ann's secret") || e.data.contains("bob's")),
         "{seen:?}"
     );
+}
+
+/// Posts a chat text for `client` and waits on `events` for the agent's final answer to it.
+fn chat(client: &Client, events: &mut EventStream, body: Value) -> Value {
+    let sent = client.post("/api/chat", &body);
+    assert_eq!(sent.status, 200, "{}", sent.text());
+    let id = sent.json()["id"].as_str().unwrap().to_string();
+    let answer = events.wait_for("message", EVENT_PATIENCE, |m| {
+        m["reply_to"] == id.as_str() && m["body"]["type"] == "text"
+    });
+    serde_json::from_str::<Value>(&answer.data).unwrap()["body"].clone()
+}
+
+/// The requests the fake got, each as its JSON text.
+fn requests(fake: &FakeLlm) -> Vec<String> {
+    fake.requests().iter().map(|r| r.body.to_string()).collect()
+}
+
+#[test]
+fn two_people_talk_with_the_agent_and_neither_ever_sees_the_other() {
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    let web = WebHost::start(&world);
+    let ann = add_and_log_in(&world, &web, "ann", "member");
+    let bob = add_and_log_in(&world, &web, "bob", "member");
+    let (mut ann_events, mut bob_events) = (ann.events(None), bob.events(None));
+
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "remember",
+        json!({"text": "ann's secret word is marmalade"}),
+    )]));
+    fake.push_openai(openai::text_reply("I will remember marmalade."));
+    let answer = chat(
+        &ann,
+        &mut ann_events,
+        json!({"text": "my secret word is marmalade; remember it"}),
+    );
+    assert_eq!(
+        (&answer["text"], &answer["for"]),
+        (&json!("I will remember marmalade."), &json!("ann"))
+    );
+    fake.push_openai(openai::text_reply("Hello, Bob."));
+    let answer = chat(
+        &bob,
+        &mut bob_events,
+        json!({"text": "hello, what do you know?"}),
+    );
+    assert_eq!(answer["for"], "bob");
+    fake.push_openai(openai::text_reply("Your word is marmalade."));
+    chat(
+        &ann,
+        &mut ann_events,
+        json!({"text": "what do you remember about me?"}),
+    );
+
+    let sent = requests(&fake);
+    assert_eq!(sent.len(), 4);
+    assert!(
+        !sent[2].contains("marmalade"),
+        "bob's request holds nothing of ann's: {}",
+        sent[2]
+    );
+    assert!(
+        sent[3].contains("ann's secret word is marmalade"),
+        "ann's memory is shown to ann"
+    );
+    assert!(
+        !sent[3].contains("what do you know"),
+        "nor bob's words in ann's"
+    );
+    assert!(
+        world
+            .read("private/agent/data/people/ann/memory.md")
+            .contains("marmalade"),
+        "memory lives in the person's folder"
+    );
+    // Neither page was ever shown the other's turn.
+    let bob_saw = replayed(&bob);
+    assert!(
+        bob_saw.iter().any(|e| e.data.contains("Hello, Bob.")),
+        "{bob_saw:?}"
+    );
+    assert!(
+        !bob_saw.iter().any(|e| e.data.contains("marmalade")),
+        "{bob_saw:?}"
+    );
+    let ann_saw = replayed(&ann);
+    assert!(
+        !ann_saw.iter().any(|e| e.data.contains("Hello, Bob")),
+        "{ann_saw:?}"
+    );
+    fake.assert_clean();
+}
+
+/// Every message event of this run that `client`'s page may see, replayed from the start:
+/// a stream resumed after event 0 gets them before the snapshots.
+fn replayed(client: &Client) -> Vec<ServerEvent> {
+    let hello = client.events(None).next(EVENT_PATIENCE).expect("hello");
+    let run = serde_json::from_str::<Value>(&hello.data).unwrap()["run"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut stream = client.events(Some(&format!("{run}:0")));
+    let mut seen = Vec::new();
+    while let Some(event) = stream.next(EVENT_PATIENCE) {
+        if matches!(event.kind.as_str(), "actors" | "graph" | "reset") {
+            break;
+        }
+        seen.push(event);
+    }
+    seen
+}
+
+#[test]
+fn the_agents_tools_refuse_what_a_tier_may_not_and_the_broker_never_sees_it() {
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    world.install("echo", "echo");
+    let web = WebHost::start(&world);
+    let gus = add_and_log_in(&world, &web, "gus", "guest");
+    let ann = add_and_log_in(&world, &web, "ann", "member");
+    let (mut gus_events, mut ann_events) = (gus.events(None), ann.events(None));
+    let spawn =
+        json!({"type": "spawn", "actor": "gusbot", "wasm": wasm("echo"), "source": source("echo")});
+
+    // A guest: the model tries to deploy and to write; the tools refuse, nothing happens.
+    fake.push_openai(openai::reply(vec![
+        openai::function_call(
+            "send_message",
+            json!({"to": "broker", "body": spawn, "wait_seconds": 30}),
+        ),
+        openai::function_call("write_file", json!({"path": "/data/x.txt", "content": "x"})),
+    ]));
+    fake.push_openai(openai::text_reply("I may not."));
+    chat(
+        &gus,
+        &mut gus_events,
+        json!({"text": "deploy an echo for me"}),
+    );
+    let outputs = tool_outputs(&fake, 1);
+    assert!(outputs.iter().all(|o| o.contains("refused")), "{outputs:?}");
+    assert!(outputs[0].contains("guest"), "{outputs:?}");
+    assert!(world.json("sausage.json")["actors"].get("gusbot").is_none());
+    assert!(!world.path("private/agent/data/x.txt").exists());
+
+    // A member: its own actor yes, another's and the agent no.
+    std::fs::create_dir_all(world.path("private/agent/data/work/ann")).unwrap();
+    std::fs::copy(
+        wasm("echo"),
+        world.path("private/agent/data/work/ann/echo.wasm"),
+    )
+    .unwrap();
+    let mine = json!({"type": "spawn", "actor": "annbot", "wasm": "/data/work/ann/echo.wasm"});
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "send_message",
+        json!({"to": "broker", "body": mine, "wait_seconds": 60}),
+    )]));
+    fake.push_openai(openai::reply(vec![
+        openai::function_call("send_message", json!({"to": "broker", "body": {"type": "stop", "actor": "annbot"}, "wait_seconds": 30})),
+        openai::function_call("send_message", json!({"to": "broker", "body": {"type": "stop", "actor": "echo"}, "wait_seconds": 30})),
+        openai::function_call("send_message", json!({"to": "broker", "body": {"type": "upgrade", "actor": "agent", "wasm": "/data/work/ann/echo.wasm"}, "wait_seconds": 30})),
+    ]));
+    fake.push_openai(openai::text_reply("Done what I could."));
+    chat(
+        &ann,
+        &mut ann_events,
+        json!({"text": "spawn annbot, then stop it, echo and the agent"}),
+    );
+    let spawned = tool_outputs(&fake, 3);
+    assert!(spawned[0].contains("spawned"), "{spawned:?}");
+    assert_eq!(
+        world.json("sausage.json")["actors"]["annbot"]["owner"],
+        "ann"
+    );
+    // The turn's request holds every output so far: spawn, then the three stops.
+    let outputs = tool_outputs(&fake, 4);
+    assert!(outputs[1].contains("stopped"), "{outputs:?}");
+    assert!(
+        outputs[2].contains("refused") && outputs[3].contains("refused"),
+        "{outputs:?}"
+    );
+    assert_eq!(world.status("echo")["state"], "running");
+    assert_eq!(world.json("sausage.json")["actors"]["agent"]["version"], 1);
+    fake.assert_clean();
+}
+
+#[test]
+fn a_rooms_members_all_get_its_answers_and_its_words_stay_out_of_private_ones() {
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    let web = WebHost::start(&world);
+    let owner = web.log_in();
+    let ann = add_and_log_in(&world, &web, "ann", "member");
+    let bob = add_and_log_in(&world, &web, "bob", "guest");
+    let (mut ann_events, mut bob_events) = (ann.events(None), bob.events(None));
+    let mut owner_events = owner.events(None);
+
+    // Only an owner makes a room.
+    let room = json!({"type": "room", "room": "kitchen", "members": ["ann", "bob"]});
+    let made = send_and_wait(&owner, &mut owner_events, "agent", room.clone());
+    assert_eq!(made["type"], "room_created", "{made}");
+    let refused = send_and_wait(&ann, &mut ann_events, "agent", room);
+    assert_eq!(refused["type"], "error", "{refused}");
+
+    fake.push_openai(openai::text_reply("Soup for everyone."));
+    let answer = chat(
+        &ann,
+        &mut ann_events,
+        json!({"text": "what is for lunch, kitchen?", "room": "kitchen"}),
+    );
+    assert_eq!(
+        (&answer["text"], &answer["room"]),
+        (&json!("Soup for everyone."), &json!("kitchen"))
+    );
+    let copy = bob_events.wait_for("message", EVENT_PATIENCE, |m| {
+        m["body"]["type"] == "text" && m["body"]["room"] == "kitchen"
+    });
+    assert!(copy.data.contains("Soup for everyone."));
+    // Bob's private conversation does not hold the room's words; the room's does.
+    fake.push_openai(openai::text_reply("Hi Bob."));
+    chat(&bob, &mut bob_events, json!({"text": "hello"}));
+    let sent = requests(&fake);
+    assert!(!sent[1].contains("what is for lunch"), "{}", sent[1]);
+    let private = bob.get("/api/conversation").json();
+    assert!(!private.to_string().contains("lunch"), "{private}");
+    let shared = bob.get("/api/conversation?room=kitchen").json();
+    assert!(
+        shared.to_string().contains("Soup for everyone."),
+        "{shared}"
+    );
+    let outsider = add_and_log_in(&world, &web, "eve", "member");
+    let refused = outsider.get("/api/conversation?room=kitchen");
+    assert_ne!(refused.status, 200, "{}", refused.text());
+    fake.assert_clean();
 }
