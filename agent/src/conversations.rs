@@ -370,6 +370,26 @@ pub fn room_request(data: &Path, message: &Incoming) -> Value {
     }
 }
 
+/// `{"type":"rooms"}`: the rooms the asking person is a member of, answered `rooms` with
+/// `[{"room","members"}]` sorted by id, so a surface can offer them. Owners see only their own
+/// rooms too: who talks where is each room's business.
+pub fn rooms_request(data: &Path, message: &Incoming) -> Value {
+    let Some(person) = &message.person else {
+        return json!({"type": "error", "request": "rooms",
+            "reason": "rooms have people as members, and this message speaks for none"});
+    };
+    let dir = data.join("rooms");
+    let mut rooms: Vec<Room> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| Room::load(data, entry.file_name().to_str()?))
+        .filter(|room| room.members.iter().any(|m| m == person))
+        .collect();
+    rooms.sort_by(|a, b| a.room.cmp(&b.room));
+    json!({"type": "rooms", "rooms": rooms})
+}
+
 /// `{"type":"memory"}` (answered `memory` with `text`) and `{"type":"forget"}` (answered
 /// `forgotten`): what the agent remembers about the asking person, for surfaces to show and
 /// clear.
@@ -575,6 +595,42 @@ mod tests {
             let e = Room::parse(&body).unwrap_err();
             assert!(e.contains(says), "{body}: {e}");
         }
+    }
+
+    #[test]
+    fn a_person_is_told_the_rooms_they_are_in_and_no_others() {
+        let data = crate::testing::temp_dir("rooms");
+        for (room, members) in [
+            ("team", vec!["ann", "bob"]),
+            ("attic", vec!["bob"]),
+            ("b", vec!["ann"]),
+        ] {
+            let members = members.into_iter().map(String::from).collect();
+            Room {
+                room: room.into(),
+                members,
+            }
+            .save(&data)
+            .unwrap();
+        }
+        let asked = |person: Option<&str>| {
+            let message = Incoming {
+                body: json!({"type": "rooms"}),
+                ..note(None, person)
+            };
+            rooms_request(&data, &message)
+        };
+        let ann = asked(Some("ann"));
+        let names: Vec<&str> = ann["rooms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["room"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["b", "team"]);
+        assert_eq!(ann["rooms"][1]["members"], json!(["ann", "bob"]));
+        assert_eq!(asked(Some("eve"))["rooms"], json!([]));
+        assert_eq!(asked(None)["type"], "error");
     }
 
     #[test]

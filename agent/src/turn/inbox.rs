@@ -22,6 +22,10 @@ impl<H: Host> Agent<H> {
                 let body = conversations::room_request(&self.data, &message);
                 return self.reply(&message, body);
             }
+            "rooms" => {
+                let body = conversations::rooms_request(&self.data, &message);
+                return self.reply(&message, body);
+            }
             "memory" | "forget" => {
                 let body = conversations::memory_request(&self.data, &message);
                 return self.reply(&message, body);

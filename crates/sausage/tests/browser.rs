@@ -140,7 +140,10 @@ fn a_question_is_answered_with_a_choice_button() {
         ".turn[data-done=true] .turn-answer",
         "A blue counter, then.",
     );
-    assert_eq!(tool_outputs(&fake, 1).last().unwrap(), "web answered: blue");
+    assert_eq!(
+        tool_outputs(&fake, 1).last().unwrap(),
+        "owner answered: blue"
+    );
     assert_eq!(fake.requests().len(), 2, "the answer was not a new turn");
     fake.assert_clean();
 }
@@ -434,5 +437,84 @@ fn an_owner_adds_a_guest_who_logs_in_and_sees_only_their_own_chat() {
     go(&owner, "chat");
     owner.wait_text(".turn-answer", "The owner's answer.");
     assert!(!owner.text("#chat-log").unwrap().contains("guest's"));
+    fake.assert_clean();
+}
+
+#[test]
+fn a_member_talks_in_a_shared_room_and_reads_and_clears_their_memory() {
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    let web = WebHost::start(&world);
+    let owner = web.log_in();
+    let link = owner
+        .post("/api/people", &json!({"id": "ann", "tier": "member"}))
+        .json()["link"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    owner.post("/api/people", &json!({"id": "bob", "tier": "member"}));
+    let room = json!({"type": "room", "room": "kitchen", "members": ["ann", "bob"]});
+    assert_eq!(
+        owner
+            .post("/api/send", &json!({"to": "agent", "body": room}))
+            .status,
+        200
+    );
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "remember",
+        json!({"text": "ann likes tea"}),
+    )]));
+    fake.push_openai(openai::text_reply("Noted: tea."));
+    fake.push_openai(openai::text_reply("Soup today."));
+
+    let ann = Browser::open();
+    ann.log_in(&link);
+    ann.type_into("#chat-input", &format!("remember that I like tea{ENTER}"));
+    ann.wait_text(".turn[data-done=true] .turn-answer", "Noted: tea.");
+    ann.click("#memory-button");
+    ann.wait_text("#memory-text", "ann likes tea");
+
+    // The room is offered once the agent knows it; its talk stays in it.
+    ann.wait_until_with(
+        "the room offered",
+        "return [...document.querySelectorAll('#chat-room option')].some(o => o.value === arguments[0])",
+        json!(["kitchen"]),
+    );
+    ann.eval(
+        "const s = document.querySelector('#chat-room'); s.value = 'kitchen'; \
+         s.dispatchEvent(new Event('change'))",
+        json!([]),
+    );
+    ann.wait_until(
+        "the room's empty conversation",
+        "return !document.querySelector('#chat-log').textContent.includes('Noted: tea.')",
+    );
+    ann.type_into("#chat-input", &format!("what is for lunch?{ENTER}"));
+    ann.wait_text(".turn[data-done=true] .turn-answer", "Soup today.");
+    let lunch = fake.requests()[2].body.to_string();
+    assert!(
+        lunch.contains("kitchen") && !lunch.contains("ann likes tea"),
+        "{lunch}"
+    );
+    ann.eval(
+        "const s = document.querySelector('#chat-room'); s.value = ''; \
+         s.dispatchEvent(new Event('change'))",
+        json!([]),
+    );
+    ann.wait_text(".turn-answer", "Noted: tea.");
+    assert!(!ann.text("#chat-log").unwrap().contains("Soup today."));
+
+    // Clearing the memory, after a confirmation.
+    ann.click("#memory-forget");
+    ann.click("#confirm-yes");
+    ann.wait_until(
+        "the card closed",
+        "return document.querySelector('#memory-card').hidden",
+    );
+    ann.click("#memory-button");
+    ann.wait_text("#memory-text", "Nothing yet");
+    let stored = std::fs::read_to_string(world.path("private/agent/data/people/ann/memory.md"))
+        .unwrap_or_default();
+    assert!(!stored.contains("tea"), "{stored}");
     fake.assert_clean();
 }

@@ -462,6 +462,20 @@ fn two_people_talk_with_the_agent_and_neither_ever_sees_the_other() {
             .contains("marmalade"),
         "memory lives in the person's folder"
     );
+    // Each reads only their own memory, and can clear it.
+    assert!(
+        ann.get("/api/memory").json()["text"]
+            .as_str()
+            .unwrap()
+            .contains("marmalade")
+    );
+    assert_eq!(bob.get("/api/memory").json()["text"], "");
+    assert_eq!(
+        ann.post("/api/memory/forget", &json!({})).json()["type"],
+        "forgotten"
+    );
+    assert_eq!(ann.get("/api/memory").json()["text"], "");
+
     // Neither page was ever shown the other's turn.
     let bob_saw = replayed(&bob);
     assert!(
@@ -616,8 +630,15 @@ fn a_rooms_members_all_get_its_answers_and_its_words_stay_out_of_private_ones() 
         shared.to_string().contains("Soup for everyone."),
         "{shared}"
     );
+    let listed = bob.get("/api/rooms").json();
+    assert_eq!(
+        listed["rooms"],
+        json!([{"room": "kitchen", "members": ["ann", "bob"]}])
+    );
     let outsider = add_and_log_in(&world, &web, "eve", "member");
+    assert_eq!(outsider.get("/api/rooms").json()["rooms"], json!([]));
     let refused = outsider.get("/api/conversation?room=kitchen");
     assert_ne!(refused.status, 200, "{}", refused.text());
+    assert!(!refused.text().contains("Soup"), "{}", refused.text());
     fake.assert_clean();
 }

@@ -66,6 +66,9 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/api/chat", post(chat))
         .route("/api/chat/stop", post(stop_turn))
         .route("/api/conversation", get(conversation))
+        .route("/api/rooms", get(rooms))
+        .route("/api/memory", get(memory))
+        .route("/api/memory/forget", post(forget))
         .route("/api/graph", get(graph))
         .route("/api/people", get(people).post(add_person))
         .route("/api/people/{id}/{action}", post(change_person))
@@ -716,32 +719,11 @@ async fn conversation(
     Extension(person): Extension<Person>,
     Query(query): Query<ConversationQuery>,
 ) -> Response {
-    let agent = ActorId::parse("agent").expect("valid");
-    if app.broker.router.mailbox(&agent).is_none() {
-        return refuse(
-            StatusCode::NOT_FOUND,
-            "there is no agent in this world (`sausage init` makes one)",
-        );
-    }
     let mut request = json!({"type": "conversation"});
     if let Some(room) = query.room {
         request["room"] = json!(room);
     }
-    match ask(&app, &person, &agent, &request, CONVERSATION_PATIENCE).await {
-        Ok(reply) => {
-            let body = reply.body_value();
-            if body["type"] == "conversation" {
-                Json(json!({"entries": body["entries"]})).into_response()
-            } else {
-                let why = body["reason"].as_str().unwrap_or("the agent did not say");
-                refuse(
-                    StatusCode::BAD_GATEWAY,
-                    &format!("the agent cannot tell its conversation: {why}"),
-                )
-            }
-        }
-        Err(refused) => refused.into_response(),
-    }
+    ask_agent(&app, &person, request, "conversation").await
 }
 
 /// Runs one change of `people.json` off the world's thread (it takes the file's lock), for
@@ -880,6 +862,49 @@ async fn change_person(
         Ok(done) => Json(done).into_response(),
         Err(refused) => refused.into_response(),
     }
+}
+
+/// Asks the agent `request` for `person` and answers its reply when it is of type `expected`
+/// (502 with the agent's reason otherwise, 404 without an agent).
+async fn ask_agent(app: &App, person: &Person, request: Value, expected: &str) -> Response {
+    let agent = ActorId::parse("agent").expect("valid");
+    if app.broker.router.mailbox(&agent).is_none() {
+        return refuse(
+            StatusCode::NOT_FOUND,
+            "there is no agent in this world (`sausage init` makes one)",
+        );
+    }
+    match ask(app, person, &agent, &request, CONVERSATION_PATIENCE).await {
+        Ok(reply) => {
+            let body = reply.body_value();
+            if body["type"] == expected {
+                Json(body).into_response()
+            } else {
+                let why = body["reason"].as_str().unwrap_or("the agent did not say");
+                refuse(
+                    StatusCode::BAD_GATEWAY,
+                    &format!("the agent cannot answer: {why}"),
+                )
+            }
+        }
+        Err(refused) => refused.into_response(),
+    }
+}
+
+/// `GET /api/rooms`: the shared rooms the person is a member of (`{"rooms":[{"room",
+/// "members"}]}`), as the agent keeps them.
+async fn rooms(State(app): State<Arc<App>>, Extension(person): Extension<Person>) -> Response {
+    ask_agent(&app, &person, json!({"type": "rooms"}), "rooms").await
+}
+
+/// `GET /api/memory`: what the agent remembers about the person (`{"text"}`).
+async fn memory(State(app): State<Arc<App>>, Extension(person): Extension<Person>) -> Response {
+    ask_agent(&app, &person, json!({"type": "memory"}), "memory").await
+}
+
+/// `POST /api/memory/forget`: the agent forgets everything it remembers about the person.
+async fn forget(State(app): State<Arc<App>>, Extension(person): Extension<Person>) -> Response {
+    ask_agent(&app, &person, json!({"type": "forget"}), "forgotten").await
 }
 
 /// `GET /api/graph`: who sent to whom over the last 60 s.

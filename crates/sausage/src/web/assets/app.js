@@ -490,8 +490,18 @@ function note(text, className = 'note', turn = null) {
 }
 
 /** A message from the agent, live. */
+/** The conversation the chat shows: '' for the person's private one, else a shared room's id
+ * (kept for a reload). Messages of the others are marked on their room's option. */
+const ROOM_KEY = 'sausage.chat.room';
+let chatRoom = store('sessionStorage', ROOM_KEY) || '';
+
 function onAgentMessage(message) {
   const body = message.body || {};
+  if ((body.room || '') !== chatRoom) {
+    const option = $(`#chat-room option[value="${CSS.escape(body.room || '')}"]`);
+    if (option) option.classList.add('unread');
+    return;
+  }
   const id = body.turn || message.reply_to;
   changeLog(() => {
     switch (body.type) {
@@ -500,7 +510,8 @@ function onAgentMessage(message) {
       case 'plan': return planCard(turnOf(id), body.items);
       case 'question': return questionCard(turnOf(id), message);
       case 'text':
-        if (message.reply_to) return finalAnswer(turnOf(message.reply_to), body);
+        // A room's answer reaches the members who did not ask without reply_to, by its turn.
+        if (message.reply_to || body.turn) return finalAnswer(turnOf(message.reply_to || body.turn), body);
         return renderMarkdown(chatLog().appendChild(el('div', { class: 'bubble assistant' })), body.text || '');
       case 'error': return note(`${body.request || 'error'}: ${body.reason || ''}`, 'note',
         turns.get(id) || null);
@@ -518,7 +529,8 @@ function onAgentMessage(message) {
 async function loadConversation() {
   let entries;
   try {
-    entries = (await api('GET', '/api/conversation')).entries || [];
+    const query = chatRoom ? `?room=${encodeURIComponent(chatRoom)}` : '';
+    entries = (await api('GET', `/api/conversation${query}`)).entries || [];
     showError($('#chat-error'), '');
   } catch (error) {
     showError($('#chat-error'), error.message);
@@ -593,7 +605,7 @@ async function sendChat() {
   store('sessionStorage', DRAFT_KEY, '');
   showError($('#chat-error'), '');
   try {
-    const { id } = await api('POST', '/api/chat', { text });
+    const { id } = await api('POST', '/api/chat', chatRoom ? { text, room: chatRoom } : { text });
     pending.classList.remove('pending');
     const turn = turnOf(id, pending);
     if (turn.el.dataset.done !== 'true') setRunning(turn, true);
@@ -608,7 +620,60 @@ async function sendChat() {
   }
 }
 
+/** The rooms the person is in, offered beside their private conversation. */
+async function loadRooms() {
+  let rooms;
+  try {
+    rooms = (await api('GET', '/api/rooms')).rooms || [];
+  } catch {
+    return;
+  }
+  const select = $('#chat-room');
+  select.replaceChildren(el('option', { value: '' }, 'private'),
+    ...rooms.map((r) => el('option', { value: r.room }, `${r.room} (${r.members.join(', ')})`)));
+  if (chatRoom && !rooms.some((r) => r.room === chatRoom)) {
+    chatRoom = '';
+    store('sessionStorage', ROOM_KEY, '');
+    loadConversation();
+  }
+  select.value = chatRoom;
+  $('#chat-room-label').hidden = rooms.length === 0;
+}
+
+async function showMemory() {
+  const card = $('#memory-card');
+  if (!card.hidden) {
+    card.hidden = true;
+    return;
+  }
+  try {
+    const { text } = await api('GET', '/api/memory');
+    $('#memory-text').textContent = text || 'Nothing yet. Ask the agent to remember something.';
+    $('#memory-forget').hidden = !text;
+    card.hidden = false;
+    showError($('#chat-error'), '');
+  } catch (error) {
+    showError($('#chat-error'), error.message);
+  }
+}
+
 function setUpChat() {
+  $('#chat-room').addEventListener('change', (event) => {
+    chatRoom = event.target.value;
+    store('sessionStorage', ROOM_KEY, chatRoom);
+    event.target.selectedOptions[0]?.classList.remove('unread');
+    loadConversation();
+  });
+  $('#memory-button').addEventListener('click', showMemory);
+  $('#memory-forget').addEventListener('click', async () => {
+    if (!await confirmDialog('Forget everything the agent remembers about you?', 'Forget')) return;
+    try {
+      await api('POST', '/api/memory/forget');
+      $('#memory-card').hidden = true;
+    } catch (error) {
+      showError($('#chat-error'), error.message);
+    }
+  });
   const input = $('#chat-input');
   input.value = store('sessionStorage', DRAFT_KEY) || '';
   input.addEventListener('input', () => store('sessionStorage', DRAFT_KEY, input.value));
@@ -1175,7 +1240,7 @@ function route() {
 
 function loadView() {
   switch (currentView) {
-    case 'chat': return loadConversation();
+    case 'chat': loadRooms(); return loadConversation();
     case 'actors': return loadActors();
     case 'actor': loadActors(); return loadActor();
     case 'graph': return loadGraph();
