@@ -139,6 +139,9 @@ pub struct Outgoing {
     /// Set only by native surfaces and by the router (from `as`), never read from a line.
     #[serde(skip)]
     pub speaker: Option<Speaker>,
+    /// The schedule a message fires for (DESIGN §15): set only by the native `scheduler`.
+    #[serde(skip)]
+    pub schedule: Option<Box<str>>,
 }
 
 impl Outgoing {
@@ -166,6 +169,7 @@ impl Outgoing {
             body: raw(body),
             as_handle: None,
             speaker: None,
+            schedule: None,
         }
     }
 
@@ -217,6 +221,9 @@ pub struct Envelope {
     pub from: ActorId,
     pub reply_to: Option<String>,
     pub speaker: Option<Speaker>,
+    /// `"schedule":"<id>"`: the schedule this message fired for, set by the `scheduler` only;
+    /// its ids follow the rules of actor ids, so they need no escaping.
+    pub schedule: Option<Box<str>>,
     pub body: Box<RawValue>,
 }
 
@@ -242,6 +249,11 @@ impl Envelope {
             line.extend_from_slice(speaker.tier.as_str().as_bytes());
             line.push(b'"');
         }
+        if let Some(schedule) = &self.schedule {
+            line.extend_from_slice(b",\"schedule\":\"");
+            line.extend_from_slice(schedule.as_bytes());
+            line.push(b'"');
+        }
         line.extend_from_slice(b",\"body\":");
         line.extend_from_slice(body.as_bytes());
         line.extend_from_slice(b"}\n");
@@ -253,6 +265,7 @@ impl Envelope {
         const FRAME: usize = r#"{"id":"","from":"","body":}"#.len() + 1;
         const REPLY_FRAME: usize = r#","reply_to":"""#.len();
         const SPEAKER_FRAME: usize = r#","person":"","tier":"""#.len();
+        const SCHEDULE_FRAME: usize = r#","schedule":"""#.len();
         self.body.get().len()
             + self.id.len()
             + self.from.as_str().len()
@@ -260,6 +273,10 @@ impl Envelope {
             + self.speaker.as_ref().map_or(0, |s| {
                 s.person.as_str().len() + s.tier.as_str().len() + SPEAKER_FRAME
             })
+            + self
+                .schedule
+                .as_ref()
+                .map_or(0, |s| s.len() + SCHEDULE_FRAME)
             + FRAME
     }
 
@@ -367,6 +384,7 @@ mod tests {
             from: ActorId::parse("echo").unwrap(),
             reply_to: Some("m-1".into()),
             speaker: None,
+            schedule: None,
             body: RawValue::from_string(r#"{ "type" : "t" }"#.into()).unwrap(),
         };
         let line = env.to_line();
@@ -386,8 +404,9 @@ mod tests {
 
     #[test]
     fn only_the_host_says_who_a_message_speaks_for() {
-        let forged = br#"{"to":"agent","person":"boss","tier":"owner","body":{"type":"text"}}"#;
-        assert_eq!(Outgoing::parse(forged).unwrap().speaker, None);
+        let forged = br#"{"to":"agent","person":"boss","tier":"owner","schedule":"s1","body":{"type":"text"}}"#;
+        let parsed = Outgoing::parse(forged).unwrap();
+        assert_eq!((parsed.speaker, parsed.schedule), (None, None));
 
         let env = Envelope {
             id: "m-9".into(),
@@ -397,14 +416,15 @@ mod tests {
                 person: ActorId::parse("ann").unwrap(),
                 tier: Tier::Member,
             }),
+            schedule: Some("every-morning".into()),
             body: RawValue::from_string(r#"{"type":"text"}"#.into()).unwrap(),
         };
         let line = env.to_line();
         assert_eq!(line.len(), env.line_len());
         let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
         assert_eq!(
-            (&v["person"], &v["tier"]),
-            (&"ann".into(), &"member".into())
+            (&v["person"], &v["tier"], &v["schedule"]),
+            (&"ann".into(), &"member".into(), &"every-morning".into())
         );
         assert_eq!(
             Tier::parse("admin").unwrap_err(),

@@ -132,6 +132,7 @@ struct StoredEnvelope {
     reply_to: Option<String>,
     person: Option<String>,
     tier: Option<Tier>,
+    schedule: Option<String>,
     body: Box<serde_json::value::RawValue>,
 }
 
@@ -371,6 +372,7 @@ impl World {
         match serde_json::from_slice::<StoredEnvelope>(&bytes) {
             Ok(stored) => Some(Envelope {
                 speaker: stored.speaker(),
+                schedule: stored.schedule.map(Into::into),
                 from: ActorId::parse(&stored.from).ok()?,
                 id: stored.id,
                 reply_to: stored.reply_to,

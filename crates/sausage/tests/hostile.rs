@@ -206,6 +206,7 @@ fn check_outgoing(line: &[u8], id: &str, reply_to: Option<&str>) -> bool {
         from: ActorId::parse("echo").unwrap(),
         reply_to: reply_to.map(str::to_owned),
         speaker: None,
+        schedule: None,
         body: out.body,
     };
     let rendered = envelope.to_line();
@@ -1293,6 +1294,7 @@ fn bodies_a_value_cannot_hold_do_not_take_a_native_actor_down() {
             from: ActorId::parse("evil").unwrap(),
             reply_to: None,
             speaker: None,
+            schedule: None,
             body: out.body,
         };
         let body = envelope.body_value();

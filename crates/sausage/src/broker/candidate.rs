@@ -190,6 +190,7 @@ async fn run_transcript(
                     from,
                     reply_to: None,
                     speaker: None,
+                    schedule: None,
                     body: raw(body),
                 };
                 if instance.stdin.try_push(Arc::new(envelope)).is_err() {

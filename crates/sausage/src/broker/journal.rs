@@ -47,11 +47,15 @@ const HEADER: usize = 8;
 /// The payload starts with its kind, then the key: the actor (a `u8` length and its bytes) and
 /// the position (`i64`). A put goes on with the envelope: the id (`u32` length), the sender
 /// (`u8` length), `reply_to` (`u32` length, [`NO_REPLY`] for none), and the body to the end.
-/// A put that speaks for a person ([`PUT_SPOKEN`]) has the person (`u8` length) and the tier
-/// (one byte, [`tier_byte`]) between `reply_to` and the body. Every integer is little-endian.
+/// A put with tags ([`PUT_TAGGED`]) has, between `reply_to` and the body, a byte of flags and
+/// the tags they name: [`TAG_SPEAKER`], the person (`u8` length) and the tier (one byte,
+/// [`tier_byte`]); [`TAG_SCHEDULE`], the schedule (`u8` length). Every integer is
+/// little-endian.
 const PUT: u8 = 1;
 const TAKE: u8 = 2;
-const PUT_SPOKEN: u8 = 3;
+const PUT_TAGGED: u8 = 3;
+const TAG_SPEAKER: u8 = 1;
+const TAG_SCHEDULE: u8 = 2;
 
 /// The reply length that means "no `reply_to`".
 const NO_REPLY: u32 = u32::MAX;
@@ -224,6 +228,8 @@ impl Journal {
         let from = envelope.from.as_str().as_bytes();
         let reply_to = envelope.reply_to.as_deref().map(str::as_bytes);
         let speaker = envelope.speaker.as_ref();
+        let schedule = envelope.schedule.as_deref().map(str::as_bytes);
+        let tagged = speaker.is_some() || schedule.is_some();
         let body = envelope.body.get().as_bytes();
         let len = key_len(actor)
             + 4
@@ -232,11 +238,13 @@ impl Journal {
             + from.len()
             + 4
             + reply_to.map_or(0, <[u8]>::len)
+            + usize::from(tagged)
             + speaker.map_or(0, |s| 1 + s.person.as_str().len() + 1)
+            + schedule.map_or(0, |s| 1 + s.len())
             + body.len();
         let place = log.append(len, |out| {
             let mut out = Writer(out);
-            out.key(if speaker.is_some() { PUT_SPOKEN } else { PUT }, actor, pos);
+            out.key(if tagged { PUT_TAGGED } else { PUT }, actor, pos);
             out.u32(id.len() as u32);
             out.bytes(id);
             out.u8(from.len() as u8);
@@ -248,10 +256,20 @@ impl Journal {
                 }
                 None => out.u32(NO_REPLY),
             }
+            if tagged {
+                let flags = if speaker.is_some() { TAG_SPEAKER } else { 0 }
+                    | if schedule.is_some() { TAG_SCHEDULE } else { 0 };
+                out.u8(flags);
+            }
             if let Some(speaker) = speaker {
                 out.u8(speaker.person.as_str().len() as u8);
                 out.bytes(speaker.person.as_str().as_bytes());
                 out.u8(tier_byte(speaker.tier));
+            }
+            if let Some(schedule) = schedule {
+                // Schedule ids follow the rules of actor ids: at most 64 bytes.
+                out.u8(schedule.len() as u8);
+                out.bytes(schedule);
             }
             out.bytes(body);
         })?;
@@ -536,7 +554,7 @@ fn decode(payload: &[u8]) -> Result<Record, String> {
     if kind == TAKE {
         return Ok(Record::Take((actor, pos)));
     }
-    if kind != PUT && kind != PUT_SPOKEN {
+    if kind != PUT && kind != PUT_TAGGED {
         return Err(format!("unknown record kind {kind}"));
     }
     let len = r.u32()? as usize;
@@ -547,7 +565,8 @@ fn decode(payload: &[u8]) -> Result<Record, String> {
         NO_REPLY => None,
         len => Some(r.str(len as usize)?.to_string()),
     };
-    let speaker = if kind == PUT_SPOKEN {
+    let flags = if kind == PUT_TAGGED { r.u8()? } else { 0 };
+    let speaker = if flags & TAG_SPEAKER != 0 {
         let len = r.u8()? as usize;
         let person = ActorId::parse(r.str(len)?)?;
         let tier = match r.u8()? {
@@ -560,6 +579,12 @@ fn decode(payload: &[u8]) -> Result<Record, String> {
     } else {
         None
     };
+    let schedule = if flags & TAG_SCHEDULE != 0 {
+        let len = r.u8()? as usize;
+        Some(r.str(len)?.into())
+    } else {
+        None
+    };
     let body = RawValue::from_string(r.str(r.0.len())?.to_string())
         .map_err(|e| format!("the body is not JSON: {e}"))?;
     Ok(Record::Put(
@@ -569,6 +594,7 @@ fn decode(payload: &[u8]) -> Result<Record, String> {
             from,
             reply_to,
             speaker,
+            schedule,
             body,
         },
     ))
@@ -670,6 +696,7 @@ mod tests {
             from: actor("sender"),
             reply_to: n.is_multiple_of(2).then(|| format!("x/{n}")),
             speaker: None,
+            schedule: None,
             body: raw(&json!({"type": "n", "n": n, "pad": "é".repeat(pad)})),
         }
     }
@@ -689,13 +716,14 @@ mod tests {
     }
 
     #[test]
-    fn who_a_message_speaks_for_comes_back_with_it() {
+    fn who_a_message_speaks_for_and_its_schedule_come_back_with_it() {
         let dir = tempfile::tempdir().unwrap();
         let spoken = |n: usize, tier| Envelope {
             speaker: Some(Speaker {
                 person: actor("ann"),
                 tier,
             }),
+            schedule: (tier == Tier::Owner).then(|| "daily".into()),
             ..envelope(n, 1)
         };
         {
@@ -712,14 +740,20 @@ mod tests {
         let speakers: Vec<_> = journal
             .claim(&actor("a"))
             .into_iter()
-            .map(|(_, e)| e.speaker.as_ref().map(|s| (s.person.to_string(), s.tier)))
+            .map(|(_, e)| {
+                let speaker = e.speaker.as_ref().map(|s| (s.person.to_string(), s.tier));
+                (speaker, e.schedule.as_deref().map(str::to_string))
+            })
             .collect();
         assert_eq!(
             speakers,
             [
-                Some(("ann".to_string(), Tier::Guest)),
-                None,
-                Some(("ann".to_string(), Tier::Owner))
+                (Some(("ann".to_string(), Tier::Guest)), None),
+                (None, None),
+                (
+                    Some(("ann".to_string(), Tier::Owner)),
+                    Some("daily".to_string())
+                )
             ]
         );
     }

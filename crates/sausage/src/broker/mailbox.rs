@@ -476,6 +476,7 @@ mod tests {
             from: ActorId::parse("test").unwrap(),
             reply_to: None,
             speaker: None,
+            schedule: None,
             body: raw(&serde_json::json!({"type": "n", "n": n})),
         })
     }
@@ -514,6 +515,7 @@ mod tests {
             from: ActorId::parse("test").unwrap(),
             reply_to: None,
             speaker: None,
+            schedule: None,
             body: raw(&serde_json::json!({"type": "big", "pad": "x".repeat(kib << 10)})),
         })
     }
@@ -585,6 +587,7 @@ mod tests {
             from: ActorId::parse("test").unwrap(),
             reply_to: None,
             speaker: None,
+            schedule: None,
             body: raw(&serde_json::json!({"type": "big", "pad": "x".repeat(1000)})),
         })
     }
@@ -710,6 +713,7 @@ mod tests {
                         from: ActorId::parse("x").unwrap(),
                         reply_to: None,
                         speaker: None,
+                        schedule: None,
                         body: raw(&serde_json::json!({"pad": "y".repeat(pad * 100)})),
                     });
                     match op {

@@ -145,6 +145,7 @@ impl Router {
                     from: from.clone(),
                     reply_to: out.reply_to,
                     speaker: None,
+                    schedule: None,
                     body: out.body,
                 };
                 self.undeliverable(
@@ -171,6 +172,7 @@ impl Router {
                         from: from.clone(),
                         reply_to: out.reply_to,
                         speaker: out.speaker,
+                        schedule: out.schedule,
                         body: out.body,
                     };
                     self.undeliverable(&envelope, &to, &reason);
@@ -194,6 +196,7 @@ impl Router {
                 from: from.clone(),
                 reply_to: out.reply_to,
                 speaker: out.speaker,
+                schedule: out.schedule,
                 body: out.body,
             }),
             recipients,
@@ -272,6 +275,7 @@ impl Router {
             from: broker,
             reply_to: Some(failed.id.clone()),
             speaker: None,
+            schedule: None,
             body: raw(&json!({"type": "undeliverable", "reason": reason, "to": to})),
         };
         // Dropping the notice when the sender's own mailbox is full is right: waiting here

@@ -449,6 +449,7 @@ impl Task {
             from: ActorId::broker(),
             reply_to: None,
             speaker: None,
+            schedule: None,
             body: raw(&json!({"type": "shutdown"})),
         };
         self.sup.mailbox.close_input(shutdown.to_line());

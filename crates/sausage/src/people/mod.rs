@@ -86,6 +86,18 @@ struct PeopleFile {
     surfaces: BTreeMap<String, String>,
 }
 
+/// How long a read of the people file is trusted while its metadata stays the same: a change
+/// within one tick of the file system's clock, into a reused inode of the same size, would
+/// look unchanged, so no grant or removal goes unseen for longer than this.
+const CACHE_TRUST: std::time::Duration = std::time::Duration::from_secs(1);
+
+struct Cached {
+    /// Inode, size and modification time.
+    seen: (u64, u64, SystemTime),
+    read_at: std::time::Instant,
+    file: PeopleFile,
+}
+
 /// The people of one world.
 #[derive(Clone)]
 pub struct People {
@@ -93,9 +105,10 @@ pub struct People {
     path: PathBuf,
     /// `broker/people.lock`, held while a change reads and writes the file.
     lock: PathBuf,
-    /// The file as last read, and its modification time, for [`People::speaker_by_handle`],
-    /// which runs for every message a surface actor writes for someone.
-    cached: Arc<Mutex<Option<(SystemTime, PeopleFile)>>>,
+    /// The file as last read, what its metadata said then and when, for
+    /// [`People::speaker_by_handle`], which runs for every message a surface actor writes for
+    /// someone.
+    cached: Arc<Mutex<Option<Cached>>>,
 }
 
 impl std::fmt::Debug for People {
@@ -232,16 +245,26 @@ impl People {
     /// whose handle of the kind granted to `surface` it is. `Err` says why nobody: the actor is
     /// no surface, or the handle is nobody's. Reads the file again only when it changed.
     pub fn speaker_by_handle(&self, surface: &ActorId, handle: &str) -> Result<Speaker, String> {
-        let mtime = std::fs::metadata(&self.path)
-            .and_then(|m| m.modified())
-            .ok();
+        let seen = std::fs::metadata(&self.path).ok().map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            (
+                m.ino(),
+                m.len(),
+                m.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            )
+        });
         let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
-        let fresh = matches!((&*cached, mtime), (Some((seen, _)), Some(now)) if *seen == now);
+        let fresh = cached
+            .as_ref()
+            .is_some_and(|c| Some(c.seen) == seen && c.read_at.elapsed() < CACHE_TRUST);
         if !fresh {
-            let file = self.read().map_err(|e| format!("{e:#}"))?;
-            *cached = Some((mtime.unwrap_or(SystemTime::UNIX_EPOCH), file));
+            *cached = Some(Cached {
+                seen: seen.unwrap_or((0, 0, SystemTime::UNIX_EPOCH)),
+                read_at: std::time::Instant::now(),
+                file: self.read().map_err(|e| format!("{e:#}"))?,
+            });
         }
-        let (_, file) = cached.as_ref().expect("just read");
+        let file = &cached.as_ref().expect("just read").file;
         let Some(kind) = file.surfaces.get(surface.as_str()) else {
             return Err(format!(
                 "`as`: actor {surface} may not speak for people (an owner grants that to a \
