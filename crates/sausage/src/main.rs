@@ -248,7 +248,12 @@ async fn init(
         None => None,
     };
     world.create()?;
-    People::new(&world).create(&owner)?;
+    let people = People::new(&world);
+    people.create(&owner)?;
+    // The agent acts for people (and checks their tiers in its tools): what it asks for one,
+    // such as a schedule, is theirs (`"as": "<person>"`).
+    let agent = sausage::message::ActorId::parse("agent").expect("a valid id");
+    people.grant_surface(&agent, sausage::people::PERSON_HANDLE)?;
     config.write(&world)?;
     println!("Created the world `{}`. Building the agent…", dir.display());
     let source = init::write_agent_source(&world, &config)?;

@@ -56,6 +56,10 @@ fn init_builds_and_registers_the_agent_and_the_world_answers() {
     );
     assert_eq!(people["people"][0]["tier"], "owner");
     assert_eq!(
+        people["surfaces"]["agent"], "person",
+        "the agent may act for people"
+    );
+    assert_eq!(
         world.json("sausage.json")["subscriptions"]["agent"],
         serde_json::json!(["console"])
     );

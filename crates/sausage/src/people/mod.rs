@@ -26,6 +26,11 @@ use crate::world::World;
 
 pub use sessions::Sessions;
 
+/// The kind of handle that is a person's own id: a surface granted it speaks for anyone by id.
+/// `sausage init` grants it to the agent, which acts for people and checks their tiers in its
+/// own tools.
+pub const PERSON_HANDLE: &str = "person";
+
 /// The first owner's id when `sausage init` is not told one, and the owner of a world made
 /// before people existed.
 pub const DEFAULT_OWNER: &str = "owner";
@@ -271,14 +276,24 @@ impl People {
                  surface, such as `sausage matrix setup` for matrix)"
             ));
         };
+        // The kind `person` names people by their ids: the grant an agent gets, so that what it
+        // asks for someone (a schedule) is theirs.
         let person = file
             .people
             .iter()
-            .find(|p| p.handles.get(kind).is_some_and(|h| h == handle))
+            .find(|p| match kind.as_str() {
+                PERSON_HANDLE => p.id == handle,
+                kind => p.handles.get(kind).is_some_and(|h| h == handle),
+            })
             .ok_or_else(|| {
                 format!(
                     "`as`: {handle} is not a person of this world; an owner adds them with \
-                     `sausage people add ID --tier TIER --{kind} {handle}`"
+                     `sausage people add {} --tier TIER`",
+                    if kind == PERSON_HANDLE {
+                        handle.to_string()
+                    } else {
+                        format!("ID --{kind} {handle}")
+                    }
                 )
             })?;
         Ok(Speaker {
