@@ -2,7 +2,7 @@
 //!
 //! The crate is layered: `fs` (commit-on-close files, knows nothing of actors), `runtime`
 //! (wasmtime, knows nothing of routing), `world` (the on-disk layout), `broker` (routing,
-//! mailboxes, supervision, requests), and the native actors `console` and `cargo`.
+//! mailboxes, supervision, requests), and the native actors `console`, `cargo`, `web` and `scheduler` (`schedules`).
 
 pub mod broker;
 pub mod cargo;
@@ -13,6 +13,7 @@ pub mod message;
 pub mod people;
 pub mod replace;
 pub mod runtime;
+pub mod schedules;
 pub mod web;
 pub mod world;
 

@@ -389,7 +389,7 @@ fn login_link(world: &World, token: &str) -> String {
 }
 
 /// The broker and native actors of an open world; stopping them is `close`.
-async fn open(world: &World) -> Result<(Arc<Broker>, [tokio::task::JoinHandle<()>; 2])> {
+async fn open(world: &World) -> Result<(Arc<Broker>, [tokio::task::JoinHandle<()>; 3])> {
     let runtime = Runtime::new(Some(world.cache_dir()))?;
     let broker = Broker::start(world.clone(), runtime).await?;
     let server = tokio::spawn({
@@ -397,10 +397,11 @@ async fn open(world: &World) -> Result<(Arc<Broker>, [tokio::task::JoinHandle<()
         async move { broker.serve().await }
     });
     let cargo = tokio::spawn(sausage::cargo::serve(broker.clone()));
-    Ok((broker, [server, cargo]))
+    let scheduler = sausage::schedules::spawn(broker.clone());
+    Ok((broker, [server, cargo, scheduler]))
 }
 
-async fn close(broker: &Broker, services: [tokio::task::JoinHandle<()>; 2]) {
+async fn close(broker: &Broker, services: [tokio::task::JoinHandle<()>; 3]) {
     broker.shutdown().await;
     for service in services {
         service.abort();

@@ -1,0 +1,286 @@
+//! `scheduler`, the native actor that sends messages later (DESIGN §15): `schedule` (a cron
+//! pattern in a time zone, `every` so many seconds, or once `at` a time), `unschedule` and
+//! `schedules`. A due message goes from `scheduler`, with `"schedule":"<id>"` in its envelope,
+//! through the router like any message; one made for a person speaks for that person as they
+//! are in `people.json` when it fires.
+//!
+//! It owns `/data/schedules.json` (its own data folder), replaced whole at each change; every
+//! decision is in `table`, which knows no I/O. **Invariant:** a reply `scheduled` or
+//! `unscheduled` is sent only once the file holds the change, and the file records a fire before
+//! its message is sent (at most once, like every delivery).
+
+pub mod clock;
+pub mod table;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+
+use crate::broker::Broker;
+use crate::broker::mailbox::Mailbox;
+use crate::message::{ActorId, Envelope, NATIVE_ACTORS, Outgoing, Speaker, Tier};
+use crate::people::People;
+use clock::{Clock, LOOK_AGAIN, SystemClock};
+use table::{Asker, Creator, CreatorKind, Fire, Table};
+
+/// The scheduler's actor id.
+pub const SCHEDULER: &str = "scheduler";
+
+/// The file in the scheduler's `/data` that holds every schedule.
+pub const SCHEDULES_FILE: &str = "schedules.json";
+
+/// Starts the `scheduler` on the host's clock; it runs until the host stops (or the task is
+/// aborted). Its mailbox exists when this returns, so no early request finds no actor.
+pub fn spawn(broker: Arc<Broker>) -> tokio::task::JoinHandle<()> {
+    spawn_with(broker, SystemClock)
+}
+
+/// [`spawn`] on `clock` (tests give one they move).
+pub fn spawn_with(broker: Arc<Broker>, clock: impl Clock) -> tokio::task::JoinHandle<()> {
+    let scheduler = Scheduler::open(broker);
+    tokio::spawn(serve(scheduler, clock))
+}
+
+async fn serve(mut scheduler: Scheduler, clock: impl Clock) {
+    loop {
+        scheduler.pass(clock.now()).await;
+        let wake = scheduler
+            .table
+            .next_fire()
+            .unwrap_or_else(|| clock.now() + LOOK_AGAIN);
+        // Waits for: a request (answered after the fires due by then, so a reply never
+        // overtakes one), or the clock reaching the next fire. The system clock returns after
+        // LOOK_AGAIN at most, so a clock that jumped is read again within a minute. Both arms
+        // are cancel-safe: a mailbox's `recv` takes nothing until it returns.
+        tokio::select! {
+            request = scheduler.mailbox.recv() => {
+                let now = clock.now();
+                scheduler.pass(now).await;
+                scheduler.answer(&request, now).await;
+            }
+            () = clock.wait(wake) => {}
+        }
+    }
+}
+
+struct Scheduler {
+    broker: Arc<Broker>,
+    me: ActorId,
+    mailbox: Arc<Mailbox>,
+    people: People,
+    /// `private/scheduler/data/schedules.json`.
+    path: PathBuf,
+    table: Table,
+}
+
+impl Scheduler {
+    /// Reads the schedules the last run left. An unreadable file is kept beside, under
+    /// `schedules.json.unreadable`, and the scheduler starts empty (saying so), rather than
+    /// overwrite it at the first change.
+    fn open(broker: Arc<Broker>) -> Scheduler {
+        let me = ActorId::parse(SCHEDULER).expect("a valid id");
+        let mailbox = broker.native_mailbox(SCHEDULER);
+        let world = broker.world.clone();
+        if let Err(e) = world.create_actor_dirs(&me) {
+            eprintln!("sausage: {e:#}");
+        }
+        let path = world.data_dir(&me).join(SCHEDULES_FILE);
+        let table = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                let aside = path.with_extension("json.unreadable");
+                eprintln!(
+                    "sausage: {}: {e}; kept as {}, and no schedule runs until it is fixed and \
+                     put back while the world is stopped",
+                    path.display(),
+                    aside.display()
+                );
+                if let Err(e) = std::fs::rename(&path, &aside) {
+                    eprintln!("sausage: {}: {e}", aside.display());
+                }
+                Table::default()
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Table::default(),
+            Err(e) => {
+                eprintln!("sausage: {}: {e}; no schedule runs", path.display());
+                Table::default()
+            }
+        };
+        Scheduler {
+            people: People::new(&world),
+            broker,
+            me,
+            mailbox,
+            path,
+            table,
+        }
+    }
+
+    /// Ends the schedules whose actors or person are gone, then fires what is due at `now`.
+    async fn pass(&mut self, now: DateTime<Utc>) {
+        let mut changed = self.end_orphans().await;
+        let due = self.table.due(now);
+        let mut fires = Vec::new();
+        for fire in due.fires {
+            match self.speaker(&fire) {
+                Ok(speaker) => fires.push((fire, speaker)),
+                Err(reason) => {
+                    self.note(&format!("schedule {} ended: {reason}", fire.schedule));
+                    self.table.end(&fire.schedule);
+                }
+            }
+        }
+        changed |= due.changed;
+        if changed && let Err(e) = self.save().await {
+            self.note(&format!("{e}; the schedules' times may repeat after a restart"));
+        }
+        for (fire, speaker) in fires {
+            // `to` was checked to be an actor id when the schedule was made.
+            let Ok(to) = ActorId::parse(&fire.to) else {
+                continue;
+            };
+            let mut out = Outgoing::new(&to, &fire.body).spoken_by(speaker);
+            out.schedule = Some(fire.schedule.into());
+            self.broker.send(&self.me, out).await;
+        }
+    }
+
+    /// Who a fire speaks for: nobody for an actor's schedule; for a person's, the person as
+    /// `people.json` has them now. `Err`: the schedule ends (the person is gone).
+    fn speaker(&self, fire: &Fire) -> Result<Option<Speaker>, String> {
+        if fire.creator.kind == CreatorKind::Actor {
+            return Ok(None);
+        }
+        match self.people.get(&fire.creator.id) {
+            Ok(Some(person)) => Ok(Some(Speaker {
+                person: ActorId::parse(&person.id).map_err(|e| format!("people.json: {e}"))?,
+                tier: person.tier,
+            })),
+            Ok(None) => Err(format!("person {} was removed", fire.creator.id)),
+            Err(e) => Err(format!("cannot read who person {} is: {e:#}", fire.creator.id)),
+        }
+    }
+
+    /// Ends every schedule whose recipient or creating actor is no longer in the world, or
+    /// whose person was removed; true if any ended.
+    async fn end_orphans(&mut self) -> bool {
+        let known = self.known_actors().await;
+        // When the people file cannot be read, nobody is taken for removed.
+        let people: Option<BTreeSet<String>> = self
+            .people
+            .list()
+            .ok()
+            .map(|people| people.into_iter().map(|p| p.id).collect());
+        let ended = self.table.end_where(|s| {
+            if !known.contains(&s.to) {
+                return Some(format!("its recipient, actor {}, was removed", s.to));
+            }
+            match s.creator.kind {
+                CreatorKind::Actor if !known.contains(&s.creator.id) => Some(format!(
+                    "its creator, actor {}, was removed",
+                    s.creator.id
+                )),
+                CreatorKind::Person
+                    if people.as_ref().is_some_and(|p| !p.contains(&s.creator.id)) =>
+                {
+                    Some(format!("its creator, person {}, was removed", s.creator.id))
+                }
+                _ => None,
+            }
+        });
+        for (id, reason) in &ended {
+            self.note(&format!("schedule {id} ended: {reason}"));
+        }
+        !ended.is_empty()
+    }
+
+    /// Every actor of the world: the registry's and every native actor (which are never
+    /// removed, even when one does not run, such as `web` with `--no-web`).
+    async fn known_actors(&self) -> BTreeSet<String> {
+        let mut known: BTreeSet<String> = self.broker.known_actors().await.into_keys().collect();
+        known.extend(NATIVE_ACTORS.iter().map(|n| n.to_string()));
+        known
+    }
+
+    /// Answers one request with one reply. Replies to the scheduler (an actor answering a
+    /// fired message, an `undeliverable` notice) are not requests and get none, so two actors
+    /// never trade errors.
+    async fn answer(&mut self, request: &Envelope, now: DateTime<Utc>) {
+        if request.reply_to.is_some() {
+            return;
+        }
+        let body = request.body_value();
+        let kind = body.get("type").and_then(Value::as_str).unwrap_or("");
+        let asker = asker(request);
+        let before = self.table.clone();
+        let result = match kind {
+            "schedule" => {
+                let known = self.known_actors().await;
+                self.table.schedule(&asker, &body, now, &known)
+            }
+            "unschedule" => self.table.unschedule(&asker, &body),
+            "schedules" => Ok(self.table.list(&asker)),
+            "shutdown" => return,
+            _ => Err(format!(
+                "scheduler knows three requests: `schedule` (with one of `cron`, `every` or \
+                 `at`, and `to` and `body`), `unschedule` (`id`) and `schedules`; for example \
+                 {}",
+                table::EXAMPLE
+            )),
+        };
+        let result = match result {
+            Ok(reply) if kind != "schedules" => match self.save().await {
+                Ok(()) => Ok(reply),
+                Err(e) => {
+                    self.table = before;
+                    Err(format!("{e}; nothing changed"))
+                }
+            },
+            other => other,
+        };
+        let reply = result.unwrap_or_else(
+            |reason| json!({"type": "error", "request": kind, "reason": reason}),
+        );
+        let out = Outgoing::new(&request.from, &reply).replying_to(Some(&request.id));
+        self.broker.send(&self.me, out).await;
+    }
+
+    /// Writes the table to `schedules.json`, atomically and synced (on the blocking pool, off
+    /// the world's thread).
+    async fn save(&self) -> Result<(), String> {
+        // A table of strings, numbers and JSON values always serialises.
+        let text = serde_json::to_vec_pretty(&self.table).expect("the table serialises");
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || crate::fs::write_atomically(&path, &text))
+            .await
+            .map_err(|e| format!("host bug: saving the schedules failed: {e}"))?
+            .map_err(|e| format!("{}: cannot save the schedules: {e}", self.path.display()))
+    }
+
+    fn note(&self, note: &str) {
+        self.broker.world.log_note(&self.me, note);
+    }
+}
+
+/// Who asks: the person the request speaks for, else the actor that sent it. Owners and the
+/// terminal console see and may end every schedule.
+fn asker(request: &Envelope) -> Asker {
+    match &request.speaker {
+        Some(speaker) => Asker {
+            creator: Creator {
+                kind: CreatorKind::Person,
+                id: speaker.person.to_string(),
+            },
+            all: speaker.tier == Tier::Owner,
+        },
+        None => Asker {
+            creator: Creator {
+                kind: CreatorKind::Actor,
+                id: request.from.to_string(),
+            },
+            all: request.from.as_str() == "console",
+        },
+    }
+}
