@@ -134,7 +134,9 @@ impl Scheduler {
         }
         changed |= due.changed;
         if changed && let Err(e) = self.save().await {
-            self.note(&format!("{e}; the schedules' times may repeat after a restart"));
+            self.note(&format!(
+                "{e}; the schedules' times may repeat after a restart"
+            ));
         }
         for (fire, speaker) in fires {
             // `to` was checked to be an actor id when the schedule was made.
@@ -159,7 +161,10 @@ impl Scheduler {
                 tier: person.tier,
             })),
             Ok(None) => Err(format!("person {} was removed", fire.creator.id)),
-            Err(e) => Err(format!("cannot read who person {} is: {e:#}", fire.creator.id)),
+            Err(e) => Err(format!(
+                "cannot read who person {} is: {e:#}",
+                fire.creator.id
+            )),
         }
     }
 
@@ -178,10 +183,9 @@ impl Scheduler {
                 return Some(format!("its recipient, actor {}, was removed", s.to));
             }
             match s.creator.kind {
-                CreatorKind::Actor if !known.contains(&s.creator.id) => Some(format!(
-                    "its creator, actor {}, was removed",
-                    s.creator.id
-                )),
+                CreatorKind::Actor if !known.contains(&s.creator.id) => {
+                    Some(format!("its creator, actor {}, was removed", s.creator.id))
+                }
                 CreatorKind::Person
                     if people.as_ref().is_some_and(|p| !p.contains(&s.creator.id)) =>
                 {
@@ -240,9 +244,8 @@ impl Scheduler {
             },
             other => other,
         };
-        let reply = result.unwrap_or_else(
-            |reason| json!({"type": "error", "request": kind, "reason": reason}),
-        );
+        let reply = result
+            .unwrap_or_else(|reason| json!({"type": "error", "request": kind, "reason": reason}));
         let out = Outgoing::new(&request.from, &reply).replying_to(Some(&request.id));
         self.broker.send(&self.me, out).await;
     }

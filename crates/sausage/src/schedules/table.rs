@@ -210,9 +210,11 @@ impl Table {
     /// Answers an `unschedule` request: `unscheduled`, or why not.
     pub fn unschedule(&mut self, asker: &Asker, request: &Value) -> Result<Value, String> {
         let Some(id) = request.get("id").and_then(Value::as_str) else {
-            return Err("missing `id` (a string): the schedule to end, as `scheduled` or \
+            return Err(
+                "missing `id` (a string): the schedule to end, as `scheduled` or \
                         `schedules` named it"
-                .into());
+                    .into(),
+            );
         };
         let Some(at) = self.schedules.iter().position(|s| s.id == id) else {
             return Err(format!(
@@ -259,8 +261,12 @@ impl Table {
                 return true;
             }
             due.changed = true;
-            let late = at_or_after(&s.when, s.next, s.next.max(window));
-            if late.is_some_and(|t| t <= now) {
+            // Its planned time counts as it is (a cron time in a daylight-saving gap is moved
+            // to after the gap, where the pattern does not match); one older than the window
+            // still fires if the pattern had a time within it.
+            let in_window =
+                s.next >= window || at_or_after(&s.when, s.next, window).is_some_and(|t| t <= now);
+            if in_window {
                 due.fires.push(Fire {
                     schedule: s.id.clone(),
                     creator: s.creator.clone(),
@@ -325,9 +331,11 @@ fn read_when(request: &Value, now: DateTime<Utc>) -> Result<When, String> {
         .collect();
     let tz = request.get("tz").filter(|v| !v.is_null());
     if tz.is_some() && given != ["cron"] {
-        return Err("`tz` goes with `cron` only (an `at` carries its offset, an `every` needs \
+        return Err(
+            "`tz` goes with `cron` only (an `at` carries its offset, an `every` needs \
                     none)"
-            .into());
+                .into(),
+        );
     }
     let when = match given.as_slice() {
         ["cron"] => {
@@ -410,7 +418,9 @@ fn read_when(request: &Value, now: DateTime<Utc>) -> Result<When, String> {
 
 fn read_to(request: &Value, known: &BTreeSet<String>) -> Result<String, String> {
     let Some(to) = request.get("to").and_then(Value::as_str) else {
-        return Err("missing `to` (a string): the actor that gets the message, such as \"agent\"".into());
+        return Err(
+            "missing `to` (a string): the actor that gets the message, such as \"agent\"".into(),
+        );
     };
     let to = ActorId::parse(to).map_err(|e| format!("`to`: {e}"))?;
     if !known.contains(to.as_str()) {
@@ -520,9 +530,19 @@ fn at_or_after(when: &When, grid: DateTime<Utc>, t: DateTime<Utc>) -> Option<Dat
                 Some(tz) => parse_tz(tz).ok()?,
                 None => chrono_tz::UTC,
             };
-            cron.find_next_occurrence(&t.with_timezone(&tz), true)
-                .ok()
-                .map(|t| t.with_timezone(&Utc))
+            let mut found = cron
+                .find_next_occurrence(&t.with_timezone(&tz), true)
+                .ok()?;
+            // In the hour a daylight-saving change repeats, croner answers a fixed time's first
+            // occurrence, which may be before `t`: the next after that one is the answer (a
+            // few tries at most, never a loop).
+            for _ in 0..3 {
+                if found >= t {
+                    break;
+                }
+                found = cron.find_next_occurrence(&found, false).ok()?;
+            }
+            Some(found.with_timezone(&Utc)).filter(|found| *found >= t)
         }
         When::Every { every } => {
             let every = *every as i64;
@@ -591,3 +611,506 @@ mod rfc3339_or_null {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(text: &str) -> DateTime<Utc> {
+        parse_time(text).unwrap()
+    }
+
+    fn known() -> BTreeSet<String> {
+        ["agent", "console", "notes"]
+            .into_iter()
+            .map(String::from)
+            .collect()
+    }
+
+    fn person(id: &str, owner: bool) -> Asker {
+        Asker {
+            creator: Creator {
+                kind: CreatorKind::Person,
+                id: id.into(),
+            },
+            all: owner,
+        }
+    }
+
+    fn actor(id: &str) -> Asker {
+        Asker {
+            creator: Creator {
+                kind: CreatorKind::Actor,
+                id: id.into(),
+            },
+            all: false,
+        }
+    }
+
+    /// A `schedule` request to `agent` with a text body and these fields.
+    fn request(fields: Value) -> Value {
+        let mut request =
+            json!({"type": "schedule", "to": "agent", "body": {"type": "text", "text": "hi"}});
+        for (k, v) in fields.as_object().unwrap() {
+            request[k] = v.clone();
+        }
+        request
+    }
+
+    fn add(table: &mut Table, fields: Value, now: &str) -> Value {
+        table
+            .schedule(&person("ann", false), &request(fields), t(now), &known())
+            .unwrap()
+    }
+
+    fn refused(fields: Value, now: &str) -> String {
+        Table::default()
+            .schedule(&person("ann", false), &request(fields), t(now), &known())
+            .unwrap_err()
+    }
+
+    /// The boundary of the table: passes from `from` to `to` every `step` seconds in, the
+    /// log of fires out (`<time> <schedule>`).
+    fn run(table: &mut Table, from: &str, to: &str, step: i64) -> Vec<String> {
+        let (mut now, end) = (t(from), t(to));
+        let mut log = Vec::new();
+        while now <= end {
+            for fire in table.due(now).fires {
+                log.push(format!("{} {}", format_time(now), fire.schedule));
+            }
+            now += TimeDelta::seconds(step);
+        }
+        log
+    }
+
+    #[test]
+    fn a_cron_schedule_fires_at_its_times_and_is_described_in_words() {
+        let mut table = Table::default();
+        let reply = add(
+            &mut table,
+            json!({"cron": "0 9 * * *"}),
+            "2026-01-10T08:00:00Z",
+        );
+        assert_eq!(reply["type"], "scheduled");
+        assert_eq!(reply["id"], "s1");
+        assert_eq!(reply["next"], "2026-01-10T09:00:00Z");
+        let words = reply["description"].as_str().unwrap();
+        assert!(words.contains('9'), "{words}");
+        assert_eq!(
+            run(
+                &mut table,
+                "2026-01-10T08:00:00Z",
+                "2026-01-12T10:00:00Z",
+                60
+            ),
+            [
+                "2026-01-10T09:00:00Z s1",
+                "2026-01-11T09:00:00Z s1",
+                "2026-01-12T09:00:00Z s1"
+            ]
+        );
+        let listed = &table.list(&person("ann", false))["schedules"][0];
+        assert_eq!(listed["last"], "2026-01-12T09:00:00Z");
+        assert_eq!(listed["next"], "2026-01-13T09:00:00Z");
+        assert_eq!(listed["cron"], "0 9 * * *");
+        assert_eq!(listed["creator"], "ann");
+        assert_eq!(listed["creator_kind"], "person");
+        assert!(listed.get("tz").is_none());
+    }
+
+    #[test]
+    fn a_time_zone_keeps_the_local_hour_across_daylight_saving_changes() {
+        // Berlin moves to summer time on 2026-03-29 (02:00 → 03:00) and back on 2026-10-25.
+        let mut table = Table::default();
+        let reply = add(
+            &mut table,
+            json!({"cron": "0 9 * * *", "tz": "Europe/Berlin"}),
+            "2026-03-27T12:00:00Z",
+        );
+        assert_eq!(reply["next"], "2026-03-28T08:00:00Z");
+        assert_eq!(
+            run(
+                &mut table,
+                "2026-03-27T12:00:00Z",
+                "2026-03-30T12:00:00Z",
+                60
+            ),
+            [
+                "2026-03-28T08:00:00Z s1",
+                "2026-03-29T07:00:00Z s1",
+                "2026-03-30T07:00:00Z s1"
+            ]
+        );
+
+        // 02:30 does not exist on the day summer time starts, and exists twice on the day it
+        // ends: the schedule fires once on each day all the same.
+        let mut table = Table::default();
+        add(
+            &mut table,
+            json!({"cron": "30 2 * * *", "tz": "Europe/Berlin"}),
+            "2026-03-28T12:00:00Z",
+        );
+        let spring = run(
+            &mut table,
+            "2026-03-28T12:00:00Z",
+            "2026-03-29T12:00:00Z",
+            60,
+        );
+        assert_eq!(spring.len(), 1, "{spring:?}");
+        let mut table = Table::default();
+        add(
+            &mut table,
+            json!({"cron": "30 2 * * *", "tz": "Europe/Berlin"}),
+            "2026-10-24T12:00:00Z",
+        );
+        let autumn = run(
+            &mut table,
+            "2026-10-24T12:00:00Z",
+            "2026-10-25T12:00:00Z",
+            60,
+        );
+        assert_eq!(autumn.len(), 1, "{autumn:?}");
+    }
+
+    #[test]
+    fn every_keeps_its_grid_however_late_the_passes_come() {
+        let mut table = Table::default();
+        let reply = add(&mut table, json!({"every": 90}), "2026-01-10T10:00:00Z");
+        assert_eq!(reply["next"], "2026-01-10T10:01:30Z");
+        assert!(reply.get("description").is_none());
+        // Passes every 7 s: each fire comes at the first pass after its time, and the times
+        // after it stay on the 90 s grid, not 90 s after the pass.
+        let log = run(
+            &mut table,
+            "2026-01-10T10:00:00Z",
+            "2026-01-10T10:06:10Z",
+            7,
+        );
+        assert_eq!(log.len(), 4, "{log:?}");
+        let next = table.schedules()[0].next;
+        assert_eq!((next - t("2026-01-10T10:00:00Z")).num_seconds() % 90, 0);
+        assert_eq!(next, t("2026-01-10T10:07:30Z"));
+    }
+
+    #[test]
+    fn an_at_fires_once_and_ends() {
+        let mut table = Table::default();
+        let reply = add(
+            &mut table,
+            json!({"at": "2026-01-10T11:30:00+01:00", "id": "tea"}),
+            "2026-01-10T10:00:00Z",
+        );
+        assert_eq!(
+            reply,
+            json!({"type": "scheduled", "id": "tea", "next": "2026-01-10T10:30:00Z"})
+        );
+        assert_eq!(
+            table.schedules()[0].when,
+            When::At {
+                at: "2026-01-10T10:30:00Z".into()
+            }
+        );
+        assert_eq!(
+            run(
+                &mut table,
+                "2026-01-10T10:00:00Z",
+                "2026-01-10T12:00:00Z",
+                60
+            ),
+            ["2026-01-10T10:30:00Z tea"]
+        );
+        assert!(table.schedules().is_empty());
+    }
+
+    #[test]
+    fn a_fire_carries_the_body_the_recipient_and_the_creator() {
+        let mut table = Table::default();
+        table
+            .schedule(
+                &actor("notes"),
+                &request(json!({"every": 60})),
+                t("2026-01-10T10:00:00Z"),
+                &known(),
+            )
+            .unwrap();
+        let fires = table.due(t("2026-01-10T10:01:00Z")).fires;
+        assert_eq!(
+            fires,
+            [Fire {
+                schedule: "s1".into(),
+                creator: actor("notes").creator,
+                to: "agent".into(),
+                body: json!({"type": "text", "text": "hi"}),
+            }]
+        );
+    }
+
+    #[test]
+    fn each_bad_field_is_refused_with_what_would_be_right() {
+        let now = "2026-01-10T10:00:00Z";
+        let cases = [
+            (json!({}), "needs one of `cron`"),
+            (
+                json!({"cron": "0 9 * * *", "every": 60}),
+                "not `cron` and `every`",
+            ),
+            (json!({"cron": "0 9 * *"}), "has 4 fields; a pattern has 5"),
+            (json!({"cron": "0 0 9 * * *"}), "has 6 fields; use 5"),
+            (json!({"cron": "0 25 * * *"}), "not a valid pattern"),
+            (json!({"cron": "banana * * * *"}), "not a valid pattern"),
+            (json!({"cron": 9}), "must be a string of 5 fields"),
+            (json!({"cron": "0 0 30 2 *"}), "never matches"),
+            (
+                json!({"cron": "0 9 * * *", "tz": "Europe/Berln"}),
+                "not an IANA time zone; use a name such as Europe/Berlin",
+            ),
+            (
+                json!({"every": 60, "tz": "UTC"}),
+                "`tz` goes with `cron` only",
+            ),
+            (json!({"every": 59}), "the shortest is 60 s"),
+            (json!({"every": "5m"}), "whole number of seconds"),
+            (json!({"every": -60}), "whole number of seconds"),
+            (json!({"at": "tomorrow"}), "not an RFC 3339 time"),
+            (json!({"at": "2026-01-10T09:59:59Z"}), "is in the past"),
+            (json!({"at": now}), "is in the past"),
+            (json!({"every": 60, "to": "Agent!"}), "`to`: actor id"),
+            (
+                json!({"every": 60, "to": "ghost"}),
+                "no actor `ghost`; known actors: agent, console, notes",
+            ),
+            (json!({"every": 60, "to": null}), "missing `to`"),
+            (
+                json!({"every": 60, "body": "hi"}),
+                "`body` must be a JSON object",
+            ),
+            (json!({"every": 60, "body": null}), "missing `body`"),
+            (
+                json!({"every": 60, "body": {"type": "text", "text": "x".repeat(MAX_BODY_BYTES)}}),
+                "at most 65536",
+            ),
+            (json!({"every": 60, "id": "Tea Time"}), "`id`: schedule id"),
+            (json!({"every": 60, "id": 7}), "`id` must be a string"),
+        ];
+        for (fields, reason) in cases {
+            let got = refused(fields.clone(), now);
+            assert!(got.contains(reason), "{fields}: {got}");
+        }
+        // Nicknames are patterns too.
+        let mut table = Table::default();
+        assert_eq!(
+            add(&mut table, json!({"cron": "@daily"}), now)["next"],
+            "2026-01-11T00:00:00Z"
+        );
+    }
+
+    #[test]
+    fn a_creator_has_at_most_twenty_and_an_id_is_its_creators() {
+        let now = "2026-01-10T10:00:00Z";
+        let mut table = Table::default();
+        for _ in 0..MAX_SCHEDULES_PER_CREATOR {
+            add(&mut table, json!({"every": 60}), now);
+        }
+        let reason = table
+            .schedule(
+                &person("ann", false),
+                &request(json!({"every": 60})),
+                t(now),
+                &known(),
+            )
+            .unwrap_err();
+        assert!(
+            reason.contains("person ann has 20 active schedules, the limit (20 per creator)"),
+            "{reason}"
+        );
+        // Replacing one's own still works at the limit; someone else has their own twenty.
+        add(&mut table, json!({"every": 120, "id": "s3"}), now);
+        assert_eq!(table.schedules().len(), 20);
+        assert_eq!(table.schedules()[2].when, When::Every { every: 120 });
+        let reason = table
+            .schedule(
+                &person("bob", false),
+                &request(json!({"every": 60, "id": "s3"})),
+                t(now),
+                &known(),
+            )
+            .unwrap_err();
+        assert!(
+            reason.contains("schedule s3 belongs to person ann; choose another `id`"),
+            "{reason}"
+        );
+        table
+            .schedule(
+                &actor("ann"),
+                &request(json!({"every": 60})),
+                t(now),
+                &known(),
+            )
+            .expect("the actor ann is another creator than the person ann");
+    }
+
+    #[test]
+    fn only_the_creator_or_an_owner_ends_a_schedule_and_people_see_their_own() {
+        let now = "2026-01-10T10:00:00Z";
+        let mut table = Table::default();
+        add(&mut table, json!({"every": 60}), now);
+        table
+            .schedule(
+                &person("bob", false),
+                &request(json!({"every": 60})),
+                t(now),
+                &known(),
+            )
+            .unwrap();
+        let ids = |list: Value| -> Vec<String> {
+            list["schedules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["id"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(ids(table.list(&person("ann", false))), ["s1"]);
+        assert_eq!(ids(table.list(&person("bob", false))), ["s2"]);
+        assert_eq!(ids(table.list(&person("olga", true))), ["s1", "s2"]);
+
+        let unschedule = json!({"type": "unschedule", "id": "s1"});
+        let reason = table
+            .unschedule(&person("bob", false), &unschedule)
+            .unwrap_err();
+        assert!(reason.contains("only its creator or an owner"), "{reason}");
+        assert_eq!(
+            table
+                .unschedule(&person("ann", false), &unschedule)
+                .unwrap(),
+            json!({"type": "unscheduled", "id": "s1"})
+        );
+        let reason = table
+            .unschedule(&person("ann", false), &unschedule)
+            .unwrap_err();
+        assert!(reason.contains("no schedule s1"), "{reason}");
+        assert!(
+            table
+                .unschedule(&person("ann", false), &json!({"type": "unschedule"}))
+                .unwrap_err()
+                .contains("missing `id`")
+        );
+        table
+            .unschedule(
+                &person("olga", true),
+                &json!({"type": "unschedule", "id": "s2"}),
+            )
+            .unwrap();
+        assert!(table.schedules().is_empty());
+    }
+
+    #[test]
+    fn assigned_ids_are_never_reused_and_survive_the_file() {
+        let now = "2026-01-10T10:00:00Z";
+        let mut table = Table::default();
+        add(&mut table, json!({"every": 60}), now);
+        add(&mut table, json!({"every": 60, "id": "s2"}), now);
+        assert_eq!(add(&mut table, json!({"every": 60}), now)["id"], "s3");
+        table
+            .unschedule(&person("ann", false), &json!({"id": "s3"}))
+            .unwrap();
+        let mut table: Table =
+            serde_json::from_str(&serde_json::to_string(&table).unwrap()).unwrap();
+        assert_eq!(add(&mut table, json!({"every": 60}), now)["id"], "s4");
+        assert_eq!(table.schedules()[0].next, t("2026-01-10T10:01:00Z"));
+    }
+
+    #[test]
+    fn after_downtime_each_schedule_fires_once_if_it_was_due_within_a_day() {
+        let now = "2026-01-12T10:00:00Z"; // a Monday
+        let mut table = Table::default();
+        add(
+            &mut table,
+            json!({"cron": "0 * * * *", "id": "hourly"}),
+            now,
+        );
+        add(&mut table, json!({"every": 60, "id": "minutely"}), now);
+        add(
+            &mut table,
+            json!({"at": "2026-01-12T11:00:00Z", "id": "once"}),
+            now,
+        );
+        add(
+            &mut table,
+            json!({"cron": "0 9 * * MON", "id": "weekly"}),
+            now,
+        );
+        // Down for three hours: each missed schedule fires once, at the first pass.
+        let fires: Vec<String> = table
+            .due(t("2026-01-12T13:00:30Z"))
+            .fires
+            .into_iter()
+            .map(|f| f.schedule)
+            .collect();
+        assert_eq!(fires, ["hourly", "minutely", "once"]);
+        assert!(
+            table.due(t("2026-01-12T13:00:30Z")).fires.is_empty(),
+            "no burst"
+        );
+        assert_eq!(table.schedules()[0].next, t("2026-01-12T14:00:00Z"));
+        assert_eq!(table.schedules()[1].next, t("2026-01-12T13:01:00Z"));
+
+        // Down for three days: the hourly and the minutely ones were due within the last day,
+        // the weekly one (Monday 9:00, three days ago) was not, and is skipped.
+        let fires: Vec<String> = table
+            .due(t("2026-01-19T08:00:00Z"))
+            .fires
+            .into_iter()
+            .map(|f| f.schedule)
+            .collect();
+        assert_eq!(fires, ["hourly", "minutely"]);
+        let weekly = table.schedules().iter().find(|s| s.id == "weekly").unwrap();
+        assert_eq!(weekly.next, t("2026-01-19T09:00:00Z"));
+        assert_eq!(weekly.last, None);
+
+        // An `at` missed by more than a day ends without firing.
+        let mut table = Table::default();
+        add(&mut table, json!({"at": "2026-01-12T11:00:00Z"}), now);
+        assert!(table.due(t("2026-01-13T11:00:01Z")).fires.is_empty());
+        assert!(table.schedules().is_empty());
+    }
+
+    #[test]
+    fn a_clock_that_jumps_gives_no_burst() {
+        let now = "2026-01-12T10:00:00Z";
+        let mut table = Table::default();
+        add(&mut table, json!({"every": 3600, "id": "hourly"}), now);
+        // Forwards by ten hours, with passes every 10 s after it: one late fire, then the grid.
+        let log = run(
+            &mut table,
+            "2026-01-12T20:00:05Z",
+            "2026-01-12T22:00:00Z",
+            10,
+        );
+        assert_eq!(
+            log,
+            ["2026-01-12T20:00:05Z hourly", "2026-01-12T21:00:05Z hourly"]
+        );
+        // Backwards by a day: the next fire is planned again on the grid, within the hour.
+        let due = table.due(t("2026-01-11T22:30:00Z"));
+        assert!(due.fires.is_empty() && due.changed);
+        assert_eq!(table.schedules()[0].next, t("2026-01-11T23:00:00Z"));
+    }
+
+    #[test]
+    fn schedules_whose_actors_are_gone_end() {
+        let now = "2026-01-10T10:00:00Z";
+        let mut table = Table::default();
+        add(&mut table, json!({"every": 60}), now);
+        table
+            .schedule(
+                &actor("notes"),
+                &request(json!({"every": 60, "to": "console"})),
+                t(now),
+                &known(),
+            )
+            .unwrap();
+        let ended = table.end_where(|s| (s.creator.id == "notes").then(|| "gone".to_string()));
+        assert_eq!(ended, [("s2".to_string(), "gone".to_string())]);
+        assert_eq!(table.schedules().len(), 1);
+    }
+}
