@@ -1,0 +1,394 @@
+//! The scheduler (DESIGN §15) as actors see it: requests in, replies and fired messages out,
+//! through a real broker. The boundary helper is [`Scheduled`]: a world with the scheduler on a
+//! clock the test moves, a requester (`web`, speaking for a person or for nobody) and a
+//! recipient (`console`) whose mailboxes the test reads, so no test waits for real minutes.
+//! The last test runs `sausage run` and waits a few real seconds for an `at`.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde_json::{Value, json};
+use support::*;
+
+use sausage::broker::Broker;
+use sausage::broker::mailbox::Mailbox;
+use sausage::message::{ActorId, Envelope, Outgoing, Speaker, Tier};
+use sausage::people::People;
+use sausage::runtime::Runtime;
+use sausage::schedules::clock::ManualClock;
+use sausage::world::World;
+
+fn t(text: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(text)
+        .unwrap()
+        .with_timezone(&Utc)
+}
+
+/// A running broker with the scheduler on a [`ManualClock`]. `web` asks, `console` receives.
+struct Scheduled {
+    broker: Arc<Broker>,
+    clock: ManualClock,
+    scheduler: tokio::task::JoinHandle<()>,
+    web: Arc<Mailbox>,
+    console: Arc<Mailbox>,
+    people: People,
+}
+
+impl Scheduled {
+    async fn start(world: &TestWorld, now: &str) -> Scheduled {
+        let world = World::new(&world.root);
+        let people = People::new(&world);
+        if people.get("ann").unwrap().is_none() {
+            people.create("olga").unwrap();
+            people.add("ann", Tier::Member, None).unwrap();
+        }
+        let broker = Broker::start(world, Runtime::new(None).unwrap())
+            .await
+            .unwrap();
+        let clock = ManualClock::new(t(now));
+        let scheduler = sausage::schedules::spawn_with(broker.clone(), clock.clone());
+        Scheduled {
+            web: broker.native_mailbox("web"),
+            console: broker.native_mailbox("console"),
+            broker,
+            clock,
+            scheduler,
+            people,
+        }
+    }
+
+    /// Stops the scheduler as a host's end would, and starts it again at `now`.
+    async fn restart_at(&mut self, now: &str) {
+        self.scheduler.abort();
+        let _ = (&mut self.scheduler).await;
+        self.clock.set(t(now));
+        self.scheduler = sausage::schedules::spawn_with(self.broker.clone(), self.clock.clone());
+    }
+
+    /// Sends `body` to the scheduler from `web`, speaking for `person` (or nobody), and returns
+    /// the reply's body.
+    async fn ask(&self, person: Option<(&str, Tier)>, body: Value) -> Value {
+        let speaker = person.map(|(id, tier)| Speaker {
+            person: ActorId::parse(id).unwrap(),
+            tier,
+        });
+        let web = ActorId::parse("web").unwrap();
+        let scheduler = ActorId::parse("scheduler").unwrap();
+        let id = self
+            .broker
+            .send(&web, Outgoing::new(&scheduler, &body).spoken_by(speaker))
+            .await;
+        let reply = next(&self.web).await;
+        assert_eq!(reply.from.as_str(), "scheduler");
+        assert_eq!(reply.reply_to.as_deref(), Some(id.as_str()));
+        reply.body_value()
+    }
+
+    async fn ann(&self, body: Value) -> Value {
+        self.ask(Some(("ann", Tier::Member)), body).await
+    }
+
+    /// Moves the clock, then makes sure the scheduler has done every pass that follows (a
+    /// reply to `schedules` comes only after the fires due before it).
+    async fn move_to(&self, now: &str) {
+        self.clock.set(t(now));
+        self.ask(None, json!({"type": "schedules"})).await;
+    }
+
+    /// Every message the console got so far.
+    async fn received(&self) -> Vec<Arc<Envelope>> {
+        let mut got = Vec::new();
+        // A timeout polls its future once before it looks at the time: what waits is taken.
+        while let Ok(message) = tokio::time::timeout(Duration::ZERO, self.console.recv()).await {
+            got.push(message);
+        }
+        got
+    }
+}
+
+async fn next(mailbox: &Mailbox) -> Arc<Envelope> {
+    tokio::time::timeout(PATIENCE, mailbox.recv())
+        .await
+        .expect("a message within the patience")
+}
+
+fn in_world(test: impl AsyncFnOnce(&TestWorld)) {
+    let world = TestWorld::new();
+    sausage::scheduler().unwrap().block_on(test(&world));
+}
+
+#[test]
+fn a_persons_schedule_fires_as_them_with_its_id_and_ends_when_they_go() {
+    in_world(async |world| {
+        let s = Scheduled::start(world, "2026-01-12T07:00:00Z").await;
+        let reply = s
+            .ann(
+                json!({"type": "schedule", "cron": "0 9 * * *", "tz": "Europe/Berlin",
+                "to": "console", "body": {"type": "text", "text": "summarise"}}),
+            )
+            .await;
+        assert_eq!(reply["type"], "scheduled", "{reply}");
+        assert_eq!(
+            reply["next"], "2026-01-12T08:00:00Z",
+            "9:00 in Berlin in winter"
+        );
+        assert!(reply["description"].as_str().is_some_and(|d| !d.is_empty()));
+
+        s.move_to("2026-01-12T07:59:59Z").await;
+        assert!(s.received().await.is_empty(), "not before its time");
+        s.move_to("2026-01-12T08:00:00Z").await;
+        let fired = s.received().await;
+        assert_eq!(fired.len(), 1, "{fired:?}");
+        assert_eq!(fired[0].from.as_str(), "scheduler");
+        assert_eq!(
+            fired[0].schedule.as_deref(),
+            Some(reply["id"].as_str().unwrap())
+        );
+        let line = String::from_utf8(fired[0].to_line()).unwrap();
+        assert!(line.contains(r#""schedule":"s1""#), "{line}");
+        assert_eq!(
+            fired[0].speaker,
+            Some(Speaker {
+                person: ActorId::parse("ann").unwrap(),
+                tier: Tier::Member
+            })
+        );
+        assert_eq!(
+            fired[0].body_value(),
+            json!({"type": "text", "text": "summarise"})
+        );
+
+        // The fire speaks for ann as she is when it fires.
+        s.people.set_tier("ann", Tier::Guest).unwrap();
+        s.move_to("2026-01-13T08:00:00Z").await;
+        assert_eq!(
+            s.received().await[0].speaker.as_ref().unwrap().tier,
+            Tier::Guest
+        );
+
+        let listed = s.ann(json!({"type": "schedules"})).await;
+        let one = &listed["schedules"][0];
+        assert_eq!(one["creator"], "ann");
+        assert_eq!(one["last"], "2026-01-13T08:00:00Z");
+        assert_eq!(one["next"], "2026-01-14T08:00:00Z");
+        assert_eq!(one["tz"], "Europe/Berlin");
+
+        s.people.remove("ann").unwrap();
+        s.move_to("2026-01-14T08:00:00Z").await;
+        assert!(
+            s.received().await.is_empty(),
+            "a removed person's schedule does not fire"
+        );
+        let all = s
+            .ask(Some(("olga", Tier::Owner)), json!({"type": "schedules"}))
+            .await;
+        assert_eq!(all["schedules"], json!([]));
+        assert!(
+            world.log("scheduler").contains("person ann, was removed"),
+            "{}",
+            world.log("scheduler")
+        );
+    });
+}
+
+#[test]
+fn requests_are_refused_with_reasons_and_only_owners_see_everyones() {
+    in_world(async |world| {
+        let s = Scheduled::start(world, "2026-01-12T08:00:00Z").await;
+        let refused = s
+            .ann(json!({"type": "schedule", "every": 30, "to": "console", "body": {"type": "t"}}))
+            .await;
+        assert_eq!(refused["type"], "error");
+        assert_eq!(refused["request"], "schedule");
+        assert!(
+            refused["reason"]
+                .as_str()
+                .unwrap()
+                .contains("the shortest is 60 s"),
+            "{refused}"
+        );
+        let refused = s
+            .ann(json!({"type": "schedule", "every": 60, "to": "nobody", "body": {"type": "t"}}))
+            .await;
+        assert!(
+            refused["reason"]
+                .as_str()
+                .unwrap()
+                .contains("no actor `nobody`"),
+            "{refused}"
+        );
+        let unknown = s.ann(json!({"type": "remind"})).await;
+        assert_eq!(unknown["request"], "remind");
+        assert!(
+            unknown["reason"].as_str().unwrap().contains("`schedule`"),
+            "{unknown}"
+        );
+
+        for _ in 0..20 {
+            let ok = s.ann(json!({"type": "schedule", "every": 60, "to": "console", "body": {"type": "t"}})).await;
+            assert_eq!(ok["type"], "scheduled", "{ok}");
+        }
+        let full = s
+            .ann(json!({"type": "schedule", "every": 60, "to": "console", "body": {"type": "t"}}))
+            .await;
+        assert!(
+            full["reason"]
+                .as_str()
+                .unwrap()
+                .contains("the limit (20 per creator)"),
+            "{full}"
+        );
+        // The actor `web` (speaking for nobody) is another creator, with none of ann's.
+        let mine = s.ask(None, json!({"type": "schedules"})).await;
+        assert_eq!(mine["schedules"], json!([]));
+        let by_web = s.ask(None, json!({"type": "unschedule", "id": "s1"})).await;
+        assert!(
+            by_web["reason"]
+                .as_str()
+                .unwrap()
+                .contains("belongs to person ann"),
+            "{by_web}"
+        );
+        let all = s
+            .ask(Some(("olga", Tier::Owner)), json!({"type": "schedules"}))
+            .await;
+        assert_eq!(all["schedules"].as_array().unwrap().len(), 20);
+        let ended = s
+            .ask(
+                Some(("olga", Tier::Owner)),
+                json!({"type": "unschedule", "id": "s1"}),
+            )
+            .await;
+        assert_eq!(ended, json!({"type": "unscheduled", "id": "s1"}));
+
+        let saved = world.json("private/scheduler/data/schedules.json");
+        assert_eq!(saved["schedules"].as_array().unwrap().len(), 19);
+    });
+}
+
+#[test]
+fn after_downtime_each_missed_schedule_fires_once() {
+    in_world(async |world| {
+        let mut s = Scheduled::start(world, "2026-01-12T10:00:00Z").await;
+        for fields in [
+            json!({"cron": "*/5 * * * *", "id": "often"}),
+            json!({"every": 3600, "id": "hourly"}),
+            json!({"at": "2026-01-12T11:00:00Z", "id": "once"}),
+            json!({"at": "2026-01-12T10:30:00Z", "id": "long-ago"}),
+        ] {
+            let mut request =
+                json!({"type": "schedule", "to": "console", "body": {"type": "ping"}});
+            for (k, v) in fields.as_object().unwrap() {
+                request[k] = v.clone();
+            }
+            assert_eq!(s.ask(None, request).await["type"], "scheduled");
+        }
+        // Down from 10:00 to 13:00: every schedule missed some times, and fires once.
+        s.restart_at("2026-01-12T13:00:30Z").await;
+        s.move_to("2026-01-12T13:00:30Z").await;
+        let mut fired: Vec<String> = s
+            .received()
+            .await
+            .iter()
+            .map(|m| m.schedule.as_deref().unwrap().to_string())
+            .collect();
+        fired.sort();
+        assert_eq!(fired, ["hourly", "long-ago", "often", "once"]);
+        let left = s.ask(None, json!({"type": "schedules"})).await;
+        let ids: Vec<&str> = left["schedules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["often", "hourly"], "each `at` fired and ended");
+
+        // Down for two days: still one fire each, and nothing more at the next pass.
+        s.restart_at("2026-01-14T13:02:00Z").await;
+        s.move_to("2026-01-14T13:02:00Z").await;
+        assert_eq!(s.received().await.len(), 2);
+        s.move_to("2026-01-14T13:03:00Z").await;
+        assert!(s.received().await.is_empty(), "no burst");
+    });
+}
+
+#[test]
+fn a_removed_actors_schedules_end() {
+    let world = TestWorld::new();
+    world.install("notes", "notes");
+    sausage::scheduler().unwrap().block_on(async {
+        let s = Scheduled::start(&world, "2026-01-12T10:00:00Z").await;
+        let to_notes = s
+            .ask(
+                None,
+                json!({"type": "schedule", "every": 60, "to": "notes", "body": {"type": "count"}}),
+            )
+            .await;
+        assert_eq!(to_notes["type"], "scheduled", "{to_notes}");
+        let serving = tokio::spawn({
+            let broker = s.broker.clone();
+            async move { broker.serve().await }
+        });
+        let web = ActorId::parse("web").unwrap();
+        s.broker
+            .send(
+                &web,
+                Outgoing::new(
+                    &ActorId::broker(),
+                    &json!({"type": "remove", "actor": "notes"}),
+                ),
+            )
+            .await;
+        let removed = next(&s.web).await;
+        assert_eq!(
+            removed.body_value()["type"],
+            "removed",
+            "{:?}",
+            removed.body_value()
+        );
+        s.move_to("2026-01-12T10:05:00Z").await;
+        let left = s.ask(None, json!({"type": "schedules"})).await;
+        assert_eq!(left["schedules"], json!([]));
+        assert!(
+            world
+                .log("scheduler")
+                .contains("its recipient, actor notes, was removed")
+        );
+        s.broker.shutdown().await;
+        serving.abort();
+    });
+}
+
+#[test]
+fn an_at_a_few_seconds_ahead_fires_in_a_running_world() {
+    let world = TestWorld::new();
+    let mut host = world.run();
+    let at = Utc::now() + TimeDelta::seconds(3);
+    let at = at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    host.tell(
+        "scheduler",
+        json!({"type": "schedule", "id": "tea", "at": at, "to": "console",
+            "body": {"type": "text", "text": "tea is ready"}}),
+    );
+    let scheduled = host.wait_type("scheduler", "scheduled");
+    assert_eq!(scheduled["id"], "tea");
+    assert_eq!(scheduled["next"], at);
+    assert!(
+        world
+            .read("private/scheduler/data/schedules.json")
+            .contains("tea is ready")
+    );
+    let fired = host.wait_for_within(Duration::from_secs(15), "the schedule's text", |m| {
+        m.from == "scheduler" && m.body["text"] == "tea is ready"
+    });
+    assert!(!fired.reply);
+    host.tell("scheduler", json!({"type": "schedules"}));
+    assert_eq!(
+        host.wait_type("scheduler", "schedules")["schedules"],
+        json!([])
+    );
+    assert!(host.quit().success());
+}
