@@ -79,6 +79,11 @@ pub struct Outgoing {
     pub id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reply_to: Option<String>,
+    /// `"as": "<person id>"`: the message is that person's (the owner granted the agent the
+    /// handle kind `person`). Written only on requests to the scheduler, so that a schedule
+    /// made in a person's conversation is theirs (DESIGN §15).
+    #[serde(rename = "as", skip_serializing_if = "Option::is_none")]
+    pub speaks_for: Option<String>,
     pub body: Value,
 }
 

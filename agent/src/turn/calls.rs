@@ -5,6 +5,10 @@
 
 use super::*;
 
+/// The native actor that sends messages later (DESIGN §15): the one recipient the agent
+/// names a person to, by `"as"`.
+const SCHEDULER: &str = "scheduler";
+
 impl<H: Host> Agent<H> {
     /// Runs one tool call; `None` when a shutdown came while it waited.
     pub(super) fn call(
@@ -215,10 +219,14 @@ impl<H: Host> Agent<H> {
             let noted = self.subscriptions.set(&self.data, publisher, asking);
             self.report(noted);
         }
+        // What the agent asks the scheduler in a person's conversation is that person's: the
+        // schedule is theirs and fires as their own message. Nothing else speaks for anyone.
+        let speaks_for = who.person.clone().filter(|_| to == SCHEDULER);
         self.host.send(&Outgoing {
             to: Some(to.to_string()),
             id: Some(id),
             reply_to: None,
+            speaks_for,
             body,
         });
         if seconds == 0 {

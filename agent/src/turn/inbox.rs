@@ -237,6 +237,7 @@ impl<H: Host> Agent<H> {
             to: Some(message.from.clone()),
             id: None,
             reply_to: Some(message.id.clone()),
+            speaks_for: None,
             body,
         });
     }

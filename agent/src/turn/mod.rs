@@ -1251,6 +1251,7 @@ fn addressed(
                 to: Some(recipient.to.clone()),
                 id: id.clone(),
                 reply_to: recipient.reply_to.clone(),
+                speaks_for: None,
                 body,
             }
         })

@@ -993,3 +993,43 @@ fn a_conversation_keeps_at_most_its_limit_of_messages_dropping_the_oldest() {
         (&json!("m-1"), &json!({"actor": "ticker"}))
     );
 }
+
+#[test]
+fn a_request_to_the_scheduler_speaks_for_the_person_and_nothing_else_does() {
+    let data = world(CONFIG);
+    let schedule = json!({"type": "schedule", "cron": "0 9 * * *", "tz": "Europe/Berlin",
+        "to": "agent", "body": {"type": "text", "text": "summarise yesterday's errors"}});
+    let host = run(
+        &data,
+        vec![says(
+            "m-1",
+            "ann",
+            "member",
+            "every morning at 9, summarise the errors",
+        )],
+        vec![
+            call("send_message", json!({"to": "scheduler", "body": schedule})),
+            call(
+                "send_message",
+                json!({"to": "echo", "body": {"type": "hi"}}),
+            ),
+            text("Scheduled."),
+        ],
+    );
+    let sends = tool_sends(&host);
+    assert_eq!(sends.len(), 2);
+    assert_eq!(sends[0].to.as_deref(), Some("scheduler"));
+    assert_eq!(sends[0].speaks_for.as_deref(), Some("ann"));
+    let line: Value = serde_json::from_str(&serde_json::to_string(sends[0]).unwrap()).unwrap();
+    assert_eq!(line["as"], "ann");
+    assert_eq!(
+        sends[1].speaks_for, None,
+        "only the scheduler is told whose a request is"
+    );
+    assert!(
+        host.sent
+            .iter()
+            .filter(|m| m.id.is_none())
+            .all(|m| m.speaks_for.is_none())
+    );
+}
