@@ -53,6 +53,11 @@ pub const DEFAULT_SURFACE: &str = "web";
 /// does not make the scheduler her surface.
 const NOT_SURFACES: &[&str] = &["scheduler"];
 
+/// Whether a person's message from `from` came from a place the person reads.
+pub fn is_surface(from: &str) -> bool {
+    !NOT_SURFACES.contains(&from)
+}
+
 /// One conversation with its own history (saved in turns as `{"person":"ann"}`, `{"room":…}`,
 /// `{"actor":…}`, or `"legacy"`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -1088,13 +1088,23 @@ impl<H: Host> Agent<H> {
 
     /// Who gets the turn's messages: the one who asked, on the surface they asked from, and in
     /// a room every other member on the surface they last spoke from (DESIGN §13).
+    /// A text the scheduler sent for a person is answered where that person reads (the
+    /// surface they last spoke from), not to the scheduler.
     fn audience(&self, turn: &SavedTurn) -> Vec<Recipient> {
         let message = &turn.message;
-        let mut all = vec![Recipient {
-            to: message.from.clone(),
-            reply_to: Some(message.id.clone()),
-            person: message.person.clone(),
-        }];
+        let asker = match &message.person {
+            Some(person) if !conversations::is_surface(&message.from) => Recipient {
+                to: self.surfaces.of(person).to_string(),
+                reply_to: None,
+                person: Some(person.clone()),
+            },
+            _ => Recipient {
+                to: message.from.clone(),
+                reply_to: Some(message.id.clone()),
+                person: message.person.clone(),
+            },
+        };
+        let mut all = vec![asker];
         let Conversation::Room(room) = &turn.conversation else {
             return all;
         };

@@ -1033,3 +1033,35 @@ fn a_request_to_the_scheduler_speaks_for_the_person_and_nothing_else_does() {
             .all(|m| m.speaks_for.is_none())
     );
 }
+
+#[test]
+fn a_scheduled_text_starts_a_turn_for_its_person_answered_where_they_read() {
+    let data = world(CONFIG);
+    let scheduled = Event::Message(from_person(
+        "m-2",
+        "ann",
+        "member",
+        "scheduler",
+        json!({"type": "text", "text": "summarise yesterday's errors"}),
+    ));
+    let host = run(
+        &data,
+        vec![says("m-1", "ann", "member", "hello"), scheduled],
+        vec![text("Hello."), text("No errors yesterday.")],
+    );
+    let finals = finals(&host);
+    assert_eq!(finals.len(), 2, "{finals:?}");
+    assert_eq!(
+        finals[1],
+        (
+            "web".to_string(),
+            "ann".to_string(),
+            None,
+            "No errors yesterday.".to_string()
+        ),
+        "the answer goes to ann's surface, not back to the scheduler"
+    );
+    let (person, request) = &requests(&host)[1];
+    assert_eq!(person, "ann");
+    assert!(request.contains("summarise yesterday's errors") && request.contains("Hello."));
+}
