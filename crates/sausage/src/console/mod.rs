@@ -37,7 +37,7 @@ struct CommandInfo {
     does: &'static str,
 }
 
-const COMMANDS: [CommandInfo; 6] = [
+const COMMANDS: [CommandInfo; 7] = [
     CommandInfo {
         name: "deploy",
         args: "<actor> <dir>",
@@ -47,6 +47,11 @@ const COMMANDS: [CommandInfo; 6] = [
         name: "list",
         args: "",
         does: "list the actors (asks the broker)",
+    },
+    CommandInfo {
+        name: "schedules",
+        args: "",
+        does: "list the schedules, one line each (asks the scheduler)",
     },
     CommandInfo {
         name: "sleep",
@@ -359,6 +364,15 @@ impl Console {
                 self.send(&agent, &body, Some(&question)).await;
             }
             Command::Help => self.out.line(&help()),
+            Command::Schedules => {
+                let scheduler = ActorId::parse(crate::schedules::SCHEDULER).expect("valid id");
+                let asked = json!({"type": "schedules"});
+                let lines = match self.ask(&scheduler, asked, LIST_PATIENCE).await {
+                    Ok(reply) => render::schedule_lines(&reply),
+                    Err(e) => vec![format!("schedules: {e}")],
+                };
+                self.out.line(&lines.join("\n"));
+            }
             Command::Quit => return Some(End::Quit),
             Command::Sleep(time) => tokio::time::sleep(time).await,
             Command::Await { from, time } => {
@@ -641,6 +655,8 @@ enum Command {
         text: String,
     },
     Help,
+    /// `/schedules`: asks the scheduler and prints one line per schedule.
+    Schedules,
     Quit,
     Sleep(Duration),
     Await {
@@ -694,6 +710,7 @@ fn command(line: &str, question: Option<&str>) -> Command {
     let args: Vec<&str> = words.collect();
     match (name, args.as_slice()) {
         ("help", []) => Command::Help,
+        ("schedules", []) => Command::Schedules,
         ("quit", []) => Command::Quit,
         ("list", []) => Command::Send {
             to: ActorId::broker(),
@@ -831,7 +848,7 @@ mod tests {
             ("/await ../x 1", "character"),
             (
                 "/frobnicate",
-                "unknown command `/frobnicate`; commands: /deploy, /list, /sleep, /await, /help, /quit",
+                "unknown command `/frobnicate`; commands: /deploy, /list, /schedules, /sleep, /await, /help, /quit",
             ),
             ("/deploy x", "usage"),
             ("/deploy X dir", "character"),

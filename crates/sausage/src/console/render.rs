@@ -57,6 +57,45 @@ pub fn script_line(from: &str, reply: bool, mut body: Value) -> String {
     format!("{head} {body}{blocks}")
 }
 
+/// The scheduler's `schedules` reply as `/schedules` prints it: one line per schedule (`id`,
+/// creator → recipient, when, next and last fire, the body), or why there is none.
+pub fn schedule_lines(reply: &Value) -> Vec<String> {
+    let Some(schedules) = reply["schedules"].as_array() else {
+        let reason = reply["reason"]
+            .as_str()
+            .unwrap_or("the scheduler answered something else");
+        return vec![format!("schedules: {reason}")];
+    };
+    if schedules.is_empty() {
+        return vec!["schedules: none".into()];
+    }
+    let text = |v: &Value| v.as_str().unwrap_or("?").to_string();
+    schedules
+        .iter()
+        .map(|s| {
+            let when = if let Some(cron) = s["cron"].as_str() {
+                match s["tz"].as_str() {
+                    Some(tz) => format!("cron {cron:?} {tz}"),
+                    None => format!("cron {cron:?} UTC"),
+                }
+            } else if let Some(every) = s["every"].as_u64() {
+                format!("every {every} s")
+            } else {
+                format!("at {}", text(&s["at"]))
+            };
+            let last = s["last"].as_str().unwrap_or("never");
+            format!(
+                "{}  {} → {}  {when}  next {}  last {last}  {}",
+                text(&s["id"]),
+                text(&s["creator"]),
+                text(&s["to"]),
+                text(&s["next"]),
+                s["body"],
+            )
+        })
+        .collect()
+}
+
 /// What a person at a terminal sees. Streamed text is printed a whole line at a time (a line
 /// printed above the prompt cannot be continued later), cut at a space when it would pass
 /// `width`; the first line of a block carries `[from] `, the next ones are indented under it.
@@ -335,6 +374,29 @@ mod tests {
 
     fn usage(cost: Value) -> Value {
         json!({"input_tokens": 12345, "output_tokens": 678, "cache_read_tokens": 2000, "cost_usd": cost})
+    }
+
+    #[test]
+    fn schedules_are_one_line_each() {
+        let reply = json!({"type": "schedules", "schedules": [
+            {"id": "s1", "creator": "ann", "creator_kind": "person", "to": "agent",
+             "body": {"type": "text", "text": "hi"}, "cron": "0 9 * * *", "tz": "Europe/Berlin",
+             "next": "2026-01-12T08:00:00Z", "last": null},
+            {"id": "tea", "creator": "notes", "creator_kind": "actor", "to": "console",
+             "body": {"type": "ping"}, "every": 600, "next": "2026-01-12T08:10:00Z",
+             "last": "2026-01-12T08:00:00Z"},
+        ]});
+        assert_eq!(
+            schedule_lines(&reply),
+            [
+                r#"s1  ann → agent  cron "0 9 * * *" Europe/Berlin  next 2026-01-12T08:00:00Z  last never  {"text":"hi","type":"text"}"#,
+                r#"tea  notes → console  every 600 s  next 2026-01-12T08:10:00Z  last 2026-01-12T08:00:00Z  {"type":"ping"}"#,
+            ]
+        );
+        assert_eq!(
+            schedule_lines(&json!({"type": "schedules", "schedules": []})),
+            ["schedules: none"]
+        );
     }
 
     #[test]
