@@ -392,3 +392,66 @@ fn an_at_a_few_seconds_ahead_fires_in_a_running_world() {
     );
     assert!(host.quit().success());
 }
+
+#[test]
+fn the_web_console_lists_schedules_for_owners_and_each_person_their_own() {
+    use support::web::{Client, WebHost};
+    let world = TestWorld::new();
+    let web = WebHost::start(&world);
+    let owner = web.log_in();
+    let token = People::new(&World::new(&world.root))
+        .add("ann", Tier::Member, None)
+        .unwrap();
+    let response =
+        support::http::request(&web.addr, "GET", &format!("/login?token={token}"), &[], b"");
+    assert_eq!(response.status, 303);
+    let ann = Client {
+        addr: web.addr.clone(),
+        cookie: response
+            .header("set-cookie")
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .to_string(),
+    };
+    let schedule = |client: &Client, id: &str| {
+        let body = json!({"type": "schedule", "id": id, "every": 3600, "to": "console",
+            "body": {"type": "text", "text": format!("from {id}")}});
+        let sent = client.post("/api/send", &json!({"to": "scheduler", "body": body}));
+        assert_eq!(sent.status, 200, "{}", sent.text());
+    };
+    schedule(&owner, "mine");
+    schedule(&ann, "anns");
+    let all = owner.until("/api/schedules", "both schedules", |list| {
+        list["schedules"].as_array().is_some_and(|s| s.len() == 2)
+    });
+    let creators: Vec<&str> = all["schedules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["creator"].as_str().unwrap())
+        .collect();
+    assert_eq!(creators, ["owner", "ann"]);
+    let own = ann.get("/api/schedules").json();
+    assert_eq!(own["schedules"].as_array().unwrap().len(), 1);
+    assert_eq!(own["schedules"][0]["id"], "anns");
+
+    let refused = ann.post("/api/schedules/mine/unschedule", &json!({}));
+    assert_eq!(refused.status, 400);
+    assert!(
+        refused.text().contains("only its creator or an owner"),
+        "{}",
+        refused.text()
+    );
+    let ended = owner.post("/api/schedules/anns/unschedule", &json!({}));
+    assert_eq!(ended.status, 200, "{}", ended.text());
+    assert_eq!(ended.json(), json!({"type": "unscheduled", "id": "anns"}));
+    assert_eq!(ann.get("/api/schedules").json()["schedules"], json!([]));
+    let page = owner.get("/app.js").text();
+    assert!(
+        page.contains("loadSchedules"),
+        "the page has the Schedules view"
+    );
+    assert!(web.host.quit().success());
+}

@@ -72,6 +72,8 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/api/graph", get(graph))
         .route("/api/people", get(people).post(add_person))
         .route("/api/people/{id}/{action}", post(change_person))
+        .route("/api/schedules", get(schedules))
+        .route("/api/schedules/{id}/unschedule", post(unschedule))
         .route("/api/events", get(events))
         .fallback(|| async {
             refuse(
@@ -905,6 +907,42 @@ async fn memory(State(app): State<Arc<App>>, Extension(person): Extension<Person
 /// `POST /api/memory/forget`: the agent forgets everything it remembers about the person.
 async fn forget(State(app): State<Arc<App>>, Extension(person): Extension<Person>) -> Response {
     ask_agent(&app, &person, json!({"type": "forget"}), "forgotten").await
+}
+
+/// `GET /api/schedules`: `{"schedules": [...]}` as the scheduler lists them for the person:
+/// every one for owners, their own for the others (the scheduler decides, by the speaker).
+async fn schedules(State(app): State<Arc<App>>, Extension(person): Extension<Person>) -> Response {
+    ask_scheduler(&app, &person, json!({"type": "schedules"}), "schedules").await
+}
+
+/// `POST /api/schedules/{id}/unschedule`: ends a schedule (its creator's or any, for owners);
+/// 400 with the scheduler's reason when it refuses.
+async fn unschedule(
+    State(app): State<Arc<App>>,
+    Extension(person): Extension<Person>,
+    UrlPath(id): UrlPath<String>,
+) -> Response {
+    let request = json!({"type": "unschedule", "id": id});
+    ask_scheduler(&app, &person, request, "unscheduled").await
+}
+
+/// Asks the scheduler for `person` and answers its reply when it is of type `expected`.
+async fn ask_scheduler(app: &App, person: &Person, request: Value, expected: &str) -> Response {
+    let scheduler = ActorId::parse(crate::schedules::SCHEDULER).expect("valid");
+    match ask(app, person, &scheduler, &request, CONVERSATION_PATIENCE).await {
+        Ok(reply) => {
+            let body = reply.body_value();
+            if body["type"] == expected {
+                Json(body).into_response()
+            } else {
+                let why = body["reason"]
+                    .as_str()
+                    .unwrap_or("the scheduler did not say");
+                refuse(StatusCode::BAD_REQUEST, why)
+            }
+        }
+        Err(refused) => refused.into_response(),
+    }
 }
 
 /// `GET /api/graph`: who sent to whom over the last 60 s.

@@ -1,6 +1,6 @@
 // The web console's page (DESIGN §14): views behind hash routes (#/chat, #/actors,
-// #/actor/<id>, #/graph, and #/people for owners), fed by the JSON API and the server-sent
-// events of /api/events, which carry only what is for this page's person (DESIGN §13).
+// #/actor/<id>, #/graph, and #/people and #/schedules for owners), fed by the JSON API and the
+// server-sent events of /api/events, which carry only what is for this page's person (DESIGN §13).
 // No framework, no build step, no network beyond this server. Untrusted text (messages, files,
 // logs) only ever becomes DOM text nodes: nothing here assigns innerHTML.
 // The chat box is never rebuilt, so a reconnect or a restart of the world never loses what a
@@ -118,6 +118,7 @@ async function loadMe() {
   label.textContent = `${me.name || me.person} · ${me.tier}`;
   label.hidden = false;
   $('#nav-people').hidden = me.tier !== 'owner';
+  $('#nav-schedules').hidden = me.tier !== 'owner';
   if (actorPage.detail) renderActor(actorPage.detail);
 }
 
@@ -1209,6 +1210,52 @@ function setUpPeople() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Schedules (owners): what the scheduler will send, and to end one.
+
+/** When a schedule fires, in words: its cron pattern and zone, its period, or its time. */
+function scheduleWhen(schedule) {
+  if (schedule.cron) return `cron ${schedule.cron} (${schedule.tz || 'UTC'})`;
+  if (schedule.every) return `every ${schedule.every} s`;
+  return `at ${schedule.at}`;
+}
+
+async function loadSchedules() {
+  let list;
+  try {
+    list = (await api('GET', '/api/schedules')).schedules || [];
+    showError($('#schedules-error'), '');
+  } catch (error) {
+    showError($('#schedules-error'), error.message);
+    return;
+  }
+  $('#schedules-empty').hidden = list.length > 0;
+  $('#schedules-table tbody').replaceChildren(...list.map((schedule) => {
+    const end = el('button', { type: 'button', class: 'danger remove' }, 'end');
+    end.addEventListener('click', () => endSchedule(schedule.id));
+    return el('tr', { 'data-schedule': schedule.id },
+      el('td', { class: 'id' }, schedule.id),
+      el('td', {}, `${schedule.creator} (${schedule.creator_kind})`),
+      el('td', {}, schedule.to),
+      el('td', {}, scheduleWhen(schedule)),
+      el('td', {}, schedule.next),
+      el('td', {}, schedule.last || 'never'),
+      el('td', {}, el('code', {}, JSON.stringify(schedule.body))),
+      el('td', { class: 'actions' }, end));
+  }));
+}
+
+async function endSchedule(id) {
+  if (!await confirmDialog(`End schedule ${id}? It will not fire again.`)) return;
+  try {
+    await api('POST', `/api/schedules/${encodeURIComponent(id)}/unschedule`);
+    showError($('#schedules-error'), '');
+  } catch (error) {
+    showError($('#schedules-error'), error.message);
+  }
+  loadSchedules();
+}
+
+// ---------------------------------------------------------------------------------------------
 // Views and routing.
 
 let currentView = null;
@@ -1216,7 +1263,7 @@ let currentView = null;
 function parseRoute() {
   const [view, ...rest] = (location.hash || '#/chat').replace(/^#\/?/, '').split('/');
   if (view === 'actor' && rest.length) return { view: 'actor', id: decodeURIComponent(rest.join('/')) };
-  return { view: ['chat', 'actors', 'graph', 'people'].includes(view) ? view : 'chat' };
+  return { view: ['chat', 'actors', 'graph', 'people', 'schedules'].includes(view) ? view : 'chat' };
 }
 
 function route() {
@@ -1245,6 +1292,7 @@ function loadView() {
     case 'actor': loadActors(); return loadActor();
     case 'graph': return loadGraph();
     case 'people': return loadPeople();
+    case 'schedules': return loadSchedules();
     default: return null;
   }
 }
