@@ -455,3 +455,39 @@ fn the_web_console_lists_schedules_for_owners_and_each_person_their_own() {
     );
     assert!(web.host.quit().success());
 }
+
+#[test]
+fn an_owner_sees_and_ends_schedules_on_the_schedules_page() {
+    use support::browser::Browser;
+    use support::web::WebHost;
+    let world = TestWorld::new();
+    let web = WebHost::start(&world);
+    let browser = Browser::open();
+    browser.log_in(&web.login_link);
+    let client = browser.client(&web.addr);
+    let body = json!({"type": "schedule", "id": "morning", "cron": "0 9 * * *",
+        "tz": "Europe/Berlin", "to": "console", "body": {"type": "text", "text": "<b>good morning</b>"}});
+    let sent = client.post("/api/send", &json!({"to": "scheduler", "body": body}));
+    assert_eq!(sent.status, 200, "{}", sent.text());
+    client.until("/api/schedules", "the schedule", |list| {
+        list["schedules"][0]["id"] == "morning"
+    });
+
+    browser.wait_shown("#nav a[data-view=schedules]");
+    browser.click("#nav a[data-view=schedules]");
+    browser.wait_shown("#view-schedules");
+    let row = "#schedules-table tr[data-schedule=morning]";
+    browser.wait_text(&format!("{row} .id"), "morning");
+    let text = browser.text(row).unwrap();
+    assert!(text.contains("cron 0 9 * * * (Europe/Berlin)"), "{text}");
+    assert!(
+        text.contains("<b>good morning</b>"),
+        "the body is text, not markup: {text}"
+    );
+    browser.screenshot("schedules_view").unwrap();
+    browser.click(&format!("{row} .remove"));
+    browser.click("#confirm-yes");
+    browser.wait_shown("#schedules-empty");
+    assert_eq!(client.get("/api/schedules").json()["schedules"], json!([]));
+    assert!(web.host.quit().success());
+}

@@ -1239,7 +1239,7 @@ async function loadSchedules() {
       el('td', {}, scheduleWhen(schedule)),
       el('td', {}, schedule.next),
       el('td', {}, schedule.last || 'never'),
-      el('td', {}, el('code', {}, JSON.stringify(schedule.body))),
+      el('td', { class: 'body' }, el('code', {}, JSON.stringify(schedule.body))),
       el('td', { class: 'actions' }, end));
   }));
 }
