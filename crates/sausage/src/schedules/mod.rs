@@ -125,10 +125,17 @@ impl Scheduler {
         let mut fires = Vec::new();
         for fire in due.fires {
             match self.speaker(&fire) {
-                Ok(speaker) => fires.push((fire, speaker)),
-                Err(reason) => {
+                Speaks::Nobody => fires.push((fire, None)),
+                Speaks::As(speaker) => fires.push((fire, Some(speaker))),
+                Speaks::Gone(reason) => {
                     self.note(&format!("schedule {} ended: {reason}", fire.schedule));
                     self.table.end(&fire.schedule);
+                }
+                Speaks::Unknown(reason) => {
+                    self.note(&format!(
+                        "schedule {} did not fire: {reason}",
+                        fire.schedule
+                    ));
                 }
             }
         }
@@ -150,21 +157,22 @@ impl Scheduler {
     }
 
     /// Who a fire speaks for: nobody for an actor's schedule; for a person's, the person as
-    /// `people.json` has them now. `Err`: the schedule ends (the person is gone).
-    fn speaker(&self, fire: &Fire) -> Result<Option<Speaker>, String> {
+    /// `people.json` has them now.
+    fn speaker(&self, fire: &Fire) -> Speaks {
         if fire.creator.kind == CreatorKind::Actor {
-            return Ok(None);
+            return Speaks::Nobody;
         }
-        match self.people.get(&fire.creator.id) {
-            Ok(Some(person)) => Ok(Some(Speaker {
-                person: ActorId::parse(&person.id).map_err(|e| format!("people.json: {e}"))?,
-                tier: person.tier,
-            })),
-            Ok(None) => Err(format!("person {} was removed", fire.creator.id)),
-            Err(e) => Err(format!(
-                "cannot read who person {} is: {e:#}",
-                fire.creator.id
-            )),
+        let id = &fire.creator.id;
+        match self.people.get(id) {
+            Ok(Some(person)) => match ActorId::parse(&person.id) {
+                Ok(person_id) => Speaks::As(Speaker {
+                    person: person_id,
+                    tier: person.tier,
+                }),
+                Err(e) => Speaks::Unknown(format!("people.json: {e}")),
+            },
+            Ok(None) => Speaks::Gone(format!("person {id} was removed")),
+            Err(e) => Speaks::Unknown(format!("cannot read who person {id} is: {e:#}")),
         }
     }
 
@@ -265,6 +273,18 @@ impl Scheduler {
     fn note(&self, note: &str) {
         self.broker.world.log_note(&self.me, note);
     }
+}
+
+/// Who a due schedule's message speaks for, decided at each fire.
+enum Speaks {
+    /// An actor's schedule: nobody.
+    Nobody,
+    /// A person's, as they are now.
+    As(Speaker),
+    /// Its person was removed: the schedule ends instead of firing.
+    Gone(String),
+    /// The people file cannot be read: this time is missed, the schedule stays.
+    Unknown(String),
 }
 
 /// Who asks: the person the request speaks for, else the actor that sent it. Owners and the
