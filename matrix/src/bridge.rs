@@ -702,7 +702,13 @@ impl<H: Host> Bridge<H> {
             let (wait, why) = match self.host.call(request) {
                 Ok(response) if (200..300).contains(&response.status) => return Ok(response),
                 Ok(response) if response.status == 429 => {
-                    (retry_after(&response), describe(&response))
+                    let (wait, why) = (retry_after(&response), describe(&response));
+                    eprintln!(
+                        "matrix: {} {}: {why}; waiting {wait:?} as asked",
+                        request.method,
+                        path_of(&request.url)
+                    );
+                    (wait, why)
                 }
                 Ok(response) if response.status == 401 || response.status >= 500 => {
                     let why = describe(&response);

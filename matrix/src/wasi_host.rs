@@ -129,6 +129,8 @@ impl Host for WasiHost {
             // Waits for: a byte on stdin (index 0), the sync's answer (index 1), the deadline
             // (index 2).
             let ready = poll(&[&readable, &answered, &timer]);
+            // A pollable must go before the resource it watches: the future goes below.
+            drop((readable, answered, timer));
             if ready.contains(&1) {
                 // Just checked to be there.
                 let future = self.sync.take().expect("a sync in flight");

@@ -1,0 +1,286 @@
+//! Matrix against a real homeserver (Synapse, started by `support::synapse`, one per test
+//! binary): the harness itself (users, rooms, a message round trip, typing, a 429), and the
+//! `matrix` actor in a world, talking to an `echo` that stands in for the agent: invited, it
+//! joins; a person's message comes back as a reply; rate limits are waited out, nothing doubled.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::synapse::{RoomKind, Synapse, User, base64_unpadded, hex, hmac_sha1, sha1};
+use support::*;
+
+#[test]
+fn sha1_and_hmac_match_the_published_vectors() {
+    assert_eq!(
+        hex(&sha1(b"abc")),
+        "a9993e364706816aba3e25717850c26c9cd0d89d"
+    );
+    // RFC 2202, test case 2.
+    assert_eq!(
+        hex(&hmac_sha1(b"Jefe", b"what do ya want for nothing?")),
+        "effcdf6ae5eb2fa2d27416d5f184df9c259a7c79"
+    );
+    assert_eq!(base64_unpadded(b"ab"), "YWI");
+    assert_eq!(base64_unpadded(b"abc"), "YWJj");
+}
+
+fn bodies(messages: &[Value]) -> Vec<&str> {
+    messages
+        .iter()
+        .filter_map(|m| m["content"]["body"].as_str())
+        .collect()
+}
+
+#[test]
+fn two_users_meet_in_a_group_room_and_a_message_goes_round() {
+    let synapse = Synapse::shared();
+    let (alice, bob) = (synapse.register("alice"), synapse.register("bob"));
+    assert!(alice.id.ends_with(":sausage.test"), "{}", alice.id);
+    let room = alice.create_room(RoomKind::Group(&[&bob]));
+    bob.join(&room);
+    let mut members = alice.joined_members(&room);
+    members.sort();
+    let mut expected = vec![alice.id.clone(), bob.id.clone()];
+    expected.sort();
+    assert_eq!(members, expected);
+
+    let start = bob.sync(None, 0)["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let event = alice.send_text(&room, "hello, bob");
+    let messages = bob.messages(&room);
+    assert_eq!(bodies(&messages), ["hello, bob"]);
+    assert_eq!(messages[0]["event_id"], event.as_str());
+    // A long-polled sync from before the message hands it over.
+    let sync = bob.sync(Some(&start), 10_000);
+    let timeline = &sync["rooms"]["join"][&room]["timeline"]["events"];
+    assert!(
+        timeline
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["event_id"] == event.as_str()),
+        "{sync:#}"
+    );
+}
+
+#[test]
+fn a_direct_room_is_flagged_and_typing_shows_to_the_other() {
+    let synapse = Synapse::shared();
+    let (alice, bot) = (synapse.register("alice"), synapse.register("bot"));
+    let room = alice.create_room(RoomKind::Direct(&bot));
+    let invited = bot.sync(None, 0);
+    let invite = &invited["rooms"]["invite"][&room]["invite_state"]["events"];
+    let me = invite
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "m.room.member" && e["state_key"] == bot.id.as_str())
+        .unwrap_or_else(|| panic!("no invite for the bot: {invited:#}"));
+    assert_eq!(me["content"]["is_direct"], true);
+    bot.join(&room);
+    let since = alice.sync(None, 0)["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    bot.set_typing(&room, true);
+    let sync = alice.sync(Some(&since), 10_000);
+    let ephemeral = &sync["rooms"]["join"][&room]["ephemeral"]["events"];
+    assert!(
+        ephemeral
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["type"] == "m.typing"
+                && e["content"]["user_ids"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!(bot.id))),
+        "{sync:#}"
+    );
+}
+
+#[test]
+fn a_limited_user_sending_fast_gets_429_with_retry_after_ms() {
+    let synapse = Synapse::shared();
+    let (alice, flooder) = (
+        synapse.register("alice"),
+        synapse.register_limited("flooder"),
+    );
+    let room = alice.create_room(RoomKind::Group(&[&flooder]));
+    flooder.join(&room);
+    let limited = (0..10)
+        .map(|n| flooder.try_send_text(&room, &format!("message {n}")))
+        .find(|r| r.status == 429)
+        .expect("a 429 within ten quick messages");
+    let body = limited.json();
+    assert_eq!(body["errcode"], "M_LIMIT_EXCEEDED", "{body}");
+    assert!(body["retry_after_ms"].as_u64().unwrap() > 0, "{body}");
+    // The same transaction id sent twice makes one event.
+    let content = json!({"msgtype": "m.text", "body": "once"});
+    let first = alice.send_with_txn(&room, "same", &content).json();
+    let second = alice.send_with_txn(&room, "same", &content).json();
+    assert_eq!(first["event_id"], second["event_id"]);
+}
+
+/// The `matrix` actor, built once per test run into `target/matrix`.
+fn matrix_wasm() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let target = repo().join("target/matrix");
+        std::fs::create_dir_all(&target).unwrap();
+        let lock = std::fs::File::create(target.join(".build-lock")).unwrap();
+        lock.lock().unwrap();
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--release", "--target", "wasm32-wasip2"])
+            .arg("--manifest-path")
+            .arg(repo().join("matrix/Cargo.toml"))
+            .arg("--target-dir")
+            .arg(&target)
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building matrix/ failed");
+        target.join("wasm32-wasip2/release/matrix.wasm")
+    })
+}
+
+/// A world with `echo` as its agent and the `matrix` actor signed in as `bot` on `synapse`:
+/// its config in `/data`, its token in `broker/credentials/matrix.json`, the homeserver in its
+/// allow-list.
+fn world_with_matrix(synapse: &Synapse, bot: &User) -> TestWorld {
+    let world = TestWorld::new();
+    world.install("agent", "echo");
+    let version = world.path("broker/versions/matrix/1");
+    std::fs::create_dir_all(version.join("source")).unwrap();
+    std::fs::copy(matrix_wasm(), version.join("actor.wasm")).unwrap();
+    for dir in [
+        "actor/matrix/public",
+        "actor/matrix/source",
+        "private/matrix/data",
+    ] {
+        std::fs::create_dir_all(world.path(dir)).unwrap();
+    }
+    let mut registry = world.json("sausage.json");
+    registry["actors"]["matrix"] = json!({"version": 1, "next_version": 2, "running": true});
+    std::fs::write(world.path("sausage.json"), registry.to_string()).unwrap();
+    let config = json!({"homeserver": synapse.url(), "user_id": bot.id, "agent": "agent"});
+    std::fs::write(
+        world.path("private/matrix/data/config.json"),
+        config.to_string(),
+    )
+    .unwrap();
+    std::fs::create_dir_all(world.path("broker/credentials")).unwrap();
+    let credentials = json!({"base_url": synapse.url(), "header": "authorization",
+                             "value": format!("Bearer {}", bot.token)});
+    std::fs::write(
+        world.path("broker/credentials/matrix.json"),
+        credentials.to_string(),
+    )
+    .unwrap();
+    world.allow_network("matrix", &[&synapse.addr]);
+    world
+}
+
+/// Waits until `bot` is a member of `room`.
+fn wait_joined(alice: &User, bot: &User, room: &str, world: &TestWorld) {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !alice.joined_members(room).contains(&bot.id) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the matrix actor did not join {room}; its log:\n{}",
+            world.log("matrix")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The bot's messages in `room` (not the people's).
+fn from_bot<'a>(messages: &'a [Value], bot: &User) -> Vec<&'a Value> {
+    messages
+        .iter()
+        .filter(|m| m["sender"] == bot.id.as_str())
+        .collect()
+}
+
+#[test]
+fn the_actor_joins_when_invited_and_answers_a_message_as_a_threaded_reply() {
+    let synapse = Synapse::shared();
+    let (alice, bot) = (synapse.register("alice"), synapse.register("sausage"));
+    let world = world_with_matrix(synapse, &bot);
+    let room = alice.create_room(RoomKind::Direct(&bot));
+    let host = world.run();
+    wait_joined(&alice, &bot, &room, &world);
+
+    let asked = alice.send_text(&room, "hello, **world**");
+    let messages = alice.wait_for_messages(&room, PATIENCE, "the bot's answer", |m| {
+        !from_bot(m, &bot).is_empty()
+    });
+    let answer = from_bot(&messages, &bot)[0];
+    let content = &answer["content"];
+    assert_eq!(
+        content["m.relates_to"]["m.in_reply_to"]["event_id"],
+        asked.as_str()
+    );
+    assert!(
+        content["body"]
+            .as_str()
+            .unwrap()
+            .starts_with("hello, **world**\n\n— "),
+        "{content}"
+    );
+    assert_eq!(content["format"], "org.matrix.custom.html");
+    assert!(
+        content["formatted_body"]
+            .as_str()
+            .unwrap()
+            .starts_with("<p>hello, <strong>world</strong></p>"),
+        "{content}"
+    );
+
+    assert!(host.quit().success());
+    let log = world.log("matrix");
+    assert!(log.contains("matrix: stopped"), "{log}");
+    let state = world.json("private/matrix/data/state.json");
+    assert!(state["since"].is_string(), "{state}");
+}
+
+#[test]
+fn a_rate_limited_bot_waits_out_each_429_and_sends_every_answer_once() {
+    let synapse = Synapse::shared();
+    let (alice, bot) = (
+        synapse.register("alice"),
+        synapse.register_limited("slowbot"),
+    );
+    let world = world_with_matrix(synapse, &bot);
+    let room = alice.create_room(RoomKind::Direct(&bot));
+    let host = world.run();
+    wait_joined(&alice, &bot, &room, &world);
+
+    // The limit lets three answers through at once, then one every five seconds.
+    let asked: Vec<String> = (0..5)
+        .map(|n| alice.send_text(&room, &format!("question {n}")))
+        .collect();
+    let messages = alice.wait_for_messages(&room, Duration::from_secs(60), "five answers", |m| {
+        from_bot(m, &bot).len() >= 5
+    });
+    let answers = from_bot(&messages, &bot);
+    assert_eq!(answers.len(), 5, "no answer doubled");
+    for (event, answer) in asked.iter().zip(&answers) {
+        assert_eq!(
+            answer["content"]["m.relates_to"]["m.in_reply_to"]["event_id"],
+            event.as_str()
+        );
+    }
+    let log = world.log("matrix");
+    assert!(
+        log.contains("429 M_LIMIT_EXCEEDED"),
+        "no 429 was met: {log}"
+    );
+    drop(host);
+}
