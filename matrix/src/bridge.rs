@@ -28,6 +28,10 @@ const SYNC_FILTER: &str = r#"{"presence":{"not_types":["*"]},"account_data":{"no
 const TYPING_TIMEOUT_MS: u64 = 30_000;
 const TYPING_RENEW: Duration = Duration::from_secs(20);
 
+/// The status line is edited at most this often, so a turn of many quick tool calls costs a
+/// few edits, not two messages a call (which the homeserver's rate limit would refuse).
+const STATUS_INTERVAL: Duration = Duration::from_secs(2);
+
 /// A call is tried at most this many times (429s, 5xx, 401s and no answer are retried), so a
 /// homeserver that stays down delays one message, not the whole bridge, for long.
 const MAX_ATTEMPTS: u32 = 8;
@@ -81,6 +85,11 @@ pub struct Bridge<H: Host> {
     typing: BTreeMap<String, Duration>,
     /// Failed `/sync`s in a row, for the backoff.
     sync_failures: u32,
+    /// When each turn's status line was last sent or edited, and the changes not shown yet
+    /// (the world message whose change an edit will show, its transaction id); in memory only:
+    /// after a restart the final answer's edit shows the last state.
+    status_sent: BTreeMap<String, Duration>,
+    status_waiting: BTreeMap<String, String>,
 }
 
 /// How one `/sync` answer went.
@@ -104,6 +113,8 @@ impl<H: Host> Bridge<H> {
             state,
             typing: BTreeMap::new(),
             sync_failures: 0,
+            status_sent: BTreeMap::new(),
+            status_waiting: BTreeMap::new(),
         }
     }
 
@@ -120,8 +131,7 @@ impl<H: Host> Bridge<H> {
                 self.host.start_sync(self.sync_request());
                 syncing = true;
             }
-            let renew = (!self.state.turns.is_empty()).then_some(TYPING_RENEW);
-            match self.host.next(renew) {
+            match self.host.next(self.wake_in()) {
                 Event::Message(message) => self.on_message(message),
                 Event::Synced(answer) => {
                     syncing = false;
@@ -145,6 +155,7 @@ impl<H: Host> Bridge<H> {
                 Event::TimedOut => {}
                 Event::Stop => break,
             }
+            self.show_waiting_statuses();
             self.renew_typing();
         }
         self.stop();
@@ -220,14 +231,25 @@ impl<H: Host> Bridge<H> {
             for event in room["state"]["events"].as_array().into_iter().flatten() {
                 learn_member(known, event);
             }
-            for event in room["timeline"]["events"].as_array().into_iter().flatten() {
+            let timeline = room["timeline"]["events"].as_array().map_or(&[][..], |e| e);
+            // Messages from before the bot was invited (or joined, when the batch shows no
+            // invite) are the room's history, not questions for it.
+            let arrived = |membership: &str| {
+                timeline.iter().rposition(|e| {
+                    e["type"] == "m.room.member"
+                        && e["state_key"] == self.config.user_id.as_str()
+                        && e["content"]["membership"] == membership
+                })
+            };
+            let history = arrived("invite").or_else(|| arrived("join")).unwrap_or(0);
+            for (n, event) in timeline.iter().enumerate() {
                 match event["type"].as_str() {
                     Some("m.room.member") => {
                         if let Some(room) = self.state.rooms.get_mut(room_id) {
                             learn_member(room, event);
                         }
                     }
-                    Some("m.room.message") if !first => {
+                    Some("m.room.message") if !first && n >= history => {
                         if let Some(turn) = self.on_matrix_message(room_id, event) {
                             started.push(turn);
                         }
@@ -327,6 +349,16 @@ impl<H: Host> Bridge<H> {
         (people >= 2).then(|| room_key(room))
     }
 
+    /// Whether every member of `room` but the bot is a user told they are unknown.
+    fn nobody_known_in(&self, room: &str) -> bool {
+        self.state.rooms.get(room).is_some_and(|r| {
+            r.members
+                .iter()
+                .filter(|m| **m != self.config.user_id)
+                .all(|m| self.state.told_unknown.contains(m))
+        })
+    }
+
     // ---- From the world to Matrix ----
 
     fn on_message(&mut self, message: Incoming) {
@@ -363,7 +395,7 @@ impl<H: Host> Bridge<H> {
             let txn = format!("unknown.{}", turn.event);
             self.notice(&turn.room, &txn, UNKNOWN_NOTICE);
         }
-        if unknown && self.shared_room(&turn.room).is_none() {
+        if unknown && self.nobody_known_in(&turn.room) {
             self.leave(&turn.room);
         }
         self.save();
@@ -403,6 +435,8 @@ impl<H: Host> Bridge<H> {
         if message.reply_to.as_deref() != Some(turn_id.as_str()) && !body["room"].is_null() {
             return;
         }
+        // The agent speaks to the sender: the world knows them (again, if it did not before).
+        self.state.told_unknown.remove(&turn.sender);
         match message.kind() {
             "progress" => {}
             "tool" => {
@@ -466,12 +500,34 @@ impl<H: Host> Bridge<H> {
     }
 
     /// Sends the turn's status line (plan and latest tool) as a notice, or edits the one sent.
+    /// Changes the turn's status line and shows it: the first one at once, later ones as an
+    /// edit at most every [`STATUS_INTERVAL`] (a change in between waits for the next edit).
     fn update_status(&mut self, turn_id: &str, message_id: &str, change: impl FnOnce(&mut Turn)) {
         let Some(turn) = self.state.turns.get_mut(turn_id) else {
             return;
         };
         change(turn);
-        let turn = turn.clone();
+        let first = turn.status_event.is_none();
+        let due = self
+            .status_sent
+            .get(turn_id)
+            .is_none_or(|at| self.host.now().saturating_sub(*at) >= STATUS_INTERVAL);
+        if first || due {
+            self.show_status(turn_id, message_id);
+        } else {
+            self.status_waiting
+                .insert(turn_id.to_string(), message_id.to_string());
+        }
+        self.save();
+    }
+
+    /// Sends (or edits) the status line as the turn now has it; `txn` names the world message
+    /// whose change it shows.
+    fn show_status(&mut self, turn_id: &str, txn: &str) {
+        self.status_waiting.remove(turn_id);
+        let Some(turn) = self.state.turns.get(turn_id).cloned() else {
+            return;
+        };
         let mut text = turn.plan.join("\n");
         if !turn.tool_line.is_empty() {
             if !text.is_empty() {
@@ -479,13 +535,50 @@ impl<H: Host> Bridge<H> {
             }
             text.push_str(&turn.tool_line);
         }
-        let sent = self.send_status(&turn, message_id, &text);
+        let sent = self.send_status(&turn, txn, &text);
+        self.status_sent
+            .insert(turn_id.to_string(), self.host.now());
         if let (Some(event), Some(turn)) = (sent, self.state.turns.get_mut(turn_id))
             && turn.status_event.is_none()
         {
             turn.status_event = Some(event);
         }
+    }
+
+    /// Shows the status changes whose interval has passed.
+    fn show_waiting_statuses(&mut self) {
+        let now = self.host.now();
+        let due: Vec<(String, String)> = self
+            .status_waiting
+            .iter()
+            .filter(|(turn, _)| {
+                self.status_sent
+                    .get(*turn)
+                    .is_none_or(|at| now.saturating_sub(*at) >= STATUS_INTERVAL)
+            })
+            .map(|(turn, txn)| (turn.clone(), txn.clone()))
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        for (turn, txn) in due {
+            self.show_status(&turn, &txn);
+        }
         self.save();
+    }
+
+    /// How long the loop may wait before something is due: a typing renewal while a turn
+    /// runs, a waiting status edit.
+    fn wake_in(&self) -> Option<Duration> {
+        let now = self.host.now();
+        let status = self
+            .status_waiting
+            .keys()
+            .filter_map(|turn| self.status_sent.get(turn))
+            .map(|at| STATUS_INTERVAL.saturating_sub(now.saturating_sub(*at)))
+            .min();
+        let typing = (!self.state.turns.is_empty()).then_some(TYPING_RENEW);
+        status.into_iter().chain(typing).min()
     }
 
     /// The status notice: a new one (threaded to the asking message), or an `m.replace` edit
@@ -562,6 +655,8 @@ impl<H: Host> Bridge<H> {
         self.stop_typing_for(turn_id, &turn.room);
         let content = answer_content(&message.body, Some(&turn.event));
         self.send_event(&turn.room, &message.id, content);
+        self.status_waiting.remove(turn_id);
+        self.status_sent.remove(turn_id);
         if turn.status_event.is_some() {
             let done = match turn.tools_done {
                 1 => "✓ done, 1 tool call".to_string(),

@@ -46,6 +46,8 @@ pub struct ScriptedHost {
     pub syncs: Vec<Request>,
     pub calls: Vec<Request>,
     pub pauses: Vec<Duration>,
+    /// The timeout of every `next`.
+    pub waits: Vec<Option<Duration>>,
     clock: Duration,
     events_made: usize,
 }
@@ -61,6 +63,7 @@ impl ScriptedHost {
             syncs: Vec::new(),
             calls: Vec::new(),
             pauses: Vec::new(),
+            waits: Vec::new(),
             clock: Duration::ZERO,
             events_made: 0,
         }
@@ -103,8 +106,14 @@ impl Host for ScriptedHost {
         self.syncs.push(request);
     }
 
-    fn next(&mut self, _timeout: Option<Duration>) -> Event {
-        self.events.pop_front().unwrap_or(Event::Stop)
+    /// A scripted `TimedOut` moves the clock by the wait asked for, as a real wait would.
+    fn next(&mut self, timeout: Option<Duration>) -> Event {
+        let event = self.events.pop_front().unwrap_or(Event::Stop);
+        if let (Event::TimedOut, Some(timeout)) = (&event, timeout) {
+            self.clock += timeout;
+        }
+        self.waits.push(timeout);
+        event
     }
 
     fn call(&mut self, request: &Request) -> Result<Response, String> {

@@ -226,10 +226,12 @@ fn tool_progress_is_one_status_message_edited_in_place() {
                 "agent/p3",
                 json!({"type": "tool", "tool": "read_file", "state": "finished", "ok": true, "seconds": 0.25}),
             ),
+            Event::TimedOut,
             tool(
                 "agent/p4",
                 json!({"type": "plan", "items": [{"text": "read", "done": true}, {"text": "write", "done": false}]}),
             ),
+            Event::TimedOut,
             tool(
                 "agent/p5",
                 json!({"type": "text", "text": "Done.", "usage": {}}),
@@ -261,7 +263,38 @@ fn tool_progress_is_one_status_message_edited_in_place() {
         bodies[4]["m.new_content"]["body"],
         "☑ read\n☐ write\n✓ done, 1 tool call"
     );
+    assert!(sends[1].url.ends_with("/agent%2Fp3"));
     assert!(sends[4].url.ends_with("/agent%2Fp5.done"));
+}
+
+#[test]
+fn status_changes_closer_than_the_interval_make_one_edit() {
+    let data = data("throttle");
+    let turn = "matrix/t1";
+    let tool = |id: &str, state: &str| {
+        let body = json!({"type": "tool", "turn": turn, "tool": "edit_file", "state": state});
+        agent(id, Some(turn), body)
+    };
+    let mut events = vec![synced("s1", said(DM, "$q", ALICE, "many edits"))];
+    for n in 0..5 {
+        events.push(tool(&format!("agent/s{n}"), "started"));
+        events.push(tool(&format!("agent/f{n}"), "finished"));
+    }
+    events.push(Event::TimedOut);
+    let bridge = run(&data, events);
+    let host = bridge.host();
+    let sends = host.calls_to("/send/");
+    assert_eq!(
+        sends.len(),
+        2,
+        "the first line, then one edit with the latest"
+    );
+    assert!(sends[1].url.ends_with("/agent%2Ff4"));
+    assert_eq!(
+        content(sends[1])["m.new_content"]["body"],
+        "✓ edit_file (0.0 s)"
+    );
+    assert_eq!(host.waits[11], Some(Duration::from_secs(2)));
 }
 
 #[test]
@@ -461,4 +494,78 @@ fn shared_room_ids_follow_the_rules_of_actor_ids() {
         long.chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
     );
+}
+
+#[test]
+fn a_room_joined_late_hands_on_what_came_after_the_invite_not_its_history() {
+    let data = data("history");
+    let message = |id: &str, text: &str| {
+        json!({"type": "m.room.message", "event_id": id, "sender": ALICE,
+               "content": {"msgtype": "m.text", "body": text}})
+    };
+    let member = |membership: &str| {
+        json!({"type": "m.room.member", "state_key": BOT, "sender": ALICE,
+               "content": {"membership": membership}})
+    };
+    let rooms = json!({"join": {"!old:hs": {"timeline": {"events": [
+        message("$1", "long ago"), member("invite"), message("$2", "welcome, bot"), member("join"),
+        message("$3", "still there?"),
+    ]}}}});
+    let bridge = run(&data, vec![synced("s1", rooms)]);
+    let texts: Vec<&Value> = bridge
+        .host()
+        .lines()
+        .iter()
+        .map(|l| &l.body["text"])
+        .collect();
+    assert_eq!(texts, ["welcome, bot", "still there?"]);
+}
+
+#[test]
+fn a_group_room_is_left_only_when_every_member_is_unknown_and_answers_make_a_user_known() {
+    let data = data("group-unknown");
+    let undeliverable = |reply_to: &str| {
+        Event::Message(Incoming {
+            id: "m-9".into(),
+            from: "broker".into(),
+            reply_to: Some(reply_to.into()),
+            body: json!({"type": "undeliverable", "to": "agent", "reason": "not a person of this world"}),
+        })
+    };
+    let bridge = run(
+        &data,
+        vec![
+            synced("s1", said(GROUP, "$1", ALICE, "hi")),
+            undeliverable("matrix/t1"),
+            synced("s2", said(GROUP, "$2", BOB, "hi")),
+            undeliverable("matrix/t2"),
+        ],
+    );
+    assert_eq!(bridge.host().calls_to("/send/").len(), 2, "one notice each");
+    assert_eq!(bridge.host().calls_to("/leave").len(), 1);
+    assert!(!State::load(&data).rooms.contains_key(GROUP));
+
+    // Alice is added to the world later: her next text is answered, and she is known again.
+    let data = data_with_unknown_alice();
+    let bridge = run(
+        &data,
+        vec![
+            synced("s1", said(DM, "$q", ALICE, "now?")),
+            agent(
+                "agent/a1",
+                Some("matrix/t1"),
+                json!({"type": "text", "turn": "matrix/t1", "text": "yes"}),
+            ),
+        ],
+    );
+    assert_eq!(bridge.host().calls_to("/send/").len(), 1);
+    assert!(State::load(&data).told_unknown.is_empty());
+}
+
+fn data_with_unknown_alice() -> PathBuf {
+    let data = data("known-again");
+    let mut state = State::load(&data);
+    state.told_unknown.insert(ALICE.into());
+    state.save(&data).unwrap();
+    data
 }
