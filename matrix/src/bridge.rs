@@ -649,12 +649,11 @@ impl<H: Host> Bridge<H> {
         self.save();
     }
 
-    /// The turn's final text: Markdown rendered, with the turn's cost, as a reply to the
-    /// message that asked; the status line says it is done.
+    /// The turn's final text: the status line says it is done, then the answer comes, Markdown
+    /// rendered, with the turn's cost, as a reply to the message that asked.
     fn answer(&mut self, turn_id: &str, turn: &Turn, message: &Incoming) {
         self.stop_typing_for(turn_id, &turn.room);
-        let content = answer_content(&message.body, Some(&turn.event));
-        self.send_event(&turn.room, &message.id, content);
+        // The status line says "done" first, so the answer is the last thing in the room.
         self.status_waiting.remove(turn_id);
         self.status_sent.remove(turn_id);
         if turn.status_event.is_some() {
@@ -669,6 +668,8 @@ impl<H: Host> Bridge<H> {
             text.push_str(&done);
             self.send_status(turn, &format!("{}.done", message.id), &text);
         }
+        let content = answer_content(&message.body, Some(&turn.event));
+        self.send_event(&turn.room, &message.id, content);
         self.state.questions.retain(|_, q| q.turn != turn_id);
         self.state.finish(turn_id);
         self.save();

@@ -244,7 +244,7 @@ fn tool_progress_is_one_status_message_edited_in_place() {
     assert_eq!(bodies[0]["body"], "⚙️ read_file: /data/x");
     assert_eq!(bodies[0]["msgtype"], "m.notice");
     assert_eq!(bodies[0]["m.relates_to"]["m.in_reply_to"]["event_id"], "$q");
-    for edit in [bodies[1], bodies[2], bodies[4]] {
+    for edit in [bodies[1], bodies[2], bodies[3]] {
         assert_eq!(
             edit["m.relates_to"],
             json!({"rel_type": "m.replace", "event_id": "$made1"})
@@ -256,15 +256,15 @@ fn tool_progress_is_one_status_message_edited_in_place() {
         "☑ read\n☐ write\n✓ read_file (0.2 s)"
     );
     assert_eq!(
-        bodies[3]["body"],
+        bodies[4]["body"],
         "Done.\n\n— cost unknown · 0 tokens in, 0 out"
     );
     assert_eq!(
-        bodies[4]["m.new_content"]["body"],
+        bodies[3]["m.new_content"]["body"],
         "☑ read\n☐ write\n✓ done, 1 tool call"
     );
     assert!(sends[1].url.ends_with("/agent%2Fp3"));
-    assert!(sends[4].url.ends_with("/agent%2Fp5.done"));
+    assert!(sends[3].url.ends_with("/agent%2Fp5.done"));
 }
 
 #[test]

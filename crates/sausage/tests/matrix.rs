@@ -11,6 +11,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::agent::{tool_outputs, world_with_agent};
+use support::fake_llm::{FakeLlm, openai};
 use support::synapse::{RoomKind, Synapse, User, base64_unpadded, hex, hmac_sha1, sha1};
 use support::*;
 
@@ -150,12 +152,17 @@ fn matrix_wasm() -> &'static Path {
     })
 }
 
-/// A world with `echo` as its agent and the `matrix` actor signed in as `bot` on `synapse`:
-/// its config in `/data`, its token in `broker/credentials/matrix.json`, the homeserver in its
-/// allow-list.
+/// A world with `echo` as its agent and the `matrix` actor signed in as `bot` on `synapse`.
 fn world_with_matrix(synapse: &Synapse, bot: &User) -> TestWorld {
     let world = TestWorld::new();
     world.install("agent", "echo");
+    add_matrix(&world, synapse, bot);
+    world
+}
+
+/// Installs the `matrix` actor signed in as `bot` on `synapse`: its config in `/data`, its
+/// token in `broker/credentials/matrix.json`, the homeserver in its allow-list.
+fn add_matrix(world: &TestWorld, synapse: &Synapse, bot: &User) {
     let version = world.path("broker/versions/matrix/1");
     std::fs::create_dir_all(version.join("source")).unwrap();
     std::fs::copy(matrix_wasm(), version.join("actor.wasm")).unwrap();
@@ -184,7 +191,6 @@ fn world_with_matrix(synapse: &Synapse, bot: &User) -> TestWorld {
     )
     .unwrap();
     world.allow_network("matrix", &[&synapse.addr]);
-    world
 }
 
 /// Waits until `bot` is a member of `room`.
@@ -283,4 +289,118 @@ fn a_rate_limited_bot_waits_out_each_429_and_sends_every_answer_once() {
         "no 429 was met: {log}"
     );
     drop(host);
+}
+
+#[test]
+fn a_turn_of_the_agent_shows_as_one_edited_status_a_numbered_question_and_a_rendered_answer() {
+    let synapse = Synapse::shared();
+    let (alice, bot) = (synapse.register("alice"), synapse.register("sausage"));
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    add_matrix(&world, synapse, &bot);
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "list_dir",
+        json!({"path": "/data"}),
+    )]));
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "ask",
+        json!({"question": "Which colour?", "choices": ["red", "blue"]}),
+    )]));
+    fake.push_openai(openai::text_reply("A **blue** counter:\n\n- one\n- two"));
+    let room = alice.create_room(RoomKind::Direct(&bot));
+    let host = world.run();
+    wait_joined(&alice, &bot, &room, &world);
+
+    let asked = alice.send_text(&room, "make me a counter");
+    let messages = alice.wait_for_messages(&room, PATIENCE, "the question", |m| {
+        from_bot(m, &bot)
+            .iter()
+            .any(|m| m["content"]["body"].as_str().unwrap().contains("2. blue"))
+    });
+    let question = from_bot(&messages, &bot)
+        .into_iter()
+        .find(|m| m["content"]["body"].as_str().unwrap().contains("2. blue"))
+        .unwrap()
+        .clone();
+    assert_eq!(
+        question["content"]["body"],
+        "Which colour?\n\n1. red\n2. blue\n\nAnswer with a number or in your own words."
+    );
+    assert_eq!(
+        question["content"]["m.relates_to"]["m.in_reply_to"]["event_id"],
+        asked.as_str()
+    );
+    alice.send_text(&room, "2");
+
+    let messages = alice.wait_for_messages(&room, PATIENCE, "the final answer", |m| {
+        from_bot(m, &bot).iter().any(|m| {
+            m["content"]["body"]
+                .as_str()
+                .unwrap()
+                .starts_with("A **blue**")
+        })
+    });
+    let ours = from_bot(&messages, &bot);
+    let answer = ours
+        .iter()
+        .find(|m| {
+            m["content"]["body"]
+                .as_str()
+                .unwrap()
+                .starts_with("A **blue**")
+        })
+        .unwrap();
+    assert_eq!(
+        answer["content"]["formatted_body"]
+            .as_str()
+            .unwrap()
+            .split("\n<p><em>")
+            .next()
+            .unwrap(),
+        "<p>A <strong>blue</strong> counter:</p>\n<ul>\n<li>one</li>\n<li>two</li>\n</ul>"
+    );
+    assert!(
+        answer["content"]["body"]
+            .as_str()
+            .unwrap()
+            .contains("\n\n— ")
+    );
+    assert_eq!(
+        answer["content"]["m.relates_to"]["m.in_reply_to"]["event_id"],
+        asked.as_str()
+    );
+    // The answer "2" reached the model as the second choice.
+    assert!(
+        tool_outputs(&fake, 2).iter().any(|o| o.contains("blue")),
+        "{:?}",
+        tool_outputs(&fake, 2)
+    );
+    // One status notice for the tool, and edits of it, never a second status message.
+    let notices: Vec<&&Value> = ours
+        .iter()
+        .filter(|m| m["content"]["msgtype"] == "m.notice")
+        .collect();
+    let status = notices
+        .iter()
+        .find(|m| m["content"]["m.relates_to"]["rel_type"].is_null())
+        .unwrap_or_else(|| panic!("no status notice: {ours:#?}"));
+    assert!(
+        status["content"]["body"]
+            .as_str()
+            .unwrap()
+            .contains("list_dir"),
+        "{status:#}"
+    );
+    let edits = notices
+        .iter()
+        .filter(|m| m["content"]["m.relates_to"]["rel_type"] == "m.replace")
+        .count();
+    assert_eq!(notices.len(), edits + 1, "{notices:#?}");
+    assert!(
+        edits >= 1,
+        "the status line was not edited: {notices:#?}\n{}",
+        world.log("matrix")
+    );
+    drop(host);
+    fake.assert_clean();
 }
