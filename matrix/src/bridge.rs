@@ -32,8 +32,9 @@ const TYPING_RENEW: Duration = Duration::from_secs(20);
 /// few edits, not two messages a call (which the homeserver's rate limit would refuse).
 const STATUS_INTERVAL: Duration = Duration::from_secs(2);
 
-/// A call is tried at most this many times (429s, 5xx, 401s and no answer are retried), so a
-/// homeserver that stays down delays one message, not the whole bridge, for long.
+/// A call is tried at most this many times when it fails (5xx, 401, no answer; a 429 is waited
+/// out and not counted), so a homeserver that stays down delays the bridge a few minutes per
+/// message at most, then the message is given up with a note in the log.
 const MAX_ATTEMPTS: u32 = 8;
 
 /// The longest wait a 429's `retry_after_ms` is trusted for; a longer one is waited this long
@@ -789,8 +790,9 @@ impl<H: Host> Bridge<H> {
 
     // ---- Calls ----
 
-    /// A call, retried: a 429 after its `retry_after_ms`, a 5xx, a 401 (the host may not have
-    /// the token yet) or no answer after a backoff; at most [`MAX_ATTEMPTS`] tries.
+    /// A call, retried: a 429 after its `retry_after_ms`, for as long as the homeserver asks
+    /// (a shutdown ends the wait); a 5xx, a 401 (the host may not have the token yet) or no
+    /// answer after a backoff, at most [`MAX_ATTEMPTS`] tries.
     fn call(&mut self, request: &Request) -> Result<Response, String> {
         let mut attempt = 0;
         loop {
@@ -804,6 +806,8 @@ impl<H: Host> Bridge<H> {
                         request.method,
                         path_of(&request.url)
                     );
+                    // Being asked to wait is no failure: it does not count as a try.
+                    attempt -= 1;
                     (wait, why)
                 }
                 Ok(response) if response.status == 401 || response.status >= 500 => {

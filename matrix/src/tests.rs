@@ -569,3 +569,35 @@ fn data_with_unknown_alice() -> PathBuf {
     state.save(&data).unwrap();
     data
 }
+
+#[test]
+fn many_429s_are_all_waited_out_but_a_homeserver_that_keeps_failing_is_given_up_after_8_tries() {
+    let answer = || {
+        agent(
+            "agent/a1",
+            Some("matrix/t1"),
+            json!({"type": "text", "turn": "matrix/t1", "text": "x"}),
+        )
+    };
+    let sends_with = |status: u16, times: usize| {
+        let data = data(&format!("retries-{status}"));
+        let bridge = run_with(
+            &data,
+            vec![synced("s1", said(DM, "$q", ALICE, "hi")), answer()],
+            |host| {
+                let mut left = times;
+                host.respond = Some(Box::new(move |request| {
+                    if request.url.contains("/send/") && left > 0 {
+                        left -= 1;
+                        let body = json!({"errcode": "M_WHATEVER", "retry_after_ms": 10});
+                        return Ok(ScriptedHost::answer(status, body));
+                    }
+                    Ok(ScriptedHost::answer(200, json!({"event_id": "$e"})))
+                }));
+            },
+        );
+        bridge.host().calls_to("/send/").len()
+    };
+    assert_eq!(sends_with(429, 12), 13, "every 429 waited out, then sent");
+    assert_eq!(sends_with(502, 100), 8, "given up after 8 tries");
+}
