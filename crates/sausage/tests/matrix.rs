@@ -249,7 +249,11 @@ fn the_actor_joins_when_invited_and_answers_a_message_as_a_threaded_reply() {
         "{content}"
     );
 
+    // A shutdown ends the long poll at once: a clean exit, well within the 5 s grace.
+    let quitting = std::time::Instant::now();
     assert!(host.quit().success());
+    assert!(quitting.elapsed() < Duration::from_secs(5));
+    assert_eq!(world.status("matrix")["last_exit"], "exited cleanly");
     let log = world.log("matrix");
     assert!(log.contains("matrix: stopped"), "{log}");
     let state = world.json("private/matrix/data/state.json");
