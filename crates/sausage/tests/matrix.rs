@@ -408,3 +408,42 @@ fn a_turn_of_the_agent_shows_as_one_edited_status_a_numbered_question_and_a_rend
     drop(host);
     fake.assert_clean();
 }
+
+#[test]
+fn a_message_sent_while_the_world_is_down_after_a_kill_is_answered_once_and_none_twice() {
+    let synapse = Synapse::shared();
+    let (alice, bot) = (synapse.register("alice"), synapse.register("sausage"));
+    let world = world_with_matrix(synapse, &bot);
+    let room = alice.create_room(RoomKind::Direct(&bot));
+    let answered = |n: usize| {
+        alice.wait_for_messages(&room, PATIENCE, &format!("{n} answers"), |m| {
+            from_bot(m, &bot).len() >= n
+        })
+    };
+    let host = world.run();
+    wait_joined(&alice, &bot, &room, &world);
+    alice.send_text(&room, "one");
+    answered(1);
+    // A hard kill: only what the actor committed (its state, synced and renamed) is left.
+    host.kill();
+
+    alice.send_text(&room, "two");
+    let host = world.run();
+    answered(2);
+    alice.send_text(&room, "three");
+    let messages = answered(3);
+    // A repeat of "one" or "two" would have come before the answer to "three".
+    let texts: Vec<&str> = from_bot(&messages, &bot)
+        .iter()
+        .map(|m| {
+            m["content"]["body"]
+                .as_str()
+                .unwrap()
+                .split("\n\n")
+                .next()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(texts, ["one", "two", "three"]);
+    drop(host);
+}
