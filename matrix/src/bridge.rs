@@ -132,6 +132,8 @@ impl<H: Host> Bridge<H> {
                 self.host.start_sync(self.sync_request());
                 syncing = true;
             }
+            // Waits for: a message from the world, the `/sync`'s answer, or the moment a
+            // typing renewal or a held-back status edit is due (then `TimedOut`).
             match self.host.next(self.wake_in()) {
                 Event::Message(message) => self.on_message(message),
                 Event::Synced(answer) => {
@@ -377,7 +379,7 @@ impl<H: Host> Bridge<H> {
     }
 
     /// A text that could not reach the agent. When its sender is no person of this world, they
-    /// are told so once; a direct room with such a person is left.
+    /// are told so once, and a room whose every member proved unknown is left.
     fn on_undeliverable(&mut self, message: &Incoming) {
         let Some(turn_id) = message.reply_to.as_deref() else {
             return;
