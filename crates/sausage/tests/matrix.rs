@@ -13,7 +13,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use support::agent::{tool_outputs, world_with_agent};
 use support::fake_llm::{FakeLlm, openai};
-use support::synapse::{RoomKind, Synapse, User, base64_unpadded, hex, hmac_sha1, sha1};
+use support::synapse::{
+    MessageLimit, RoomKind, Synapse, User, base64_unpadded, hex, hmac_sha1, sha1,
+};
 use support::*;
 
 #[test]
@@ -29,6 +31,32 @@ fn sha1_and_hmac_match_the_published_vectors() {
     );
     assert_eq!(base64_unpadded(b"ab"), "YWI");
     assert_eq!(base64_unpadded(b"abc"), "YWJj");
+}
+
+#[test]
+fn a_synapse_of_a_tests_own_takes_its_limits_and_is_gone_once_dropped() {
+    let synapse = Synapse::start_with(MessageLimit {
+        per_second: 0.1,
+        burst_count: 3,
+    });
+    let (alice, bob) = (synapse.register("alice"), synapse.register_limited("bob"));
+    let room = alice.create_room(RoomKind::Group(&[&bob]));
+    bob.join(&room);
+    // Bob's join is an event he sent too: it counts against the burst.
+    let statuses: Vec<u16> = (0..3)
+        .map(|n| bob.try_send_text(&room, &format!("message {n}")).status)
+        .collect();
+    assert_eq!(statuses, [200, 200, 429]);
+    // Alice is exempt, as every user `register` makes.
+    for n in 0..5 {
+        alice.send_text(&room, &format!("free {n}"));
+    }
+    let addr = synapse.addr.clone();
+    drop(synapse);
+    assert!(
+        std::net::TcpStream::connect(&addr).is_err(),
+        "synapse still listens"
+    );
 }
 
 fn bodies(messages: &[Value]) -> Vec<&str> {

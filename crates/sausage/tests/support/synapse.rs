@@ -29,8 +29,9 @@ const SHARED_SECRET: &str = "sausage-test-registration";
 /// The `server_name`: user ids are `@name:sausage.test`.
 pub const SERVER_NAME: &str = "sausage.test";
 
-/// How fast a rate-limited user may send messages (`rc_message`): with these, the fourth
-/// message in a quick row is refused with 429 `M_LIMIT_EXCEEDED`.
+/// How fast a rate-limited user may send events (`rc_message`; a join counts too): past
+/// `burst_count` in a quick row, each is refused with 429 `M_LIMIT_EXCEEDED` and its
+/// `retry_after_ms` until `per_second` lets one more through.
 #[derive(Clone, Copy, Debug)]
 pub struct MessageLimit {
     pub per_second: f64,
@@ -50,7 +51,7 @@ impl Default for MessageLimit {
 pub struct Synapse {
     /// `127.0.0.1:PORT`.
     pub addr: String,
-    dir: tempfile::TempDir,
+    dir: Folder,
     pid: i32,
     /// The thread that spawned Synapse and waits on it: the child's death signal is tied to the
     /// thread that spawned it, so that thread lives as long as Synapse does, and Synapse dies
@@ -58,6 +59,23 @@ pub struct Synapse {
     keeper: Option<std::thread::JoinHandle<()>>,
     /// An admin of the homeserver, to lift rate limits off the users tests register.
     admin: User,
+}
+
+/// Where a Synapse keeps its configuration, database and logs.
+enum Folder {
+    /// Removed when the Synapse is dropped.
+    Temporary(tempfile::TempDir),
+    /// Left for the next run to empty (the shared one, which is never dropped).
+    Kept(PathBuf),
+}
+
+impl Folder {
+    fn path(&self) -> &Path {
+        match self {
+            Folder::Temporary(dir) => dir.path(),
+            Folder::Kept(dir) => dir,
+        }
+    }
 }
 
 /// The python of the virtualenv that `scripts/install-synapse` makes (installing it at first use).
@@ -84,9 +102,18 @@ fn python() -> &'static Path {
 
 impl Synapse {
     /// The one Synapse of this test binary, started at first use (default message limit).
+    /// It is never dropped, so its folder is `target/synapse-tests/<test binary>`, emptied at
+    /// the next run's start rather than left in the system's temporary folder.
     pub fn shared() -> &'static Synapse {
         static SHARED: OnceLock<Synapse> = OnceLock::new();
-        SHARED.get_or_init(|| Synapse::start_with(MessageLimit::default()))
+        SHARED.get_or_init(|| {
+            let exe = std::env::current_exe().expect("the test binary has a path");
+            let name = exe.file_name().unwrap().to_string_lossy().into_owned();
+            let dir = repo().join("target/synapse-tests").join(name);
+            let _ = std::fs::remove_dir_all(&dir); // The previous run's, if any.
+            std::fs::create_dir_all(&dir).unwrap();
+            Synapse::start_in(Folder::Kept(dir), MessageLimit::default())
+        })
     }
 
     /// A Synapse of its own, with the default message limit.
@@ -95,7 +122,10 @@ impl Synapse {
     }
 
     pub fn start_with(limit: MessageLimit) -> Synapse {
-        let dir = tempfile::tempdir().unwrap();
+        Synapse::start_in(Folder::Temporary(tempfile::tempdir().unwrap()), limit)
+    }
+
+    fn start_in(dir: Folder, limit: MessageLimit) -> Synapse {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
