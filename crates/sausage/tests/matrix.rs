@@ -475,3 +475,75 @@ fn a_message_sent_while_the_world_is_down_after_a_kill_is_answered_once_and_none
     assert_eq!(texts, ["one", "two", "three"]);
     drop(host);
 }
+
+/// Copies the `matrix` crate's source (not build output) into `to`, with an `actor.json` that
+/// lets it reach `synapse`: what the host writes when it sets the actor up.
+fn matrix_source(to: &Path, synapse: &Synapse) {
+    fn copy(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap().flatten() {
+            let name = entry.file_name();
+            if name == "target" {
+                continue;
+            }
+            if entry.file_type().unwrap().is_dir() {
+                copy(&entry.path(), &to.join(&name));
+            } else {
+                std::fs::copy(entry.path(), to.join(&name)).unwrap();
+            }
+        }
+    }
+    copy(&repo().join("matrix"), to);
+    let manifest = json!({"network": [synapse.addr]}).to_string();
+    std::fs::write(to.join("actor.json"), manifest).unwrap();
+}
+
+#[test]
+fn spawned_through_the_broker_the_candidate_passes_and_the_running_version_connects() {
+    let synapse = Synapse::shared();
+    let (alice, bot) = (synapse.register("alice"), synapse.register("sausage"));
+    let world = TestWorld::new();
+    world.install("agent", "echo");
+    let source = world.root.parent().unwrap().join("matrix-source");
+    matrix_source(&source, synapse);
+    std::fs::create_dir_all(world.path("broker/credentials")).unwrap();
+    let credentials = json!({"base_url": synapse.url(), "header": "authorization",
+                             "value": format!("Bearer {}", bot.token)});
+    std::fs::write(
+        world.path("broker/credentials/matrix.json"),
+        credentials.to_string(),
+    )
+    .unwrap();
+    let room = alice.create_room(RoomKind::Direct(&bot));
+    let mut host = world.run();
+    let reply = host.request(json!({
+        "type": "spawn", "actor": "matrix", "wasm": matrix_wasm(), "source": source,
+        "built_by": "hand",
+    }));
+    assert_eq!(reply["type"], "spawned", "{reply}");
+    assert_eq!(reply["tests"]["passed"], true, "{reply}");
+    // Configured after the spawn, as the host's setup would: a restart reads it.
+    let config = json!({"homeserver": synapse.url(), "user_id": bot.id});
+    std::fs::write(
+        world.path("private/matrix/data/config.json"),
+        config.to_string(),
+    )
+    .unwrap();
+    assert_eq!(
+        host.request(json!({"type": "stop", "actor": "matrix"}))["type"],
+        "stopped"
+    );
+    assert_eq!(
+        host.request(json!({"type": "start", "actor": "matrix"}))["type"],
+        "started"
+    );
+    wait_joined(&alice, &bot, &room, &world);
+    let asked = alice.send_text(&room, "are you there?");
+    let messages = alice.wait_for_messages(&room, PATIENCE, "the answer", |m| {
+        !from_bot(m, &bot).is_empty()
+    });
+    assert_eq!(
+        from_bot(&messages, &bot)[0]["content"]["m.relates_to"]["m.in_reply_to"]["event_id"],
+        asked.as_str()
+    );
+}
