@@ -28,6 +28,12 @@ const SYNC_FILTER: &str = r#"{"presence":{"not_types":["*"]},"account_data":{"no
 const TYPING_TIMEOUT_MS: u64 = 30_000;
 const TYPING_RENEW: Duration = Duration::from_secs(20);
 
+/// A Matrix event is at most 64 KiB whole (the homeserver refuses more with 413): an answer is
+/// sent in parts of at most [`MAX_ANSWER_PART`] bytes of text, and a part whose content (text
+/// and HTML) still passes [`MAX_CONTENT_BYTES`] goes without its HTML.
+const MAX_ANSWER_PART: usize = 24 * 1024;
+const MAX_CONTENT_BYTES: usize = 60 * 1024;
+
 /// The status line is edited at most this often, so a turn of many quick tool calls costs a
 /// few edits, not two messages a call (which the homeserver's rate limit would refuse).
 const STATUS_INTERVAL: Duration = Duration::from_secs(2);
@@ -493,8 +499,7 @@ impl<H: Host> Bridge<H> {
         });
         match (message.kind(), room) {
             ("text", Some(room)) if !finished => {
-                let content = answer_content(&message.body, None);
-                self.send_event(&room, &message.id, content);
+                self.send_answer(&room, &message.id, &message.body, None);
                 self.state.finish(turn_id);
                 self.save();
             }
@@ -671,11 +676,27 @@ impl<H: Host> Bridge<H> {
             text.push_str(&done);
             self.send_status(turn, &format!("{}.done", message.id), &text);
         }
-        let content = answer_content(&message.body, Some(&turn.event));
-        self.send_event(&turn.room, &message.id, content);
+        self.send_answer(&turn.room, &message.id, &message.body, Some(&turn.event));
         self.state.questions.retain(|_, q| q.turn != turn_id);
         self.state.finish(turn_id);
         self.save();
+    }
+
+    /// Sends a final text, in parts when it is too long for one event (transaction ids
+    /// `<id>`, `<id>.2`, `<id>.3`…); the cost line ends the last part.
+    fn send_answer(&mut self, room: &str, id: &str, body: &Value, event: Option<&str>) {
+        let text = body["text"].as_str().unwrap_or("");
+        let parts = split_text(text, MAX_ANSWER_PART);
+        let last = parts.len() - 1;
+        for (n, part) in parts.iter().enumerate() {
+            let cost = (n == last).then(|| cost_line(body));
+            let content = answer_content(part, cost.as_deref(), event);
+            let txn = match n {
+                0 => id.to_string(),
+                n => format!("{id}.{}", n + 1),
+            };
+            self.send_event(room, &txn, content);
+        }
     }
 
     fn notice(&mut self, room: &str, txn: &str, text: &str) {
@@ -834,26 +855,50 @@ impl<H: Host> Bridge<H> {
     }
 }
 
-/// The final text's content: Markdown rendered, the cost line below, threaded to `event`.
-fn answer_content(body: &Value, event: Option<&str>) -> Value {
-    let text = body["text"].as_str().unwrap_or("");
-    let cost = cost_line(body);
-    let plain = format!("{text}\n\n{cost}");
-    let html = format!(
-        "{}\n<p><em>{}</em></p>",
-        markdown::to_html(text),
-        markdown::escape(&cost)
-    );
-    let content = json!({
+/// A final text's content: Markdown rendered, the cost line below (on the last part), threaded
+/// to `event`. Should the HTML make the event too big (text that escapes to many times its
+/// size), it goes without `formatted_body`: plain, but whole.
+pub fn answer_content(text: &str, cost: Option<&str>, event: Option<&str>) -> Value {
+    let (mut plain, mut html) = (text.to_string(), markdown::to_html(text));
+    if let Some(cost) = cost {
+        plain.push_str(&format!("\n\n{cost}"));
+        html.push_str(&format!("\n<p><em>{}</em></p>", markdown::escape(cost)));
+    }
+    let mut content = json!({
         "msgtype": "m.text",
         "body": plain,
         "format": "org.matrix.custom.html",
         "formatted_body": html,
     });
+    if content.to_string().len() > MAX_CONTENT_BYTES {
+        content = json!({"msgtype": "m.text", "body": content["body"]});
+    }
     match event {
         Some(event) => with_reply(content, event),
         None => content,
     }
+}
+
+/// `text` in parts of at most `limit` bytes, cut at a blank line, else a line end, else a space,
+/// else anywhere between characters; one part (maybe empty) when it fits.
+fn split_text(text: &str, limit: usize) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut rest = text;
+    while rest.len() > limit {
+        let mut end = limit;
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        let head = &rest[..end];
+        let cut = ["\n\n", "\n", " "]
+            .iter()
+            .find_map(|sep| head.rfind(sep).filter(|&i| i > 0).map(|i| i + sep.len()))
+            .unwrap_or(end);
+        parts.push(rest[..cut].trim_end());
+        rest = &rest[cut..];
+    }
+    parts.push(rest);
+    parts
 }
 
 /// `m.relates_to.m.in_reply_to`: the message shows as a reply to `event`.

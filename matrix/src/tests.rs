@@ -601,3 +601,42 @@ fn many_429s_are_all_waited_out_but_a_homeserver_that_keeps_failing_is_given_up_
     assert_eq!(sends_with(429, 12), 13, "every 429 waited out, then sent");
     assert_eq!(sends_with(502, 100), 8, "given up after 8 tries");
 }
+
+#[test]
+fn a_long_answer_goes_in_parts_each_within_an_events_size_and_the_cost_ends_the_last() {
+    let data = data("long");
+    let paragraph = format!("{}\n\n", "word ".repeat(2000)); // 10 KB each
+    let text = paragraph.repeat(6);
+    let bridge = run(
+        &data,
+        vec![
+            synced("s1", said(DM, "$q", ALICE, "tell me everything")),
+            agent(
+                "agent/a1",
+                Some("matrix/t1"),
+                json!({"type": "text", "turn": "matrix/t1", "text": text, "usage": {"cost_usd": 1.0}}),
+            ),
+        ],
+    );
+    let sends = bridge.host().calls_to("/send/");
+    assert_eq!(sends.len(), 3, "60 KB in parts of at most 24 KB");
+    assert!(sends[1].url.ends_with("/agent%2Fa1.2") && sends[2].url.ends_with("/agent%2Fa1.3"));
+    let mut whole = String::new();
+    for (n, send) in sends.iter().enumerate() {
+        let content = content(send);
+        assert!(content.to_string().len() < 64 * 1024);
+        assert_eq!(content["m.relates_to"]["m.in_reply_to"]["event_id"], "$q");
+        let body = content["body"].as_str().unwrap();
+        assert_eq!(body.contains("— $1.0000"), n == 2, "{n}");
+        whole.push_str(body.split("\n\n— ").next().unwrap());
+        whole.push(' ');
+    }
+    let words = |s: &str| s.split_whitespace().count();
+    assert_eq!(words(&whole), 12_000);
+
+    // Text that HTML escaping would blow past the limit goes plain, but whole.
+    let quotes = "\"".repeat(20_000);
+    let content = crate::bridge::answer_content(&quotes, None, None);
+    assert!(content.get("formatted_body").is_none());
+    assert_eq!(content["body"], quotes.as_str());
+}
