@@ -284,6 +284,8 @@ fn the_actor_joins_when_invited_and_answers_a_message_as_a_threaded_reply() {
     assert_eq!(world.status("matrix")["last_exit"], "exited cleanly");
     let log = world.log("matrix");
     assert!(log.contains("matrix: stopped"), "{log}");
+    // Typing was shown and ended (a failed typing call is logged).
+    assert!(!log.contains("typing in"), "{log}");
     let state = world.json("private/matrix/data/state.json");
     assert!(state["since"].is_string(), "{state}");
 }
