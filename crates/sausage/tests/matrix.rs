@@ -10,6 +10,9 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use sausage::message::{ActorId, Tier};
+use sausage::people::People;
+use sausage::world::World;
 use serde_json::{Value, json};
 use support::agent::{tool_outputs, world_with_agent};
 use support::fake_llm::{FakeLlm, openai};
@@ -180,17 +183,36 @@ fn matrix_wasm() -> &'static Path {
     })
 }
 
-/// A world with `echo` as its agent and the `matrix` actor signed in as `bot` on `synapse`.
-fn world_with_matrix(synapse: &Synapse, bot: &User) -> TestWorld {
+/// A world with `echo` as its agent and the `matrix` actor signed in as `bot` on `synapse`,
+/// where `people` are known by their Matrix ids.
+fn world_with_matrix(synapse: &Synapse, bot: &User, people: &[&User]) -> TestWorld {
     let world = TestWorld::new();
     world.install("agent", "echo");
-    add_matrix(&world, synapse, bot);
+    add_matrix(&world, synapse, bot, people);
     world
+}
+
+/// Lets the `matrix` actor speak for people by their Matrix ids (as `sausage matrix setup`
+/// does), and makes each of `users` an owner known by theirs (`sausage people add … --matrix`);
+/// a user's person id is their Matrix id's local part.
+fn know(world: &TestWorld, users: &[&User]) {
+    let people = People::new(&World::new(&world.root));
+    people
+        .grant_surface(&ActorId::parse("matrix").unwrap(), "matrix")
+        .unwrap();
+    for user in users {
+        let local = user.id.trim_start_matches('@').split(':').next().unwrap();
+        let handles = [("matrix".to_string(), user.id.clone())].into();
+        people
+            .add_with(&local.to_lowercase(), Tier::Owner, None, handles)
+            .unwrap();
+    }
 }
 
 /// Installs the `matrix` actor signed in as `bot` on `synapse`: its config in `/data`, its
 /// token in `broker/credentials/matrix.json`, the homeserver in its allow-list.
-fn add_matrix(world: &TestWorld, synapse: &Synapse, bot: &User) {
+fn add_matrix(world: &TestWorld, synapse: &Synapse, bot: &User, people: &[&User]) {
+    know(world, people);
     let version = world.path("broker/versions/matrix/1");
     std::fs::create_dir_all(version.join("source")).unwrap();
     std::fs::copy(matrix_wasm(), version.join("actor.wasm")).unwrap();
@@ -246,7 +268,7 @@ fn from_bot<'a>(messages: &'a [Value], bot: &User) -> Vec<&'a Value> {
 fn the_actor_joins_when_invited_and_answers_a_message_as_a_threaded_reply() {
     let synapse = Synapse::shared();
     let (alice, bot) = (synapse.register("alice"), synapse.register("sausage"));
-    let world = world_with_matrix(synapse, &bot);
+    let world = world_with_matrix(synapse, &bot, &[&alice]);
     let room = alice.create_room(RoomKind::Direct(&bot));
     let host = world.run();
     wait_joined(&alice, &bot, &room, &world);
@@ -297,7 +319,7 @@ fn a_rate_limited_bot_waits_out_each_429_and_sends_every_answer_once() {
         synapse.register("alice"),
         synapse.register_limited("slowbot"),
     );
-    let world = world_with_matrix(synapse, &bot);
+    let world = world_with_matrix(synapse, &bot, &[&alice]);
     let room = alice.create_room(RoomKind::Direct(&bot));
     let host = world.run();
     wait_joined(&alice, &bot, &room, &world);
@@ -331,7 +353,7 @@ fn a_turn_of_the_agent_shows_as_one_edited_status_a_numbered_question_and_a_rend
     let (alice, bot) = (synapse.register("alice"), synapse.register("sausage"));
     let fake = FakeLlm::start();
     let world = world_with_agent(&fake, "openai-responses");
-    add_matrix(&world, synapse, &bot);
+    add_matrix(&world, synapse, &bot, &[&alice]);
     fake.push_openai(openai::reply(vec![openai::function_call(
         "list_dir",
         json!({"path": "/data"}),
@@ -443,7 +465,7 @@ fn a_turn_of_the_agent_shows_as_one_edited_status_a_numbered_question_and_a_rend
 fn a_message_sent_while_the_world_is_down_after_a_kill_is_answered_once_and_none_twice() {
     let synapse = Synapse::shared();
     let (alice, bot) = (synapse.register("alice"), synapse.register("sausage"));
-    let world = world_with_matrix(synapse, &bot);
+    let world = world_with_matrix(synapse, &bot, &[&alice]);
     let room = alice.create_room(RoomKind::Direct(&bot));
     let answered = |n: usize| {
         alice.wait_for_messages(&room, PATIENCE, &format!("{n} answers"), |m| {
@@ -506,6 +528,7 @@ fn spawned_through_the_broker_the_candidate_passes_and_the_running_version_conne
     let (alice, bot) = (synapse.register("alice"), synapse.register("sausage"));
     let world = TestWorld::new();
     world.install("agent", "echo");
+    know(&world, &[&alice]);
     let source = world.root.parent().unwrap().join("matrix-source");
     matrix_source(&source, synapse);
     std::fs::create_dir_all(world.path("broker/credentials")).unwrap();
@@ -548,4 +571,52 @@ fn spawned_through_the_broker_the_candidate_passes_and_the_running_version_conne
         from_bot(&messages, &bot)[0]["content"]["m.relates_to"]["m.in_reply_to"]["event_id"],
         asked.as_str()
     );
+}
+
+#[test]
+fn an_unknown_user_gets_one_polite_notice_and_a_known_ones_direct_room_stays_theirs() {
+    let synapse = Synapse::shared();
+    let (alice, eve, bot) = (
+        synapse.register("alice"),
+        synapse.register("eve"),
+        synapse.register("sausage"),
+    );
+    // The agent is `echo`: what reaches it comes back, so a leak would show in a room.
+    let world = world_with_matrix(synapse, &bot, &[&alice]);
+    let alice_room = alice.create_room(RoomKind::Direct(&bot));
+    let eve_room = eve.create_room(RoomKind::Direct(&bot));
+    let host = world.run();
+    wait_joined(&alice, &bot, &alice_room, &world);
+    wait_joined(&eve, &bot, &eve_room, &world);
+
+    eve.send_text(&eve_room, "let me in");
+    let notices = eve.wait_for_messages(&eve_room, PATIENCE, "the notice", |m| {
+        !from_bot(m, &bot).is_empty()
+    });
+    let notice = &from_bot(&notices, &bot)[0]["content"];
+    assert_eq!(notice["msgtype"], "m.notice", "{notice}");
+    assert!(
+        !notice["body"].as_str().unwrap().contains("let me in"),
+        "{notice}"
+    );
+    eve.send_text(&eve_room, "hello?");
+    alice.send_text(&alice_room, "alice's own words");
+    alice.wait_for_messages(&alice_room, PATIENCE, "alice's answer", |m| {
+        from_bot(m, &bot).iter().any(|a| {
+            a["content"]["body"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("alice's own words")
+        })
+    });
+    // By the time alice's later message is answered, eve's second one has been seen: still one
+    // notice, and nothing of alice's in eve's room.
+    let eve_sees = eve.messages(&eve_room);
+    assert_eq!(from_bot(&eve_sees, &bot).len(), 1, "{eve_sees:?}");
+    assert!(
+        !serde_json::to_string(&eve_sees)
+            .unwrap()
+            .contains("alice's own words")
+    );
+    drop(host);
 }
