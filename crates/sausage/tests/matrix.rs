@@ -5,9 +5,7 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::OnceLock;
+use std::path::Path;
 use std::time::Duration;
 
 use sausage::message::{ActorId, Tier};
@@ -160,27 +158,6 @@ fn a_limited_user_sending_fast_gets_429_with_retry_after_ms() {
     let first = alice.send_with_txn(&room, "same", &content).json();
     let second = alice.send_with_txn(&room, "same", &content).json();
     assert_eq!(first["event_id"], second["event_id"]);
-}
-
-/// The `matrix` actor, built once per test run into `target/matrix`.
-fn matrix_wasm() -> &'static Path {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let target = repo().join("target/matrix");
-        std::fs::create_dir_all(&target).unwrap();
-        let lock = std::fs::File::create(target.join(".build-lock")).unwrap();
-        lock.lock().unwrap();
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--release", "--target", "wasm32-wasip2"])
-            .arg("--manifest-path")
-            .arg(repo().join("matrix/Cargo.toml"))
-            .arg("--target-dir")
-            .arg(&target)
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building matrix/ failed");
-        target.join("wasm32-wasip2/release/matrix.wasm")
-    })
 }
 
 /// A world with `echo` as its agent and the `matrix` actor signed in as `bot` on `synapse`,

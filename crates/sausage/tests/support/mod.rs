@@ -44,6 +44,12 @@ pub fn agent_wasm() -> &'static Path {
     BUILT.get_or_init(|| build_wasm("agent/Cargo.toml", "target/agent").join("agent.wasm"))
 }
 
+/// The `matrix` actor, built once per test run from `matrix/` (into `target/matrix`).
+pub fn matrix_wasm() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| build_wasm("matrix/Cargo.toml", "target/matrix").join("matrix.wasm"))
+}
+
 /// Builds a WASM workspace for `wasm32-wasip2` in release mode and returns the folder of its
 /// `.wasm` files. Test binaries run at once share the work through a lock file (and cargo
 /// itself skips it when nothing changed).
