@@ -11,6 +11,7 @@ pub mod agent;
 pub mod browser;
 pub mod fake_llm;
 pub mod http;
+pub mod nats;
 pub mod synapse;
 pub mod web;
 
