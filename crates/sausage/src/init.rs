@@ -248,6 +248,13 @@ impl MatrixConfig {
         out: &mut impl Write,
         terminal: bool,
     ) -> Result<MatrixConfig> {
+        // What the flags gave is checked before anything is asked.
+        if let Some(homeserver) = &self.homeserver {
+            check_base_url(homeserver).map_err(|e| anyhow::anyhow!("the homeserver: {e}"))?;
+        }
+        if let Some(user) = &self.user_id {
+            check_matrix_user(user).map_err(|e| anyhow::anyhow!("the Matrix user: {e}"))?;
+        }
         if self.token.is_none() {
             self.token = std::env::var(MATRIX_TOKEN_VARIABLE)
                 .ok()

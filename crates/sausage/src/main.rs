@@ -230,7 +230,11 @@ async fn init(
     world.check_new()?;
     let terminal = std::io::stdin().is_terminal();
     let owner = match owner {
-        Some(owner) => owner,
+        // Checked before anything is created, so a wrong id leaves no half-made world.
+        Some(owner) => match sausage::message::ActorId::parse(&owner) {
+            Ok(_) => owner,
+            Err(e) => anyhow::bail!("--owner: {}", e.replace("actor id", "person id")),
+        },
         None if terminal => init::ask_owner(&mut std::io::stdin().lock(), &mut std::io::stdout())?,
         None => sausage::people::DEFAULT_OWNER.to_string(),
     };

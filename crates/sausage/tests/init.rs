@@ -177,3 +177,41 @@ fn an_unknown_api_shape_is_refused_naming_the_three() {
         "no world is left behind"
     );
 }
+
+#[test]
+fn a_wrong_owner_or_matrix_answer_is_refused_before_anything_is_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("world");
+    let model = [
+        "--api",
+        "openai-chat",
+        "--base-url",
+        "http://127.0.0.1:1",
+        "--model",
+        "m",
+    ];
+    for (extra, says) in [
+        (
+            &["--owner", "The Boss"][..],
+            "--owner: person id `The Boss`",
+        ),
+        (
+            &["--matrix", "matrix.example.org", "--matrix-user", "@bot:x"],
+            "not an http:// or https:// URL",
+        ),
+        (
+            &["--matrix", "http://127.0.0.1:1", "--matrix-user", "bot"],
+            "not a Matrix user id",
+        ),
+    ] {
+        let args: Vec<&str> = model.iter().chain(extra).copied().collect();
+        let out = init(&root, &args, "\n");
+        assert!(!out.status.success(), "{extra:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{extra:?}: {stderr}");
+        assert!(
+            !root.join("sausage.json").exists(),
+            "{extra:?}: no world is left behind"
+        );
+    }
+}

@@ -11,6 +11,8 @@ pub mod agent;
 pub mod browser;
 pub mod fake_llm;
 pub mod http;
+pub mod nats;
+pub mod synapse;
 pub mod web;
 
 use std::io::{BufRead, BufReader, Write};
@@ -41,6 +43,12 @@ pub fn actors_dir() -> &'static Path {
 pub fn agent_wasm() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| build_wasm("agent/Cargo.toml", "target/agent").join("agent.wasm"))
+}
+
+/// The `matrix` actor, built once per test run from `matrix/` (into `target/matrix`).
+pub fn matrix_wasm() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| build_wasm("matrix/Cargo.toml", "target/matrix").join("matrix.wasm"))
 }
 
 /// Builds a WASM workspace for `wasm32-wasip2` in release mode and returns the folder of its

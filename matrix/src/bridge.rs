@@ -1,0 +1,1045 @@
+//! The bridge between the homeserver and the world: the `/sync` loop and what each Matrix event
+//! becomes (a text or an answer for the agent, spoken `as` its Matrix user), and what each of
+//! the agent's messages about a turn becomes in Matrix (typing, one edited status line, a
+//! question as a numbered list, the final answer as a reply with its cost).
+//! **Invariant:** the `since` token is saved only after every event of its batch was handed on
+//! (written on stdout), and every send to a room has a transaction id derived from the world
+//! message or Matrix event it comes from, so neither a crash nor a retry loses or doubles one.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::host::{Event, Host, Incoming, Outgoing, Request, Response};
+use crate::markdown;
+use crate::state::{Question, Room, State, Turn};
+
+/// How long the homeserver holds a `/sync` open when nothing happens (`timeout`, in ms).
+pub const SYNC_TIMEOUT_MS: u64 = 30_000;
+
+/// What the `/sync` asks for: messages and memberships, nothing else (no presence, receipts,
+/// typing or account data), so a quiet room costs nothing.
+const SYNC_FILTER: &str = r#"{"presence":{"not_types":["*"]},"account_data":{"not_types":["*"]},"room":{"timeline":{"types":["m.room.message","m.room.member"],"limit":50},"state":{"types":["m.room.member"]},"ephemeral":{"not_types":["*"]},"account_data":{"not_types":["*"]}}}"#;
+
+/// How long the room shows the bot typing after one notification; it is renewed every
+/// [`TYPING_RENEW`] while a turn runs, so it never lapses mid-turn and ends soon after a crash.
+const TYPING_TIMEOUT_MS: u64 = 30_000;
+const TYPING_RENEW: Duration = Duration::from_secs(20);
+
+/// A Matrix event is at most 64 KiB whole (the homeserver refuses more with 413): an answer is
+/// sent in parts of at most [`MAX_ANSWER_PART`] bytes of text, and a part whose content (text
+/// and HTML) still passes [`MAX_CONTENT_BYTES`] goes without its HTML.
+const MAX_ANSWER_PART: usize = 24 * 1024;
+const MAX_CONTENT_BYTES: usize = 60 * 1024;
+
+/// The status line is edited at most this often, so a turn of many quick tool calls costs a
+/// few edits, not two messages a call (which the homeserver's rate limit would refuse).
+const STATUS_INTERVAL: Duration = Duration::from_secs(2);
+
+/// A call is tried at most this many times when it fails (5xx, 401, no answer; a 429 is waited
+/// out and not counted), so a homeserver that stays down delays the bridge a few minutes per
+/// message at most, then the message is given up with a note in the log.
+const MAX_ATTEMPTS: u32 = 8;
+
+/// The longest wait a 429's `retry_after_ms` is trusted for; a longer one is waited this long
+/// and tried again (and answered with another 429 if it still holds).
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// Backoff after a failure: 0.5 s × 2ⁿ, at most [`MAX_BACKOFF`] (also between failed `/sync`s,
+/// which are retried forever: nothing is lost while the homeserver is away).
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The one notice a Matrix user this world does not know gets.
+const UNKNOWN_NOTICE: &str = "Hello! I am this world's assistant, but the world does not know \
+     you yet, so I cannot answer. Ask the world's owner to add you \
+     (`sausage people add ID --matrix YOUR_MATRIX_ID`); until then I will stay quiet.";
+
+/// `/data/config.json`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// The homeserver's base URL, without a trailing `/`.
+    pub homeserver: String,
+    /// The bot's own Matrix id (`@sausage:server`).
+    pub user_id: String,
+    /// The actor that texts and answers go to.
+    pub agent: String,
+}
+
+impl Config {
+    pub fn parse(bytes: &[u8]) -> Result<Config, String> {
+        let value: Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        let field = |name: &str| match value[name].as_str() {
+            Some(text) if !text.is_empty() => Ok(text.to_string()),
+            _ => Err(format!("`{name}` is missing (a string)")),
+        };
+        Ok(Config {
+            homeserver: field("homeserver")?.trim_end_matches('/').to_string(),
+            user_id: field("user_id")?,
+            agent: field("agent").unwrap_or_else(|_| "agent".into()),
+        })
+    }
+}
+
+pub struct Bridge<H: Host> {
+    host: H,
+    data: PathBuf,
+    config: Config,
+    state: State,
+    /// When typing was last turned on in each room, to renew it; in memory only.
+    typing: BTreeMap<String, Duration>,
+    /// Failed `/sync`s in a row, for the backoff.
+    sync_failures: u32,
+    /// When each turn's status line was last sent or edited, and the changes not shown yet
+    /// (the world message whose change an edit will show, its transaction id); in memory only:
+    /// after a restart the final answer's edit shows the last state.
+    status_sent: BTreeMap<String, Duration>,
+    status_waiting: BTreeMap<String, String>,
+}
+
+/// How one `/sync` answer went.
+#[derive(Debug, PartialEq)]
+enum Synced {
+    /// Every event was handed on and the token saved.
+    Done,
+    /// Rate limited: wait this long, then poll again.
+    Limited(Duration),
+    /// Failed in words; back off and poll again.
+    Failed(String),
+}
+
+impl<H: Host> Bridge<H> {
+    pub fn new(host: H, data: PathBuf, config: Config) -> Bridge<H> {
+        let state = State::load(&data);
+        Bridge {
+            host,
+            data,
+            config,
+            state,
+            typing: BTreeMap::new(),
+            sync_failures: 0,
+            status_sent: BTreeMap::new(),
+            status_waiting: BTreeMap::new(),
+        }
+    }
+
+    #[cfg(test)]
+    pub fn host(&self) -> &H {
+        &self.host
+    }
+
+    /// Serves until a shutdown: one `/sync` always in flight, messages handled as they come.
+    pub fn run(&mut self) {
+        let mut syncing = false;
+        loop {
+            if !syncing {
+                self.host.start_sync(self.sync_request());
+                syncing = true;
+            }
+            // Waits for: a message from the world, the `/sync`'s answer, or the moment a
+            // typing renewal or a held-back status edit is due (then `TimedOut`).
+            match self.host.next(self.wake_in()) {
+                Event::Message(message) => self.on_message(message),
+                Event::Synced(answer) => {
+                    syncing = false;
+                    let pause = match self.on_sync(answer) {
+                        Synced::Done => {
+                            self.sync_failures = 0;
+                            Duration::ZERO
+                        }
+                        Synced::Limited(wait) => wait,
+                        Synced::Failed(why) => {
+                            self.sync_failures += 1;
+                            let wait = backoff(self.sync_failures);
+                            eprintln!("matrix: /sync: {why}; trying again in {wait:?}");
+                            wait
+                        }
+                    };
+                    if !pause.is_zero() && !self.host.pause(pause) {
+                        break;
+                    }
+                }
+                Event::TimedOut => {}
+                Event::Stop => break,
+            }
+            self.show_waiting_statuses();
+            self.renew_typing();
+        }
+        self.stop();
+    }
+
+    /// A clean stop: the rooms stop showing the bot typing, the state is saved. A `/sync` in
+    /// flight is abandoned; its events come again at the next start (the token did not move).
+    fn stop(&mut self) {
+        let rooms: Vec<String> = self.typing.keys().cloned().collect();
+        for room in rooms {
+            // One try each: the world is stopping, and the typing ends by itself anyway.
+            let _ = self.host.call(&self.typing_request(&room, false));
+        }
+        self.save();
+        eprintln!("matrix: stopped");
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/_matrix/client/v3{path}", self.config.homeserver)
+    }
+
+    fn sync_request(&self) -> Request {
+        let mut url = self.url(&format!("/sync?filter={}", encode(SYNC_FILTER)));
+        match &self.state.since {
+            Some(since) => url.push_str(&format!(
+                "&timeout={SYNC_TIMEOUT_MS}&since={}",
+                encode(since)
+            )),
+            // The first sync only learns the rooms; it does not wait.
+            None => url.push_str("&timeout=0"),
+        }
+        Request {
+            method: "GET",
+            url,
+            body: None,
+        }
+    }
+
+    fn save(&mut self) {
+        if let Err(e) = self.state.save(&self.data) {
+            eprintln!("matrix: saving the state: {e}");
+        }
+    }
+
+    // ---- From Matrix to the world ----
+
+    /// One `/sync` answer: invites joined, members learnt, messages handed on in order, then
+    /// the new token saved, then typing shown for the turns that started.
+    fn on_sync(&mut self, answer: Result<Response, String>) -> Synced {
+        let response = match answer {
+            Ok(response) => response,
+            Err(why) => return Synced::Failed(why),
+        };
+        if response.status == 429 {
+            return Synced::Limited(retry_after(&response));
+        }
+        if !(200..300).contains(&response.status) {
+            return Synced::Failed(describe(&response));
+        }
+        let sync = response.json();
+        let Some(next_batch) = sync["next_batch"].as_str() else {
+            return Synced::Failed("the answer has no next_batch".into());
+        };
+        // The first sync of a new bridge (no token yet) learns rooms and members but hands on
+        // no old message: it would answer history.
+        let first = self.state.since.is_none();
+        let mut started = Vec::new();
+        for (room, _) in sync["rooms"]["invite"].as_object().into_iter().flatten() {
+            self.join(room);
+        }
+        for (room_id, room) in sync["rooms"]["join"].as_object().into_iter().flatten() {
+            let known = self.state.rooms.entry(room_id.clone()).or_default();
+            for event in room["state"]["events"].as_array().into_iter().flatten() {
+                learn_member(known, event);
+            }
+            let timeline = room["timeline"]["events"].as_array().map_or(&[][..], |e| e);
+            // Messages from before the bot was invited (or joined, when the batch shows no
+            // invite) are the room's history, not questions for it.
+            let arrived = |membership: &str| {
+                timeline.iter().rposition(|e| {
+                    e["type"] == "m.room.member"
+                        && e["state_key"] == self.config.user_id.as_str()
+                        && e["content"]["membership"] == membership
+                })
+            };
+            let history = arrived("invite").or_else(|| arrived("join")).unwrap_or(0);
+            for (n, event) in timeline.iter().enumerate() {
+                match event["type"].as_str() {
+                    Some("m.room.member") => {
+                        if let Some(room) = self.state.rooms.get_mut(room_id) {
+                            learn_member(room, event);
+                        }
+                    }
+                    Some("m.room.message") if !first && n >= history => {
+                        if let Some(turn) = self.on_matrix_message(room_id, event) {
+                            started.push(turn);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for (room, _) in sync["rooms"]["leave"].as_object().into_iter().flatten() {
+            self.state.rooms.remove(room);
+        }
+        self.state.since = Some(next_batch.to_string());
+        self.save();
+        for room in started {
+            self.start_typing(&room);
+        }
+        Synced::Done
+    }
+
+    fn join(&mut self, room: &str) {
+        let request = Request {
+            method: "POST",
+            url: self.url(&format!("/join/{}", encode(room))),
+            body: Some(json!({})),
+        };
+        match self.call(&request) {
+            Ok(_) => {
+                eprintln!("matrix: joined {room}");
+                self.state.rooms.entry(room.to_string()).or_default();
+            }
+            Err(why) => eprintln!("matrix: joining {room}: {why}"),
+        }
+    }
+
+    /// A message in a joined room: an answer to the sender's open question there, or a text
+    /// that starts a turn. Returns the room to show typing in when a turn started.
+    fn on_matrix_message(&mut self, room: &str, event: &Value) -> Option<String> {
+        let sender = event["sender"].as_str()?;
+        let content = &event["content"];
+        // Notices are what bots say (this one too): answering them could loop.
+        let said = matches!(content["msgtype"].as_str(), Some("m.text" | "m.emote"));
+        let edit = content["m.relates_to"]["rel_type"] == "m.replace";
+        if sender == self.config.user_id || !said || edit {
+            return None;
+        }
+        let text = without_reply_fallback(content)?;
+        let asked = self
+            .state
+            .questions
+            .iter()
+            .find(|(_, q)| q.room == room && q.sender == sender)
+            .map(|(id, _)| id.clone());
+        if let Some(question_id) = asked {
+            // Just found above.
+            let question = self.state.questions.remove(&question_id).expect("found");
+            let answer = choice(&question.choices, &text);
+            let id = self.state.new_id();
+            self.host.send(&Outgoing {
+                to: Some(self.config.agent.clone()),
+                speaks_as: Some(sender.to_string()),
+                id: Some(id),
+                reply_to: Some(question_id),
+                body: json!({"type": "answer", "text": answer}),
+            });
+            return Some(room.to_string());
+        }
+        let mut body = json!({"type": "text", "text": text});
+        if let Some(shared) = self.shared_room(room) {
+            body["room"] = json!(shared);
+        }
+        let id = self.state.new_id();
+        self.host.send(&Outgoing {
+            to: Some(self.config.agent.clone()),
+            speaks_as: Some(sender.to_string()),
+            id: Some(id.clone()),
+            reply_to: None,
+            body,
+        });
+        let turn = Turn {
+            room: room.to_string(),
+            event: event["event_id"].as_str().unwrap_or_default().to_string(),
+            sender: sender.to_string(),
+            ..Turn::default()
+        };
+        self.state.turns.insert(format!("matrix/{id}"), turn);
+        Some(room.to_string())
+    }
+
+    /// The agent's room id for a Matrix room with more than one person, `None` for a direct
+    /// room (the bot and one person: that person's private conversation).
+    fn shared_room(&self, room: &str) -> Option<String> {
+        let members = &self.state.rooms.get(room)?.members;
+        let people = members
+            .iter()
+            .filter(|m| **m != self.config.user_id)
+            .count();
+        (people >= 2).then(|| room_key(room))
+    }
+
+    /// Whether every member of `room` but the bot is a user told they are unknown.
+    fn nobody_known_in(&self, room: &str) -> bool {
+        self.state.rooms.get(room).is_some_and(|r| {
+            r.members
+                .iter()
+                .filter(|m| **m != self.config.user_id)
+                .all(|m| self.state.told_unknown.contains(m))
+        })
+    }
+
+    // ---- From the world to Matrix ----
+
+    fn on_message(&mut self, message: Incoming) {
+        if message.from == "broker" && message.kind() == "undeliverable" {
+            self.on_undeliverable(&message);
+        } else if message.from == self.config.agent {
+            self.on_agent(&message);
+        } else {
+            eprintln!(
+                "matrix: ignoring a {:?} message from {}",
+                message.kind(),
+                message.from
+            );
+        }
+    }
+
+    /// A text that could not reach the agent. When its sender is no person of this world, they
+    /// are told so once, and a room whose every member proved unknown is left.
+    fn on_undeliverable(&mut self, message: &Incoming) {
+        let Some(turn_id) = message.reply_to.as_deref() else {
+            return;
+        };
+        let Some(turn) = self.state.turns.remove(turn_id) else {
+            eprintln!("matrix: undeliverable: {}", message.body["reason"]);
+            return;
+        };
+        self.stop_typing(&turn.room);
+        let reason = message.body["reason"].as_str().unwrap_or("");
+        let unknown = reason.contains("not a person");
+        if !unknown {
+            let text = format!("Your message could not reach the assistant: {reason}");
+            self.notice(&turn.room, &format!("undeliverable.{}", turn.event), &text);
+        } else if self.state.told_unknown.insert(turn.sender.clone()) {
+            let txn = format!("unknown.{}", turn.event);
+            self.notice(&turn.room, &txn, UNKNOWN_NOTICE);
+        }
+        if unknown && self.nobody_known_in(&turn.room) {
+            self.leave(&turn.room);
+        }
+        self.save();
+    }
+
+    fn leave(&mut self, room: &str) {
+        let request = Request {
+            method: "POST",
+            url: self.url(&format!("/rooms/{}/leave", encode(room))),
+            body: Some(json!({})),
+        };
+        match self.call(&request) {
+            Ok(_) => {
+                eprintln!("matrix: left {room}, where nobody is a person of this world");
+                self.state.rooms.remove(room);
+            }
+            Err(why) => eprintln!("matrix: leaving {room}: {why}"),
+        }
+    }
+
+    /// A message about a turn. Only the asker's copy counts (`reply_to` = the turn): in a
+    /// shared room every member's copy comes here.
+    fn on_agent(&mut self, message: &Incoming) {
+        let body = &message.body;
+        let Some(turn_id) = body["turn"].as_str().or(message.reply_to.as_deref()) else {
+            eprintln!(
+                "matrix: ignoring a {:?} of the agent's with no turn",
+                message.kind()
+            );
+            return;
+        };
+        let turn_id = turn_id.to_string();
+        let Some(turn) = self.state.turns.get(&turn_id).cloned() else {
+            self.on_other_turn(message, &turn_id);
+            return;
+        };
+        if message.reply_to.as_deref() != Some(turn_id.as_str()) && !body["room"].is_null() {
+            return;
+        }
+        // The agent speaks to the sender: the world knows them (again, if it did not before).
+        self.state.told_unknown.remove(&turn.sender);
+        match message.kind() {
+            "progress" => {}
+            "tool" => {
+                let tool = body["tool"].as_str().unwrap_or("a tool");
+                let line = if body["state"] == "started" {
+                    match body["preview"].as_str().filter(|p| !p.is_empty()) {
+                        Some(preview) => format!("⚙️ {tool}: {preview}"),
+                        None => format!("⚙️ {tool}"),
+                    }
+                } else {
+                    let mark = if body["ok"] == false { "✗" } else { "✓" };
+                    let seconds = body["seconds"].as_f64().unwrap_or(0.0);
+                    format!("{mark} {tool} ({seconds:.1} s)")
+                };
+                self.update_status(&turn_id, &message.id, |turn| {
+                    if body["state"] != "started" {
+                        turn.tools_done += 1;
+                    }
+                    turn.tool_line = line;
+                });
+            }
+            "plan" => {
+                let items: Vec<String> = body["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|item| {
+                        let mark = if item["done"] == true { "☑" } else { "☐" };
+                        format!("{mark} {}", item["text"].as_str().unwrap_or(""))
+                    })
+                    .collect();
+                self.update_status(&turn_id, &message.id, |turn| turn.plan = items);
+            }
+            "question" => self.ask(&turn_id, &turn, message),
+            "text" => self.answer(&turn_id, &turn, message),
+            other => eprintln!("matrix: ignoring a {other:?} of the agent's"),
+        }
+    }
+
+    /// A message about a turn that did not start here: in a shared room mapped to a Matrix
+    /// room, its final text is shown there (once, though each member's copy comes).
+    fn on_other_turn(&mut self, message: &Incoming, turn_id: &str) {
+        let finished = self.state.finished.iter().any(|t| t == turn_id);
+        let shared = message.body["room"].as_str();
+        let room = shared.and_then(|shared| {
+            self.state
+                .rooms
+                .keys()
+                .find(|room| room_key(room) == shared)
+                .cloned()
+        });
+        match (message.kind(), room) {
+            ("text", Some(room)) if !finished => {
+                self.send_answer(&room, &message.id, &message.body, None);
+                self.state.finish(turn_id);
+                self.save();
+            }
+            _ => {}
+        }
+    }
+
+    /// Sends the turn's status line (plan and latest tool) as a notice, or edits the one sent.
+    /// Changes the turn's status line and shows it: the first one at once, later ones as an
+    /// edit at most every [`STATUS_INTERVAL`] (a change in between waits for the next edit).
+    fn update_status(&mut self, turn_id: &str, message_id: &str, change: impl FnOnce(&mut Turn)) {
+        let Some(turn) = self.state.turns.get_mut(turn_id) else {
+            return;
+        };
+        change(turn);
+        let first = turn.status_event.is_none();
+        let due = self
+            .status_sent
+            .get(turn_id)
+            .is_none_or(|at| self.host.now().saturating_sub(*at) >= STATUS_INTERVAL);
+        if first || due {
+            self.show_status(turn_id, message_id);
+        } else {
+            self.status_waiting
+                .insert(turn_id.to_string(), message_id.to_string());
+        }
+        self.save();
+    }
+
+    /// Sends (or edits) the status line as the turn now has it; `txn` names the world message
+    /// whose change it shows.
+    fn show_status(&mut self, turn_id: &str, txn: &str) {
+        self.status_waiting.remove(turn_id);
+        let Some(turn) = self.state.turns.get(turn_id).cloned() else {
+            return;
+        };
+        let mut text = turn.plan.join("\n");
+        if !turn.tool_line.is_empty() {
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(&turn.tool_line);
+        }
+        let sent = self.send_status(&turn, txn, &text);
+        self.status_sent
+            .insert(turn_id.to_string(), self.host.now());
+        if let (Some(event), Some(turn)) = (sent, self.state.turns.get_mut(turn_id))
+            && turn.status_event.is_none()
+        {
+            turn.status_event = Some(event);
+        }
+    }
+
+    /// Shows the status changes whose interval has passed.
+    fn show_waiting_statuses(&mut self) {
+        let now = self.host.now();
+        let due: Vec<(String, String)> = self
+            .status_waiting
+            .iter()
+            .filter(|(turn, _)| {
+                self.status_sent
+                    .get(*turn)
+                    .is_none_or(|at| now.saturating_sub(*at) >= STATUS_INTERVAL)
+            })
+            .map(|(turn, txn)| (turn.clone(), txn.clone()))
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        for (turn, txn) in due {
+            self.show_status(&turn, &txn);
+        }
+        self.save();
+    }
+
+    /// How long the loop may wait before something is due: a typing renewal while a turn
+    /// runs, a waiting status edit.
+    fn wake_in(&self) -> Option<Duration> {
+        let now = self.host.now();
+        let status = self
+            .status_waiting
+            .keys()
+            .filter_map(|turn| self.status_sent.get(turn))
+            .map(|at| STATUS_INTERVAL.saturating_sub(now.saturating_sub(*at)))
+            .min();
+        let typing = (!self.state.turns.is_empty()).then_some(TYPING_RENEW);
+        status.into_iter().chain(typing).min()
+    }
+
+    /// The status notice: a new one (threaded to the asking message), or an `m.replace` edit
+    /// of the one already sent. Returns the new notice's event id.
+    fn send_status(&mut self, turn: &Turn, txn: &str, text: &str) -> Option<String> {
+        let new = json!({"msgtype": "m.notice", "body": text});
+        let content = match &turn.status_event {
+            Some(event) => json!({
+                "msgtype": "m.notice",
+                "body": format!("* {text}"),
+                "m.new_content": new,
+                "m.relates_to": {"rel_type": "m.replace", "event_id": event},
+            }),
+            None => with_reply(new, &turn.event),
+        };
+        let event = self.send_event(&turn.room, txn, content);
+        if turn.status_event.is_some() {
+            None
+        } else {
+            event
+        }
+    }
+
+    /// A question of the agent's: its text and numbered choices, as a reply to the asker; the
+    /// asker's next message in that room answers it.
+    fn ask(&mut self, turn_id: &str, turn: &Turn, message: &Incoming) {
+        let body = &message.body;
+        let text = body["text"].as_str().unwrap_or("");
+        let choices: Vec<String> = body["choices"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.as_str().map(str::to_string))
+            .collect();
+        let mut plain = text.to_string();
+        let mut html = markdown::to_html(text);
+        if !choices.is_empty() {
+            plain.push('\n');
+            html.push_str("\n<ol>\n");
+            for (n, choice) in choices.iter().enumerate() {
+                plain.push_str(&format!("\n{}. {choice}", n + 1));
+                html.push_str(&format!("<li>{}</li>\n", markdown::escape(choice)));
+            }
+            html.push_str("</ol>");
+            plain.push_str("\n\nAnswer with a number or in your own words.");
+            html.push_str("\n<p>Answer with a number or in your own words.</p>");
+        }
+        let content = with_reply(
+            json!({
+                "msgtype": "m.text",
+                "body": plain,
+                "format": "org.matrix.custom.html",
+                "formatted_body": html,
+            }),
+            &turn.event,
+        );
+        self.stop_typing(&turn.room);
+        self.send_event(&turn.room, &message.id, content);
+        self.state.questions.insert(
+            message.id.clone(),
+            Question {
+                room: turn.room.clone(),
+                sender: turn.sender.clone(),
+                choices,
+                turn: turn_id.to_string(),
+            },
+        );
+        self.save();
+    }
+
+    /// The turn's final text: the status line says it is done, then the answer comes, Markdown
+    /// rendered, with the turn's cost, as a reply to the message that asked.
+    fn answer(&mut self, turn_id: &str, turn: &Turn, message: &Incoming) {
+        self.stop_typing_for(turn_id, &turn.room);
+        // The status line says "done" first, so the answer is the last thing in the room.
+        self.status_waiting.remove(turn_id);
+        self.status_sent.remove(turn_id);
+        if turn.status_event.is_some() {
+            let done = match turn.tools_done {
+                1 => "✓ done, 1 tool call".to_string(),
+                n => format!("✓ done, {n} tool calls"),
+            };
+            let mut text = turn.plan.join("\n");
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(&done);
+            self.send_status(turn, &format!("{}.done", message.id), &text);
+        }
+        self.send_answer(&turn.room, &message.id, &message.body, Some(&turn.event));
+        self.state.questions.retain(|_, q| q.turn != turn_id);
+        self.state.finish(turn_id);
+        self.save();
+    }
+
+    /// Sends a final text, in parts when it is too long for one event (transaction ids
+    /// `<id>`, `<id>.2`, `<id>.3`…); the cost line ends the last part.
+    fn send_answer(&mut self, room: &str, id: &str, body: &Value, event: Option<&str>) {
+        let text = body["text"].as_str().unwrap_or("");
+        let parts = split_text(text, MAX_ANSWER_PART);
+        let last = parts.len() - 1;
+        for (n, part) in parts.iter().enumerate() {
+            let cost = (n == last).then(|| cost_line(body));
+            let content = answer_content(part, cost.as_deref(), event);
+            let txn = match n {
+                0 => id.to_string(),
+                n => format!("{id}.{}", n + 1),
+            };
+            self.send_event(room, &txn, content);
+        }
+    }
+
+    fn notice(&mut self, room: &str, txn: &str, text: &str) {
+        let content = json!({
+            "msgtype": "m.notice",
+            "body": text,
+            "format": "org.matrix.custom.html",
+            "formatted_body": markdown::to_html(text),
+        });
+        self.send_event(room, txn, content);
+    }
+
+    /// `PUT /rooms/{room}/send/m.room.message/{txn}`: the homeserver keeps one event per
+    /// transaction id, so sending again after a failure or a crash never doubles it. Returns
+    /// the event's id.
+    fn send_event(&mut self, room: &str, txn: &str, content: Value) -> Option<String> {
+        let request = Request {
+            method: "PUT",
+            url: self.url(&format!(
+                "/rooms/{}/send/m.room.message/{}",
+                encode(room),
+                encode(txn)
+            )),
+            body: Some(content),
+        };
+        match self.call(&request) {
+            Ok(response) => response.json()["event_id"].as_str().map(str::to_string),
+            Err(why) => {
+                eprintln!("matrix: sending to {room}: {why}");
+                None
+            }
+        }
+    }
+
+    // ---- Typing ----
+
+    fn typing_request(&self, room: &str, typing: bool) -> Request {
+        let body = if typing {
+            json!({"typing": true, "timeout": TYPING_TIMEOUT_MS})
+        } else {
+            json!({"typing": false})
+        };
+        Request {
+            method: "PUT",
+            url: self.url(&format!(
+                "/rooms/{}/typing/{}",
+                encode(room),
+                encode(&self.config.user_id)
+            )),
+            body: Some(body),
+        }
+    }
+
+    /// Typing is a courtesy: one try, and a failure only noted.
+    fn set_typing(&mut self, room: &str, typing: bool) {
+        let request = self.typing_request(room, typing);
+        match self.host.call(&request) {
+            Ok(response) if (200..300).contains(&response.status) => {}
+            Ok(response) => eprintln!("matrix: typing in {room}: {}", describe(&response)),
+            Err(why) => eprintln!("matrix: typing in {room}: {why}"),
+        }
+    }
+
+    fn start_typing(&mut self, room: &str) {
+        self.set_typing(room, true);
+        self.typing.insert(room.to_string(), self.host.now());
+    }
+
+    fn stop_typing(&mut self, room: &str) {
+        if self.typing.remove(room).is_some() {
+            self.set_typing(room, false);
+        }
+    }
+
+    /// Stops typing in `room` unless another turn there still runs.
+    fn stop_typing_for(&mut self, turn_id: &str, room: &str) {
+        let others = self
+            .state
+            .turns
+            .iter()
+            .any(|(id, t)| id != turn_id && t.room == room);
+        if !others {
+            self.stop_typing(room);
+        }
+    }
+
+    /// Typing is renewed in every room with a turn that runs and waits for no answer.
+    fn renew_typing(&mut self) {
+        let now = self.host.now();
+        let waiting: Vec<&str> = self
+            .state
+            .questions
+            .values()
+            .map(|q| q.turn.as_str())
+            .collect();
+        let mut rooms: Vec<String> = self
+            .state
+            .turns
+            .iter()
+            .filter(|(id, _)| !waiting.contains(&id.as_str()))
+            .map(|(_, t)| t.room.clone())
+            .collect();
+        rooms.dedup();
+        for room in rooms {
+            let due = self
+                .typing
+                .get(&room)
+                .is_none_or(|since| now.saturating_sub(*since) >= TYPING_RENEW);
+            if due {
+                self.start_typing(&room);
+            }
+        }
+    }
+
+    // ---- Calls ----
+
+    /// A call, retried: a 429 after its `retry_after_ms`, for as long as the homeserver asks
+    /// (a shutdown ends the wait); a 5xx, a 401 (the host may not have the token yet) or no
+    /// answer after a backoff, at most [`MAX_ATTEMPTS`] tries.
+    fn call(&mut self, request: &Request) -> Result<Response, String> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let (wait, why) = match self.host.call(request) {
+                Ok(response) if (200..300).contains(&response.status) => return Ok(response),
+                Ok(response) if response.status == 429 => {
+                    let (wait, why) = (retry_after(&response), describe(&response));
+                    eprintln!(
+                        "matrix: {} {}: {why}; waiting {wait:?} as asked",
+                        request.method,
+                        path_of(&request.url)
+                    );
+                    // Being asked to wait is no failure: it does not count as a try.
+                    attempt -= 1;
+                    (wait, why)
+                }
+                Ok(response) if response.status == 401 || response.status >= 500 => {
+                    let why = describe(&response);
+                    eprintln!(
+                        "matrix: {} {}: {why}",
+                        request.method,
+                        path_of(&request.url)
+                    );
+                    (backoff(attempt), why)
+                }
+                Ok(response) => return Err(describe(&response)),
+                Err(why) => (backoff(attempt), why),
+            };
+            if attempt >= MAX_ATTEMPTS {
+                return Err(format!("{why} (gave up after {attempt} tries)"));
+            }
+            if !self.host.pause(wait) {
+                return Err(format!("{why} (stopping)"));
+            }
+        }
+    }
+}
+
+/// A final text's content: Markdown rendered, the cost line below (on the last part), threaded
+/// to `event`. Should the HTML make the event too big (text that escapes to many times its
+/// size), it goes without `formatted_body`: plain, but whole.
+pub fn answer_content(text: &str, cost: Option<&str>, event: Option<&str>) -> Value {
+    let (mut plain, mut html) = (text.to_string(), markdown::to_html(text));
+    if let Some(cost) = cost {
+        plain.push_str(&format!("\n\n{cost}"));
+        html.push_str(&format!("\n<p><em>{}</em></p>", markdown::escape(cost)));
+    }
+    let mut content = json!({
+        "msgtype": "m.text",
+        "body": plain,
+        "format": "org.matrix.custom.html",
+        "formatted_body": html,
+    });
+    if content.to_string().len() > MAX_CONTENT_BYTES {
+        content = json!({"msgtype": "m.text", "body": content["body"]});
+    }
+    match event {
+        Some(event) => with_reply(content, event),
+        None => content,
+    }
+}
+
+/// `text` in parts of at most `limit` bytes, cut at a blank line, else a line end, else a space,
+/// else anywhere between characters; one part (maybe empty) when it fits.
+fn split_text(text: &str, limit: usize) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut rest = text;
+    while rest.len() > limit {
+        let mut end = limit;
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        let head = &rest[..end];
+        let cut = ["\n\n", "\n", " "]
+            .iter()
+            .find_map(|sep| head.rfind(sep).filter(|&i| i > 0).map(|i| i + sep.len()))
+            .unwrap_or(end);
+        parts.push(rest[..cut].trim_end());
+        rest = &rest[cut..];
+    }
+    parts.push(rest);
+    parts
+}
+
+/// `m.relates_to.m.in_reply_to`: the message shows as a reply to `event`.
+fn with_reply(mut content: Value, event: &str) -> Value {
+    if !event.is_empty() {
+        content["m.relates_to"] = json!({"m.in_reply_to": {"event_id": event}});
+    }
+    content
+}
+
+/// The end of a turn in words: its cost and tokens, and why it stopped early if it did.
+fn cost_line(body: &Value) -> String {
+    let usage = &body["usage"];
+    let cost = match usage["cost_usd"].as_f64() {
+        Some(cost) => format!("${cost:.4}"),
+        None => "cost unknown".to_string(),
+    };
+    let tokens = |name: &str| usage[name].as_u64().unwrap_or(0);
+    let mut line = format!(
+        "— {cost} · {} tokens in, {} out",
+        tokens("input_tokens"),
+        tokens("output_tokens")
+    );
+    if let Some(stopped) = body["stopped"].as_str() {
+        line.push_str(&format!(" · stopped: {stopped}"));
+    }
+    line
+}
+
+/// A membership event joins or removes a member.
+fn learn_member(room: &mut Room, event: &Value) {
+    if event["type"] != "m.room.member" {
+        return;
+    }
+    let Some(user) = event["state_key"].as_str() else {
+        return;
+    };
+    match event["content"]["membership"].as_str() {
+        Some("join" | "invite") => {
+            room.members.insert(user.to_string());
+        }
+        _ => {
+            room.members.remove(user);
+        }
+    }
+}
+
+/// The text a person wrote, without the quoted fallback of the message it replies to (`> …`
+/// lines and a blank line before the reply, as older clients send).
+fn without_reply_fallback(content: &Value) -> Option<String> {
+    let body = content["body"].as_str()?;
+    if content["m.relates_to"]["m.in_reply_to"].is_null() || !body.starts_with("> ") {
+        return Some(body.to_string());
+    }
+    let rest: Vec<&str> = body.lines().skip_while(|l| l.starts_with('>')).collect();
+    Some(rest.join("\n").trim_start_matches('\n').to_string())
+}
+
+/// An answer to a question: a number picks that choice, anything else is the answer itself.
+fn choice(choices: &[String], text: &str) -> String {
+    let trimmed = text.trim().trim_end_matches('.');
+    match trimmed.parse::<usize>() {
+        Ok(n) if (1..=choices.len()).contains(&n) => choices[n - 1].clone(),
+        _ => text.trim().to_string(),
+    }
+}
+
+/// The agent's room id for a shared Matrix room: `matrix-` and the room id's local part
+/// (between `!` and `:`) in lower case, every other character than `a-z0-9-_` made `-`, at most
+/// 64 characters in all. `!AbC.d:server` → `matrix-abc-d`.
+pub fn room_key(room: &str) -> String {
+    let local = room.trim_start_matches('!');
+    let local = local.split(':').next().unwrap_or(local);
+    let mut key = String::from("matrix-");
+    for c in local.chars().map(|c| c.to_ascii_lowercase()) {
+        if key.len() == 64 {
+            break;
+        }
+        let ok = c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_';
+        key.push(if ok { c } else { '-' });
+    }
+    key
+}
+
+/// A 429's wait: `retry_after_ms` in the body, else `Retry-After` in seconds, else a second;
+/// at most [`MAX_RETRY_AFTER`].
+fn retry_after(response: &Response) -> Duration {
+    let body = response.json();
+    let from_body = body["retry_after_ms"].as_u64().map(Duration::from_millis);
+    let from_header = response
+        .header("retry-after")
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    from_body
+        .or(from_header)
+        .unwrap_or(Duration::from_secs(1))
+        .min(MAX_RETRY_AFTER)
+}
+
+fn backoff(attempt: u32) -> Duration {
+    FIRST_BACKOFF
+        .saturating_mul(2u32.saturating_pow(attempt.saturating_sub(1).min(16)))
+        .min(MAX_BACKOFF)
+}
+
+/// An answer that is not a success, in words: the status and Matrix's `errcode` and `error`.
+fn describe(response: &Response) -> String {
+    let body = response.json();
+    match (body["errcode"].as_str(), body["error"].as_str()) {
+        (Some("M_UNKNOWN_TOKEN"), _) => format!(
+            "{} M_UNKNOWN_TOKEN: the homeserver does not take the access token the host adds \
+             (broker/credentials/matrix.json)",
+            response.status
+        ),
+        (Some(code), Some(error)) => format!("{} {code}: {error}", response.status),
+        (Some(code), None) => format!("{} {code}", response.status),
+        _ => format!(
+            "HTTP {}: {}",
+            response.status,
+            String::from_utf8_lossy(&response.body[..response.body.len().min(200)])
+        ),
+    }
+}
+
+/// The path of a URL, for a log line without the query.
+fn path_of(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let path = rest.find('/').map_or("", |i| &rest[i..]);
+    path.split('?').next().unwrap_or(path)
+}
+
+/// Percent-encodes everything but the unreserved characters, for a path segment or a query
+/// value.
+pub fn encode(text: &str) -> String {
+    let mut out = String::new();
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}

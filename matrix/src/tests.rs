@@ -1,0 +1,642 @@
+//! The bridge's behaviour, driven through [`ScriptedHost`]: `/sync` answers and world messages
+//! in; lines to the agent, homeserver calls and the saved state out.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::bridge::{Bridge, Config, room_key};
+use crate::host::{Event, Incoming, Request};
+use crate::state::State;
+use crate::testing::{ScriptedHost, temp_dir};
+
+const BOT: &str = "@bot:hs";
+const ALICE: &str = "@alice:hs";
+const BOB: &str = "@bob:hs";
+const DM: &str = "!dm:hs";
+const GROUP: &str = "!Group.X:hs";
+
+fn config() -> Config {
+    Config::parse(br#"{"homeserver":"http://hs/","user_id":"@bot:hs","agent":"agent"}"#).unwrap()
+}
+
+/// A bridge that already synced once (token `s0`) and knows a direct room with Alice and a
+/// group room with Alice and Bob.
+fn data(name: &str) -> PathBuf {
+    let data = temp_dir(name);
+    let mut state = State {
+        since: Some("s0".into()),
+        ..State::default()
+    };
+    for (room, members) in [(DM, vec![BOT, ALICE]), (GROUP, vec![BOT, ALICE, BOB])] {
+        state.rooms.entry(room.into()).or_default().members =
+            members.into_iter().map(String::from).collect();
+    }
+    state.save(&data).unwrap();
+    data
+}
+
+/// Runs the bridge over `events` (then a shutdown) and returns it.
+fn run(data: &Path, events: Vec<Event>) -> Bridge<ScriptedHost> {
+    run_with(data, events, |_| {})
+}
+
+fn run_with(
+    data: &Path,
+    events: Vec<Event>,
+    script: impl FnOnce(&mut ScriptedHost),
+) -> Bridge<ScriptedHost> {
+    let mut host = ScriptedHost::new(data);
+    host.events.extend(events);
+    script(&mut host);
+    let mut bridge = Bridge::new(host, data.to_path_buf(), config());
+    bridge.run();
+    bridge
+}
+
+fn synced(next_batch: &str, rooms: Value) -> Event {
+    Event::Synced(Ok(ScriptedHost::answer(
+        200,
+        json!({"next_batch": next_batch, "rooms": rooms}),
+    )))
+}
+
+fn said(room: &str, event: &str, sender: &str, text: &str) -> Value {
+    json!({"join": {room: {"timeline": {"events": [{
+        "type": "m.room.message", "event_id": event, "sender": sender,
+        "content": {"msgtype": "m.text", "body": text},
+    }]}}}})
+}
+
+fn agent(id: &str, reply_to: Option<&str>, body: Value) -> Event {
+    Event::Message(Incoming {
+        id: id.into(),
+        from: "agent".into(),
+        reply_to: reply_to.map(String::from),
+        body,
+    })
+}
+
+fn content(request: &Request) -> &Value {
+    request.body.as_ref().unwrap()
+}
+
+#[test]
+fn a_message_in_a_direct_room_goes_to_the_agent_as_its_sender_before_the_token_is_saved() {
+    let data = data("direct");
+    let bridge = run(&data, vec![synced("s1", said(DM, "$q", ALICE, "hello"))]);
+    let host = bridge.host();
+    let (line, saved_since) = &host.sent[0];
+    assert_eq!(
+        serde_json::to_value(line).unwrap(),
+        json!({"to": "agent", "as": ALICE, "id": "t1", "body": {"type": "text", "text": "hello"}})
+    );
+    assert_eq!(
+        saved_since.as_deref(),
+        Some("s0"),
+        "the token moves only after the hand-over"
+    );
+    assert_eq!(State::load(&data).since.as_deref(), Some("s1"));
+    assert!(State::load(&data).turns.contains_key("matrix/t1"));
+    // The long poll: 30 s, filtered, from the saved token; then from the new one.
+    assert!(
+        host.syncs[0].url.contains("timeout=30000&since=s0"),
+        "{}",
+        host.syncs[0].url
+    );
+    assert!(host.syncs[0].url.contains("filter=%7B%22presence"));
+    assert!(host.syncs[1].url.ends_with("since=s1"));
+    // While the turn runs, the room shows the bot typing.
+    let typing = host.calls_to("/typing/");
+    assert_eq!(
+        typing[0].url,
+        "http://hs/_matrix/client/v3/rooms/%21dm%3Ahs/typing/%40bot%3Ahs"
+    );
+    assert_eq!(content(typing[0])["typing"], true);
+}
+
+#[test]
+fn the_first_sync_learns_rooms_without_answering_history_and_invites_are_joined() {
+    let data = temp_dir("first");
+    let mut rooms = said(DM, "$old", ALICE, "old news");
+    rooms["join"][DM]["state"] = json!({"events": [
+        {"type": "m.room.member", "state_key": BOT, "content": {"membership": "join"}},
+        {"type": "m.room.member", "state_key": ALICE, "content": {"membership": "join"}},
+    ]});
+    rooms["invite"] = json!({"!new:hs": {"invite_state": {"events": []}}});
+    let bridge = run(&data, vec![synced("s1", rooms)]);
+    let host = bridge.host();
+    assert!(
+        host.syncs[0].url.ends_with("timeout=0"),
+        "{}",
+        host.syncs[0].url
+    );
+    assert!(host.sent.is_empty(), "{:?}", host.sent);
+    let joins = host.calls_to("/join/");
+    assert_eq!(joins[0].url, "http://hs/_matrix/client/v3/join/%21new%3Ahs");
+    let state = State::load(&data);
+    assert_eq!(state.rooms[DM].members.len(), 2);
+    assert!(state.rooms.contains_key("!new:hs"));
+}
+
+#[test]
+fn a_group_room_speaks_in_the_agents_shared_room_and_only_the_askers_copy_counts() {
+    let data = data("group");
+    let turn = "matrix/t1";
+    let answer = json!({"type": "text", "turn": turn, "text": "Hi *all*", "room": room_key(GROUP),
+                        "usage": {"input_tokens": 10, "output_tokens": 2, "cost_usd": 0.5}});
+    let mut copy = answer.clone();
+    copy["for"] = json!("bob");
+    let bridge = run(
+        &data,
+        vec![
+            synced("s1", said(GROUP, "$q", BOB, "hi")),
+            agent("agent/a1", Some(turn), answer),
+            agent("agent/a1", None, copy),
+        ],
+    );
+    let host = bridge.host();
+    assert_eq!(host.sent[0].0.body["room"], "matrix-group-x");
+    let sends = host.calls_to("/send/");
+    assert_eq!(sends.len(), 1, "one answer, though each member's copy came");
+    assert_eq!(
+        content(sends[0])["m.relates_to"]["m.in_reply_to"]["event_id"],
+        "$q"
+    );
+}
+
+#[test]
+fn the_final_answer_is_rendered_markdown_with_its_cost_as_a_reply() {
+    let data = data("answer");
+    let bridge = run(
+        &data,
+        vec![
+            synced("s1", said(DM, "$q", ALICE, "how?")),
+            agent(
+                "agent/a7",
+                Some("matrix/t1"),
+                json!({"type": "text", "turn": "matrix/t1", "text": "Use **`cargo`**.\n\n- a\n- b",
+                       "usage": {"input_tokens": 1200, "output_tokens": 34, "cost_usd": 0.0123},
+                       "stopped": "budget", "for": "alice"}),
+            ),
+        ],
+    );
+    let host = bridge.host();
+    let sends = host.calls_to("/send/");
+    assert_eq!(
+        sends[0].url,
+        "http://hs/_matrix/client/v3/rooms/%21dm%3Ahs/send/m.room.message/agent%2Fa7"
+    );
+    assert_eq!(
+        content(sends[0]),
+        &json!({
+            "msgtype": "m.text",
+            "body": "Use **`cargo`**.\n\n- a\n- b\n\n— $0.0123 · 1200 tokens in, 34 out · stopped: budget",
+            "format": "org.matrix.custom.html",
+            "formatted_body": "<p>Use <strong><code>cargo</code></strong>.</p>\n<ul>\n<li>a</li>\n<li>b</li>\n</ul>\n<p><em>— $0.0123 · 1200 tokens in, 34 out · stopped: budget</em></p>",
+            "m.relates_to": {"m.in_reply_to": {"event_id": "$q"}},
+        })
+    );
+    let typing = host.calls_to("/typing/");
+    assert_eq!(content(typing.last().unwrap())["typing"], false);
+    let state = State::load(&data);
+    assert!(state.turns.is_empty() && state.finished.contains(&"matrix/t1".to_string()));
+}
+
+#[test]
+fn tool_progress_is_one_status_message_edited_in_place() {
+    let data = data("status");
+    let turn = "matrix/t1";
+    let tool = |id: &str, body: Value| {
+        let mut body = body;
+        body["turn"] = json!(turn);
+        agent(id, Some(turn), body)
+    };
+    let bridge = run(
+        &data,
+        vec![
+            synced("s1", said(DM, "$q", ALICE, "build it")),
+            tool("agent/p1", json!({"type": "progress", "text": "Let me"})),
+            tool(
+                "agent/p2",
+                json!({"type": "tool", "tool": "read_file", "state": "started", "preview": "/data/x"}),
+            ),
+            tool(
+                "agent/p3",
+                json!({"type": "tool", "tool": "read_file", "state": "finished", "ok": true, "seconds": 0.25}),
+            ),
+            Event::TimedOut,
+            tool(
+                "agent/p4",
+                json!({"type": "plan", "items": [{"text": "read", "done": true}, {"text": "write", "done": false}]}),
+            ),
+            Event::TimedOut,
+            tool(
+                "agent/p5",
+                json!({"type": "text", "text": "Done.", "usage": {}}),
+            ),
+        ],
+    );
+    let host = bridge.host();
+    let sends = host.calls_to("/send/");
+    let bodies: Vec<&Value> = sends.iter().map(|r| content(r)).collect();
+    assert_eq!(bodies[0]["body"], "⚙️ read_file: /data/x");
+    assert_eq!(bodies[0]["msgtype"], "m.notice");
+    assert_eq!(bodies[0]["m.relates_to"]["m.in_reply_to"]["event_id"], "$q");
+    for edit in [bodies[1], bodies[2], bodies[3]] {
+        assert_eq!(
+            edit["m.relates_to"],
+            json!({"rel_type": "m.replace", "event_id": "$made1"})
+        );
+    }
+    assert_eq!(bodies[1]["m.new_content"]["body"], "✓ read_file (0.2 s)");
+    assert_eq!(
+        bodies[2]["m.new_content"]["body"],
+        "☑ read\n☐ write\n✓ read_file (0.2 s)"
+    );
+    assert_eq!(
+        bodies[4]["body"],
+        "Done.\n\n— cost unknown · 0 tokens in, 0 out"
+    );
+    assert_eq!(
+        bodies[3]["m.new_content"]["body"],
+        "☑ read\n☐ write\n✓ done, 1 tool call"
+    );
+    assert!(sends[1].url.ends_with("/agent%2Fp3"));
+    assert!(sends[3].url.ends_with("/agent%2Fp5.done"));
+}
+
+#[test]
+fn status_changes_closer_than_the_interval_make_one_edit() {
+    let data = data("throttle");
+    let turn = "matrix/t1";
+    let tool = |id: &str, state: &str| {
+        let body = json!({"type": "tool", "turn": turn, "tool": "edit_file", "state": state});
+        agent(id, Some(turn), body)
+    };
+    let mut events = vec![synced("s1", said(DM, "$q", ALICE, "many edits"))];
+    for n in 0..5 {
+        events.push(tool(&format!("agent/s{n}"), "started"));
+        events.push(tool(&format!("agent/f{n}"), "finished"));
+    }
+    events.push(Event::TimedOut);
+    let bridge = run(&data, events);
+    let host = bridge.host();
+    let sends = host.calls_to("/send/");
+    assert_eq!(
+        sends.len(),
+        2,
+        "the first line, then one edit with the latest"
+    );
+    assert!(sends[1].url.ends_with("/agent%2Ff4"));
+    assert_eq!(
+        content(sends[1])["m.new_content"]["body"],
+        "✓ edit_file (0.0 s)"
+    );
+    assert_eq!(host.waits[11], Some(Duration::from_secs(2)));
+}
+
+#[test]
+fn a_question_is_a_numbered_list_and_a_number_answers_with_that_choice() {
+    let data = data("question");
+    let turn = "matrix/t1";
+    let bridge = run(
+        &data,
+        vec![
+            synced("s1", said(DM, "$q", ALICE, "paint it")),
+            agent(
+                "agent/q1",
+                Some(turn),
+                json!({"type": "question", "turn": turn, "text": "Which colour?", "choices": ["red", "blue"]}),
+            ),
+            synced("s2", said(DM, "$a", ALICE, "2")),
+        ],
+    );
+    let host = bridge.host();
+    let sends = host.calls_to("/send/");
+    let asked = content(sends[0]);
+    assert_eq!(
+        asked["body"],
+        "Which colour?\n\n1. red\n2. blue\n\nAnswer with a number or in your own words."
+    );
+    assert!(
+        asked["formatted_body"]
+            .as_str()
+            .unwrap()
+            .contains("<ol>\n<li>red</li>\n<li>blue</li>\n</ol>")
+    );
+    assert_eq!(
+        serde_json::to_value(&host.sent[1].0).unwrap(),
+        json!({"to": "agent", "as": ALICE, "id": "t2", "reply_to": "agent/q1",
+               "body": {"type": "answer", "text": "blue"}})
+    );
+    assert!(State::load(&data).questions.is_empty());
+}
+
+#[test]
+fn an_unknown_user_gets_one_notice_and_a_direct_room_with_them_is_left() {
+    let data = data("unknown");
+    let undeliverable = |reply_to: &str| {
+        Event::Message(Incoming {
+            id: "m-9".into(),
+            from: "broker".into(),
+            reply_to: Some(reply_to.into()),
+            body: json!({"type": "undeliverable", "to": "agent",
+                         "reason": "@alice:hs is not a person of this world"}),
+        })
+    };
+    let bridge = run(
+        &data,
+        vec![
+            synced("s1", said(GROUP, "$1", ALICE, "hi")),
+            undeliverable("matrix/t1"),
+            synced("s2", said(GROUP, "$2", ALICE, "hello?")),
+            undeliverable("matrix/t2"),
+            synced("s3", said(DM, "$3", ALICE, "psst")),
+            undeliverable("matrix/t3"),
+        ],
+    );
+    let host = bridge.host();
+    let notices = host.calls_to("/send/");
+    assert_eq!(notices.len(), 1, "one notice per user");
+    assert!(notices[0].url.contains("%21Group.X%3Ahs"));
+    assert!(
+        content(notices[0])["body"]
+            .as_str()
+            .unwrap()
+            .contains("sausage people add")
+    );
+    let leaves = host.calls_to("/leave");
+    assert_eq!(leaves.len(), 1);
+    assert!(
+        leaves[0].url.contains("%21dm%3Ahs"),
+        "only the direct room is left"
+    );
+    let state = State::load(&data);
+    assert!(state.told_unknown.contains(ALICE) && !state.rooms.contains_key(DM));
+}
+
+#[test]
+fn a_429_is_waited_out_for_its_retry_after_ms_and_the_same_transaction_is_sent_again() {
+    let data = data("limited");
+    let limited = ScriptedHost::answer(
+        429,
+        json!({"errcode": "M_LIMIT_EXCEEDED", "error": "Too many", "retry_after_ms": 1234}),
+    );
+    let bridge = run_with(
+        &data,
+        vec![
+            synced("s1", said(DM, "$q", ALICE, "hi")),
+            agent(
+                "agent/a1",
+                Some("matrix/t1"),
+                json!({"type": "text", "turn": "matrix/t1", "text": "x"}),
+            ),
+        ],
+        |host| {
+            host.respond = Some(Box::new({
+                let mut limited = Some(limited);
+                move |request| {
+                    let answer = if request.url.contains("/send/") {
+                        limited.take()
+                    } else {
+                        None
+                    };
+                    Ok(answer
+                        .unwrap_or_else(|| ScriptedHost::answer(200, json!({"event_id": "$e"}))))
+                }
+            }));
+        },
+    );
+    let host = bridge.host();
+    assert_eq!(host.pauses, vec![Duration::from_millis(1234)]);
+    let sends = host.calls_to("/send/");
+    assert_eq!(sends.len(), 2);
+    assert_eq!(sends[0], sends[1], "the retry is the same transaction");
+}
+
+#[test]
+fn a_rate_limited_or_failed_sync_waits_and_polls_again_from_the_same_token() {
+    let data = data("sync-fails");
+    let bridge = run(
+        &data,
+        vec![
+            Event::Synced(Ok(ScriptedHost::answer(
+                429,
+                json!({"errcode": "M_LIMIT_EXCEEDED", "retry_after_ms": 700}),
+            ))),
+            Event::Synced(Ok(ScriptedHost::answer(
+                401,
+                json!({"errcode": "M_UNKNOWN_TOKEN", "error": "Invalid access token"}),
+            ))),
+            Event::Synced(Err("connection refused".into())),
+            synced("s1", json!({})),
+        ],
+    );
+    let host = bridge.host();
+    assert_eq!(
+        host.pauses,
+        vec![
+            Duration::from_millis(700),
+            Duration::from_millis(500),
+            Duration::from_secs(1)
+        ]
+    );
+    assert!(host.syncs[..4].iter().all(|s| s.url.ends_with("since=s0")));
+    assert!(host.syncs[4].url.ends_with("since=s1"));
+}
+
+#[test]
+fn the_bridge_ignores_its_own_notices_and_edits_and_strips_reply_fallbacks() {
+    let data = data("ignore");
+    let events = json!({"join": {DM: {"timeline": {"events": [
+        {"type": "m.room.message", "event_id": "$1", "sender": BOT, "content": {"msgtype": "m.text", "body": "mine"}},
+        {"type": "m.room.message", "event_id": "$2", "sender": ALICE, "content": {"msgtype": "m.notice", "body": "a bot"}},
+        {"type": "m.room.message", "event_id": "$3", "sender": ALICE, "content": {"msgtype": "m.text", "body": "* fixed",
+            "m.relates_to": {"rel_type": "m.replace", "event_id": "$0"}}},
+        {"type": "m.room.message", "event_id": "$4", "sender": ALICE, "content": {"msgtype": "m.text",
+            "body": "> <@bot:hs> earlier\n> more\n\nmy reply",
+            "m.relates_to": {"m.in_reply_to": {"event_id": "$0"}}}},
+    ]}}}});
+    let bridge = run(&data, vec![synced("s1", events)]);
+    let lines = bridge.host().lines();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0].body["text"], "my reply");
+}
+
+#[test]
+fn a_restart_keeps_the_turn_so_a_late_answer_still_finds_its_room_and_event() {
+    let data = data("restart");
+    run(&data, vec![synced("s1", said(DM, "$q", ALICE, "long job"))]);
+    let bridge = run(
+        &data,
+        vec![agent(
+            "agent/a1",
+            Some("matrix/t1"),
+            json!({"type": "text", "turn": "matrix/t1", "text": "done"}),
+        )],
+    );
+    let sends = bridge.host().calls_to("/send/");
+    assert!(sends[0].url.contains("%21dm%3Ahs"));
+    assert_eq!(
+        content(sends[0])["m.relates_to"]["m.in_reply_to"]["event_id"],
+        "$q"
+    );
+}
+
+#[test]
+fn shared_room_ids_follow_the_rules_of_actor_ids() {
+    assert_eq!(room_key("!AbC.d:server.org"), "matrix-abc-d");
+    let long = room_key(&format!("!{}:s", "x".repeat(100)));
+    assert_eq!(long.len(), 64);
+    assert!(
+        long.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+    );
+}
+
+#[test]
+fn a_room_joined_late_hands_on_what_came_after_the_invite_not_its_history() {
+    let data = data("history");
+    let message = |id: &str, text: &str| {
+        json!({"type": "m.room.message", "event_id": id, "sender": ALICE,
+               "content": {"msgtype": "m.text", "body": text}})
+    };
+    let member = |membership: &str| {
+        json!({"type": "m.room.member", "state_key": BOT, "sender": ALICE,
+               "content": {"membership": membership}})
+    };
+    let rooms = json!({"join": {"!old:hs": {"timeline": {"events": [
+        message("$1", "long ago"), member("invite"), message("$2", "welcome, bot"), member("join"),
+        message("$3", "still there?"),
+    ]}}}});
+    let bridge = run(&data, vec![synced("s1", rooms)]);
+    let texts: Vec<&Value> = bridge
+        .host()
+        .lines()
+        .iter()
+        .map(|l| &l.body["text"])
+        .collect();
+    assert_eq!(texts, ["welcome, bot", "still there?"]);
+}
+
+#[test]
+fn a_group_room_is_left_only_when_every_member_is_unknown_and_answers_make_a_user_known() {
+    let data = data("group-unknown");
+    let undeliverable = |reply_to: &str| {
+        Event::Message(Incoming {
+            id: "m-9".into(),
+            from: "broker".into(),
+            reply_to: Some(reply_to.into()),
+            body: json!({"type": "undeliverable", "to": "agent", "reason": "not a person of this world"}),
+        })
+    };
+    let bridge = run(
+        &data,
+        vec![
+            synced("s1", said(GROUP, "$1", ALICE, "hi")),
+            undeliverable("matrix/t1"),
+            synced("s2", said(GROUP, "$2", BOB, "hi")),
+            undeliverable("matrix/t2"),
+        ],
+    );
+    assert_eq!(bridge.host().calls_to("/send/").len(), 2, "one notice each");
+    assert_eq!(bridge.host().calls_to("/leave").len(), 1);
+    assert!(!State::load(&data).rooms.contains_key(GROUP));
+
+    // Alice is added to the world later: her next text is answered, and she is known again.
+    let data = data_with_unknown_alice();
+    let bridge = run(
+        &data,
+        vec![
+            synced("s1", said(DM, "$q", ALICE, "now?")),
+            agent(
+                "agent/a1",
+                Some("matrix/t1"),
+                json!({"type": "text", "turn": "matrix/t1", "text": "yes"}),
+            ),
+        ],
+    );
+    assert_eq!(bridge.host().calls_to("/send/").len(), 1);
+    assert!(State::load(&data).told_unknown.is_empty());
+}
+
+fn data_with_unknown_alice() -> PathBuf {
+    let data = data("known-again");
+    let mut state = State::load(&data);
+    state.told_unknown.insert(ALICE.into());
+    state.save(&data).unwrap();
+    data
+}
+
+#[test]
+fn many_429s_are_all_waited_out_but_a_homeserver_that_keeps_failing_is_given_up_after_8_tries() {
+    let answer = || {
+        agent(
+            "agent/a1",
+            Some("matrix/t1"),
+            json!({"type": "text", "turn": "matrix/t1", "text": "x"}),
+        )
+    };
+    let sends_with = |status: u16, times: usize| {
+        let data = data(&format!("retries-{status}"));
+        let bridge = run_with(
+            &data,
+            vec![synced("s1", said(DM, "$q", ALICE, "hi")), answer()],
+            |host| {
+                let mut left = times;
+                host.respond = Some(Box::new(move |request| {
+                    if request.url.contains("/send/") && left > 0 {
+                        left -= 1;
+                        let body = json!({"errcode": "M_WHATEVER", "retry_after_ms": 10});
+                        return Ok(ScriptedHost::answer(status, body));
+                    }
+                    Ok(ScriptedHost::answer(200, json!({"event_id": "$e"})))
+                }));
+            },
+        );
+        bridge.host().calls_to("/send/").len()
+    };
+    assert_eq!(sends_with(429, 12), 13, "every 429 waited out, then sent");
+    assert_eq!(sends_with(502, 100), 8, "given up after 8 tries");
+}
+
+#[test]
+fn a_long_answer_goes_in_parts_each_within_an_events_size_and_the_cost_ends_the_last() {
+    let data = data("long");
+    let paragraph = format!("{}\n\n", "word ".repeat(2000)); // 10 KB each
+    let text = paragraph.repeat(6);
+    let bridge = run(
+        &data,
+        vec![
+            synced("s1", said(DM, "$q", ALICE, "tell me everything")),
+            agent(
+                "agent/a1",
+                Some("matrix/t1"),
+                json!({"type": "text", "turn": "matrix/t1", "text": text, "usage": {"cost_usd": 1.0}}),
+            ),
+        ],
+    );
+    let sends = bridge.host().calls_to("/send/");
+    assert_eq!(sends.len(), 3, "60 KB in parts of at most 24 KB");
+    assert!(sends[1].url.ends_with("/agent%2Fa1.2") && sends[2].url.ends_with("/agent%2Fa1.3"));
+    let mut whole = String::new();
+    for (n, send) in sends.iter().enumerate() {
+        let content = content(send);
+        assert!(content.to_string().len() < 64 * 1024);
+        assert_eq!(content["m.relates_to"]["m.in_reply_to"]["event_id"], "$q");
+        let body = content["body"].as_str().unwrap();
+        assert_eq!(body.contains("— $1.0000"), n == 2, "{n}");
+        whole.push_str(body.split("\n\n— ").next().unwrap());
+        whole.push(' ');
+    }
+    let words = |s: &str| s.split_whitespace().count();
+    assert_eq!(words(&whole), 12_000);
+
+    // Text that HTML escaping would blow past the limit goes plain, but whole.
+    let quotes = "\"".repeat(20_000);
+    let content = crate::bridge::answer_content(&quotes, None, None);
+    assert!(content.get("formatted_body").is_none());
+    assert_eq!(content["body"], quotes.as_str());
+}
