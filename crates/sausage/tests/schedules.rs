@@ -491,3 +491,56 @@ fn an_owner_sees_and_ends_schedules_on_the_schedules_page() {
     assert_eq!(client.get("/api/schedules").json()["schedules"], json!([]));
     assert!(web.host.quit().success());
 }
+
+#[test]
+fn the_agent_schedules_for_its_person_and_the_fired_text_starts_their_turn() {
+    use support::agent::{final_reply, tool_outputs, world_with_agent};
+    use support::fake_llm::{FakeLlm, openai};
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    // What `sausage init` grants the agent: it speaks for people by their ids.
+    People::new(&World::new(&world.root))
+        .grant_surface(
+            &ActorId::parse("agent").unwrap(),
+            sausage::people::PERSON_HANDLE,
+        )
+        .unwrap();
+    let mut host = world.run();
+    let at =
+        (Utc::now() + TimeDelta::seconds(8)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let schedule = json!({"type": "schedule", "at": at, "to": "agent",
+        "body": {"type": "text", "text": "say that it is tea time"}});
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "send_message",
+        json!({"to": "scheduler", "body": schedule, "wait_seconds": 30}),
+    )]));
+    fake.push_openai(openai::text_reply("Scheduled."));
+    fake.push_openai(openai::text_reply("It is tea time."));
+    host.send("remind me in a few seconds that it is tea time");
+    assert_eq!(final_reply(&mut host)["text"], "Scheduled.");
+    let scheduled = &tool_outputs(&fake, 1)[0];
+    assert!(scheduled.contains(r#""type":"scheduled""#), "{scheduled}");
+    let saved = world.json("private/scheduler/data/schedules.json");
+    assert_eq!(
+        saved["schedules"][0]["creator"], "owner",
+        "the person's, not the agent's"
+    );
+    assert_eq!(saved["schedules"][0]["creator_kind"], "person");
+
+    // At its time the text reaches the agent as the owner's own, starts a turn in their
+    // conversation, and the answer comes to where they read: this console.
+    let answer = host.wait_for_within(
+        Duration::from_secs(60),
+        "the scheduled turn's answer",
+        |m| m.from == "agent" && m.body["type"] == "text" && m.body["text"] == "It is tea time.",
+    );
+    assert_eq!(answer.body["for"], "owner");
+    let third = fake.requests()[2].body.to_string();
+    assert!(third.contains("say that it is tea time"), "{third}");
+    assert!(
+        third.contains("remind me in a few seconds"),
+        "the owner's own conversation"
+    );
+    fake.assert_clean();
+    assert!(host.quit().success());
+}
