@@ -73,12 +73,21 @@ const STALL_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Broker {
     /// Opens a world: cleans what a crashed host left, compiles every registered actor and
-    /// starts the ones that were running.
+    /// starts the ones that were running. It returns once the temporaries an earlier host left
+    /// are gone; that walk of the whole world (a million folders with 100,000 actors) runs on
+    /// the blocking pool while the actors start, since it leaves this process's own alone.
     pub async fn start(world: World, runtime: Arc<Runtime>) -> Result<Arc<Broker>> {
         let registry = world.load_registry()?;
         settle_swaps(&world, &registry)?;
-        crate::fs::clean_temporaries(world.root(), &world.written_by_builds_only())
-            .with_context(|| format!("{}: cannot clean temporary files", world.root().display()))?;
+        let cleaning = tokio::task::spawn_blocking({
+            let world = world.clone();
+            move || {
+                crate::fs::clean_temporaries(world.root(), &world.written_by_builds_only())
+                    .with_context(|| {
+                        format!("{}: cannot clean temporary files", world.root().display())
+                    })
+            }
+        });
         clear_dir(&world.scratch_dir())?;
 
         let journal = journal::Journal::open(&world.journal_dir()).with_context(|| {
@@ -192,6 +201,7 @@ impl Broker {
                 }
             }
         }
+        cleaning.await.context("cleaning temporary files")??;
         Ok(broker)
     }
 

@@ -193,28 +193,58 @@ fn path_to_c(path: &Path) -> io::Result<std::ffi::CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path holds a NUL byte"))
 }
 
-/// Removes every hidden temporary file left under `root` by a crashed host; returns how many.
-/// Symlinks are not followed, so nothing outside `root` is touched. Folders in `skip`, where
-/// nothing of Sausage writes (a build's target folder of thousands of files), are not walked.
+/// Removes every hidden temporary file and folder left under `root` by an earlier host that
+/// died; returns how many. Symlinks are not followed, so nothing outside `root` is touched.
+/// Folders in `skip`, where nothing of Sausage writes (a build's target folder of thousands of
+/// files), are not walked. It may run while this process works in `root`: this process's own
+/// temporaries (their names carry its pid) are left alone, and a folder or file that goes
+/// away meanwhile is passed over. A leftover of an earlier host that had this pid stays until
+/// a start by another pid; guests never see it.
 pub fn clean_temporaries(root: &Path, skip: &[PathBuf]) -> io::Result<u64> {
+    let own = [
+        format!("{TEMPORARY_PREFIX}{}-", std::process::id()),
+        format!("{TEMPORARY_PREFIX}dir-{}-", std::process::id()),
+    ];
+    let left_by_another = |name: &OsStr| {
+        let name = name.as_encoded_bytes();
+        name.starts_with(TEMPORARY_PREFIX.as_bytes())
+            && !own.iter().any(|own| name.starts_with(own.as_bytes()))
+    };
+    let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
     let mut removed = 0;
     let mut folders = vec![root.to_path_buf()];
     while let Some(folder) = folders.pop() {
-        for entry in std::fs::read_dir(&folder)? {
+        let entries = match std::fs::read_dir(&folder) {
+            Err(e) if gone(&e) && folder != root => continue,
+            entries => entries?,
+        };
+        for entry in entries {
             let entry = entry?;
-            let kind = entry.file_type()?;
-            if kind.is_dir() {
+            let kind = match entry.file_type() {
+                Err(e) if gone(&e) => continue,
+                kind => kind?,
+            };
+            let leftover = left_by_another(&entry.file_name());
+            let done = if kind.is_dir() {
                 let path = entry.path();
-                if is_temporary_name(&entry.file_name()) {
-                    // A folder the host was building (or about to delete) when it died.
-                    std::fs::remove_dir_all(&path)?;
-                    removed += 1;
-                } else if !skip.contains(&path) {
-                    folders.push(path);
+                if leftover {
+                    // A folder a host was building (or about to delete) when it died.
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    if !skip.contains(&path) {
+                        folders.push(path);
+                    }
+                    continue;
                 }
-            } else if is_temporary_name(&entry.file_name()) {
-                std::fs::remove_file(entry.path())?;
-                removed += 1;
+            } else if leftover {
+                std::fs::remove_file(entry.path())
+            } else {
+                continue;
+            };
+            match done {
+                Ok(()) => removed += 1,
+                Err(e) if gone(&e) => {}
+                Err(e) => return Err(e),
             }
         }
     }

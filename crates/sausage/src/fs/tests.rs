@@ -725,11 +725,17 @@ fn clean_temporaries_removes_every_leftover_and_nothing_else() {
         build/.sausage-tmp-theirs = d
         ",
     );
+    // This process's own temporaries may be in use: the clean-up runs while actors start.
+    let own = format!(".sausage-tmp-{}-3", std::process::id());
+    std::fs::write(scratch.0.join("data").join(&own), "mine").unwrap();
     let skip = [scratch.0.join("build")];
     assert_eq!(clean_temporaries(&scratch.0, &skip).unwrap(), 4);
     assert_eq!(
         read_tree(&scratch.0),
-        "build/\nbuild/.sausage-tmp-theirs = d\ndata/deep/\ndata/deep/er/\ndata/keep.txt = k"
+        format!(
+            "build/\nbuild/.sausage-tmp-theirs = d\ndata/{own} = mine\ndata/deep/\ndata/deep/er/\n\
+             data/keep.txt = k"
+        )
     );
 }
 
