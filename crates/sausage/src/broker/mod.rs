@@ -82,6 +82,8 @@ impl Broker {
     pub async fn start(world: World, runtime: Arc<Runtime>) -> Result<Arc<Broker>> {
         let registry = world.load_registry()?;
         settle_swaps(&world, &registry)?;
+        // Emptied before the walk starts, so that the two never remove the same files.
+        clear_dir(&world.scratch_dir())?;
         let cleaning = tokio::task::spawn_blocking({
             let world = world.clone();
             move || {
@@ -91,7 +93,6 @@ impl Broker {
                     })
             }
         });
-        clear_dir(&world.scratch_dir())?;
 
         let journal = journal::Journal::open(&world.journal_dir()).with_context(|| {
             format!(
