@@ -163,11 +163,10 @@ impl Broker {
             }
         }
         let mut compiling = JoinSet::new();
-        for actors in files.into_values().chain(alone) {
+        for mut actors in files.into_values().chain(alone) {
             let runtime = broker.runtime.clone();
             let world = broker.world.clone();
             compiling.spawn_blocking(move || {
-                let mut actors = actors;
                 for actor in &mut actors {
                     let Some(mut status) = world.read_status(&actor.id) else {
                         continue;
