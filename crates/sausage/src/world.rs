@@ -633,7 +633,7 @@ impl World {
 
     pub fn write_status(&self, id: &ActorId, status: &Status) -> Result<()> {
         let text = serde_json::to_vec_pretty(status).expect("a status serialises");
-        crate::fs::write_atomically_unsynced(&self.status_path(id), &text)
+        crate::fs::rewrite_unsynced(&self.status_path(id), &text)
             .with_context(|| format!("actor {id}: cannot write status.json"))
     }
 

@@ -23,7 +23,7 @@ use tokio::task::JoinSet;
 
 use crate::message::{ActorId, NATIVE_ACTORS};
 use crate::runtime::{Program, Runtime};
-use crate::world::{Registry, State, World};
+use crate::world::{Registry, State, Status, World};
 use mailbox::Mailbox;
 use router::Router;
 use supervisor::{ActorHandle, CrashLoop, Supervisor};
@@ -34,6 +34,9 @@ struct Starting {
     version: u32,
     running: bool,
     wasm: std::path::PathBuf,
+    /// Its `status.json` as the last host left it (read beside the compile, off the world's
+    /// thread).
+    status: Status,
 }
 
 /// An operation on one actor, waiting its turn.
@@ -73,13 +76,23 @@ const STALL_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Broker {
     /// Opens a world: cleans what a crashed host left, compiles every registered actor and
-    /// starts the ones that were running.
+    /// starts the ones that were running. It returns once the temporaries an earlier host left
+    /// are gone; that walk of the whole world (a million folders with 100,000 actors) runs on
+    /// the blocking pool while the actors start, since it leaves this process's own alone.
     pub async fn start(world: World, runtime: Arc<Runtime>) -> Result<Arc<Broker>> {
         let registry = world.load_registry()?;
         settle_swaps(&world, &registry)?;
-        crate::fs::clean_temporaries(world.root(), &world.written_by_builds_only())
-            .with_context(|| format!("{}: cannot clean temporary files", world.root().display()))?;
+        // Emptied before the walk starts, so that the two never remove the same files.
         clear_dir(&world.scratch_dir())?;
+        let cleaning = tokio::task::spawn_blocking({
+            let world = world.clone();
+            move || {
+                crate::fs::clean_temporaries(world.root(), &world.written_by_builds_only())
+                    .with_context(|| {
+                        format!("{}: cannot clean temporary files", world.root().display())
+                    })
+            }
+        });
 
         let journal = journal::Journal::open(&world.journal_dir()).with_context(|| {
             format!(
@@ -141,6 +154,7 @@ impl Broker {
                 version: entry.version,
                 running: entry.running,
                 wasm,
+                status: Status::default(),
             };
             match file {
                 Ok(file) => files.entry(file).or_default().push(starting),
@@ -149,20 +163,22 @@ impl Broker {
             }
         }
         let mut compiling = JoinSet::new();
-        for actors in files.into_values().chain(alone) {
+        for mut actors in files.into_values().chain(alone) {
             let runtime = broker.runtime.clone();
             let world = broker.world.clone();
             compiling.spawn_blocking(move || {
-                for actor in &actors {
+                for actor in &mut actors {
+                    let Some(mut status) = world.read_status(&actor.id) else {
+                        continue;
+                    };
                     // A host that died leaves `running` behind; until an instance runs, it is not.
-                    if let Some(mut status) = world.read_status(&actor.id)
-                        && status.state == State::Running
-                    {
+                    if status.state == State::Running {
                         status.state = State::Starting;
                         if let Err(e) = world.write_status(&actor.id, &status) {
                             eprintln!("sausage: {e:#}");
                         }
                     }
+                    actor.status = status;
                 }
                 let wasm = &actors[0].wasm;
                 let program = std::fs::read(wasm)
@@ -176,13 +192,17 @@ impl Broker {
             let (actors, program) = done.context("compiling an actor")?;
             for actor in actors {
                 match &program {
-                    Ok(program) => {
-                        broker.supervise(&actor.id, actor.version, program.clone(), actor.running)
-                    }
+                    Ok(program) => broker.supervise(
+                        &actor.id,
+                        actor.version,
+                        program.clone(),
+                        actor.running,
+                        actor.status,
+                    ),
                     Err(e) => {
                         let e = format!("actor {}: {}: {e}", actor.id, actor.wasm.display());
                         eprintln!("sausage: {e}; it cannot run until a good version is installed");
-                        let mut status = broker.world.read_status(&actor.id).unwrap_or_default();
+                        let mut status = actor.status;
                         status.state = State::Broken;
                         status.last_exit = Some(format!("cannot be compiled: {e}"));
                         if let Err(e) = broker.world.write_status(&actor.id, &status) {
@@ -192,6 +212,7 @@ impl Broker {
                 }
             }
         }
+        cleaning.await.context("cleaning temporary files")??;
         Ok(broker)
     }
 
@@ -260,7 +281,16 @@ impl Broker {
         while stopping.join_next().await.is_some() {}
     }
 
-    fn supervise(&self, id: &ActorId, version: u32, program: Program, running: bool) {
+    /// Runs `id` under a supervisor from now on, starting from `status` (what its
+    /// `status.json` says).
+    fn supervise(
+        &self,
+        id: &ActorId,
+        version: u32,
+        program: Program,
+        running: bool,
+        status: Status,
+    ) {
         let mailbox = self.router.add(id);
         let handle = Supervisor {
             id: id.clone(),
@@ -272,7 +302,7 @@ impl Broker {
             mailbox,
             crash_loops: self.crash_loops.clone(),
         }
-        .spawn(running);
+        .spawn(running, status);
         self.actors
             .lock()
             .expect("actors lock")

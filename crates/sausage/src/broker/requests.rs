@@ -159,7 +159,8 @@ impl Broker {
         })
         .await
         .map_err(|e| format!("{e:#}"))?;
-        self.supervise(&id, version, candidate.program, true);
+        let status = self.world.read_status(&id).unwrap_or_default();
+        self.supervise(&id, version, candidate.program, true, status);
         Ok(json!({
             "type": "spawned", "actor": id.as_str(), "version": version, "tests": candidate.report,
         }))

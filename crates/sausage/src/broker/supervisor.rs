@@ -161,10 +161,10 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
-    /// Spawns the supervisor task; the actor starts at once when `running`.
-    pub fn spawn(self, running: bool) -> ActorHandle {
+    /// Spawns the supervisor task, which goes on from `status` (what `status.json` says); the
+    /// actor starts at once when `running`.
+    pub fn spawn(self, running: bool, status: Status) -> ActorHandle {
         let (commands, rx) = mpsc::channel(COMMAND_QUEUE);
-        let status = self.world.read_status(&self.id).unwrap_or_default();
         tokio::spawn(
             Task {
                 sup: self,

@@ -265,18 +265,9 @@ impl Pending {
 /// grants a write lease only then (fcntl(2), "Leases"), and it is given back at once. Any
 /// failure (leases disabled, a file of another owner) answers false, which only costs a copy.
 fn only_opener(file: &std::fs::File) -> bool {
-    /// `F_SETSIG` of Linux's `<fcntl.h>` (the same on every architecture), which the libc crate
-    /// does not export for glibc.
-    const F_SETSIG: libc::c_int = 10;
-    let fd = file.as_raw_fd();
-    // SAFETY: fcntl with integer arguments on a descriptor that `file` owns. Someone opening the
-    // file while the lease is held makes the kernel signal the holder, with SIGIO by default,
-    // which ends a process; SIGURG, ignored unless handled, is asked for instead.
-    unsafe {
-        libc::fcntl(fd, F_SETSIG, libc::SIGURG) == 0
-            && libc::fcntl(fd, libc::F_SETLEASE, libc::F_WRLCK) == 0
-            && libc::fcntl(fd, libc::F_SETLEASE, libc::F_UNLCK) == 0
-    }
+    // SAFETY: fcntl with integer arguments on a descriptor that `file` owns.
+    super::take_write_lease(file)
+        && unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) } == 0
 }
 
 /// Fills the empty `to` with the bytes of `from`: a reflink where the filesystem shares blocks

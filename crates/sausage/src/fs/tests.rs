@@ -725,11 +725,17 @@ fn clean_temporaries_removes_every_leftover_and_nothing_else() {
         build/.sausage-tmp-theirs = d
         ",
     );
+    // This process's own temporaries may be in use: the clean-up runs while actors start.
+    let own = format!(".sausage-tmp-{}-3", std::process::id());
+    std::fs::write(scratch.0.join("data").join(&own), "mine").unwrap();
     let skip = [scratch.0.join("build")];
     assert_eq!(clean_temporaries(&scratch.0, &skip).unwrap(), 4);
     assert_eq!(
         read_tree(&scratch.0),
-        "build/\nbuild/.sausage-tmp-theirs = d\ndata/deep/\ndata/deep/er/\ndata/keep.txt = k"
+        format!(
+            "build/\nbuild/.sausage-tmp-theirs = d\ndata/{own} = mine\ndata/deep/\ndata/deep/er/\n\
+             data/keep.txt = k"
+        )
     );
 }
 
@@ -742,6 +748,43 @@ fn write_atomically_replaces_whole_and_leaves_no_temporary() {
     assert_eq!(read_tree(&scratch.0), "status.json = {\"v\":2}");
     assert!(is_temporary_name(OsStr::new(".sausage-tmp-1-2")));
     assert!(!is_temporary_name(OsStr::new("sausage-tmp-1-2")));
+}
+
+#[test]
+fn rewrite_unsynced_keeps_the_inode_and_leaves_what_readers_opened_alone() {
+    use std::os::unix::fs::MetadataExt;
+    let scratch = Scratch::new();
+    let path = scratch.0.join("status.json");
+    let inode = |path: &Path| std::fs::metadata(path).unwrap().ino();
+    // No file yet: created by a rename.
+    rewrite_unsynced(&path, b"{\"state\":\"stopped\"}").unwrap();
+    let first = inode(&path);
+    // Nobody has it open: longer and shorter contents go in place, whole.
+    rewrite_unsynced(&path, b"{\"state\":\"running\",\"restarts\":10}").unwrap();
+    rewrite_unsynced(&path, b"{\"state\":\"running\"}").unwrap();
+    assert_eq!(
+        read_tree(&scratch.0),
+        "status.json = {\"state\":\"running\"}"
+    );
+    assert_eq!(inode(&path), first);
+    // A reader has it open: the new content comes by a rename, and the reader keeps the old.
+    let mut reader = std::fs::File::open(&path).unwrap();
+    rewrite_unsynced(&path, b"{\"state\":\"stopped\"}").unwrap();
+    let mut seen = String::new();
+    io::Read::read_to_string(&mut reader, &mut seen).unwrap();
+    assert_eq!(seen, "{\"state\":\"running\"}");
+    assert_eq!(
+        read_tree(&scratch.0),
+        "status.json = {\"state\":\"stopped\"}"
+    );
+    assert_ne!(inode(&path), first);
+    // A file with another link (as a snapshot makes) is never written through.
+    std::fs::hard_link(&path, scratch.0.join("linked")).unwrap();
+    rewrite_unsynced(&path, b"{}").unwrap();
+    assert_eq!(
+        read_tree(&scratch.0),
+        "linked = {\"state\":\"stopped\"}\nstatus.json = {}"
+    );
 }
 
 #[test]
