@@ -597,3 +597,89 @@ fn an_unknown_user_gets_one_polite_notice_and_a_known_ones_direct_room_stays_the
     );
     drop(host);
 }
+
+/// The person id [`know`] gives a Matrix user.
+fn person_of(user: &User) -> String {
+    user.id
+        .trim_start_matches('@')
+        .split(':')
+        .next()
+        .unwrap()
+        .to_lowercase()
+}
+
+/// The shared room a Matrix room is for the agent: `matrix-` and its id's local part.
+fn room_key(room: &str) -> String {
+    let local = room
+        .trim_start_matches('!')
+        .split(':')
+        .next()
+        .unwrap()
+        .to_lowercase();
+    let key: String = local
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    format!("matrix-{key}").chars().take(64).collect()
+}
+
+#[test]
+fn a_group_room_of_known_people_is_a_shared_room_whose_answers_both_see() {
+    let synapse = Synapse::shared();
+    let (alice, bob, bot) = (
+        synapse.register("alice"),
+        synapse.register("bob"),
+        synapse.register("sausage"),
+    );
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    add_matrix(&world, synapse, &bot, &[&alice, &bob]);
+    fake.push_openai(openai::text_reply("Soup for you both."));
+    let room = alice.create_room(RoomKind::Group(&[&bot, &bob]));
+    bob.join(&room);
+    let mut host = world.run();
+    wait_joined(&alice, &bot, &room, &world);
+    // An owner makes it a shared room for the agent (the console speaks for the owner).
+    let members = json!([person_of(&alice), person_of(&bob)]);
+    host.tell(
+        "agent",
+        json!({"type": "room", "room": room_key(&room), "members": members}),
+    );
+    host.wait_type("agent", "room_created");
+
+    alice.send_text(&room, "what is for lunch?");
+    let messages = bob.wait_for_messages(&room, PATIENCE, "the answer, seen by bob", |m| {
+        from_bot(m, &bot).iter().any(|m| {
+            m["content"]["body"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("Soup for you both.")
+        })
+    });
+    let answers = from_bot(&messages, &bot)
+        .into_iter()
+        .filter(|m| {
+            m["content"]["body"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("Soup")
+        })
+        .count();
+    assert_eq!(
+        answers, 1,
+        "one answer in the room, not one per member: {messages:#?}"
+    );
+    let sent = fake.requests()[0].body.to_string();
+    assert!(
+        sent.contains(&room_key(&room)),
+        "the agent spoke in the shared room: {sent}"
+    );
+    drop(host);
+    fake.assert_clean();
+}
