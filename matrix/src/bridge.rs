@@ -66,6 +66,9 @@ pub struct Config {
     pub user_id: String,
     /// The actor that texts and answers go to.
     pub agent: String,
+    /// This actor's own id (`SAUSAGE_ACTOR`, default `matrix`): an invite is checked by a
+    /// message to itself.
+    pub me: String,
 }
 
 impl Config {
@@ -79,6 +82,10 @@ impl Config {
             homeserver: field("homeserver")?.trim_end_matches('/').to_string(),
             user_id: field("user_id")?,
             agent: field("agent").unwrap_or_else(|_| "agent".into()),
+            me: std::env::var("SAUSAGE_ACTOR")
+                .ok()
+                .filter(|me| !me.is_empty())
+                .unwrap_or_else(|| "matrix".into()),
         })
     }
 }
@@ -132,6 +139,7 @@ impl<H: Host> Bridge<H> {
 
     /// Serves until a shutdown: one `/sync` always in flight, messages handled as they come.
     pub fn run(&mut self) {
+        self.recheck_invites();
         let mut syncing = false;
         loop {
             if !syncing {
@@ -232,8 +240,8 @@ impl<H: Host> Bridge<H> {
         // no old message: it would answer history.
         let first = self.state.since.is_none();
         let mut started = Vec::new();
-        for (room, _) in sync["rooms"]["invite"].as_object().into_iter().flatten() {
-            self.join(room);
+        for (room, invite) in sync["rooms"]["invite"].as_object().into_iter().flatten() {
+            self.check_invite(room, invite);
         }
         for (room_id, room) in sync["rooms"]["join"].as_object().into_iter().flatten() {
             let known = self.state.rooms.entry(room_id.clone()).or_default();
@@ -276,6 +284,68 @@ impl<H: Host> Bridge<H> {
             self.start_typing(&room);
         }
         Synced::Done
+    }
+
+    /// An invite is taken only from a person of this world (DESIGN §17). Who that is, the host
+    /// knows: a message to itself written `as` the inviter arrives when they are a person, and
+    /// comes back `undeliverable` when not. The check is kept in the state, so a restart asks
+    /// again rather than forgetting the invite.
+    fn check_invite(&mut self, room: &str, invite: &Value) {
+        if self.state.invites.values().any(|r| r == room) {
+            return;
+        }
+        let inviter = invite["invite_state"]["events"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| {
+                e["type"] == "m.room.member"
+                    && e["state_key"] == self.config.user_id.as_str()
+                    && e["content"]["membership"] == "invite"
+            })
+            .and_then(|e| e["sender"].as_str());
+        let Some(inviter) = inviter else {
+            eprintln!("matrix: an invite to {room} names no inviter; declined");
+            return self.leave(room);
+        };
+        let id = self.state.new_id();
+        let world_id = format!("{}/{id}", self.config.me);
+        self.state
+            .invites
+            .insert(world_id.clone(), room.to_string());
+        self.state.inviters.insert(world_id, inviter.to_string());
+        self.save();
+        self.send_invite_check(&id, inviter, room);
+    }
+
+    fn send_invite_check(&mut self, id: &str, inviter: &str, room: &str) {
+        self.host.send(&Outgoing {
+            to: Some(self.config.me.clone()),
+            speaks_as: Some(inviter.to_string()),
+            id: Some(id.to_string()),
+            reply_to: None,
+            body: json!({"type": "invited", "room": room, "by": inviter}),
+        });
+    }
+
+    /// Asks again about the invites a restart left unchecked.
+    fn recheck_invites(&mut self) {
+        let pending: Vec<(String, String)> = self
+            .state
+            .invites
+            .iter()
+            .map(|(id, room)| (id.clone(), room.clone()))
+            .collect();
+        for (world_id, room) in pending {
+            let own = world_id.rsplit('/').next().unwrap_or_default().to_string();
+            let inviter = self.state.inviters.get(&world_id).cloned();
+            match inviter {
+                Some(inviter) => self.send_invite_check(&own, &inviter, &room),
+                None => {
+                    self.state.invites.remove(&world_id);
+                }
+            }
+        }
     }
 
     fn join(&mut self, room: &str) {
@@ -373,6 +443,13 @@ impl<H: Host> Bridge<H> {
     fn on_message(&mut self, message: Incoming) {
         if message.from == "broker" && message.kind() == "undeliverable" {
             self.on_undeliverable(&message);
+        } else if message.from == self.config.me && message.kind() == "invited" {
+            // Our own check came through: the inviter is a person of this world.
+            if let Some(room) = self.state.invites.remove(&message.id) {
+                self.state.inviters.remove(&message.id);
+                self.join(&room);
+                self.save();
+            }
         } else if message.from == self.config.agent {
             self.on_agent(&message);
         } else {
@@ -390,6 +467,15 @@ impl<H: Host> Bridge<H> {
         let Some(turn_id) = message.reply_to.as_deref() else {
             return;
         };
+        if let Some(room) = self.state.invites.remove(turn_id) {
+            let inviter = self.state.inviters.remove(turn_id).unwrap_or_default();
+            eprintln!(
+                "matrix: declined the invite to {room} from {inviter}, who is no person of this world"
+            );
+            self.leave(&room);
+            self.save();
+            return;
+        }
         let Some(turn) = self.state.turns.remove(turn_id) else {
             eprintln!("matrix: undeliverable: {}", message.body["reason"]);
             return;

@@ -31,6 +31,10 @@ pub struct State {
     pub told_unknown: BTreeSet<String>,
     /// The last turns that ended, oldest first (at most [`FINISHED_TURNS_KEPT`]).
     pub finished: VecDeque<String>,
+    /// Invites being checked: the world id of the check sent to ourselves → the room.
+    pub invites: BTreeMap<String, String>,
+    /// … and who invited, so a restart can ask again.
+    pub inviters: BTreeMap<String, String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -116,28 +116,96 @@ fn a_message_in_a_direct_room_goes_to_the_agent_as_its_sender_before_the_token_i
     assert_eq!(content(typing[0])["typing"], true);
 }
 
+/// An invite to `room` from `inviter`, as `/sync` shows it.
+fn invited(room: &str, inviter: &str) -> Value {
+    json!({room: {"invite_state": {"events": [
+        {"type": "m.room.member", "state_key": BOT, "sender": inviter,
+         "content": {"membership": "invite"}},
+    ]}}})
+}
+
+/// The bridge's own check of an invite, come back to it: the inviter is a person.
+fn check_came_back(id: &str, room: &str) -> Event {
+    Event::Message(Incoming {
+        id: id.into(),
+        from: "matrix".into(),
+        reply_to: None,
+        body: json!({"type": "invited", "room": room}),
+    })
+}
+
 #[test]
-fn the_first_sync_learns_rooms_without_answering_history_and_invites_are_joined() {
+fn the_first_sync_learns_rooms_without_answering_history_and_a_persons_invite_is_joined() {
     let data = temp_dir("first");
     let mut rooms = said(DM, "$old", ALICE, "old news");
     rooms["join"][DM]["state"] = json!({"events": [
         {"type": "m.room.member", "state_key": BOT, "content": {"membership": "join"}},
         {"type": "m.room.member", "state_key": ALICE, "content": {"membership": "join"}},
     ]});
-    rooms["invite"] = json!({"!new:hs": {"invite_state": {"events": []}}});
-    let bridge = run(&data, vec![synced("s1", rooms)]);
+    rooms["invite"] = invited("!new:hs", ALICE);
+    let bridge = run(
+        &data,
+        vec![synced("s1", rooms), check_came_back("matrix/t1", "!new:hs")],
+    );
     let host = bridge.host();
     assert!(
         host.syncs[0].url.ends_with("timeout=0"),
         "{}",
         host.syncs[0].url
     );
-    assert!(host.sent.is_empty(), "{:?}", host.sent);
+    // The only line is the check of the invite, to itself as the inviter: no old message.
+    assert_eq!(host.sent.len(), 1, "{:?}", host.sent);
+    assert_eq!(
+        serde_json::to_value(&host.sent[0].0).unwrap(),
+        json!({"to": "matrix", "as": ALICE, "id": "t1",
+               "body": {"type": "invited", "room": "!new:hs", "by": ALICE}})
+    );
     let joins = host.calls_to("/join/");
     assert_eq!(joins[0].url, "http://hs/_matrix/client/v3/join/%21new%3Ahs");
     let state = State::load(&data);
     assert_eq!(state.rooms[DM].members.len(), 2);
     assert!(state.rooms.contains_key("!new:hs"));
+    assert!(state.invites.is_empty() && state.inviters.is_empty());
+}
+
+#[test]
+fn an_invite_from_someone_the_world_does_not_know_is_declined_and_one_unchecked_is_asked_again() {
+    let data = data("stranger");
+    let mut rooms = json!({});
+    rooms["invite"] = invited("!spam:hs", "@eve:hs");
+    let nobody = Event::Message(Incoming {
+        id: "m-9".into(),
+        from: "broker".into(),
+        reply_to: Some("matrix/t1".into()),
+        body: json!({"type": "undeliverable", "to": "matrix",
+                     "reason": "`as`: @eve:hs is not a person of this world"}),
+    });
+    let bridge = run(&data, vec![synced("s1", rooms), nobody]);
+    let host = bridge.host();
+    assert!(host.calls_to("/join/").is_empty(), "not joined");
+    let leaves = host.calls_to("/leave");
+    assert_eq!(
+        leaves[0].url,
+        "http://hs/_matrix/client/v3/rooms/%21spam%3Ahs/leave"
+    );
+    assert!(State::load(&data).invites.is_empty());
+
+    // A check that got no answer before a restart is sent again at the start.
+    let data = data_with_pending_invite();
+    let bridge = run(&data, vec![]);
+    let sent = &bridge.host().sent;
+    assert_eq!(sent[0].0.body["type"], "invited", "{sent:?}");
+    assert_eq!(sent[0].0.speaks_as.as_deref(), Some(ALICE));
+}
+
+fn data_with_pending_invite() -> PathBuf {
+    let data = data("pending");
+    let mut state = State::load(&data);
+    state.next_id = 5;
+    state.invites.insert("matrix/t4".into(), "!new:hs".into());
+    state.inviters.insert("matrix/t4".into(), ALICE.into());
+    state.save(&data).unwrap();
+    data
 }
 
 #[test]

@@ -551,7 +551,7 @@ fn spawned_through_the_broker_the_candidate_passes_and_the_running_version_conne
 }
 
 #[test]
-fn an_unknown_user_gets_one_polite_notice_and_a_known_ones_direct_room_stays_theirs() {
+fn an_unknown_users_invite_is_declined_and_in_a_known_ones_room_they_get_one_polite_notice() {
     let synapse = Synapse::shared();
     let (alice, eve, bot) = (
         synapse.register("alice"),
@@ -560,14 +560,16 @@ fn an_unknown_user_gets_one_polite_notice_and_a_known_ones_direct_room_stays_the
     );
     // The agent is `echo`: what reaches it comes back, so a leak would show in a room.
     let world = world_with_matrix(synapse, &bot, &[&alice]);
-    let alice_room = alice.create_room(RoomKind::Direct(&bot));
-    let eve_room = eve.create_room(RoomKind::Direct(&bot));
+    let eve_dm = eve.create_room(RoomKind::Direct(&bot));
+    let alice_dm = alice.create_room(RoomKind::Direct(&bot));
+    let shared = alice.create_room(RoomKind::Group(&[&bot, &eve]));
+    eve.join(&shared);
     let host = world.run();
-    wait_joined(&alice, &bot, &alice_room, &world);
-    wait_joined(&eve, &bot, &eve_room, &world);
+    wait_joined(&alice, &bot, &alice_dm, &world);
+    wait_joined(&alice, &bot, &shared, &world);
 
-    eve.send_text(&eve_room, "let me in");
-    let notices = eve.wait_for_messages(&eve_room, PATIENCE, "the notice", |m| {
+    eve.send_text(&shared, "let me in");
+    let notices = eve.wait_for_messages(&shared, PATIENCE, "the notice", |m| {
         !from_bot(m, &bot).is_empty()
     });
     let notice = &from_bot(&notices, &bot)[0]["content"];
@@ -576,9 +578,9 @@ fn an_unknown_user_gets_one_polite_notice_and_a_known_ones_direct_room_stays_the
         !notice["body"].as_str().unwrap().contains("let me in"),
         "{notice}"
     );
-    eve.send_text(&eve_room, "hello?");
-    alice.send_text(&alice_room, "alice's own words");
-    alice.wait_for_messages(&alice_room, PATIENCE, "alice's answer", |m| {
+    eve.send_text(&shared, "hello?");
+    alice.send_text(&alice_dm, "alice's own words");
+    alice.wait_for_messages(&alice_dm, PATIENCE, "alice's answer", |m| {
         from_bot(m, &bot).iter().any(|a| {
             a["content"]["body"]
                 .as_str()
@@ -586,14 +588,20 @@ fn an_unknown_user_gets_one_polite_notice_and_a_known_ones_direct_room_stays_the
                 .starts_with("alice's own words")
         })
     });
-    // By the time alice's later message is answered, eve's second one has been seen: still one
-    // notice, and nothing of alice's in eve's room.
-    let eve_sees = eve.messages(&eve_room);
+    // By the time alice's later message is answered, eve's second one and her invite have been
+    // seen: still one notice, nothing of alice's where eve is, and eve's own room not joined.
+    let eve_sees = eve.messages(&shared);
     assert_eq!(from_bot(&eve_sees, &bot).len(), 1, "{eve_sees:?}");
     assert!(
         !serde_json::to_string(&eve_sees)
             .unwrap()
             .contains("alice's own words")
+    );
+    assert!(!eve.joined_members(&eve_dm).contains(&bot.id));
+    assert!(
+        world.log("matrix").contains("declined the invite"),
+        "{}",
+        world.log("matrix")
     );
     drop(host);
 }
