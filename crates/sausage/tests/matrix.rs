@@ -209,6 +209,13 @@ fn add_matrix(world: &TestWorld, synapse: &Synapse, bot: &User, people: &[&User]
         config.to_string(),
     )
     .unwrap();
+    give_token(world, synapse, bot);
+    world.allow_network("matrix", &[&synapse.addr]);
+}
+
+/// `bot`'s access token in `broker/credentials/matrix.json`, as `sausage matrix setup` writes it:
+/// the host adds it to the actor's requests under the homeserver.
+fn give_token(world: &TestWorld, synapse: &Synapse, bot: &User) {
     std::fs::create_dir_all(world.path("broker/credentials")).unwrap();
     let credentials = json!({"base_url": synapse.url(), "header": "authorization",
                              "value": format!("Bearer {}", bot.token)});
@@ -217,7 +224,6 @@ fn add_matrix(world: &TestWorld, synapse: &Synapse, bot: &User, people: &[&User]
         credentials.to_string(),
     )
     .unwrap();
-    world.allow_network("matrix", &[&synapse.addr]);
 }
 
 /// Waits until `bot` is a member of `room`.
@@ -508,14 +514,7 @@ fn spawned_through_the_broker_the_candidate_passes_and_the_running_version_conne
     know(&world, &[&alice]);
     let source = world.root.parent().unwrap().join("matrix-source");
     matrix_source(&source, synapse);
-    std::fs::create_dir_all(world.path("broker/credentials")).unwrap();
-    let credentials = json!({"base_url": synapse.url(), "header": "authorization",
-                             "value": format!("Bearer {}", bot.token)});
-    std::fs::write(
-        world.path("broker/credentials/matrix.json"),
-        credentials.to_string(),
-    )
-    .unwrap();
+    give_token(&world, synapse, &bot);
     let room = alice.create_room(RoomKind::Direct(&bot));
     let mut host = world.run();
     let reply = host.request(json!({
