@@ -6,6 +6,7 @@
 mod support;
 
 use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use sausage::message::{ActorId, Tier};
@@ -689,4 +690,74 @@ fn a_group_room_of_known_people_is_a_shared_room_whose_answers_both_see() {
     );
     drop(host);
     fake.assert_clean();
+}
+
+#[test]
+fn sausage_matrix_setup_builds_the_carried_actor_into_a_world_which_then_answers_on_matrix() {
+    let synapse = Synapse::shared();
+    let (alice, bot) = (synapse.register("alice"), synapse.register("sausage"));
+    let world = TestWorld::new();
+    world.install("agent", "echo");
+    know(&world, &[&alice]);
+    warm_cargo_for_matrix(&world.root);
+    let setup = |args: &[&str], token: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sausage"));
+        command
+            .args(["matrix", "setup", "--world"])
+            .arg(&world.root)
+            .args(args)
+            .env_remove("SAUSAGE_MATRIX_TOKEN")
+            .stdin(std::process::Stdio::null());
+        if let Some(token) = token {
+            command.env("SAUSAGE_MATRIX_TOKEN", token);
+        }
+        command.output().unwrap()
+    };
+    // Wrong answers are refused before anything is written.
+    let wrong = setup(
+        &["--homeserver", "matrix.example.org", "--user", &bot.id],
+        Some("t"),
+    );
+    assert!(!wrong.status.success());
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("not an http://"));
+    assert!(!world.path("broker/credentials/matrix.json").exists());
+
+    let out = setup(
+        &["--homeserver", &synapse.url(), "--user", &bot.id],
+        Some(&bot.token),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("deploy: matrix runs version 1"), "{stdout}");
+    assert_eq!(world.json("sausage.json")["actors"]["matrix"]["version"], 1);
+    assert_eq!(
+        world.json("broker/versions/matrix/1/meta.json")["built_by"],
+        "cargo"
+    );
+    assert_eq!(
+        world.json("actor/matrix/source/actor.json"),
+        json!({"network": [synapse.addr]})
+    );
+    assert!(
+        world.visible_files_containing(&bot.token).is_empty(),
+        "the token is in no file an actor can see"
+    );
+
+    let room = alice.create_room(RoomKind::Direct(&bot));
+    let host = world.run();
+    wait_joined(&alice, &bot, &room, &world);
+    alice.send_text(&room, "are you there?");
+    alice.wait_for_messages(&room, PATIENCE, "the answer", |m| {
+        from_bot(m, &bot).iter().any(|a| {
+            a["content"]["body"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("are you there?")
+        })
+    });
+    drop(host);
 }

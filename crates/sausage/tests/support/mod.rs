@@ -285,11 +285,21 @@ impl TestWorld {
 /// [`TestWorld::warm_cargo_for_agent`] for a world folder that may not exist yet.
 pub fn warm_cargo_for_agent(world: &Path) {
     agent_wasm();
+    warm_cargo_from(world, "target/agent");
+}
+
+/// The same for the `matrix` actor: its dependencies come pre-built from `target/matrix`.
+pub fn warm_cargo_for_matrix(world: &Path) {
+    matrix_wasm();
+    warm_cargo_from(world, "target/matrix");
+}
+
+fn warm_cargo_from(world: &Path, target: &str) {
     let to = world.join("private/cargo/data/target");
     std::fs::create_dir_all(&to).unwrap();
     let status = Command::new("cp")
         .args(["-a", "--reflink=auto"])
-        .arg(repo().join("target/agent/."))
+        .arg(repo().join(target).join("."))
         .arg(&to)
         .status()
         .unwrap();
