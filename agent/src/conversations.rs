@@ -158,6 +158,7 @@ impl Conversation {
                 Err("only people speak in rooms; this message speaks for none".into())
             }
             (Some(room), Some(person)) => {
+                Room::speak_from_surface(data, room, &message.from, person)?;
                 Room::member_of(data, room, person).map(|()| Conversation::Room(room.to_string()))
             }
         }
@@ -169,6 +170,11 @@ impl Conversation {
 pub struct Room {
     pub room: String,
     pub members: Vec<String>,
+    /// The surface actor whose own room this is (`matrix` for `matrix-…`): made by the first
+    /// person who spoke in it there, joined by each next one. `None` for an owner's room,
+    /// whose members only an owner changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub surface: Option<String>,
 }
 
 impl Room {
@@ -179,6 +185,45 @@ impl Room {
         let bytes =
             std::fs::read(Conversation::Room(id.into()).dir(data).join("room.json")).ok()?;
         serde_json::from_slice(&bytes).ok()
+    }
+
+    /// A surface's own room (its id starts with the surface's actor id and `-`, such as
+    /// `matrix-abc` for a Matrix group room): a person speaking there from that surface joins
+    /// it, and the first makes it. The surface decides who is in its room (Matrix's own
+    /// members, whose invites came from people of the world), and everything said there is seen
+    /// by them on it anyway. Any other room, or a text from elsewhere, is left as it is.
+    pub fn speak_from_surface(
+        data: &Path,
+        room: &str,
+        from: &str,
+        person: &str,
+    ) -> Result<(), String> {
+        let own = room
+            .strip_prefix(from)
+            .is_some_and(|rest| rest.starts_with('-'));
+        if !own || !valid_id(room) {
+            return Ok(());
+        }
+        let mut kept = match Room::load(data, room) {
+            Some(kept) if kept.surface.as_deref() != Some(from) => return Ok(()),
+            Some(kept) => kept,
+            None => Room {
+                room: room.to_string(),
+                members: Vec::new(),
+                surface: Some(from.to_string()),
+            },
+        };
+        if kept.members.iter().any(|m| m == person) {
+            return Ok(());
+        }
+        if kept.members.len() >= MAX_ROOM_MEMBERS {
+            return Err(format!(
+                "room `{room}` has its {MAX_ROOM_MEMBERS} members already"
+            ));
+        }
+        kept.members.push(person.to_string());
+        eprintln!("agent: {person} joins {from}'s room {room}");
+        kept.save(data)
     }
 
     /// Whether `person` may speak in (and read) `room`; the error says why not.
@@ -238,7 +283,11 @@ impl Room {
                 None => return Err(format!("member {member} is not a person's id (a string)")),
             }
         }
-        Ok(Room { room, members })
+        Ok(Room {
+            room,
+            members,
+            surface: None,
+        })
     }
 
     pub fn save(&self, data: &Path) -> Result<(), String> {
@@ -603,6 +652,36 @@ mod tests {
     }
 
     #[test]
+    fn a_surfaces_own_room_is_made_and_joined_by_who_speaks_there_and_no_other_room_is() {
+        let data = crate::testing::temp_dir("surface-rooms");
+        Room::speak_from_surface(&data, "matrix-abc", "matrix", "ann").unwrap();
+        Room::speak_from_surface(&data, "matrix-abc", "matrix", "bob").unwrap();
+        Room::speak_from_surface(&data, "matrix-abc", "matrix", "ann").unwrap();
+        let made = Room::load(&data, "matrix-abc").unwrap();
+        assert_eq!(made.members, ["ann", "bob"]);
+        assert_eq!(made.surface.as_deref(), Some("matrix"));
+        // From another surface, or a room of another name, nothing changes.
+        Room::speak_from_surface(&data, "matrix-abc", "web", "eve").unwrap();
+        Room::speak_from_surface(&data, "kitchen", "matrix", "eve").unwrap();
+        Room::speak_from_surface(&data, "matrixabc", "matrix", "eve").unwrap();
+        assert_eq!(
+            Room::load(&data, "matrix-abc").unwrap().members,
+            ["ann", "bob"]
+        );
+        assert!(Room::load(&data, "kitchen").is_none() && Room::load(&data, "matrixabc").is_none());
+        // An owner's room keeps the members the owner gave, whatever its name.
+        let owners = Room {
+            room: "matrix-own".into(),
+            members: vec!["ann".into()],
+            surface: None,
+        };
+        owners.save(&data).unwrap();
+        Room::speak_from_surface(&data, "matrix-own", "matrix", "eve").unwrap();
+        assert_eq!(Room::load(&data, "matrix-own").unwrap().members, ["ann"]);
+        assert!(Room::member_of(&data, "matrix-own", "eve").is_err());
+    }
+
+    #[test]
     fn a_person_is_told_the_rooms_they_are_in_and_no_others() {
         let data = crate::testing::temp_dir("rooms");
         for (room, members) in [
@@ -614,6 +693,7 @@ mod tests {
             Room {
                 room: room.into(),
                 members,
+                surface: None,
             }
             .save(&data)
             .unwrap();

@@ -649,28 +649,34 @@ fn a_group_room_of_known_people_is_a_shared_room_whose_answers_both_see() {
     let world = world_with_agent(&fake, "openai-responses");
     add_matrix(&world, synapse, &bot, &[&alice, &bob]);
     fake.push_openai(openai::text_reply("Soup for you both."));
+    fake.push_openai(openai::text_reply("Bread too."));
     let room = alice.create_room(RoomKind::Group(&[&bot, &bob]));
     bob.join(&room);
-    let mut host = world.run();
+    let host = world.run();
     wait_joined(&alice, &bot, &room, &world);
-    // An owner makes it a shared room for the agent (the console speaks for the owner).
-    let members = json!([person_of(&alice), person_of(&bob)]);
-    host.tell(
-        "agent",
-        json!({"type": "room", "room": room_key(&room), "members": members}),
-    );
-    host.wait_type("agent", "room_created");
 
+    let bot_ref = &bot;
+    let answered = |text: &str| {
+        let text = text.to_string();
+        bob.wait_for_messages(
+            &room,
+            PATIENCE,
+            &format!("{text:?}, seen by bob"),
+            move |m| {
+                from_bot(m, bot_ref).iter().any(|m| {
+                    m["content"]["body"]
+                        .as_str()
+                        .unwrap_or("")
+                        .starts_with(&text)
+                })
+            },
+        )
+    };
     alice.send_text(&room, "what is for lunch?");
-    let messages = bob.wait_for_messages(&room, PATIENCE, "the answer, seen by bob", |m| {
-        from_bot(m, &bot).iter().any(|m| {
-            m["content"]["body"]
-                .as_str()
-                .unwrap_or("")
-                .starts_with("Soup for you both.")
-        })
-    });
-    let answers = from_bot(&messages, &bot)
+    answered("Soup for you both.");
+    bob.send_text(&room, "and with it?");
+    let messages = answered("Bread too.");
+    let soups = from_bot(&messages, &bot)
         .into_iter()
         .filter(|m| {
             m["content"]["body"]
@@ -680,13 +686,23 @@ fn a_group_room_of_known_people_is_a_shared_room_whose_answers_both_see() {
         })
         .count();
     assert_eq!(
-        answers, 1,
+        soups, 1,
         "one answer in the room, not one per member: {messages:#?}"
     );
-    let sent = fake.requests()[0].body.to_string();
+    // One shared conversation: bob's request holds alice's question, in the room's history.
+    let sent = fake.requests()[1].body.to_string();
     assert!(
-        sent.contains(&room_key(&room)),
-        "the agent spoke in the shared room: {sent}"
+        sent.contains(&room_key(&room)) && sent.contains("what is for lunch?"),
+        "{sent}"
+    );
+    let kept = world.json(&format!(
+        "private/agent/data/rooms/{}/room.json",
+        room_key(&room)
+    ));
+    assert_eq!(
+        kept["members"],
+        json!([person_of(&alice), person_of(&bob)]),
+        "{kept}"
     );
     drop(host);
     fake.assert_clean();
