@@ -777,3 +777,47 @@ fn sausage_matrix_setup_builds_the_carried_actor_into_a_world_which_then_answers
     });
     drop(host);
 }
+
+#[test]
+fn two_known_peoples_direct_rooms_are_each_their_own_private_conversation() {
+    let synapse = Synapse::shared();
+    let (alice, bob, bot) = (
+        synapse.register("alice"),
+        synapse.register("bob"),
+        synapse.register("sausage"),
+    );
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    add_matrix(&world, synapse, &bot, &[&alice, &bob]);
+    fake.push_openai(openai::text_reply("Kept to myself."));
+    fake.push_openai(openai::text_reply("Hello Bob."));
+    let alice_dm = alice.create_room(RoomKind::Direct(&bot));
+    let bob_dm = bob.create_room(RoomKind::Direct(&bot));
+    let host = world.run();
+    wait_joined(&alice, &bot, &alice_dm, &world);
+    wait_joined(&bob, &bot, &bob_dm, &world);
+    let answered = |user: &User, room: &str, text: &str| {
+        user.wait_for_messages(room, PATIENCE, text, |m| {
+            from_bot(m, &bot).iter().any(|a| {
+                a["content"]["body"]
+                    .as_str()
+                    .unwrap_or("")
+                    .starts_with(text)
+            })
+        })
+    };
+    alice.send_text(&alice_dm, "my secret is marmalade");
+    answered(&alice, &alice_dm, "Kept to myself.");
+    bob.send_text(&bob_dm, "what do you know?");
+    answered(&bob, &bob_dm, "Hello Bob.");
+    let for_bob = fake.requests()[1].body.to_string();
+    assert!(!for_bob.contains("marmalade"), "{for_bob}");
+    assert!(
+        for_bob.contains(&format!("This turn acts for {}", person_of(&bob))),
+        "{for_bob}"
+    );
+    let bob_sees = serde_json::to_string(&bob.messages(&bob_dm)).unwrap();
+    assert!(!bob_sees.contains("Kept to myself") && !bob_sees.contains("marmalade"));
+    drop(host);
+    fake.assert_clean();
+}
