@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use super::supervisor::{CRASH_LOOP_CRASHES, CRASH_LOOP_WINDOW, CrashLoop, Install, Upgraded};
 use super::{Broker, candidate};
-use crate::message::{ActorId, Envelope, Outgoing};
+use crate::message::{ActorId, Envelope, Outgoing, Speaker};
 use crate::replace::Replacement;
 use crate::runtime::Program;
 use crate::world::ActorEntry;
@@ -75,10 +75,18 @@ impl Broker {
     /// A request that speaks for a person is refused when their tier does not allow it
     /// (`people::tiers`), before anything happens. Requests of actors speak for nobody.
     async fn tier_allows(&self, request: &Envelope, kind: &str, body: &Value) -> Answer<()> {
-        let Some(speaker) = &request.speaker else {
-            return Ok(());
-        };
-        let actor = body.get("actor").and_then(Value::as_str);
+        match &request.speaker {
+            Some(speaker) => {
+                let actor = body.get("actor").and_then(Value::as_str);
+                self.may_ask(speaker, kind, actor).await
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Whether `speaker` may make the request `kind` on `actor`, whose owner the registry
+    /// records (`people::tiers`); the web console asks the same before it sends one.
+    pub async fn may_ask(&self, speaker: &Speaker, kind: &str, actor: Option<&str>) -> Answer<()> {
         let owner = match actor {
             Some(actor) => self
                 .registry()

@@ -21,7 +21,6 @@ use tokio::sync::oneshot;
 
 use super::{App, Person, SESSION_COOKIE, Viewer, empty, refuse};
 use crate::message::{ActorId, Envelope, Outgoing, Speaker, Tier};
-use crate::people::tiers::may_ask;
 
 /// How long an action on an actor (a rollback compiles) may take before the call gives up.
 const ACTION_PATIENCE: Duration = Duration::from_secs(120);
@@ -509,14 +508,9 @@ async fn ask(
 /// 403 unless `person`'s tier allows the broker request `kind` on `actor`
 /// (`people::tiers`); the broker checks again when the request arrives.
 async fn tier_allows(app: &App, person: &Person, kind: &str, actor: &str) -> Result<(), Refusal> {
-    let owner = app
-        .broker
-        .registry()
+    app.broker
+        .may_ask(&speaker(person), kind, Some(actor))
         .await
-        .actors
-        .get(actor)
-        .and_then(|entry| entry.owner.clone());
-    may_ask(&speaker(person), kind, Some(actor), owner.as_deref())
         .map_err(|why| Refusal(StatusCode::FORBIDDEN, why))
 }
 
