@@ -6,6 +6,7 @@
 
 pub mod broker;
 pub mod cargo;
+pub mod cluster;
 pub mod console;
 pub mod fs;
 pub mod init;

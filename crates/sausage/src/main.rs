@@ -68,6 +68,19 @@ enum Command {
         /// Do not serve the web console.
         #[arg(long)]
         no_web: bool,
+        /// Run this world together with other hosts on the NATS JetStream server at this
+        /// address (nats://HOST:PORT), as `--host-id`.
+        #[arg(long, value_name = "NATS_URL", requires = "host_id")]
+        cluster: Option<String>,
+        /// This host's id in the cluster (a-z, 0-9, -, _); the same id on a restart takes
+        /// back its leases.
+        #[arg(long, value_name = "ID", requires = "cluster")]
+        host_id: Option<String>,
+    },
+    /// A world spread over several hosts: `sausage cluster status`.
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
     },
     /// Connect a world to Matrix: `sausage matrix setup`.
     Matrix {
@@ -115,6 +128,17 @@ enum PeopleCommand {
     Link { id: String },
     /// Set a person's Matrix user id (`@ann:example.org`), or clear it when none is given.
     Matrix { id: String, user_id: Option<String> },
+}
+
+#[derive(Subcommand)]
+enum ClusterCommand {
+    /// Print the cluster's hosts, its leases (which host runs each actor) and how many messages
+    /// wait in each mailbox.
+    Status {
+        /// The NATS server's address (nats://HOST:PORT).
+        #[arg(long, value_name = "NATS_URL")]
+        cluster: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -180,7 +204,22 @@ fn main() -> ExitCode {
             };
             block_on(matrix_setup(World::new(world), config))
         }
-        Command::Run { dir, web, no_web } => block_on(run(dir, (!no_web).then_some(web))),
+        Command::Run {
+            dir,
+            web,
+            no_web,
+            cluster,
+            host_id,
+        } => {
+            let cluster = cluster.zip(host_id);
+            block_on(run(dir, (!no_web).then_some(web), cluster))
+        }
+        Command::Cluster {
+            command: ClusterCommand::Status { cluster },
+        } => block_on(async move {
+            print!("{}", sausage::cluster::status::report(&cluster).await?);
+            Ok(ExitCode::SUCCESS)
+        }),
         Command::People { command, world } => people(&World::new(world), command),
     };
     match result {
@@ -269,7 +308,7 @@ async fn init(
             &matrix.write_source(&world)?,
         ));
     }
-    let (broker, services) = open(&world).await?;
+    let (broker, services) = open(&world, None).await?;
     let script = BufReader::new(std::io::Cursor::new(script));
     let end = console::run(broker.clone(), script).await;
     close(&broker, services).await;
@@ -308,7 +347,7 @@ async fn matrix_setup(world: World, config: MatrixConfig) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     };
     println!("Building the matrix actor…");
-    let (broker, services) = open(&world).await?;
+    let (broker, services) = open(&world, None).await?;
     let end = console::run(
         broker.clone(),
         BufReader::new(std::io::Cursor::new(line.clone())),
@@ -393,9 +432,12 @@ fn login_link(world: &World, token: &str) -> String {
 }
 
 /// The broker and native actors of an open world; stopping them is `close`.
-async fn open(world: &World) -> Result<(Arc<Broker>, [tokio::task::JoinHandle<()>; 3])> {
+async fn open(
+    world: &World,
+    cluster: Option<Arc<sausage::cluster::Cluster>>,
+) -> Result<(Arc<Broker>, [tokio::task::JoinHandle<()>; 3])> {
     let runtime = Runtime::new(Some(world.cache_dir()))?;
-    let broker = Broker::start(world.clone(), runtime).await?;
+    let broker = Broker::start_in(world.clone(), runtime, cluster).await?;
     let server = tokio::spawn({
         let broker = broker.clone();
         async move { broker.serve().await }
@@ -412,11 +454,23 @@ async fn close(broker: &Broker, services: [tokio::task::JoinHandle<()>; 3]) {
     }
 }
 
-async fn run(dir: PathBuf, web: Option<SocketAddr>) -> Result<ExitCode> {
+async fn run(
+    dir: PathBuf,
+    web: Option<SocketAddr>,
+    cluster: Option<(String, String)>,
+) -> Result<ExitCode> {
     let world = World::new(&dir);
     world.load_registry()?;
     let _lock = world.lock()?;
-    let (broker, services) = open(&world).await?;
+    let cluster = match cluster {
+        Some((url, host)) => {
+            let cluster = sausage::cluster::Cluster::join(&url, &host).await?;
+            cluster.seed_or_take(&world).await?;
+            Some(cluster)
+        }
+        None => None,
+    };
+    let (broker, services) = open(&world, cluster).await?;
     eprintln!(
         "sausage: world `{}` is running; type /help for commands",
         dir.display()

@@ -294,6 +294,43 @@ impl Envelope {
     }
 }
 
+impl Envelope {
+    /// Reads back a line [`Envelope::to_line`] wrote (a parked message, one that crossed to
+    /// another host). The error says what is wrong with it.
+    pub fn from_line(line: &[u8]) -> Result<Envelope, String> {
+        let stored: StoredEnvelope =
+            serde_json::from_slice(line).map_err(|e| format!("not a message: {e}"))?;
+        let speaker = match (stored.person, stored.tier) {
+            (Some(person), Some(tier)) => Some(Speaker {
+                person: ActorId::parse(&person)?,
+                tier,
+            }),
+            (None, None) => None,
+            _ => return Err("`person` and `tier` come together or not at all".into()),
+        };
+        Ok(Envelope {
+            id: stored.id,
+            from: ActorId::parse(&stored.from)?,
+            reply_to: stored.reply_to,
+            speaker,
+            schedule: stored.schedule.map(Into::into),
+            body: stored.body,
+        })
+    }
+}
+
+/// A message as [`Envelope::to_line`] writes it, read back.
+#[derive(Deserialize)]
+struct StoredEnvelope {
+    id: String,
+    from: String,
+    reply_to: Option<String>,
+    person: Option<String>,
+    tier: Option<Tier>,
+    schedule: Option<String>,
+    body: Box<RawValue>,
+}
+
 /// Serialises a host-built body once, for routing.
 pub fn raw(body: &serde_json::Value) -> Box<RawValue> {
     // Serialising a `Value` cannot fail: its keys are strings.

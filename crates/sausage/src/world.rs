@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::fs::{Mount, write_atomically};
-use crate::message::{ActorId, Envelope, NATIVE_ACTORS, Speaker, Tier};
+use crate::message::{ActorId, Envelope, NATIVE_ACTORS};
 use crate::replace::{Applied, Replacement};
 use crate::runtime::MAX_MEMORY_MB;
 use crate::runtime::network::Credentials;
@@ -122,27 +122,6 @@ pub struct ActorEntry {
     /// actor spawned before owners were recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
-}
-
-/// A message as [`Envelope::to_line`] writes it, read back.
-#[derive(Deserialize)]
-struct StoredEnvelope {
-    id: String,
-    from: String,
-    reply_to: Option<String>,
-    person: Option<String>,
-    tier: Option<Tier>,
-    schedule: Option<String>,
-    body: Box<serde_json::value::RawValue>,
-}
-
-impl StoredEnvelope {
-    fn speaker(&self) -> Option<Speaker> {
-        Some(Speaker {
-            person: ActorId::parse(self.person.as_deref()?).ok()?,
-            tier: self.tier?,
-        })
-    }
 }
 
 /// `actor/<id>/status.json`, kept current by the supervisor.
@@ -369,15 +348,8 @@ impl World {
     pub fn read_parked(&self, id: &ActorId) -> Option<Envelope> {
         let path = self.parked_path(id);
         let bytes = std::fs::read(&path).ok()?;
-        match serde_json::from_slice::<StoredEnvelope>(&bytes) {
-            Ok(stored) => Some(Envelope {
-                speaker: stored.speaker(),
-                schedule: stored.schedule.map(Into::into),
-                from: ActorId::parse(&stored.from).ok()?,
-                id: stored.id,
-                reply_to: stored.reply_to,
-                body: stored.body,
-            }),
+        match Envelope::from_line(&bytes) {
+            Ok(envelope) => Some(envelope),
             Err(e) => {
                 eprintln!("sausage: {}: not a message ({e}); ignored", path.display());
                 None

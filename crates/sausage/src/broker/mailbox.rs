@@ -6,6 +6,9 @@
 //! (stopped, restarting, upgrading) the queue keeps accepting up to [`MAILBOX_CAPACITY`].
 //! A durable mailbox records every push and every take in the [`Journal`] before it returns, so
 //! a kill of the host loses nothing accepted; a message counts as delivered once it is read.
+//! When a world spans several hosts (DESIGN §16), a WASM actor's mailbox is a JetStream stream
+//! instead ([`MailboxStream`]): a push publishes to it, the owning host's consumer hands each
+//! message to [`Mailbox::arrive`], and a read acknowledges it.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -64,14 +67,37 @@ pub struct Mailbox {
     arrived: Notify,
     /// Wakes every sender blocked on a full mailbox when a message is taken out.
     space: Notify,
-    /// Where the queue is recorded; `None` for a candidate's scratch mailbox, which must not
-    /// outlive its test.
-    journal: Option<Durable>,
+    /// Where the queue is recorded.
+    store: Store,
 }
 
-struct Durable {
-    journal: Arc<Journal>,
-    actor: ActorId,
+enum Store {
+    /// A candidate's scratch mailbox, which must not outlive its test.
+    Memory,
+    /// This host's journal.
+    Journal {
+        journal: Arc<Journal>,
+        actor: ActorId,
+    },
+    /// The actor's stream on the cluster: pushes go there, the queue holds what its consumer
+    /// handed over and the guest has not read yet.
+    Stream {
+        stream: Arc<dyn MailboxStream>,
+        actor: ActorId,
+    },
+}
+
+/// The mailboxes of a world spread over several hosts (DESIGN §16): one stream per actor that
+/// the host owning the actor consumes. Implemented by `cluster`.
+pub trait MailboxStream: Send + Sync {
+    /// Publishes a message into `actor`'s stream, after everything published before it. False
+    /// when too many publications wait for the stream's acknowledgement: the sender waits for
+    /// [`MailboxStream::space`].
+    fn publish(&self, actor: &ActorId, envelope: &Arc<Envelope>) -> bool;
+    /// The message at stream sequence `pos` of `actor`'s stream was read: it leaves the stream.
+    fn ack(&self, actor: &ActorId, pos: i64);
+    /// Notified when publications are acknowledged.
+    fn space(&self) -> &Notify;
 }
 
 struct Inner {
@@ -127,7 +153,7 @@ pub enum Refused {
 impl Default for Mailbox {
     /// A mailbox that lives in memory only.
     fn default() -> Self {
-        Mailbox::with_queue(Vec::new(), None)
+        Mailbox::with_queue(Vec::new(), Store::Memory)
     }
 }
 
@@ -136,11 +162,19 @@ impl Mailbox {
     /// when the journal was opened.
     pub fn durable(actor: ActorId, journal: Arc<Journal>) -> Mailbox {
         let waiting = journal.claim(&actor);
-        Mailbox::with_queue(waiting, Some(Durable { journal, actor }))
+        Mailbox::with_queue(waiting, Store::Journal { journal, actor })
+    }
+
+    /// `actor`'s mailbox on the cluster: its stream, consumed by the host that runs it.
+    pub fn streamed(actor: ActorId, stream: Arc<dyn MailboxStream>) -> Mailbox {
+        let mailbox = Mailbox::with_queue(Vec::new(), Store::Stream { stream, actor });
+        // Stream sequences start at 1; positions below are the front's (a parked message).
+        mailbox.lock().next_back = 1;
+        mailbox
     }
 
     /// `waiting` is in queue order, with its positions.
-    fn with_queue(waiting: Waiting, journal: Option<Durable>) -> Mailbox {
+    fn with_queue(waiting: Waiting, store: Store) -> Mailbox {
         let next_back = waiting.last().map_or(0, |(pos, _)| pos + 1);
         let next_front = waiting.first().map_or(-1, |(pos, _)| pos - 1);
         let queued_at = Instant::now();
@@ -167,7 +201,7 @@ impl Mailbox {
             }),
             arrived: Notify::new(),
             space: Notify::new(),
-            journal,
+            store,
         }
     }
 
@@ -179,6 +213,17 @@ impl Mailbox {
 
     /// Appends a message unless the mailbox is full or the journal cannot record it.
     pub fn try_push(&self, envelope: Arc<Envelope>) -> Result<(), Refused> {
+        if let Store::Stream { stream, actor } = &self.store {
+            if !stream.publish(actor, &envelope) {
+                return Err(Refused::Full(envelope));
+            }
+            *self
+                .lock()
+                .accepted_from
+                .entry(envelope.from.clone())
+                .or_default() += 1;
+            return Ok(());
+        }
         let mut inner = self.lock();
         if inner.is_full_for(&envelope) {
             return Err(Refused::Full(envelope));
@@ -203,8 +248,12 @@ impl Mailbox {
     /// On `Err(Refused::Full)` the time ran out.
     pub async fn push(&self, mut envelope: Arc<Envelope>) -> Result<(), Refused> {
         let deadline = tokio::time::Instant::now() + FULL_MAILBOX_TIMEOUT;
+        let space = match &self.store {
+            Store::Stream { stream, .. } => stream.space(),
+            Store::Memory | Store::Journal { .. } => &self.space,
+        };
         loop {
-            let space = self.space.notified();
+            let space = space.notified();
             tokio::pin!(space);
             // Registered before the check, so a take between the check and the wait wakes us.
             space.as_mut().enable();
@@ -236,6 +285,32 @@ impl Mailbox {
         self.arrived.notify_one();
     }
 
+    /// A message the stream's consumer hands over, at its stream sequence `pos`. One at or
+    /// before a position already queued is a redelivery, and is left out.
+    pub fn arrive(&self, pos: i64, envelope: Arc<Envelope>) {
+        let mut inner = self.lock();
+        if pos < inner.next_back {
+            return;
+        }
+        inner.next_back = pos + 1;
+        *inner
+            .accepted_from
+            .entry(envelope.from.clone())
+            .or_default() += 1;
+        inner.enqueue(pos, envelope, End::Back);
+        drop(inner);
+        self.arrived.notify_one();
+    }
+
+    /// Forgets what the stream's consumer handed over and nobody read (this host no longer runs
+    /// the actor): the stream keeps it for the next owner.
+    pub fn release_arrived(&self) {
+        let mut inner = self.lock();
+        inner.queue.clear();
+        inner.bytes = 0;
+        inner.next_back = 1;
+    }
+
     /// Takes every queued message out (the actor is being removed) after `keep` stored them
     /// elsewhere. When `keep` fails, the messages stay and its error comes back.
     pub fn drain<E>(&self, keep: impl FnOnce(&[&Envelope]) -> Result<(), E>) -> Result<(), E> {
@@ -254,30 +329,30 @@ impl Mailbox {
     /// Records that a message waits at `pos` (nothing to do for a memory-only mailbox). The
     /// error names the actor.
     fn record(&self, pos: i64, envelope: &Envelope) -> Result<(), String> {
-        let Some(durable) = &self.journal else {
+        let Store::Journal { journal, actor } = &self.store else {
+            // A stream keeps what was published to it; a parked message pushed back at the
+            // front lives in memory, as it was taken once already.
             return Ok(());
         };
-        durable
-            .journal
-            .put(&durable.actor, pos, envelope)
-            .map_err(|e| {
-                format!(
-                    "actor {}: cannot record a message on disk: {e}",
-                    durable.actor
-                )
-            })
+        journal
+            .put(actor, pos, envelope)
+            .map_err(|e| format!("actor {actor}: cannot record a message on disk: {e}"))
     }
 
     /// Records that a message left the queue for good.
     fn forget(&self, queued: &Queued) {
-        if let Some(durable) = &self.journal
-            && let Err(e) = durable.journal.take(&durable.actor, queued.pos)
-        {
-            eprintln!(
-                "sausage: actor {}: the delivery of message {} cannot be recorded on disk \
-                 ({e}); after a kill of the host it may come again",
-                durable.actor, queued.envelope.id
-            );
+        match &self.store {
+            Store::Journal { journal, actor } => {
+                if let Err(e) = journal.take(actor, queued.pos) {
+                    eprintln!(
+                        "sausage: actor {actor}: the delivery of message {} cannot be recorded \
+                         on disk ({e}); after a kill of the host it may come again",
+                        queued.envelope.id
+                    );
+                }
+            }
+            Store::Stream { stream, actor } if queued.pos > 0 => stream.ack(actor, queued.pos),
+            Store::Stream { .. } | Store::Memory => {}
         }
     }
 
@@ -303,14 +378,15 @@ impl Mailbox {
     pub async fn recv(&self) -> Arc<Envelope> {
         loop {
             let arrived = self.arrived.notified();
-            if let Some(envelope) = self.take() {
+            if let Some(envelope) = self.take_now() {
                 return envelope;
             }
             arrived.await;
         }
     }
 
-    fn take(&self) -> Option<Arc<Envelope>> {
+    /// Takes the next message, if one waits.
+    pub fn take_now(&self) -> Option<Arc<Envelope>> {
         let mut inner = self.lock();
         let queued = inner.dequeue(0)?;
         self.forget(&queued);
@@ -537,7 +613,7 @@ mod tests {
         ));
         // A small one still fits in what is left; then one read makes room for a big one.
         assert!(mailbox.try_push(message(1)).is_ok());
-        mailbox.take().unwrap();
+        mailbox.take_now().unwrap();
         assert!(mailbox.try_push(sized(fit, 1024)).is_ok());
         // Emptied, the count is back to nothing: an empty mailbox takes any message.
         mailbox.drain(|_| Ok::<(), ()>(())).unwrap();

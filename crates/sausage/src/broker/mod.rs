@@ -21,6 +21,7 @@ use anyhow::{Context, Result};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use crate::cluster::Cluster;
 use crate::message::{ActorId, NATIVE_ACTORS};
 use crate::runtime::{Program, Runtime};
 use crate::world::{Registry, State, Status, World};
@@ -64,6 +65,8 @@ pub struct Broker {
     /// the broker's mailbox (bounded like every mailbox), so their senders slow down instead
     /// of the host's memory growing.
     requests_in_flight: Arc<tokio::sync::Semaphore>,
+    /// The cluster this host runs its part of the world in (DESIGN §16); `None` on one host.
+    pub cluster: Option<Arc<Cluster>>,
 }
 
 /// Requests the broker answers at once; the next waits in its mailbox until one is answered.
@@ -80,6 +83,16 @@ impl Broker {
     /// are gone; that walk of the whole world (a million folders with 100,000 actors) runs on
     /// the blocking pool while the actors start, since it leaves this process's own alone.
     pub async fn start(world: World, runtime: Arc<Runtime>) -> Result<Arc<Broker>> {
+        Broker::start_in(world, runtime, None).await
+    }
+
+    /// [`Broker::start`], as one host of `cluster` when there is one: then no actor starts
+    /// here until placement gives this host its lease (`cluster::placement`).
+    pub async fn start_in(
+        world: World,
+        runtime: Arc<Runtime>,
+        cluster: Option<Arc<Cluster>>,
+    ) -> Result<Arc<Broker>> {
         let registry = world.load_registry()?;
         settle_swaps(&world, &registry)?;
         // Emptied before the walk starts, so that the two never remove the same files.
@@ -118,6 +131,9 @@ impl Broker {
         for native in RUNNING_NATIVES {
             router.add(&ActorId::parse(native).expect("native ids are valid"));
         }
+        if let Some(cluster) = &cluster {
+            cluster.attach(&router).await?;
+        }
         let (crash_loops, reports) = mpsc::unbounded_channel();
         let broker = Arc::new(Broker {
             world,
@@ -129,12 +145,24 @@ impl Broker {
             crash_loops,
             crash_loop_reports: Mutex::new(Some(reports)),
             requests_in_flight: Arc::new(tokio::sync::Semaphore::new(REQUESTS_IN_FLIGHT)),
+            cluster,
         });
         broker.apply_subscriptions(&registry);
         tokio::spawn(drop_stalled_writes(
             Arc::downgrade(&broker.router),
             broker.world.clone(),
         ));
+
+        if let Some(cluster) = broker.cluster.clone() {
+            for id in registry.actors.keys() {
+                if let Ok(id) = ActorId::parse(id) {
+                    broker.router.add(&id);
+                }
+            }
+            cluster.run(broker.clone()).await?;
+            cleaning.await.context("cleaning temporary files")??;
+            return Ok(broker);
+        }
 
         // Compile every actor in parallel before any starts, each `actor.wasm` once: actors
         // whose files are one (hard links of one install share an inode) share one program.
@@ -246,6 +274,13 @@ impl Broker {
                 (permit, request) = next_request => {
                     let body = request.body_value();
                     let operand = requests::operand(&body);
+                    if let (Some(cluster), Some(id)) = (&self.cluster, &operand)
+                        && let Some(host) = cluster.runs_elsewhere(id)
+                    {
+                        // Operations on an actor run where it runs; that host answers.
+                        cluster.forward_request(&host, request);
+                        continue;
+                    }
                     let answer = self.clone().answer(request, body);
                     let job = Box::pin(async move {
                         answer.await;
@@ -279,6 +314,136 @@ impl Broker {
             stopping.spawn(async move { handle.stop().await });
         }
         while stopping.join_next().await.is_some() {}
+        if let Some(cluster) = &self.cluster {
+            cluster.leave(&self.local_ids(), &self.world).await;
+        }
+    }
+
+    /// The WASM actors this host supervises.
+    pub fn local_ids(&self) -> Vec<ActorId> {
+        self.actors
+            .lock()
+            .expect("actors lock")
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// The state of each WASM actor this host supervises, from its `status.json`.
+    pub async fn local_states(&self) -> BTreeMap<String, String> {
+        let (world, ids) = (self.world.clone(), self.local_ids());
+        tokio::task::spawn_blocking(move || {
+            ids.iter()
+                .map(|id| {
+                    let state = world.read_status(id).unwrap_or_default().state;
+                    let state = serde_json::to_value(state)
+                        .ok()
+                        .and_then(|v| v.as_str().map(String::from))
+                        .unwrap_or_default();
+                    (id.to_string(), state)
+                })
+                .collect()
+        })
+        .await
+        .unwrap_or_default()
+    }
+
+    /// Starts `id` on this host (the cluster gave it the lease): its version fetched when this
+    /// host's folder lacks it, its files restored from its last snapshot when it ran elsewhere
+    /// (`restore`), then supervised as at a start, its stream consumed.
+    pub async fn run_here(&self, id: &ActorId, restore: bool) -> Result<()> {
+        let cluster = self.cluster.as_ref().context("not in a cluster")?;
+        if self.handle(id).is_some() {
+            return Ok(());
+        }
+        let Some(entry) = self.registry().await.actors.get(id.as_str()).cloned() else {
+            return Ok(());
+        };
+        cluster
+            .ensure_version(&self.world, id, entry.version)
+            .await?;
+        let world = self.world.clone();
+        let fresh = !world.source_dir(id).is_dir();
+        if fresh {
+            let (world, id) = (world.clone(), id.clone());
+            tokio::task::spawn_blocking(move || {
+                world.create_actor_dirs(&id)?;
+                world.install_source(&id, entry.version)
+            })
+            .await
+            .context("installing a source")??;
+        }
+        if restore || fresh {
+            cluster.restore_snapshot(&self.world, id).await?;
+        }
+        let wasm = world.version_dir(id, entry.version).join("actor.wasm");
+        let runtime = self.runtime.clone();
+        let program = tokio::task::spawn_blocking(move || {
+            std::fs::read(&wasm)
+                .map_err(anyhow::Error::from)
+                .and_then(|bytes| runtime.compile(&bytes))
+        })
+        .await
+        .context("compiling an actor")??;
+        let status = self.world.read_status(id).unwrap_or_default();
+        eprintln!("sausage: host {}: runs actor {id}", cluster.host);
+        self.supervise(id, entry.version, program, entry.running, status);
+        Ok(())
+    }
+
+    /// Stops `id` here: another host runs it now. What its mailbox was handed and it did not
+    /// read stays in its stream for that host.
+    pub async fn release_here(&self, id: &ActorId) {
+        let handle = self.actors.lock().expect("actors lock").remove(id);
+        if let Some(handle) = handle {
+            handle.stop().await;
+        }
+        if let Some(cluster) = &self.cluster {
+            cluster.stop_consuming(id, self.router.mailbox(id).as_deref());
+        }
+    }
+
+    /// Another host changed `id`'s shared registry entry (`None`: removed it): this host's
+    /// registry and routing follow.
+    pub async fn apply_shared_entry(&self, id: &ActorId, entry: Option<crate::world::ActorEntry>) {
+        let mut registry = self.registry.lock().await;
+        if registry.actors.get(id.as_str()) == entry.as_ref() {
+            return;
+        }
+        match entry {
+            Some(entry) => {
+                registry.actors.insert(id.to_string(), entry);
+                self.router.add(id);
+            }
+            None => {
+                registry.actors.remove(id.as_str());
+                if self.handle(id).is_none() {
+                    self.router.remove(id);
+                }
+            }
+        }
+        self.save_mirror(&registry).await;
+    }
+
+    /// Another host changed the subscriptions.
+    pub async fn apply_shared_subscriptions(&self, subscriptions: BTreeMap<String, Vec<String>>) {
+        let mut registry = self.registry.lock().await;
+        if registry.subscriptions == subscriptions {
+            return;
+        }
+        registry.subscriptions = subscriptions;
+        self.apply_subscriptions(&registry);
+        self.save_mirror(&registry).await;
+    }
+
+    /// Saves this host's copy of the shared registry.
+    async fn save_mirror(&self, registry: &Registry) {
+        let (world, saved) = (self.world.clone(), registry.clone());
+        match tokio::task::spawn_blocking(move || world.save_registry(&saved)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("sausage: {e:#}"),
+            Err(e) => eprintln!("sausage: saving the registry failed: {e}"),
+        }
     }
 
     /// Runs `id` under a supervisor from now on, starting from `status` (what its
@@ -307,6 +472,9 @@ impl Broker {
             .lock()
             .expect("actors lock")
             .insert(id.clone(), handle);
+        if let Some(cluster) = &self.cluster {
+            cluster.consume(id, self.router.mailbox(id).expect("just added"));
+        }
     }
 
     fn handle(&self, id: &ActorId) -> Option<ActorHandle> {
@@ -314,7 +482,7 @@ impl Broker {
     }
 
     /// Queues an operation on `id` behind the ones already queued.
-    fn queue_operation(&self, id: &ActorId, operation: Operation) {
+    pub(crate) fn queue_operation(&self, id: &ActorId, operation: Operation) {
         let mut operations = self.operations.lock().expect("operations lock");
         let queue = operations.entry(id.clone()).or_insert_with(|| {
             let (queue, queued) = mpsc::unbounded_channel::<Operation>();
@@ -330,6 +498,10 @@ impl Broker {
         let mut registry = self.registry.lock().await;
         let mut changed = registry.clone();
         let result = change(&mut changed);
+        if let Some(cluster) = &self.cluster {
+            // The shared registry first: a change no other host can see is not made here either.
+            cluster.put_registry_changes(&registry, &changed).await?;
+        }
         // The save syncs the file: on the blocking pool, off the thread that routes messages.
         let (world, saved) = (self.world.clone(), changed.clone());
         tokio::task::spawn_blocking(move || world.save_registry(&saved))

@@ -168,7 +168,17 @@ impl Broker {
         .await
         .map_err(|e| format!("{e:#}"))?;
         let status = self.world.read_status(&id).unwrap_or_default();
-        self.supervise(&id, version, candidate.program, true, status);
+        let host = match &self.cluster {
+            Some(cluster) => Some(cluster.place_new(&id).await.map_err(|e| format!("{e:#}"))?),
+            None => None,
+        };
+        match (&host, &self.cluster) {
+            // The host placement chose starts it from the shared version.
+            (Some(host), Some(cluster)) if **host != *cluster.host => {
+                self.router.add(&id);
+            }
+            _ => self.supervise(&id, version, candidate.program, true, status),
+        }
         Ok(json!({
             "type": "spawned", "actor": id.as_str(), "version": version, "tests": candidate.report,
         }))
@@ -218,6 +228,11 @@ impl Broker {
             .await;
         if entry.running {
             handle.start().await;
+        }
+        if let Some(cluster) = &self.cluster
+            && let Err(e) = cluster.snapshot(&self.world, &id).await
+        {
+            eprintln!("sausage: {e:#}");
         }
         Ok(json!({
             "type": "upgraded", "actor": id.as_str(), "version": version, "previous": previous,
@@ -522,8 +537,11 @@ impl Broker {
         };
         tokio::task::spawn_blocking(store)
             .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(format!("storing failed: {e}"))))
-            .map_err(anyhow::Error::from)
+            .unwrap_or_else(|e| Err(std::io::Error::other(format!("storing failed: {e}"))))?;
+        if let Some(cluster) = &self.cluster {
+            cluster.upload_version(&self.world, id, version).await?;
+        }
+        Ok(())
     }
 
     /// Removes a stored version that never ran (its swap failed), so no request can reach it.
@@ -641,8 +659,29 @@ impl Broker {
                 "restarts": status.restarts,
                 "queued": self.router.mailbox(&actor).map_or(0, |m| m.len()),
             }));
+            if let (Some(cluster), Some(row)) = (&self.cluster, actors.last_mut()) {
+                let here = cluster.host.to_string();
+                let (host, state) = match cluster.placement_of(&id) {
+                    Some((host, state)) => (Some(host), state),
+                    None if kind == "native" => (Some(here.clone()), None),
+                    None => (None, None),
+                };
+                if let Some(state) = state.filter(|_| host.as_deref() != Some(&here)) {
+                    row["state"] = json!(state);
+                }
+                row["host"] = json!(host);
+            }
         }
-        json!({"type": "actors", "actors": actors, "subscriptions": registry.subscriptions})
+        let mut list =
+            json!({"type": "actors", "actors": actors, "subscriptions": registry.subscriptions});
+        if let Some(cluster) = &self.cluster {
+            list["hosts"] = cluster
+                .hosts_view()
+                .into_iter()
+                .map(|h| json!({"id": h.id, "alive": h.alive, "actors": h.actors}))
+                .collect();
+        }
+        list
     }
 }
 

@@ -7,13 +7,13 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use rustc_hash::FxHashMap;
 use serde_json::json;
 
 use super::journal::Journal;
-use super::mailbox::{MAILBOX_BYTES, MAILBOX_CAPACITY, Mailbox, Refused};
+use super::mailbox::{MAILBOX_BYTES, MAILBOX_CAPACITY, Mailbox, MailboxStream, Refused};
 use crate::message::{ActorId, Envelope, Outgoing, raw};
 use crate::people::People;
 use crate::world::{MESSAGE_ID_BLOCK, World};
@@ -29,6 +29,24 @@ pub struct Router {
     journal: Arc<Journal>,
     /// Who a surface actor's `"as"` handle speaks for (consulted only for lines that have one).
     people: People,
+    /// The other hosts, when the world spans several (DESIGN §16); unset on a single host.
+    remote: OnceLock<Joined>,
+}
+
+/// A router's view of the cluster it joined.
+struct Joined {
+    remote: Arc<dyn Remote>,
+    streams: Arc<dyn MailboxStream>,
+}
+
+/// What routing needs of the other hosts of a world spread over several (DESIGN §16): WASM
+/// actors' mailboxes are streams every host publishes to, and native actors are each host's
+/// own, so a reply to a native actor of another host goes back there. Implemented by `cluster`.
+pub trait Remote: Send + Sync {
+    /// The host a native actor's message `id` came from, when it came here from another host.
+    fn origin(&self, id: &str) -> Option<Arc<str>>;
+    /// Hands `envelope` to `to`, a native actor of `host`.
+    fn forward(&self, host: &str, to: &ActorId, envelope: &Arc<Envelope>);
 }
 
 /// One mailbox seen by [`Router::traffic`].
@@ -54,7 +72,28 @@ impl Router {
             people: People::new(&world),
             ids: MessageIds::new(world, first_message_id),
             journal,
+            remote: OnceLock::new(),
         }
+    }
+
+    /// Joins a world spread over several hosts, before any WASM actor's mailbox is added: those
+    /// become streams, and message ids come from `ids`, a range no other host uses.
+    pub fn join(
+        &self,
+        remote: Arc<dyn Remote>,
+        streams: Arc<dyn MailboxStream>,
+        ids: std::ops::Range<u64>,
+    ) {
+        assert!(
+            self.remote.set(Joined { remote, streams }).is_ok(),
+            "a router joins one cluster"
+        );
+        self.ids.reserved_elsewhere(ids);
+    }
+
+    /// Whether the world spans several hosts.
+    pub fn is_joined(&self) -> bool {
+        self.remote.get().is_some()
     }
 
     /// Adds an actor's mailbox (or returns the one it has). A new mailbox starts with the
@@ -63,8 +102,52 @@ impl Router {
         let mut mailboxes = self.mailboxes.write().expect("router lock");
         mailboxes
             .entry(id.clone())
-            .or_insert_with(|| Arc::new(Mailbox::durable(id.clone(), self.journal.clone())))
+            .or_insert_with(|| match self.remote.get() {
+                Some(joined) if !id.is_native() => Arc::new(self.streamed(id, &joined.streams)),
+                _ => Arc::new(Mailbox::durable(id.clone(), self.journal.clone())),
+            })
             .clone()
+    }
+
+    /// A WASM actor's mailbox on a cluster. What this host's journal still held for it (from
+    /// before the world spanned several hosts) moves into its stream first.
+    fn streamed(&self, id: &ActorId, streams: &Arc<dyn MailboxStream>) -> Mailbox {
+        let mailbox = Mailbox::streamed(id.clone(), streams.clone());
+        let local = Mailbox::durable(id.clone(), self.journal.clone());
+        while let Some(envelope) = local.take_now() {
+            if mailbox.try_push(envelope.clone()).is_err() {
+                eprintln!(
+                    "sausage: actor {id}: message {} kept from before the cluster cannot move \
+                     into its stream now; it stays in this host's journal",
+                    envelope.id
+                );
+                local.push_front(envelope);
+                break;
+            }
+        }
+        mailbox
+    }
+
+    /// Delivers a message that another host routed already (its id and sender are set) to
+    /// `to`, a mailbox of this host.
+    pub fn deliver_routed(&self, to: ActorId, envelope: Arc<Envelope>) {
+        let mut delivery = Delivery {
+            envelope,
+            recipients: VecDeque::from([to]),
+        };
+        if !self.try_deliver(&mut delivery) {
+            let reason = "the mailbox is full; the sender's host could not wait for it";
+            let to = delivery
+                .recipients
+                .pop_front()
+                .expect("a blocked recipient");
+            self.undeliverable(&delivery.envelope, to.as_str(), reason);
+        }
+    }
+
+    /// Tells the sender of `failed` it did not reach `to`, because of `reason`.
+    pub fn report_undeliverable(&self, failed: &Envelope, to: &str, reason: &str) {
+        self.undeliverable(failed, to, reason);
     }
 
     /// Every mailbox's depth and what each sender got into it since the host started, for
@@ -207,6 +290,15 @@ impl Router {
     /// true when the delivery is done; false when it must wait for the next recipient's space.
     pub fn try_deliver(&self, delivery: &mut Delivery) -> bool {
         while let Some(to) = delivery.recipients.front() {
+            if to.is_native()
+                && let Some(joined) = self.remote.get()
+                && let Some(host) =
+                    (delivery.envelope.reply_to.as_deref()).and_then(|r| joined.remote.origin(r))
+            {
+                let to = delivery.recipients.pop_front().expect("front exists");
+                joined.remote.forward(&host, &to, &delivery.envelope);
+                continue;
+            }
             let Some(mailbox) = self.mailbox(to) else {
                 let to = delivery.recipients.pop_front().expect("front exists");
                 self.undeliverable(&delivery.envelope, to.as_str(), &self.unknown(&to));
@@ -313,6 +405,13 @@ impl MessageIds {
             reserved: Mutex::new(first),
             world,
         }
+    }
+
+    /// From now on numbers come from `range`, which the cluster reserved for this host: none is
+    /// saved on disk.
+    fn reserved_elsewhere(&self, range: std::ops::Range<u64>) {
+        *self.reserved.lock().expect("id lock") = u64::MAX;
+        self.next.store(range.start, Ordering::Relaxed);
     }
 
     fn next(&self) -> u64 {

@@ -1,0 +1,216 @@
+//! Several hosts (DESIGN §16): one world run by several `sausage run … --cluster` processes that
+//! share it through NATS JetStream, the engine made for this.
+//!
+//! What is shared lives in JetStream: the registry, people and the message-id counter in the
+//! key-value bucket [`REGISTRY_BUCKET`], every version (wasm, meta, source) in the object store
+//! [`VERSIONS_BUCKET`], each actor's last snapshot of `/data` and `/public` in
+//! [`SNAPSHOTS_BUCKET`], and every WASM actor's mailbox in the work-queue stream
+//! [`MAILBOX_STREAM`], one subject per actor ([`mailboxes`]). Which host runs an actor is a
+//! lease in [`LEASES_BUCKET`], taken by compare-and-set; a host's heartbeat in [`HOSTS_BUCKET`]
+//! renews all its leases at once, and a host not heard from for [`LEASE_TIMEOUT`] loses them
+//! ([`placement`]). A single host without `--cluster` has none of this: the broker sees the
+//! cluster only through `broker::router::Remote` and `broker::mailbox::MailboxStream`.
+
+mod mailboxes;
+mod placement;
+mod shared;
+pub mod status;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use async_nats::jetstream::{self, kv, object_store, stream};
+
+use crate::message::ActorId;
+
+pub use placement::{HostView, LeaseView};
+
+/// The registry (`actor.<id>`, `subscriptions`), `people`, `message-ids` and `seeded`.
+pub const REGISTRY_BUCKET: &str = "sausage-registry";
+/// Actor id → the host that runs it.
+pub const LEASES_BUCKET: &str = "sausage-leases";
+/// Host id → its heartbeat.
+pub const HOSTS_BUCKET: &str = "sausage-hosts";
+/// `<id>/<n>/actor.wasm`, `<id>/<n>/meta.json`, `<id>/<n>/source.tar`.
+pub const VERSIONS_BUCKET: &str = "sausage-versions";
+/// `<id>`: a tar of the actor's `data/` and `public/`.
+pub const SNAPSHOTS_BUCKET: &str = "sausage-snapshots";
+/// Every WASM actor's mailbox: work-queue retention, subject `sausage.mailbox.<id>`.
+pub const MAILBOX_STREAM: &str = "SAUSAGE_MAILBOXES";
+
+/// How often a host writes its heartbeat (and so renews its leases).
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+/// A host not heard from this long has lost its leases.
+pub const LEASE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a running actor's files are snapshotted at least.
+pub const SNAPSHOT_EVERY: Duration = Duration::from_secs(60);
+/// Message numbers one run of a host reserves at once: `m-<n>` stays unique in the world.
+const ID_BLOCK: u64 = 1 << 32;
+
+/// A host's membership of a cluster.
+pub struct Cluster {
+    pub host: Arc<str>,
+    pub url: String,
+    registry: kv::Store,
+    leases: kv::Store,
+    hosts: kv::Store,
+    versions: object_store::ObjectStore,
+    snapshots: object_store::ObjectStore,
+    streams: Arc<mailboxes::Streams>,
+    /// What this host knows of the others and of the leases, kept by watches.
+    view: Mutex<placement::View>,
+    /// The consumers of the mailboxes of the actors this host runs.
+    consumers: Mutex<HashMap<ActorId, tokio::task::JoinHandle<()>>>,
+}
+
+/// The stores of a cluster, opened (and made by the first host) in one place.
+struct Stores {
+    registry: kv::Store,
+    leases: kv::Store,
+    hosts: kv::Store,
+    versions: object_store::ObjectStore,
+    snapshots: object_store::ObjectStore,
+}
+
+/// Connects to the NATS server at `url`; the error says how to get one.
+pub async fn connect(url: &str) -> Result<async_nats::Client> {
+    async_nats::ConnectOptions::new()
+        .connection_timeout(Duration::from_secs(5))
+        .name("sausage")
+        .connect(url)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot reach the NATS server at {url}; start one with JetStream \
+                 (`nats-server -js`) and give its address as --cluster nats://HOST:PORT"
+            )
+        })
+}
+
+impl Cluster {
+    /// Joins the cluster at `url` as host `host`: opens the shared stores (making them when this
+    /// is the first host) and reserves this run's message ids.
+    pub async fn join(url: &str, host: &str) -> Result<Arc<Cluster>> {
+        let host_id = ActorId::parse(host)
+            .map_err(|e| anyhow::anyhow!("--host-id: {}", e.replace("actor id", "host id")))?;
+        let client = connect(url).await?;
+        let js = jetstream::new(client.clone());
+        let stores = open_stores(&js).await.with_context(|| {
+            format!("{url}: cannot open the cluster's stores; is JetStream enabled (`-js`)?")
+        })?;
+        let streams = mailboxes::Streams::start(Arc::from(host_id.as_str()), client, js.clone());
+        Ok(Arc::new(Cluster {
+            host: Arc::from(host_id.as_str()),
+            url: url.to_string(),
+            registry: stores.registry,
+            leases: stores.leases,
+            hosts: stores.hosts,
+            versions: stores.versions,
+            snapshots: stores.snapshots,
+            streams,
+            view: Mutex::default(),
+            consumers: Mutex::default(),
+        }))
+    }
+
+    /// Reserves [`ID_BLOCK`] message numbers for this run, by compare-and-set on the counter.
+    pub async fn reserve_ids(&self) -> Result<std::ops::Range<u64>> {
+        const KEY: &str = "message-ids";
+        for _ in 0..100 {
+            let entry = self.registry.entry(KEY).await?;
+            let (start, revision) = match &entry {
+                Some(e) if e.operation == kv::Operation::Put => (
+                    std::str::from_utf8(&e.value)
+                        .ok()
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .context("the cluster's message-id counter is not a number")?,
+                    Some(e.revision),
+                ),
+                _ => (1, None),
+            };
+            let end = start + ID_BLOCK;
+            let value = bytes::Bytes::from(end.to_string());
+            let reserved = match revision {
+                Some(revision) => self.registry.update(KEY, value, revision).await.is_ok(),
+                None => self.registry.create(KEY, value).await.is_ok(),
+            };
+            if reserved {
+                return Ok(start..end);
+            }
+        }
+        bail!("cannot reserve message ids: the counter kept changing under 100 attempts")
+    }
+
+    /// Joins `router` to the cluster: WASM actors' mailboxes become streams, message ids come
+    /// from this run's block, and this host's inbox opens.
+    pub async fn attach(&self, router: &Arc<crate::broker::router::Router>) -> Result<()> {
+        let ids = self.reserve_ids().await?;
+        router.join(self.streams.clone(), self.streams.clone(), ids);
+        self.streams.attach(router).await
+    }
+
+    /// Hands a request to the broker of `host`, which runs the actor it is about and answers.
+    pub fn forward_request(&self, host: &str, request: Arc<crate::message::Envelope>) {
+        use crate::broker::router::Remote;
+        self.streams.forward(host, &ActorId::broker(), &request);
+    }
+}
+
+async fn open_stores(js: &jetstream::Context) -> Result<Stores> {
+    let bucket = |name: &str, history: i64| kv::Config {
+        bucket: name.to_string(),
+        history,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    };
+    let objects = |name: &'static str| async move {
+        match js.get_object_store(name).await {
+            Ok(store) => Ok::<_, anyhow::Error>(store),
+            Err(_) => Ok(js
+                .create_object_store(object_store::Config {
+                    bucket: name.to_string(),
+                    storage: stream::StorageType::File,
+                    ..Default::default()
+                })
+                .await
+                .context(name)?),
+        }
+    };
+    js.get_or_create_stream(stream::Config {
+        name: MAILBOX_STREAM.to_string(),
+        subjects: vec![format!("{}.*", mailboxes::SUBJECT_PREFIX)],
+        retention: stream::RetentionPolicy::WorkQueue,
+        storage: stream::StorageType::File,
+        // A message is a line of at most 1 MiB, with its envelope and headers.
+        max_message_size: 2 * 1024 * 1024,
+        discard: stream::DiscardPolicy::New,
+        ..Default::default()
+    })
+    .await
+    .context(MAILBOX_STREAM)?;
+    Ok(Stores {
+        registry: key_value(js, bucket(REGISTRY_BUCKET, 1)).await?,
+        leases: key_value(js, bucket(LEASES_BUCKET, 1)).await?,
+        hosts: key_value(js, bucket(HOSTS_BUCKET, 1)).await?,
+        versions: objects(VERSIONS_BUCKET).await?,
+        snapshots: objects(SNAPSHOTS_BUCKET).await?,
+    })
+}
+
+/// The bucket `config` names, made when it does not exist yet (by this host or, in a race, by
+/// another).
+async fn key_value(js: &jetstream::Context, config: kv::Config) -> Result<kv::Store> {
+    if let Ok(store) = js.get_key_value(&config.bucket).await {
+        return Ok(store);
+    }
+    let name = config.bucket.clone();
+    match js.create_key_value(config).await {
+        Ok(store) => Ok(store),
+        Err(e) => js
+            .get_key_value(&name)
+            .await
+            .map_err(|_| anyhow::Error::from(e).context(name)),
+    }
+}

@@ -1,0 +1,429 @@
+//! Which host runs each actor: leases in [`super::LEASES_BUCKET`] and heartbeats in
+//! [`super::HOSTS_BUCKET`].
+//!
+//! Every [`super::HEARTBEAT`] a host writes its heartbeat (how many actors it runs and their
+//! states), which renews all its leases at once, and then places: an actor without a lease, or
+//! whose host has not been heard from for [`super::LEASE_TIMEOUT`], is taken (compare-and-set,
+//! so only one host wins) by the least loaded live host; an actor this host runs whose lease
+//! names another host is stopped here (it was taken over); a host whose own heartbeat could not
+//! be written for that long stops every actor, as the others will take them. Liveness is
+//! judged on each host's own clock, by when a heartbeat last changed, so clocks need not agree.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_nats::jetstream::kv;
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+
+use super::{Cluster, HEARTBEAT, LEASE_TIMEOUT, SNAPSHOT_EVERY, shared};
+use crate::broker::Broker;
+use crate::message::ActorId;
+
+/// What one host knows of the others and of the leases.
+#[derive(Default)]
+pub struct View {
+    hosts: HashMap<String, Seen>,
+    leases: HashMap<String, Lease>,
+    /// Actors this host is starting or stopping: placement leaves them alone meanwhile.
+    busy: HashSet<ActorId>,
+}
+
+struct Seen {
+    at: Instant,
+    beat: Beat,
+}
+
+/// A host's heartbeat.
+#[derive(Serialize, Deserialize, Default, Clone)]
+pub struct Beat {
+    /// The actors it runs, with their states.
+    pub states: BTreeMap<String, String>,
+    /// Whether it is leaving (a graceful stop).
+    #[serde(default)]
+    pub leaving: bool,
+}
+
+#[derive(Clone)]
+struct Lease {
+    host: String,
+    revision: u64,
+}
+
+/// A host as `list` and `sausage cluster status` show it.
+pub struct HostView {
+    pub id: String,
+    pub alive: bool,
+    pub actors: usize,
+}
+
+/// A lease as `sausage cluster status` shows it.
+pub struct LeaseView {
+    pub actor: String,
+    pub host: String,
+}
+
+impl View {
+    fn alive(&self, host: &str, me: &str) -> bool {
+        host == me
+            || self
+                .hosts
+                .get(host)
+                .is_some_and(|s| !s.beat.leaving && s.at.elapsed() < LEASE_TIMEOUT)
+    }
+
+    /// The live host with the fewest leases (ties by id), this host included.
+    fn least_loaded(&self, me: &str) -> String {
+        let mut load: BTreeMap<&str, usize> = BTreeMap::from([(me, 0)]);
+        for host in self.hosts.keys() {
+            if self.alive(host, me) {
+                load.entry(host).or_default();
+            }
+        }
+        for lease in self.leases.values() {
+            if let Some(n) = load.get_mut(lease.host.as_str()) {
+                *n += 1;
+            }
+        }
+        let (host, _) = load
+            .into_iter()
+            .min_by_key(|(host, n)| (*n, *host))
+            .expect("this host is in it");
+        host.to_string()
+    }
+}
+
+impl Cluster {
+    /// Starts this host's part: the watches, the heartbeat and placement, snapshots.
+    pub async fn run(self: &Arc<Self>, broker: Arc<Broker>) -> anyhow::Result<()> {
+        let hosts = self.hosts.watch_all().await?;
+        let leases = self.leases.watch_all().await?;
+        let registry = self.watch_registry().await?;
+        tokio::spawn(self.clone().follow_hosts(hosts));
+        tokio::spawn(self.clone().follow_leases(leases));
+        tokio::spawn(self.clone().follow_registry(registry, broker.clone()));
+        tokio::spawn(self.clone().place(broker.clone()));
+        tokio::spawn(self.clone().snapshot_often(broker));
+        Ok(())
+    }
+
+    async fn follow_hosts(self: Arc<Self>, mut watch: kv::Watch) {
+        while let Some(Ok(entry)) = watch.next().await {
+            let mut view = self.view.lock().expect("view lock");
+            match entry.operation {
+                kv::Operation::Put => {
+                    let beat = serde_json::from_slice(&entry.value).unwrap_or_default();
+                    view.hosts.insert(
+                        entry.key,
+                        Seen {
+                            at: Instant::now(),
+                            beat,
+                        },
+                    );
+                }
+                kv::Operation::Delete | kv::Operation::Purge => {
+                    view.hosts.remove(&entry.key);
+                }
+            }
+        }
+    }
+
+    async fn follow_leases(self: Arc<Self>, mut watch: kv::Watch) {
+        while let Some(Ok(entry)) = watch.next().await {
+            let mut view = self.view.lock().expect("view lock");
+            match entry.operation {
+                kv::Operation::Put => {
+                    let host = String::from_utf8_lossy(&entry.value).into_owned();
+                    view.leases.insert(
+                        entry.key,
+                        Lease {
+                            host,
+                            revision: entry.revision,
+                        },
+                    );
+                }
+                kv::Operation::Delete | kv::Operation::Purge => {
+                    view.leases.remove(&entry.key);
+                }
+            }
+        }
+    }
+
+    async fn follow_registry(self: Arc<Self>, mut watch: kv::Watch, broker: Arc<Broker>) {
+        while let Some(Ok(entry)) = watch.next().await {
+            let put = entry.operation == kv::Operation::Put;
+            if let Some(id) = shared::actor_key(&entry.key) {
+                let Ok(id) = ActorId::parse(id) else { continue };
+                let value = if put {
+                    shared::entry_of(&entry.value)
+                } else {
+                    None
+                };
+                broker.apply_shared_entry(&id, value).await;
+            } else if shared::is_subscriptions_key(&entry.key)
+                && put
+                && let Ok(subscriptions) = serde_json::from_slice(&entry.value)
+            {
+                broker.apply_shared_subscriptions(subscriptions).await;
+            }
+        }
+    }
+
+    /// The heartbeat and placement, every [`HEARTBEAT`].
+    async fn place(self: Arc<Self>, broker: Arc<Broker>) {
+        let mut last_beat = Instant::now();
+        let mut ticks = tokio::time::interval(HEARTBEAT);
+        loop {
+            ticks.tick().await;
+            let beat = Beat {
+                states: broker.local_states().await,
+                leaving: false,
+            };
+            let value = serde_json::to_vec(&beat).expect("a heartbeat serialises");
+            match self.hosts.put(&*self.host, value.into()).await {
+                Ok(_) => last_beat = Instant::now(),
+                Err(e) => eprintln!(
+                    "sausage: host {}: cannot write its heartbeat: {e}",
+                    self.host
+                ),
+            }
+            if last_beat.elapsed() >= LEASE_TIMEOUT {
+                // The others may have taken every actor: none runs twice.
+                for id in broker.local_ids() {
+                    self.release(&broker, id);
+                }
+                continue;
+            }
+            let registry = broker.registry().await;
+            let local: HashSet<ActorId> = broker.local_ids().into_iter().collect();
+            for id in registry.actors.keys() {
+                let Ok(id) = ActorId::parse(id) else { continue };
+                let decision = {
+                    let view = self.view.lock().expect("view lock");
+                    if view.busy.contains(&id) {
+                        continue;
+                    }
+                    match view.leases.get(id.as_str()) {
+                        Some(lease) if *lease.host == *self.host => {
+                            (!local.contains(&id)).then_some((None, false))
+                        }
+                        Some(lease) if view.alive(&lease.host, &self.host) => None,
+                        lease => (view.least_loaded(&self.host) == *self.host)
+                            .then(|| (lease.map(|l| l.revision), true)),
+                    }
+                };
+                let Some((revision, take)) = decision else {
+                    continue;
+                };
+                if take && !self.take_lease(&id, revision).await {
+                    continue;
+                }
+                self.start_here(&broker, id, take);
+            }
+            for id in local {
+                let elsewhere = {
+                    let view = self.view.lock().expect("view lock");
+                    !view.busy.contains(&id)
+                        && view
+                            .leases
+                            .get(id.as_str())
+                            .is_some_and(|l| *l.host != *self.host)
+                };
+                if elsewhere {
+                    eprintln!(
+                        "sausage: host {}: actor {id} was taken over by another host; stopping it here",
+                        self.host
+                    );
+                    self.release(&broker, id);
+                }
+            }
+        }
+    }
+
+    /// Takes `id`'s lease for this host: made when it has none (`revision` `None`), else
+    /// taken from the lease at `revision`. False when another host won.
+    async fn take_lease(&self, id: &ActorId, revision: Option<u64>) -> bool {
+        let value = bytes::Bytes::copy_from_slice(self.host.as_bytes());
+        let taken = match revision {
+            None => self.leases.create(id.as_str(), value).await.ok(),
+            Some(revision) => self.leases.update(id.as_str(), value, revision).await.ok(),
+        };
+        let Some(revision) = taken else { return false };
+        self.view.lock().expect("view lock").leases.insert(
+            id.to_string(),
+            Lease {
+                host: self.host.to_string(),
+                revision,
+            },
+        );
+        true
+    }
+
+    /// Places a new actor on the least loaded live host; returns that host.
+    pub async fn place_new(&self, id: &ActorId) -> anyhow::Result<String> {
+        let host = self
+            .view
+            .lock()
+            .expect("view lock")
+            .least_loaded(&self.host);
+        let value = bytes::Bytes::copy_from_slice(host.as_bytes());
+        let revision = self
+            .leases
+            .put(id.as_str(), value)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot place actor {id}: {e}"))?;
+        self.view.lock().expect("view lock").leases.insert(
+            id.to_string(),
+            Lease {
+                host: host.clone(),
+                revision,
+            },
+        );
+        Ok(host)
+    }
+
+    /// Starts `id` on this host, on its operation queue; `restore` when it last ran elsewhere.
+    fn start_here(self: &Arc<Self>, broker: &Arc<Broker>, id: ActorId, restore: bool) {
+        self.view.lock().expect("view lock").busy.insert(id.clone());
+        let (cluster, broker2) = (self.clone(), broker.clone());
+        broker.queue_operation(
+            &id.clone(),
+            Box::pin(async move {
+                if let Err(e) = broker2.run_here(&id, restore).await {
+                    eprintln!(
+                        "sausage: host {}: actor {id} cannot start here: {e:#}",
+                        cluster.host
+                    );
+                }
+                cluster.view.lock().expect("view lock").busy.remove(&id);
+            }),
+        );
+    }
+
+    /// Stops `id` here, on its operation queue (another host runs it now).
+    fn release(self: &Arc<Self>, broker: &Arc<Broker>, id: ActorId) {
+        self.view.lock().expect("view lock").busy.insert(id.clone());
+        let (cluster, broker2) = (self.clone(), broker.clone());
+        broker.queue_operation(
+            &id.clone(),
+            Box::pin(async move {
+                broker2.release_here(&id).await;
+                cluster.view.lock().expect("view lock").busy.remove(&id);
+            }),
+        );
+    }
+
+    /// Starts consuming `id`'s mailbox into `mailbox` (this host runs it now).
+    pub fn consume(&self, id: &ActorId, mailbox: Arc<crate::broker::mailbox::Mailbox>) {
+        let streams = self.streams.clone();
+        let actor = id.clone();
+        let task = tokio::spawn(async move {
+            if let Err(e) = streams.consume(actor.clone(), mailbox).await {
+                eprintln!("sausage: actor {actor}: {e:#}");
+            }
+        });
+        if let Some(old) = self
+            .consumers
+            .lock()
+            .expect("consumers lock")
+            .insert(id.clone(), task)
+        {
+            old.abort();
+        }
+    }
+
+    /// Stops consuming `id`'s mailbox: what was handed over and not read stays in the stream.
+    pub fn stop_consuming(&self, id: &ActorId, mailbox: Option<&crate::broker::mailbox::Mailbox>) {
+        if let Some(task) = self.consumers.lock().expect("consumers lock").remove(id) {
+            task.abort();
+        }
+        if let Some(mailbox) = mailbox {
+            mailbox.release_arrived();
+        }
+        self.streams.forget_acks(id);
+    }
+
+    /// The host whose lease `id` is under, when that is another live host.
+    pub fn runs_elsewhere(&self, id: &ActorId) -> Option<String> {
+        let view = self.view.lock().expect("view lock");
+        let lease = view.leases.get(id.as_str())?;
+        (*lease.host != *self.host && view.alive(&lease.host, &self.host))
+            .then(|| lease.host.clone())
+    }
+
+    /// The host `id` runs on and its state there, as the last heartbeat said.
+    pub fn placement_of(&self, id: &str) -> Option<(String, Option<String>)> {
+        let view = self.view.lock().expect("view lock");
+        let lease = view.leases.get(id)?;
+        let state = view
+            .hosts
+            .get(&lease.host)
+            .and_then(|s| s.beat.states.get(id).cloned());
+        Some((lease.host.clone(), state))
+    }
+
+    /// Every host this one has heard of.
+    pub fn hosts_view(&self) -> Vec<HostView> {
+        let view = self.view.lock().expect("view lock");
+        let mut hosts: Vec<HostView> = view
+            .hosts
+            .keys()
+            .chain(std::iter::once(&self.host.to_string()))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .map(|id| HostView {
+                id: id.clone(),
+                alive: view.alive(id, &self.host),
+                actors: view.leases.values().filter(|l| l.host == *id).count(),
+            })
+            .collect();
+        hosts.sort_by(|a, b| a.id.cmp(&b.id));
+        hosts
+    }
+
+    /// Snapshots every actor this host runs, at least every [`SNAPSHOT_EVERY`].
+    async fn snapshot_often(self: Arc<Self>, broker: Arc<Broker>) {
+        let mut ticks = tokio::time::interval(SNAPSHOT_EVERY);
+        ticks.tick().await;
+        loop {
+            ticks.tick().await;
+            for id in broker.local_ids() {
+                if let Err(e) = self.snapshot(&broker.world, &id).await {
+                    eprintln!("sausage: {e:#}");
+                }
+            }
+        }
+    }
+
+    /// A graceful stop: every actor this host ran is snapshotted (the supervisors stopped
+    /// them), its lease given up and this host's heartbeat marked leaving, so the others take
+    /// them at once.
+    pub async fn leave(&self, ran: &[ActorId], world: &crate::world::World) {
+        for id in ran {
+            if let Err(e) = self.snapshot(world, id).await {
+                eprintln!("sausage: {e:#}");
+            }
+        }
+        let beat = Beat {
+            states: BTreeMap::new(),
+            leaving: true,
+        };
+        let value = serde_json::to_vec(&beat).expect("a heartbeat serialises");
+        let _ = self.hosts.put(&*self.host, value.into()).await;
+        let leases: Vec<(String, u64)> = {
+            let view = self.view.lock().expect("view lock");
+            view.leases
+                .iter()
+                .filter(|(_, l)| *l.host == *self.host)
+                .map(|(id, l)| (id.clone(), l.revision))
+                .collect()
+        };
+        for (id, revision) in leases {
+            let _ = self
+                .leases
+                .delete_expect_revision(&id, Some(revision))
+                .await;
+        }
+    }
+}

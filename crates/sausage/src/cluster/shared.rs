@@ -1,0 +1,341 @@
+//! The world every host sees: the registry and people in [`super::REGISTRY_BUCKET`], versions in
+//! [`super::VERSIONS_BUCKET`], snapshots in [`super::SNAPSHOTS_BUCKET`].
+//!
+//! The first host to join seeds the stores from its folder; a later host takes the registry and
+//! people from them into its own folder, and each version when it first runs it. Each host's
+//! folder stays a whole world (its `sausage.json` mirrors the shared registry), so the broker's
+//! own code reads it as on a single host.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use async_nats::jetstream::kv;
+use futures_util::StreamExt;
+use tokio::io::AsyncReadExt;
+
+use super::Cluster;
+use crate::message::ActorId;
+use crate::world::{ActorEntry, Registry, World};
+
+const SEEDED: &str = "seeded";
+const SUBSCRIPTIONS: &str = "subscriptions";
+const PEOPLE: &str = "people";
+const ACTOR_PREFIX: &str = "actor.";
+/// How long a joining host waits for the first host to finish seeding.
+const SEEDING_LIMIT: Duration = Duration::from_secs(120);
+
+impl Cluster {
+    /// At join, before the broker opens `world`: the first host to join seeds the shared
+    /// registry, versions and people from its folder; a later one replaces its folder's
+    /// registry and people with the shared ones.
+    pub async fn seed_or_take(&self, world: &World) -> Result<()> {
+        let seeding = format!("seeding by {}", self.host);
+        if self
+            .registry
+            .create(SEEDED, seeding.clone().into())
+            .await
+            .is_ok()
+        {
+            eprintln!(
+                "sausage: host {}: the first host of the cluster; seeding it from {}",
+                self.host,
+                world.root().display()
+            );
+            let registry = world.load_registry()?;
+            self.put_registry_changes(&Registry::default(), &registry)
+                .await?;
+            for id in registry.actors.keys() {
+                let id = ActorId::parse(id).map_err(anyhow::Error::msg)?;
+                for version in world.versions(&id) {
+                    self.upload_version(world, &id, version).await?;
+                }
+                if world.data_dir(&id).is_dir() {
+                    self.snapshot(world, &id).await?;
+                }
+            }
+            if let Ok(people) = std::fs::read(world.people_path()) {
+                self.registry.put(PEOPLE, people.into()).await?;
+            }
+            self.registry
+                .put(SEEDED, format!("seeded by {}", self.host).into())
+                .await?;
+            return Ok(());
+        }
+        let deadline = tokio::time::Instant::now() + SEEDING_LIMIT;
+        loop {
+            let value = self.registry.get(SEEDED).await?.unwrap_or_default();
+            if value.starts_with(b"seeded") {
+                break;
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!(
+                    "the cluster is still being seeded ({}) after {} s; start this host again \
+                     once the first one runs",
+                    String::from_utf8_lossy(&value),
+                    SEEDING_LIMIT.as_secs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let registry = self.shared_registry().await?;
+        world.save_registry(&registry)?;
+        if let Some(people) = self.registry.get(PEOPLE).await? {
+            crate::fs::write_atomically(&world.people_path(), &people)?;
+        }
+        eprintln!(
+            "sausage: host {}: joined the cluster at {} ({} actors)",
+            self.host,
+            self.url,
+            registry.actors.len()
+        );
+        Ok(())
+    }
+
+    /// The registry as the stores hold it.
+    pub async fn shared_registry(&self) -> Result<Registry> {
+        let mut registry = Registry::default();
+        let mut keys = self.registry.keys().await?;
+        while let Some(key) = keys.next().await {
+            let key = key?;
+            let Some(id) = key.strip_prefix(ACTOR_PREFIX) else {
+                continue;
+            };
+            if let Some(value) = self.registry.get(&key).await? {
+                let entry: ActorEntry = serde_json::from_slice(&value)
+                    .with_context(|| format!("the cluster's registry entry `{key}`"))?;
+                registry.actors.insert(id.to_string(), entry);
+            }
+        }
+        if let Some(value) = self.registry.get(SUBSCRIPTIONS).await? {
+            registry.subscriptions =
+                serde_json::from_slice(&value).context("the cluster's subscriptions")?;
+        }
+        Ok(registry)
+    }
+
+    /// Writes what changed from `old` to `new` into the shared registry: each actor's entry is
+    /// its own key, the subscriptions one more.
+    pub async fn put_registry_changes(&self, old: &Registry, new: &Registry) -> Result<()> {
+        for (id, entry) in &new.actors {
+            if old.actors.get(id) != Some(entry) {
+                let value = serde_json::to_vec(entry).expect("an entry serialises");
+                self.registry
+                    .put(format!("{ACTOR_PREFIX}{id}"), value.into())
+                    .await
+                    .with_context(|| format!("cannot share the registry entry of `{id}`"))?;
+            }
+        }
+        for id in old.actors.keys() {
+            if !new.actors.contains_key(id) {
+                self.registry
+                    .delete(format!("{ACTOR_PREFIX}{id}"))
+                    .await
+                    .with_context(|| format!("cannot remove `{id}` from the shared registry"))?;
+            }
+        }
+        if old.subscriptions != new.subscriptions {
+            let value = serde_json::to_vec(&new.subscriptions).expect("subscriptions serialise");
+            self.registry
+                .put(SUBSCRIPTIONS, value.into())
+                .await
+                .context("cannot share the subscriptions")?;
+        }
+        Ok(())
+    }
+
+    /// Every change another host makes to the shared registry, as `(key, entry)`: `Some` for
+    /// a put of an actor's entry, `None` for its removal, and the subscriptions.
+    pub async fn watch_registry(&self) -> Result<kv::Watch> {
+        Ok(self.registry.watch_all().await?)
+    }
+
+    /// Stores version `version` of `id` from this host's folder.
+    pub async fn upload_version(&self, world: &World, id: &ActorId, version: u32) -> Result<()> {
+        let dir = world.version_dir(id, version);
+        let prefix = format!("{id}/{version}");
+        let wasm = tokio::fs::read(dir.join("actor.wasm"))
+            .await
+            .with_context(|| format!("{}", dir.join("actor.wasm").display()))?;
+        self.put_object(&format!("{prefix}/actor.wasm"), wasm)
+            .await?;
+        if let Ok(meta) = tokio::fs::read(dir.join("meta.json")).await {
+            self.put_object(&format!("{prefix}/meta.json"), meta)
+                .await?;
+        }
+        let source = dir.join("source");
+        let tar = tokio::task::spawn_blocking(move || pack(&[("source", &source)]))
+            .await
+            .context("packing a source")??;
+        self.put_object(&format!("{prefix}/source.tar"), tar).await
+    }
+
+    async fn put_object(&self, name: &str, bytes: Vec<u8>) -> Result<()> {
+        self.versions
+            .put(name, &mut bytes.as_slice())
+            .await
+            .with_context(|| format!("cannot store {name} in the cluster"))?;
+        Ok(())
+    }
+
+    /// Makes sure this host's folder holds version `version` of `id`, fetching it from the
+    /// stores when not.
+    pub async fn ensure_version(&self, world: &World, id: &ActorId, version: u32) -> Result<()> {
+        let dir = world.version_dir(id, version);
+        if dir.join("actor.wasm").is_file() {
+            return Ok(());
+        }
+        let prefix = format!("{id}/{version}");
+        let wasm = self
+            .get_object(&self.versions, &format!("{prefix}/actor.wasm"))
+            .await?;
+        let meta = self
+            .get_object(&self.versions, &format!("{prefix}/meta.json"))
+            .await
+            .ok();
+        let source = self
+            .get_object(&self.versions, &format!("{prefix}/source.tar"))
+            .await?;
+        tokio::task::spawn_blocking(move || -> Result<()> {
+            let parent = dir.parent().expect("inside broker/versions/<id>");
+            std::fs::create_dir_all(parent)?;
+            let staged = crate::fs::create_temporary_dir(parent)?;
+            let built = (|| -> Result<()> {
+                std::fs::write(staged.join("actor.wasm"), &wasm)?;
+                if let Some(meta) = meta {
+                    std::fs::write(staged.join("meta.json"), meta)?;
+                }
+                unpack(&source, &staged)?;
+                std::fs::create_dir_all(staged.join("source"))?;
+                std::fs::rename(&staged, &dir)?;
+                Ok(())
+            })();
+            if built.is_err() {
+                let _ = std::fs::remove_dir_all(&staged);
+            }
+            built
+        })
+        .await
+        .context("storing a version")?
+        .with_context(|| format!("actor {id}: cannot store version {version} from the cluster"))
+    }
+
+    async fn get_object(
+        &self,
+        store: &async_nats::jetstream::object_store::ObjectStore,
+        name: &str,
+    ) -> Result<Vec<u8>> {
+        let mut object = store
+            .get(name)
+            .await
+            .with_context(|| format!("the cluster has no {name}"))?;
+        let mut bytes = Vec::new();
+        object
+            .read_to_end(&mut bytes)
+            .await
+            .with_context(|| format!("cannot read {name} from the cluster"))?;
+        Ok(bytes)
+    }
+
+    /// Stores `id`'s `/data` and `/public` as they are now (committed files only) as its
+    /// snapshot, which the next host to run it starts from.
+    pub async fn snapshot(&self, world: &World, id: &ActorId) -> Result<()> {
+        let (data, public) = (world.data_dir(id), world.public_dir(id));
+        let tar =
+            tokio::task::spawn_blocking(move || pack(&[("data", &data), ("public", &public)]))
+                .await
+                .context("packing a snapshot")??;
+        self.snapshots
+            .put(id.as_str(), &mut tar.as_slice())
+            .await
+            .with_context(|| format!("actor {id}: cannot store its snapshot in the cluster"))?;
+        Ok(())
+    }
+
+    /// Replaces `id`'s `/data` and `/public` in this host's folder with its last snapshot in
+    /// the stores, whole or not at all. False when it has none.
+    pub async fn restore_snapshot(&self, world: &World, id: &ActorId) -> Result<bool> {
+        let Ok(tar) = self.get_object(&self.snapshots, id.as_str()).await else {
+            return Ok(false);
+        };
+        let (world, id) = (world.clone(), id.clone());
+        tokio::task::spawn_blocking(move || -> Result<()> {
+            let scratch = world.scratch_dir();
+            std::fs::create_dir_all(&scratch)?;
+            let unpacked = crate::fs::create_temporary_dir(&scratch)?;
+            let restored = (|| -> Result<()> {
+                unpack(&tar, &unpacked)?;
+                crate::replace::Replacement::prepare(vec![
+                    (unpacked.join("data"), world.data_dir(&id)),
+                    (unpacked.join("public"), world.public_dir(&id)),
+                ])
+                .and_then(crate::replace::Replacement::apply)
+                .map(crate::replace::Applied::finish)?;
+                Ok(())
+            })();
+            let _ = std::fs::remove_dir_all(&unpacked);
+            restored
+        })
+        .await
+        .context("restoring a snapshot")?
+        .map(|()| true)
+    }
+}
+
+/// A tar of each `(name, folder)`, committed files only (no temporary of a writer).
+fn pack(folders: &[(&str, &Path)]) -> Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.follow_symlinks(false);
+    for (name, folder) in folders {
+        builder.append_dir(name, ".")?;
+        if folder.is_dir() {
+            add_tree(&mut builder, folder, Path::new(name))?;
+        }
+    }
+    Ok(builder.into_inner()?)
+}
+
+fn add_tree(builder: &mut tar::Builder<Vec<u8>>, dir: &Path, name: &Path) -> Result<()> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        if crate::fs::is_temporary_name(&entry.file_name()) {
+            continue;
+        }
+        let (path, inner) = (entry.path(), name.join(entry.file_name()));
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            builder.append_dir(&inner, &path)?;
+            add_tree(builder, &path, &inner)?;
+        } else if kind.is_file() {
+            builder.append_path_with_name(&path, &inner)?;
+        }
+    }
+    Ok(())
+}
+
+/// Unpacks a tar [`pack`] made into `into`; no entry may leave it.
+fn unpack(tar: &[u8], into: &Path) -> Result<()> {
+    let mut archive = tar::Archive::new(tar);
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        if !entry.unpack_in(into)? {
+            bail!("an archive from the cluster names a path outside its folder");
+        }
+    }
+    Ok(())
+}
+
+/// Whether a shared registry key is an actor's entry; its id.
+pub fn actor_key(key: &str) -> Option<&str> {
+    key.strip_prefix(ACTOR_PREFIX)
+}
+
+/// Whether a shared registry key is the subscriptions.
+pub fn is_subscriptions_key(key: &str) -> bool {
+    key == SUBSCRIPTIONS
+}
+
+pub fn entry_of(value: &[u8]) -> Option<ActorEntry> {
+    serde_json::from_slice(value).ok()
+}
