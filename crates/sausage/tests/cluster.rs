@@ -172,3 +172,119 @@ fn a_nats_server_with_jetstream_runs_on_free_ports_of_its_own_and_stops_when_dro
     });
     assert!(two.healthy(), "the other server is untouched");
 }
+
+#[test]
+fn an_upgrade_on_one_host_is_seen_by_all_files_move_on_a_graceful_stop_and_a_host_rejoins() {
+    let nats = Nats::start();
+    let (one, two, three) = (TestWorld::new(), TestWorld::new(), TestWorld::new());
+    one.install("echo", "echo");
+    one.install("notes", "notes");
+    let mut a = host(&one, &nats, "a");
+    list_until(&mut a, "both run on a", |l| {
+        actor(l, "echo")["state"] == "running" && actor(l, "notes")["state"] == "running"
+    });
+    let mut b = host(&two, &nats, "b");
+    let mut c = host(&three, &nats, "c");
+    list_until(&mut b, "three hosts", |l| alive_hosts(l).len() == 3);
+
+    // An upgrade asked on b, of an actor that runs on a: a does it and b hears the reply.
+    let reply = b.request(json!({
+        "type": "upgrade", "actor": "echo", "wasm": support::wasm("echo").to_str().unwrap(),
+    }));
+    assert_eq!(reply["type"], "upgraded", "{reply}");
+    assert_eq!(reply["version"], 2);
+    // Every host sees version 2, in its list and in what the actor says.
+    for (console, name) in [(&mut a, "a"), (&mut b, "b"), (&mut c, "c")] {
+        list_until(console, &format!("version 2 on {name}"), |l| {
+            actor(l, "echo")["version"] == 2
+        });
+        console.tell("echo", json!({"type": "env"}));
+        let env = console.wait_type("echo", "env");
+        assert_eq!(env["version"], "2", "on {name}: {env}");
+    }
+
+    // Notes written through c; a stops gracefully: its actors move at once with their files.
+    for text in ["one", "two"] {
+        c.tell("notes", json!({"type": "add", "text": text}));
+        c.wait_type("notes", "added");
+    }
+    assert!(a.quit().success());
+    let list = list_until(&mut c, "notes and echo on b or c", |l| {
+        ["notes", "echo"].iter().all(|id| {
+            let row = actor(l, id);
+            row["host"] != "a" && !row["host"].is_null() && row["state"] == "running"
+        })
+    });
+    assert!(!alive_hosts(&list).contains(&"a".to_string()), "{list}");
+    c.tell("notes", json!({"type": "list"}));
+    let notes = c.wait_type("notes", "notes");
+    assert_eq!(
+        notes["notes"],
+        json!([{"text": "one"}, {"text": "two"}]),
+        "the files came with the actor"
+    );
+
+    // `sausage cluster status` shows the hosts, where each actor runs and what waits.
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_sausage"))
+        .args(["cluster", "status", "--cluster", &nats.url()])
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&status.stdout);
+    assert!(status.status.success(), "{report}");
+    for expected in ["hosts:", "leases:", "notes", "echo"] {
+        assert!(report.contains(expected), "{expected} in:\n{report}");
+    }
+    assert!(
+        report
+            .lines()
+            .any(|l| l.trim_start().starts_with('a') && l.contains("left")),
+        "a has left:\n{report}"
+    );
+
+    // a comes back with its folder and id: it rejoins, and the next new actor goes to it.
+    let mut a = host(&one, &nats, "a");
+    list_until(&mut a, "a alive again", |l| alive_hosts(l).len() == 3);
+    spawn(&mut a, "echo2", "echo");
+    let list = list_until(&mut b, "echo2 running", |l| {
+        actor(l, "echo2")["state"] == "running"
+    });
+    assert_eq!(actor(&list, "echo2")["host"], "a", "{list}");
+    b.tell("echo2", json!({"type": "hi"}));
+    b.wait_type("echo2", "hi");
+}
+
+#[test]
+fn a_host_refuses_a_bad_cluster_address_or_host_id_with_what_to_do() {
+    let world = TestWorld::new();
+    let nats = Nats::start();
+    for (args, expected) in [
+        (
+            vec!["--cluster", "nats://127.0.0.1:1", "--host-id", "a"],
+            "nats-server -js",
+        ),
+        (
+            vec!["--cluster", nats.url().leak(), "--host-id", "Not Valid"],
+            "--host-id",
+        ),
+        (vec!["--cluster", nats.url().leak()], "--host-id"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sausage"))
+            .arg("run")
+            .arg(&world.root)
+            .arg("--no-web")
+            .args(&args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sausage"))
+        .args(["cluster", "status", "--cluster", &nats.url()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("holds no cluster yet"), "{stderr}");
+}

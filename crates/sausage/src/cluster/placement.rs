@@ -97,8 +97,8 @@ impl View {
 impl Cluster {
     /// Starts this host's part: the watches, the heartbeat and placement, snapshots.
     pub async fn run(self: &Arc<Self>, broker: Arc<Broker>) -> anyhow::Result<()> {
-        let hosts = self.hosts.watch_all().await?;
-        let leases = self.leases.watch_all().await?;
+        let hosts = self.hosts.watch_with_history(">").await?;
+        let leases = self.leases.watch_with_history(">").await?;
         let registry = self.watch_registry().await?;
         tokio::spawn(self.clone().follow_hosts(hosts));
         tokio::spawn(self.clone().follow_leases(leases));

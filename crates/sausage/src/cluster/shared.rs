@@ -147,7 +147,7 @@ impl Cluster {
     /// Every change another host makes to the shared registry, as `(key, entry)`: `Some` for
     /// a put of an actor's entry, `None` for its removal, and the subscriptions.
     pub async fn watch_registry(&self) -> Result<kv::Watch> {
-        Ok(self.registry.watch_all().await?)
+        Ok(self.registry.watch_with_history(">").await?)
     }
 
     /// Stores version `version` of `id` from this host's folder.
