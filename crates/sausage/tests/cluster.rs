@@ -288,3 +288,62 @@ fn a_host_refuses_a_bad_cluster_address_or_host_id_with_what_to_do() {
     assert!(!out.status.success());
     assert!(stderr.contains("holds no cluster yet"), "{stderr}");
 }
+
+#[test]
+fn one_scheduler_serves_the_cluster_and_another_host_takes_it_over_with_the_schedules() {
+    let nats = Nats::start();
+    let (one, two) = (TestWorld::new(), TestWorld::new());
+    one.install("echo", "echo");
+    let mut a = host(&one, &nats, "a");
+    list_until(&mut a, "echo runs", |l| {
+        actor(l, "echo")["state"] == "running"
+    });
+    let mut b = host(&two, &nats, "b");
+    list_until(&mut b, "two hosts", |l| alive_hosts(l).len() == 2);
+
+    // Asked on b, answered by the one scheduler (a's: it was there first), heard on b.
+    b.tell(
+        "scheduler",
+        json!({"type": "schedule", "id": "nightly", "cron": "0 3 * * *", "to": "echo",
+               "body": {"type": "night"}}),
+    );
+    let scheduled = b.wait_type("scheduler", "scheduled");
+    assert_eq!(scheduled["id"], "nightly", "{scheduled}");
+    a.tell("scheduler", json!({"type": "schedules"}));
+    let listed = a.wait_type("scheduler", "schedules");
+    assert_eq!(
+        listed["schedules"][0]["id"], "nightly",
+        "a sees b's: {listed}"
+    );
+
+    // a dies; b's scheduler takes over, with the schedule. Meanwhile b's requests reach
+    // nobody, and b's console hears so.
+    a.kill();
+    let deadline = std::time::Instant::now() + FAILOVER_PATIENCE;
+    loop {
+        b.tell("scheduler", json!({"type": "schedules"}));
+        let answer = b.wait_for("the schedules on b, or why not", |m| {
+            (m.from == "scheduler" && m.body["type"] == "schedules")
+                || (m.from == "broker" && m.body["type"] == "undeliverable")
+        });
+        if answer.body["schedules"][0]["id"] == "nightly" {
+            assert!(
+                b.stderr().contains("host b: runs the scheduler"),
+                "{}",
+                b.stderr()
+            );
+            break;
+        }
+        if answer.from == "broker" {
+            let reason = answer.body["reason"].as_str().unwrap_or_default();
+            assert!(reason.contains("host a"), "{}", answer.body);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}\n{}",
+            answer.body,
+            b.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}

@@ -430,6 +430,9 @@ impl Broker {
         })
         .await
         .map_err(|e| format!("{e:#}"))?;
+        if let Some(cluster) = &self.cluster {
+            cluster.forget_actor(&id).await;
+        }
         let archive = archive
             .strip_prefix(self.world.root())
             .unwrap_or(&archive)

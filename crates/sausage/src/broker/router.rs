@@ -45,6 +45,8 @@ struct Joined {
 pub trait Remote: Send + Sync {
     /// The host a native actor's message `id` came from, when it came here from another host.
     fn origin(&self, id: &str) -> Option<Arc<str>>;
+    /// The other host whose `native` actor serves the whole world (the scheduler), if any.
+    fn home_of(&self, native: &ActorId) -> Option<Arc<str>>;
     /// Hands `envelope` to `to`, a native actor of `host`.
     fn forward(&self, host: &str, to: &ActorId, envelope: &Arc<Envelope>);
 }
@@ -292,8 +294,9 @@ impl Router {
         while let Some(to) = delivery.recipients.front() {
             if to.is_native()
                 && let Some(joined) = self.remote.get()
-                && let Some(host) =
-                    (delivery.envelope.reply_to.as_deref()).and_then(|r| joined.remote.origin(r))
+                && let Some(host) = (delivery.envelope.reply_to.as_deref())
+                    .and_then(|r| joined.remote.origin(r))
+                    .or_else(|| joined.remote.home_of(to))
             {
                 let to = delivery.recipients.pop_front().expect("front exists");
                 joined.remote.forward(&host, &to, &delivery.envelope);

@@ -50,25 +50,29 @@ pub fn consumer_name(actor: &ActorId) -> String {
     format!("mailbox-{actor}")
 }
 
-enum Publication {
-    /// Into a WASM actor's stream.
-    Mailbox {
-        to: ActorId,
-        envelope: Arc<Envelope>,
-    },
-    /// To a native actor of another host.
-    Native {
-        host: Arc<str>,
-        to: ActorId,
-        envelope: Arc<Envelope>,
-    },
+/// A message into a WASM actor's stream.
+struct Publication {
+    to: ActorId,
+    envelope: Arc<Envelope>,
 }
+
+/// A message for a native actor of another host.
+struct Forward {
+    host: Arc<str>,
+    to: ActorId,
+    envelope: Arc<Envelope>,
+}
+
+/// How long a host has to take a message for one of its native actors before the sender hears
+/// it is unreachable.
+const FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub struct Streams {
     host: Arc<str>,
     client: async_nats::Client,
     js: jetstream::Context,
     publishing: mpsc::UnboundedSender<Publication>,
+    forwarding: mpsc::UnboundedSender<Forward>,
     in_flight: AtomicUsize,
     space: Notify,
     /// The reply subjects that acknowledge the messages handed to mailboxes, by actor and
@@ -77,6 +81,7 @@ pub struct Streams {
     acking: mpsc::UnboundedSender<async_nats::Subject>,
     origins: Mutex<Origins>,
     router: OnceLock<Weak<Router>>,
+    view: Arc<Mutex<super::placement::View>>,
 }
 
 /// Which host each native actor's message that came from another host was sent on, for the
@@ -94,22 +99,27 @@ impl Streams {
         host: Arc<str>,
         client: async_nats::Client,
         js: jetstream::Context,
+        view: Arc<Mutex<super::placement::View>>,
     ) -> Arc<Streams> {
         let (publishing, publications) = mpsc::unbounded_channel();
         let (acking, acks) = mpsc::unbounded_channel();
+        let (forwarding, forwards) = mpsc::unbounded_channel();
         let streams = Arc::new(Streams {
             host,
             client,
             js,
             publishing,
+            forwarding,
             in_flight: AtomicUsize::new(0),
             space: Notify::new(),
             acks: Mutex::default(),
             acking,
             origins: Mutex::default(),
             router: OnceLock::new(),
+            view,
         });
         tokio::spawn(publish(streams.clone(), publications));
+        tokio::spawn(forward(streams.clone(), forwards));
         tokio::spawn(acknowledge(streams.client.clone(), acks));
         streams
     }
@@ -147,6 +157,9 @@ impl Streams {
                     return;
                 };
                 router.deliver_routed(to, envelope);
+                if let Some(reply) = message.reply {
+                    let _ = streams.client.publish(reply, bytes::Bytes::new()).await;
+                }
             }
         });
         Ok(())
@@ -248,6 +261,15 @@ impl Streams {
             .retain(|(a, _), _| a != actor);
     }
 
+    /// Ends `actor`'s mailbox on the cluster (it was removed): its consumer and whatever
+    /// still waits in its subject go.
+    pub async fn remove(&self, actor: &ActorId) -> Result<()> {
+        let stream = self.js.get_stream(super::MAILBOX_STREAM).await?;
+        let _ = stream.delete_consumer(&consumer_name(actor)).await;
+        stream.purge().filter(subject(actor)).await?;
+        Ok(())
+    }
+
     fn finished(&self) {
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
         self.space.notify_waiters();
@@ -260,7 +282,7 @@ impl MailboxStream for Streams {
             return false;
         }
         self.in_flight.fetch_add(1, Ordering::AcqRel);
-        let publication = Publication::Mailbox {
+        let publication = Publication {
             to: actor.clone(),
             envelope: envelope.clone(),
         };
@@ -297,8 +319,16 @@ impl Remote for Streams {
             .cloned()
     }
 
+    fn home_of(&self, native: &ActorId) -> Option<Arc<str>> {
+        if !super::LED_NATIVES.contains(&native.as_str()) {
+            return None;
+        }
+        let view = self.view.lock().expect("view lock");
+        view.elsewhere(native.as_str(), &self.host).map(Arc::from)
+    }
+
     fn forward(&self, host: &str, to: &ActorId, envelope: &Arc<Envelope>) {
-        let _ = self.publishing.send(Publication::Native {
+        let _ = self.forwarding.send(Forward {
             host: Arc::from(host),
             to: to.clone(),
             envelope: envelope.clone(),
@@ -325,48 +355,51 @@ async fn publish(streams: Arc<Streams>, mut publications: mpsc::UnboundedReceive
             confirmer.finished();
         }
     });
-    while let Some(publication) = publications.recv().await {
+    while let Some(Publication { to, envelope }) = publications.recv().await {
         let mut headers = async_nats::HeaderMap::new();
         headers.insert(ORIGIN_HEADER, &*streams.host);
-        match publication {
-            Publication::Mailbox { to, envelope } => {
-                let line = bytes::Bytes::from(envelope.to_line());
-                match streams
-                    .js
-                    .publish_with_headers(subject(&to), headers, line)
-                    .await
-                {
-                    Ok(ack) => {
-                        let _ = confirming.send((ack, to, envelope));
-                    }
-                    Err(e) => {
-                        undeliverable(
-                            &streams,
-                            &envelope,
-                            &to,
-                            &format!("the cluster is unreachable: {e}"),
-                        );
-                        streams.finished();
-                    }
-                }
+        let line = bytes::Bytes::from(envelope.to_line());
+        match streams
+            .js
+            .publish_with_headers(subject(&to), headers, line)
+            .await
+        {
+            Ok(ack) => {
+                let _ = confirming.send((ack, to, envelope));
             }
-            Publication::Native { host, to, envelope } => {
-                headers.insert(TO_HEADER, to.as_str());
-                let line = bytes::Bytes::from(envelope.to_line());
-                if let Err(e) = streams
-                    .client
-                    .publish_with_headers(host_subject(&host), headers, line)
-                    .await
-                {
-                    undeliverable(
-                        &streams,
-                        &envelope,
-                        &to,
-                        &format!("host {host} is unreachable: {e}"),
-                    );
-                }
+            Err(e) => {
+                let reason = format!("the cluster is unreachable: {e}");
+                undeliverable(&streams, &envelope, &to, &reason);
+                streams.finished();
             }
         }
+    }
+}
+
+/// Messages for other hosts' native actors, in order, each taken by that host (it answers the
+/// request) or reported undeliverable to its sender.
+async fn forward(streams: Arc<Streams>, mut forwards: mpsc::UnboundedReceiver<Forward>) {
+    while let Some(Forward { host, to, envelope }) = forwards.recv().await {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(ORIGIN_HEADER, &*streams.host);
+        headers.insert(TO_HEADER, to.as_str());
+        let line = bytes::Bytes::from(envelope.to_line());
+        let taken = tokio::time::timeout(
+            FORWARD_TIMEOUT,
+            streams
+                .client
+                .request_with_headers(host_subject(&host), headers, line),
+        )
+        .await;
+        let failed = match taken {
+            Ok(Ok(_)) => continue,
+            Ok(Err(e)) => format!("host {host} is not reachable ({e}); it may have stopped"),
+            Err(_) => format!(
+                "host {host} did not take it within {} s; it may have stopped",
+                FORWARD_TIMEOUT.as_secs()
+            ),
+        };
+        undeliverable(&streams, &envelope, &to, &failed);
     }
 }
 

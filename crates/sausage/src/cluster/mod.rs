@@ -46,6 +46,8 @@ pub const HEARTBEAT: Duration = Duration::from_secs(1);
 pub const LEASE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a running actor's files are snapshotted at least.
 pub const SNAPSHOT_EVERY: Duration = Duration::from_secs(60);
+/// Native actors of which one host's serves the whole world, by a lease under their id.
+pub const LED_NATIVES: [&str; 1] = [crate::schedules::SCHEDULER];
 /// Message numbers one run of a host reserves at once: `m-<n>` stays unique in the world.
 const ID_BLOCK: u64 = 1 << 32;
 
@@ -60,7 +62,7 @@ pub struct Cluster {
     snapshots: object_store::ObjectStore,
     streams: Arc<mailboxes::Streams>,
     /// What this host knows of the others and of the leases, kept by watches.
-    view: Mutex<placement::View>,
+    view: Arc<Mutex<placement::View>>,
     /// The consumers of the mailboxes of the actors this host runs.
     consumers: Mutex<HashMap<ActorId, tokio::task::JoinHandle<()>>>,
 }
@@ -100,7 +102,13 @@ impl Cluster {
         let stores = open_stores(&js).await.with_context(|| {
             format!("{url}: cannot open the cluster's stores; is JetStream enabled (`-js`)?")
         })?;
-        let streams = mailboxes::Streams::start(Arc::from(host_id.as_str()), client, js.clone());
+        let view = Arc::new(Mutex::default());
+        let streams = mailboxes::Streams::start(
+            Arc::from(host_id.as_str()),
+            client,
+            js.clone(),
+            Arc::clone(&view),
+        );
         Ok(Arc::new(Cluster {
             host: Arc::from(host_id.as_str()),
             url: url.to_string(),
@@ -110,7 +118,7 @@ impl Cluster {
             versions: stores.versions,
             snapshots: stores.snapshots,
             streams,
-            view: Mutex::default(),
+            view,
             consumers: Mutex::default(),
         }))
     }

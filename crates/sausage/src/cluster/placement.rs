@@ -73,6 +73,12 @@ impl View {
                 .is_some_and(|s| !s.beat.leaving && s.at.elapsed() < LEASE_TIMEOUT)
     }
 
+    /// The other live host holding the lease `key`, if another does.
+    pub fn elsewhere(&self, key: &str, me: &str) -> Option<String> {
+        let lease = self.leases.get(key)?;
+        (lease.host != me && self.alive(&lease.host, me)).then(|| lease.host.clone())
+    }
+
     /// The live host with the fewest leases (ties by id), this host included.
     fn least_loaded(&self, me: &str) -> String {
         let mut load: BTreeMap<&str, usize> = BTreeMap::from([(me, 0)]);
@@ -81,7 +87,10 @@ impl View {
                 load.entry(host).or_default();
             }
         }
-        for lease in self.leases.values() {
+        for (key, lease) in &self.leases {
+            if super::LED_NATIVES.contains(&key.as_str()) {
+                continue;
+            }
             if let Some(n) = load.get_mut(lease.host.as_str()) {
                 *n += 1;
             }
@@ -104,6 +113,7 @@ impl Cluster {
         tokio::spawn(self.clone().follow_leases(leases));
         tokio::spawn(self.clone().follow_registry(registry, broker.clone()));
         tokio::spawn(self.clone().place(broker.clone()));
+        tokio::spawn(self.clone().sync_people(broker.world.clone()));
         tokio::spawn(self.clone().snapshot_often(broker));
         Ok(())
     }
@@ -216,7 +226,7 @@ impl Cluster {
                 let Some((revision, take)) = decision else {
                     continue;
                 };
-                if take && !self.take_lease(&id, revision).await {
+                if take && !self.take_lease(id.as_str(), revision).await {
                     continue;
                 }
                 self.start_here(&broker, id, take);
@@ -243,11 +253,11 @@ impl Cluster {
 
     /// Takes `id`'s lease for this host: made when it has none (`revision` `None`), else
     /// taken from the lease at `revision`. False when another host won.
-    async fn take_lease(&self, id: &ActorId, revision: Option<u64>) -> bool {
+    async fn take_lease(&self, id: &str, revision: Option<u64>) -> bool {
         let value = bytes::Bytes::copy_from_slice(self.host.as_bytes());
         let taken = match revision {
-            None => self.leases.create(id.as_str(), value).await.ok(),
-            Some(revision) => self.leases.update(id.as_str(), value, revision).await.ok(),
+            None => self.leases.create(id, value).await.ok(),
+            Some(revision) => self.leases.update(id, value, revision).await.ok(),
         };
         let Some(revision) = taken else { return false };
         self.view.lock().expect("view lock").leases.insert(
@@ -344,12 +354,57 @@ impl Cluster {
         self.streams.forget_acks(id);
     }
 
+    /// Forgets a removed actor: its consumer, its stream's messages, its lease and snapshot.
+    pub async fn forget_actor(&self, id: &ActorId) {
+        self.stop_consuming(id, None);
+        if let Err(e) = self.streams.remove(id).await {
+            eprintln!("sausage: actor {id}: its mailbox stays on the cluster: {e:#}");
+        }
+        let _ = self.leases.delete(id.as_str()).await;
+        self.view
+            .lock()
+            .expect("view lock")
+            .leases
+            .remove(id.as_str());
+        let _ = self.snapshots.delete(id.as_str()).await;
+    }
+
     /// The host whose lease `id` is under, when that is another live host.
     pub fn runs_elsewhere(&self, id: &ActorId) -> Option<String> {
         let view = self.view.lock().expect("view lock");
-        let lease = view.leases.get(id.as_str())?;
-        (*lease.host != *self.host && view.alive(&lease.host, &self.host))
-            .then(|| lease.host.clone())
+        view.elsewhere(id.as_str(), &self.host)
+    }
+
+    /// Returns once this host holds the lease `key` (of a native actor one host serves for
+    /// all): taken when nobody holds it or its holder is gone.
+    pub async fn lead(&self, key: &str) {
+        loop {
+            let decision = {
+                let view = self.view.lock().expect("view lock");
+                match view.leases.get(key) {
+                    Some(lease) if *lease.host == *self.host => return,
+                    Some(lease) if view.alive(&lease.host, &self.host) => None,
+                    lease => Some(lease.map(|l| l.revision)),
+                }
+            };
+            if let Some(revision) = decision
+                && self.take_lease(key, revision).await
+            {
+                return;
+            }
+            tokio::time::sleep(HEARTBEAT).await;
+        }
+    }
+
+    /// Returns once another host holds the lease `key` this host held.
+    pub async fn lost(&self, key: &str) {
+        loop {
+            tokio::time::sleep(HEARTBEAT).await;
+            let view = self.view.lock().expect("view lock");
+            if view.leases.get(key).is_some_and(|l| *l.host != *self.host) {
+                return;
+            }
+        }
     }
 
     /// The host `id` runs on and its state there, as the last heartbeat said.
@@ -375,7 +430,11 @@ impl Cluster {
             .map(|id| HostView {
                 id: id.clone(),
                 alive: view.alive(id, &self.host),
-                actors: view.leases.values().filter(|l| l.host == *id).count(),
+                actors: view
+                    .leases
+                    .iter()
+                    .filter(|(key, l)| l.host == *id && !super::LED_NATIVES.contains(&key.as_str()))
+                    .count(),
             })
             .collect();
         hosts.sort_by(|a, b| a.id.cmp(&b.id));

@@ -92,6 +92,61 @@ impl Cluster {
         Ok(())
     }
 
+    /// Keeps this host's `people.json` and the shared copy the same, both ways: a change made
+    /// here (`sausage people …`, the People page) is shared within a [`super::HEARTBEAT`], one
+    /// made on another host is written here as it comes. The last change wins.
+    pub async fn sync_people(self: std::sync::Arc<Self>, world: World) {
+        let people = crate::people::People::new(&world);
+        let mut shared = match self.registry.watch_with_history(PEOPLE).await {
+            Ok(watch) => watch,
+            Err(e) => {
+                eprintln!("sausage: people are not shared with the other hosts: {e}");
+                return;
+            }
+        };
+        let mut last = people.file_bytes();
+        let mut ticks = tokio::time::interval(super::HEARTBEAT);
+        loop {
+            tokio::select! {
+                entry = shared.next() => {
+                    let Some(Ok(entry)) = entry else { return };
+                    if entry.operation != kv::Operation::Put || entry.value[..] == last[..] {
+                        continue;
+                    }
+                    match people.replace_file(&entry.value) {
+                        Ok(()) => last = entry.value.to_vec(),
+                        Err(e) => eprintln!("sausage: the cluster's people: {e:#}"),
+                    }
+                }
+                _ = ticks.tick() => {
+                    let now = people.file_bytes();
+                    if now != last && !now.is_empty() {
+                        match self.registry.put(PEOPLE, now.clone().into()).await {
+                            Ok(_) => last = now,
+                            Err(e) => eprintln!("sausage: cannot share the people: {e}"),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Shares a file only one host writes at a time (the scheduler's schedules) under `key`.
+    pub async fn share_file(&self, key: &str, bytes: Vec<u8>) -> Result<()> {
+        self.registry.put(key, bytes.into()).await?;
+        Ok(())
+    }
+
+    /// Writes the shared copy under `key` (when there is one) to `path`, whole.
+    pub async fn take_shared_file(&self, key: &str, path: &Path) -> Result<()> {
+        if let Some(bytes) = self.registry.get(key).await? {
+            std::fs::create_dir_all(path.parent().expect("a file in a folder"))?;
+            crate::fs::write_atomically(path, &bytes)
+                .with_context(|| format!("{}", path.display()))?;
+        }
+        Ok(())
+    }
+
     /// The registry as the stores hold it.
     pub async fn shared_registry(&self) -> Result<Registry> {
         let mut registry = Registry::default();

@@ -352,6 +352,20 @@ impl People {
 
     /// Reads the file, lets `change` edit the people, and writes them back if it succeeded,
     /// all under the lock. Expired links are dropped on the way.
+    /// The people file as it is on disk (empty when there is none yet).
+    pub fn file_bytes(&self) -> Vec<u8> {
+        std::fs::read(&self.path).unwrap_or_default()
+    }
+
+    /// Replaces the people file with `bytes`, another host's copy (DESIGN §16), under the
+    /// lock; bytes that are not a people file change nothing.
+    pub fn replace_file(&self, bytes: &[u8]) -> Result<()> {
+        let _: PeopleFile = serde_json::from_slice(bytes).context("not a people file")?;
+        let _lock = lock(&self.lock)?;
+        crate::fs::write_atomically(&self.path, bytes)
+            .with_context(|| format!("{}: cannot save the people", self.path.display()))
+    }
+
     fn change<T>(&self, change: impl FnOnce(&mut Vec<Person>) -> Result<T>) -> Result<T> {
         self.change_file(|file| change(&mut file.people))
     }

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 /// host clock that jumps (a suspended laptop, a corrected time) is noticed within this.
 pub const LOOK_AGAIN: Duration = Duration::from_secs(60);
 
-pub trait Clock: Send + Sync + 'static {
+pub trait Clock: Clone + Send + Sync + 'static {
     fn now(&self) -> DateTime<Utc>;
 
     /// Returns at `until`, or earlier: the caller reads [`Clock::now`] again and decides.
@@ -19,6 +19,7 @@ pub trait Clock: Send + Sync + 'static {
 }
 
 /// The host's wall clock; waits are timed by tokio's monotonic clock, at most [`LOOK_AGAIN`].
+#[derive(Clone)]
 pub struct SystemClock;
 
 impl Clock for SystemClock {

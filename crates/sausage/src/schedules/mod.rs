@@ -40,8 +40,41 @@ pub fn spawn(broker: Arc<Broker>) -> tokio::task::JoinHandle<()> {
 
 /// [`spawn`] on `clock` (tests give one they move).
 pub fn spawn_with(broker: Arc<Broker>, clock: impl Clock) -> tokio::task::JoinHandle<()> {
-    let scheduler = Scheduler::open(broker);
-    tokio::spawn(serve(scheduler, clock))
+    let Some(cluster) = broker.cluster.clone() else {
+        let scheduler = Scheduler::open(broker);
+        return tokio::spawn(serve(scheduler, clock));
+    };
+    // On a cluster (DESIGN §16) one host's scheduler serves the whole world: the one holding
+    // its lease; the others' routers send it every request. A new leader starts from the
+    // schedules the last one shared.
+    broker.native_mailbox(SCHEDULER);
+    tokio::spawn(async move {
+        loop {
+            cluster.lead(SCHEDULER).await;
+            if let Err(e) = cluster
+                .take_shared_file(SCHEDULES_KEY, &schedules_path(&broker))
+                .await
+            {
+                eprintln!("sausage: the shared schedules: {e:#}");
+            }
+            let scheduler = Scheduler::open(broker.clone());
+            eprintln!("sausage: host {}: runs the scheduler", cluster.host);
+            tokio::select! {
+                () = serve(scheduler, clock.clone()) => return,
+                () = cluster.lost(SCHEDULER) => {
+                    eprintln!("sausage: host {}: another host runs the scheduler now", cluster.host);
+                }
+            }
+        }
+    })
+}
+
+/// The key of the shared copy of the schedules on a cluster.
+const SCHEDULES_KEY: &str = "schedules";
+
+fn schedules_path(broker: &Broker) -> PathBuf {
+    let me = ActorId::parse(SCHEDULER).expect("a valid id");
+    broker.world.data_dir(&me).join(SCHEDULES_FILE)
 }
 
 async fn serve(mut scheduler: Scheduler, clock: impl Clock) {
@@ -87,7 +120,7 @@ impl Scheduler {
         if let Err(e) = world.create_actor_dirs(&me) {
             eprintln!("sausage: {e:#}");
         }
-        let path = world.data_dir(&me).join(SCHEDULES_FILE);
+        let path = schedules_path(&broker);
         let table = match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
                 let aside = path.with_extension("json.unreadable");
@@ -263,11 +296,18 @@ impl Scheduler {
     async fn save(&self) -> Result<(), String> {
         // A table of strings, numbers and JSON values always serialises.
         let text = serde_json::to_vec_pretty(&self.table).expect("the table serialises");
-        let path = self.path.clone();
-        tokio::task::spawn_blocking(move || crate::fs::write_atomically(&path, &text))
+        let (path, saved) = (self.path.clone(), text.clone());
+        tokio::task::spawn_blocking(move || crate::fs::write_atomically(&path, &saved))
             .await
             .map_err(|e| format!("host bug: saving the schedules failed: {e}"))?
-            .map_err(|e| format!("{}: cannot save the schedules: {e}", self.path.display()))
+            .map_err(|e| format!("{}: cannot save the schedules: {e}", self.path.display()))?;
+        if let Some(cluster) = &self.broker.cluster {
+            cluster
+                .share_file(SCHEDULES_KEY, text)
+                .await
+                .map_err(|e| format!("cannot share the schedules with the other hosts: {e:#}"))?;
+        }
+        Ok(())
     }
 
     fn note(&self, note: &str) {
