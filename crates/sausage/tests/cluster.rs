@@ -193,6 +193,32 @@ fn an_upgrade_on_one_host_is_seen_by_all_files_move_on_a_graceful_stop_and_a_hos
     }));
     assert_eq!(reply["type"], "upgraded", "{reply}");
     assert_eq!(reply["version"], 2);
+    let meta = one.json("broker/versions/echo/2/meta.json");
+    assert!(
+        meta["wasm"]
+            .as_str()
+            .unwrap()
+            .starts_with("cluster:shipped/"),
+        "b shipped the file to a: {meta}"
+    );
+    // Names of shipped files that were never shipped, or of nothing shipped, are refused.
+    for (wasm, expected) in [
+        (
+            "cluster:shipped/m-0/wasm",
+            "the cluster has no shipped/m-0/wasm",
+        ),
+        (
+            "cluster:other/x",
+            "only files shipped with a forwarded request",
+        ),
+    ] {
+        let reply = a.request(json!({"type": "upgrade", "actor": "echo", "wasm": wasm}));
+        assert_eq!(reply["type"], "error", "{reply}");
+        assert!(
+            reply["reason"].as_str().unwrap().contains(expected),
+            "{reply}"
+        );
+    }
     // Every host sees version 2, in its list and in what the actor says.
     for (console, name) in [(&mut a, "a"), (&mut b, "b"), (&mut c, "c")] {
         list_until(console, &format!("version 2 on {name}"), |l| {

@@ -277,8 +277,14 @@ impl Broker {
                     if let (Some(cluster), Some(id)) = (&self.cluster, &operand)
                         && let Some(host) = cluster.runs_elsewhere(id)
                     {
-                        // Operations on an actor run where it runs; that host answers.
-                        cluster.forward_request(&host, request);
+                        // Operations on an actor run where it runs; that host answers. Files the
+                        // request names go with it.
+                        let (cluster, world) = (cluster.clone(), self.world.clone());
+                        tokio::spawn(async move {
+                            let request = cluster.ship_files(&world, request, &body).await;
+                            cluster.forward_request(&host, request);
+                            drop(permit);
+                        });
                         continue;
                     }
                     let answer = self.clone().answer(request, body);

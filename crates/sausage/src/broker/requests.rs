@@ -442,6 +442,21 @@ impl Broker {
     }
 
     /// Reads, compiles and tests the version a `spawn` or `upgrade` names.
+    /// A path a request names, on this host: as `World::resolve_request_path` has it, or, on
+    /// a cluster, a file another host shipped with the request it forwarded (`cluster:…`).
+    async fn request_path(&self, request: &Envelope, path: &str) -> Result<PathBuf, String> {
+        match (
+            &self.cluster,
+            path.strip_prefix(crate::cluster::SHIPPED_PREFIX),
+        ) {
+            (Some(cluster), Some(name)) => cluster
+                .fetch_shipped(&self.world, name)
+                .await
+                .map_err(|e| format!("`{path}`: {e:#}")),
+            _ => self.world.resolve_request_path(&request.from, path),
+        }
+    }
+
     async fn candidate(
         &self,
         request: &Envelope,
@@ -450,11 +465,11 @@ impl Broker {
         version: u32,
     ) -> Result<Candidate, String> {
         let wasm_path = string_field(body, "wasm")?;
-        let wasm_file = self.world.resolve_request_path(&request.from, wasm_path)?;
+        let wasm_file = self.request_path(request, wasm_path).await?;
         let source = match body.get("source") {
             None | Some(Value::Null) => None,
             Some(Value::String(path)) => {
-                let dir = self.world.resolve_request_path(&request.from, path)?;
+                let dir = self.request_path(request, path).await?;
                 if !dir.is_dir() {
                     return Err(format!("source `{path}` is not a folder"));
                 }

@@ -46,6 +46,8 @@ pub const HEARTBEAT: Duration = Duration::from_secs(1);
 pub const LEASE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a running actor's files are snapshotted at least.
 pub const SNAPSHOT_EVERY: Duration = Duration::from_secs(60);
+/// How a forwarded request names a file its first host shipped with it (`cluster:<name>`).
+pub const SHIPPED_PREFIX: &str = "cluster:";
 /// Native actors of which one host's serves the whole world, by a lease under their id.
 pub const LED_NATIVES: [&str; 1] = [crate::schedules::SCHEDULER];
 /// Message numbers one run of a host reserves at once: `m-<n>` stays unique in the world.

@@ -147,6 +147,86 @@ impl Cluster {
         Ok(())
     }
 
+    /// Ships the files a request to be forwarded names (`wasm`, `source`: on this host's disk,
+    /// not the other's): each is stored under `shipped/<request id>/…` and the request names it
+    /// as `cluster:shipped/…`. A path that cannot be read here goes on as it was, and the
+    /// other host says what is wrong with it.
+    pub async fn ship_files(
+        &self,
+        world: &World,
+        request: std::sync::Arc<crate::message::Envelope>,
+        body: &serde_json::Value,
+    ) -> std::sync::Arc<crate::message::Envelope> {
+        let mut shipped = body.clone();
+        let mut changed = false;
+        for field in ["wasm", "source"] {
+            let Some(path) = body.get(field).and_then(|p| p.as_str()) else {
+                continue;
+            };
+            let Ok(local) = world.resolve_request_path(&request.from, path) else {
+                continue;
+            };
+            let name = format!("shipped/{}/{field}", request.id.replace('/', "-"));
+            let bytes = if local.is_dir() {
+                tokio::task::spawn_blocking(move || pack(&[("tree", &local)]))
+                    .await
+                    .map_err(anyhow::Error::from)
+                    .and_then(|packed| packed)
+            } else {
+                tokio::fs::read(&local).await.map_err(anyhow::Error::from)
+            };
+            let stored = match bytes {
+                Ok(bytes) => self.put_object(&name, bytes).await,
+                Err(e) => Err(e),
+            };
+            match stored {
+                Ok(()) => {
+                    shipped[field] = format!("{}{name}", super::SHIPPED_PREFIX).into();
+                    changed = true;
+                }
+                Err(e) => eprintln!("sausage: {path}: cannot ship it to another host: {e:#}"),
+            }
+        }
+        if !changed {
+            return request;
+        }
+        std::sync::Arc::new(crate::message::Envelope {
+            id: request.id.clone(),
+            from: request.from.clone(),
+            reply_to: request.reply_to.clone(),
+            speaker: request.speaker.clone(),
+            schedule: request.schedule.clone(),
+            body: crate::message::raw(&shipped),
+        })
+    }
+
+    /// A file another host shipped (see [`Cluster::ship_files`]), fetched into this host's
+    /// scratch folder: the path of the file, or of the folder for a packed one.
+    pub async fn fetch_shipped(&self, world: &World, name: &str) -> Result<std::path::PathBuf> {
+        let Some(rest) = name.strip_prefix("shipped/") else {
+            bail!("only files shipped with a forwarded request can be named this way");
+        };
+        let bytes = self.get_object(&self.versions, name).await?;
+        let into = world
+            .scratch_dir()
+            .join("shipped")
+            .join(rest.replace('/', "-"));
+        let packed = name.ends_with("/source");
+        tokio::task::spawn_blocking(move || -> Result<std::path::PathBuf> {
+            std::fs::create_dir_all(&into)?;
+            if packed {
+                unpack(&bytes, &into)?;
+                Ok(into.join("tree"))
+            } else {
+                let file = into.join("actor.wasm");
+                std::fs::write(&file, &bytes)?;
+                Ok(file)
+            }
+        })
+        .await
+        .context("fetching a shipped file")?
+    }
+
     /// The registry as the stores hold it.
     pub async fn shared_registry(&self) -> Result<Registry> {
         let mut registry = Registry::default();
