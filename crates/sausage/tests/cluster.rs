@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use support::nats::Nats;
+use support::web::WebHost;
 use support::{Host, TestWorld};
 
 /// Longer than a fail-over takes by design (10 s without a heartbeat, then a start).
@@ -324,8 +325,22 @@ fn one_scheduler_serves_the_cluster_and_another_host_takes_it_over_with_the_sche
     list_until(&mut a, "echo runs", |l| {
         actor(l, "echo")["state"] == "running"
     });
-    let mut b = host(&two, &nats, "b");
-    list_until(&mut b, "two hosts", |l| alive_hosts(l).len() == 2);
+    let url = nats.url();
+    let mut web = WebHost::start_with(
+        &two,
+        &["--web", "127.0.0.1:0", "--cluster", &url, "--host-id", "b"],
+    );
+    list_until(&mut web.host, "two hosts", |l| alive_hosts(l).len() == 2);
+    // b's web console shows the whole world, each actor with the host it runs on.
+    let client = web.log_in();
+    client.until("/api/actors", "echo on a, running", |table| {
+        table["actors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|row| row["id"] == "echo" && row["host"] == "a" && row["state"] == "running")
+    });
+    let b = &mut web.host;
 
     // Asked on b, answered by the one scheduler (a's: it was there first), heard on b.
     b.tell(

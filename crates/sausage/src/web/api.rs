@@ -143,6 +143,7 @@ async fn actors(State(app): State<Arc<App>>) -> Json<Value> {
 /// natives as running.
 pub async fn actors_table(app: &App) -> Value {
     let known = app.broker.known_actors().await;
+    let registry = app.broker.registry().await;
     let rates = app.lock_rates().per_actor();
     let world = &app.broker.world;
     let rows: Vec<Value> = known
@@ -162,6 +163,21 @@ pub async fn actors_table(app: &App) -> Value {
                 row["version"] = json!(status.version);
                 row["restarts"] = json!(status.restarts);
                 row["last_exit"] = json!(status.last_exit);
+            }
+            if let Some(cluster) = &app.broker.cluster {
+                // Another host's actor: what that host's heartbeat said of it.
+                match cluster.placement_of(&id) {
+                    Some((host, state)) if *host != *cluster.host => {
+                        row["state"] = json!(state.unwrap_or_else(|| "starting".into()));
+                        row["version"] = json!(registry.actors.get(&id).map(|e| e.version));
+                        row["restarts"] = json!(null);
+                        row["last_exit"] = json!(null);
+                        row["host"] = json!(host);
+                    }
+                    Some((host, _)) => row["host"] = json!(host),
+                    None if kind == "native" => row["host"] = json!(&*cluster.host),
+                    None => {}
+                }
             }
             row
         })

@@ -22,7 +22,12 @@ impl WebHost {
 
     /// A host serving its console at `addr` (`127.0.0.1:PORT`; port 0 for any).
     pub fn start_at(world: &TestWorld, addr: &str) -> WebHost {
-        let host = Host::start_with(&world.root, &["--web", addr], &[]);
+        WebHost::start_with(world, &["--web", addr])
+    }
+
+    /// A host run with `args` (which serve the web console somewhere).
+    pub fn start_with(world: &TestWorld, args: &[&str]) -> WebHost {
+        let host = Host::start_with(&world.root, args, &[]);
         let mut link = String::new();
         eventually("the login link", || {
             link = host

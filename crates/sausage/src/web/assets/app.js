@@ -726,10 +726,14 @@ function rate(x) {
 function renderActors() {
   const hide = $('#hide-native').checked;
   const rows = actors.filter((a) => !(hide && a.kind === 'native')).sort(compare);
+  // A world spread over several hosts (DESIGN §16) says where each actor runs.
+  const hosts = actors.some((a) => a.host);
+  $('#actors-table th.host').hidden = !hosts;
   $('#actors-table tbody').replaceChildren(...rows.map((a) =>
     el('tr', { 'data-actor': a.id, class: a.kind === 'native' ? 'native' : null },
       el('td', { class: 'id' }, el('a', { href: `#/actor/${encodeURIComponent(a.id)}` }, a.id)),
       el('td', { class: 'kind' }, a.kind),
+      ...(hosts ? [el('td', { class: 'host' }, a.host || '—')] : []),
       el('td', {}, el('span', { class: 'state', 'data-state': a.state }, a.state)),
       el('td', { class: 'version num' }, a.version ?? '—'),
       el('td', { class: 'restarts num' }, a.restarts ?? '—'),
