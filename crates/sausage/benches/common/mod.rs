@@ -97,9 +97,15 @@ pub struct Host {
 
 impl Host {
     pub fn start(world: &World) -> Host {
+        Host::start_with(world, &[])
+    }
+
+    /// `sausage run WORLD ARGS…`.
+    pub fn start_with(world: &World, args: &[&str]) -> Host {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sausage"))
             .arg("run")
             .arg(world.root())
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

@@ -1,0 +1,211 @@
+//! What a world spread over hosts costs (DESIGN §16): `cargo bench --bench cluster`.
+//!
+//! Starts its own NATS server with JetStream (`scripts/install-nats` puts one in
+//! `target/nats-venv`), then whole `sausage run --cluster` processes on this machine: host `a`
+//! seeds the cluster with `ping` and `producer`, host `b` joins and gets `pong`, `consumer` and
+//! `notes` (spawned through `a`, placed on the least loaded host). It measures round trips
+//! between `ping` (on a) and `pong` (on b), a flood from `producer` to `consumer`, what a
+//! SIGKILL of `b` costs (the time until `pong` answers again from `a`, and the notes committed
+//! on `b` since its last snapshot that are gone), and prints the markdown table for the README.
+
+mod common;
+use common::{Host, build_actors, repo, world};
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+struct Figure {
+    what: String,
+    value: String,
+}
+
+fn main() {
+    let actors = build_actors();
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let mut figures = Vec::new();
+
+    let (_one, one) = world(&actors, &[("ping", "pingpong"), ("producer", "pingpong")]);
+    let (_two, two) = world(&actors, &[]);
+    let mut a = Host::start_with(&one, &["--no-web", "--cluster", &url, "--host-id", "a"]);
+    until(&mut a, "ping to run on a", |list| {
+        state(list, "ping") == "running" && state(list, "producer") == "running"
+    });
+    let mut b = Host::start_with(&two, &["--no-web", "--cluster", &url, "--host-id", "b"]);
+    until(&mut a, "b to join", |list| {
+        list["hosts"].as_array().is_some_and(|h| h.len() == 2)
+    });
+    for (id, actor) in [("pong", "pingpong"), ("consumer", "pingpong"), ("notes", "notes")] {
+        let wasm = actors.join(format!("{actor}.wasm"));
+        a.tell(
+            "broker",
+            json!({"type": "spawn", "actor": id, "wasm": wasm.to_str().unwrap()}),
+        );
+        a.wait("broker", "spawned");
+    }
+    let list = until(&mut a, "pong, consumer and notes to run on b", |list| {
+        ["pong", "consumer", "notes"]
+            .iter()
+            .all(|id| state(list, id) == "running" && host_of(list, id) == "b")
+    });
+    assert_eq!(host_of(&list, "ping"), "a");
+
+    // Round trips across hosts: each goes through the mailbox stream twice.
+    a.tell("ping", json!({"type": "run", "peer": "pong", "rounds": 200}));
+    a.wait("ping", "stats");
+    a.tell("ping", json!({"type": "run", "peer": "pong", "rounds": 3000}));
+    let stats = a.wait("ping", "stats");
+    figures.push(Figure {
+        what: "round trip between hosts (ping on a, pong on b), p50 / p99".into(),
+        value: format!("{} µs / {} µs", stats["p50_us"], stats["p99_us"]),
+    });
+    figures.push(Figure {
+        what: "round trips a second between hosts".into(),
+        value: format!("{:.0}", stats["per_sec"].as_f64().unwrap_or(0.0)),
+    });
+
+    // A flood across hosts, whole and in order.
+    const COUNT: u64 = 100_000;
+    a.tell("consumer", json!({"type": "report"}));
+    a.wait("consumer", "report");
+    let started = Instant::now();
+    a.tell(
+        "producer",
+        json!({"type": "flood", "to": "consumer", "count": COUNT}),
+    );
+    let report = loop {
+        a.tell("consumer", json!({"type": "report"}));
+        let report = a.wait("consumer", "report");
+        if report["received"] == COUNT || started.elapsed() > Duration::from_secs(300) {
+            break report;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    figures.push(Figure {
+        what: format!("flood of {COUNT} messages from a to b"),
+        value: format!(
+            "{} arrived, in order: {}, {:.0} messages/s",
+            report["received"],
+            report["in_order"],
+            report["received"].as_f64().unwrap_or(0.0) / seconds
+        ),
+    });
+
+    // What a SIGKILL of b costs: notes committed since b's last snapshot, and the time until
+    // its actors answer again from a.
+    const NOTES: u64 = 20;
+    for n in 0..NOTES {
+        a.tell("notes", json!({"type": "add", "text": format!("note {n}")}));
+        a.wait("notes", "added");
+    }
+    let killed = Instant::now();
+    b.child.kill().expect("b is killed");
+    let _ = b.child.wait();
+    a.tell("ping", json!({"type": "run", "peer": "pong", "rounds": 1}));
+    a.wait("ping", "stats");
+    let failover = killed.elapsed();
+    a.tell("notes", json!({"type": "count"}));
+    let kept = a.wait("notes", "count")["count"].as_u64().unwrap_or(0);
+    figures.push(Figure {
+        what: "fail-over: SIGKILL of b until pong answers from a".into(),
+        value: format!("{:.1} s", failover.as_secs_f64()),
+    });
+    figures.push(Figure {
+        what: format!("notes committed on b in the {NOTES} adds before the kill, kept"),
+        value: format!(
+            "{kept} of {NOTES} (files since the last snapshot are lost; one is taken at least \
+             every 60 s, at every upgrade and graceful stop)"
+        ),
+    });
+    a.quit();
+
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!("\nSausage on several hosts — 2 hosts and NATS on one machine, {cores} cores\n");
+    println!("| figure | measured |");
+    println!("| --- | --- |");
+    for f in figures {
+        println!("| {} | {} |", f.what, f.value);
+    }
+}
+
+/// The broker's list through `host`'s console, asked again until `ready` holds.
+fn until(host: &mut Host, what: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        host.tell("broker", json!({"type": "list"}));
+        let list = host.wait("broker", "actors");
+        if ready(&list) {
+            return list;
+        }
+        assert!(Instant::now() < deadline, "waiting for {what}: {list}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn row<'a>(list: &'a Value, id: &str) -> Option<&'a Value> {
+    list["actors"].as_array()?.iter().find(|a| a["id"] == id)
+}
+
+fn state<'a>(list: &'a Value, id: &str) -> &'a str {
+    row(list, id).and_then(|r| r["state"].as_str()).unwrap_or("")
+}
+
+fn host_of<'a>(list: &'a Value, id: &str) -> &'a str {
+    row(list, id).and_then(|r| r["host"].as_str()).unwrap_or("")
+}
+
+/// A NATS server with JetStream on free ports and a store of its own, killed when dropped.
+struct NatsServer {
+    child: Child,
+    port: u16,
+    _store: tempfile::TempDir,
+}
+
+impl NatsServer {
+    fn start() -> NatsServer {
+        let binary = repo().join("target/nats-venv/bin/nats-server");
+        assert!(
+            Path::new(&binary).exists(),
+            "{} is missing: run scripts/install-nats first",
+            binary.display()
+        );
+        let store = tempfile::tempdir().expect("a temporary folder");
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new(&binary)
+            .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+            .arg(store.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nats-server runs");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "nats-server did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        NatsServer {
+            child,
+            port,
+            _store: store,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
