@@ -39,7 +39,11 @@ fn main() {
     until(&mut a, "b to join", |list| {
         list["hosts"].as_array().is_some_and(|h| h.len() == 2)
     });
-    for (id, actor) in [("pong", "pingpong"), ("consumer", "pingpong"), ("notes", "notes")] {
+    for (id, actor) in [
+        ("pong", "pingpong"),
+        ("consumer", "pingpong"),
+        ("notes", "notes"),
+    ] {
         let wasm = actors.join(format!("{actor}.wasm"));
         a.tell(
             "broker",
@@ -55,9 +59,15 @@ fn main() {
     assert_eq!(host_of(&list, "ping"), "a");
 
     // Round trips across hosts: each goes through the mailbox stream twice.
-    a.tell("ping", json!({"type": "run", "peer": "pong", "rounds": 200}));
+    a.tell(
+        "ping",
+        json!({"type": "run", "peer": "pong", "rounds": 200}),
+    );
     a.wait("ping", "stats");
-    a.tell("ping", json!({"type": "run", "peer": "pong", "rounds": 3000}));
+    a.tell(
+        "ping",
+        json!({"type": "run", "peer": "pong", "rounds": 3000}),
+    );
     let stats = a.wait("ping", "stats");
     figures.push(Figure {
         what: "round trip between hosts (ping on a, pong on b), p50 / p99".into(),
@@ -152,7 +162,9 @@ fn row<'a>(list: &'a Value, id: &str) -> Option<&'a Value> {
 }
 
 fn state<'a>(list: &'a Value, id: &str) -> &'a str {
-    row(list, id).and_then(|r| r["state"].as_str()).unwrap_or("")
+    row(list, id)
+        .and_then(|r| r["state"].as_str())
+        .unwrap_or("")
 }
 
 fn host_of<'a>(list: &'a Value, id: &str) -> &'a str {

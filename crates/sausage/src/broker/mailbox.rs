@@ -141,6 +141,17 @@ struct Queued {
     queued_at: Instant,
 }
 
+/// What [`Mailbox::arrive`] made of a message from the stream.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Arrival {
+    /// Queued for the guest.
+    New,
+    /// Handed over before and still waiting.
+    Held,
+    /// Handed over before and read already.
+    Read,
+}
+
 /// Why a push did not go in; the message comes back.
 pub enum Refused {
     /// The mailbox holds [`MAILBOX_CAPACITY`] messages or [`MAILBOX_BYTES`] of them.
@@ -285,12 +296,17 @@ impl Mailbox {
         self.arrived.notify_one();
     }
 
-    /// A message the stream's consumer hands over, at its stream sequence `pos`. One at or
-    /// before a position already queued is a redelivery, and is left out.
-    pub fn arrive(&self, pos: i64, envelope: Arc<Envelope>) {
+    /// A message the stream's consumer hands over, at its stream sequence `pos`. One before a
+    /// position already handed over is a redelivery (a consumer made again), and is left out:
+    /// the answer says whether the mailbox still holds it or it was read.
+    pub fn arrive(&self, pos: i64, envelope: Arc<Envelope>) -> Arrival {
         let mut inner = self.lock();
         if pos < inner.next_back {
-            return;
+            return if inner.queue.iter().any(|q| q.pos == pos) {
+                Arrival::Held
+            } else {
+                Arrival::Read
+            };
         }
         inner.next_back = pos + 1;
         *inner
@@ -300,6 +316,7 @@ impl Mailbox {
         inner.enqueue(pos, envelope, End::Back);
         drop(inner);
         self.arrived.notify_one();
+        Arrival::New
     }
 
     /// Forgets what the stream's consumer handed over and nobody read (this host no longer runs
@@ -582,6 +599,74 @@ mod tests {
         };
         assert_eq!(back.id, "m-9999");
         assert_eq!(mailbox.len(), MAILBOX_CAPACITY);
+    }
+
+    /// A stream that records what it is asked, standing in for the cluster's.
+    #[derive(Default)]
+    struct Recorded {
+        published: Mutex<Vec<String>>,
+        acked: Mutex<Vec<i64>>,
+        space: Notify,
+        full: std::sync::atomic::AtomicBool,
+    }
+
+    impl MailboxStream for Recorded {
+        fn publish(&self, _: &ActorId, envelope: &Arc<Envelope>) -> bool {
+            if self.full.load(std::sync::atomic::Ordering::Relaxed) {
+                return false;
+            }
+            self.published.lock().unwrap().push(envelope.id.clone());
+            true
+        }
+        fn ack(&self, _: &ActorId, pos: i64) {
+            self.acked.lock().unwrap().push(pos);
+        }
+        fn space(&self) -> &Notify {
+            &self.space
+        }
+    }
+
+    #[test]
+    fn a_streamed_mailbox_publishes_pushes_queues_arrivals_and_acks_reads_once() {
+        let stream = Arc::new(Recorded::default());
+        let mailbox = Arc::new(Mailbox::streamed(
+            ActorId::parse("a").unwrap(),
+            stream.clone(),
+        ));
+        assert!(mailbox.try_push(message(1)).is_ok());
+        assert_eq!(*stream.published.lock().unwrap(), ["m-1"]);
+        assert!(
+            mailbox.is_empty(),
+            "a push goes to the stream, not the queue"
+        );
+        stream
+            .full
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(matches!(
+            mailbox.try_push(message(2)),
+            Err(Refused::Full(_))
+        ));
+
+        assert_eq!(mailbox.arrive(5, message(5)), Arrival::New);
+        assert_eq!(mailbox.arrive(6, message(6)), Arrival::New);
+        let input = mailbox.attach();
+        assert!(read_line(&*input).unwrap().contains("\"m-5\""));
+        assert_eq!(*stream.acked.lock().unwrap(), [5], "acknowledged when read");
+        // A consumer made again offers both once more: 5 was read, 6 still waits.
+        assert_eq!(mailbox.arrive(5, message(5)), Arrival::Read);
+        assert_eq!(mailbox.arrive(6, message(6)), Arrival::Held);
+        assert_eq!(mailbox.len(), 1);
+        assert!(read_line(&*input).unwrap().contains("\"m-6\""));
+        assert_eq!(*stream.acked.lock().unwrap(), [5, 6]);
+        // Another host runs it now: nothing handed over stays here, nothing is acknowledged.
+        assert_eq!(mailbox.arrive(7, message(7)), Arrival::New);
+        mailbox.release_arrived();
+        assert!(mailbox.is_empty());
+        assert_eq!(
+            mailbox.arrive(7, message(7)),
+            Arrival::New,
+            "the next owner starts over"
+        );
     }
 
     /// A body of about `kib` KiB.

@@ -409,9 +409,30 @@ impl Broker {
         }
     }
 
+    /// A change of the shared registry (DESIGN §16), from a watch of it: an actor's entry or
+    /// the subscriptions.
+    pub async fn apply_shared(&self, entry: async_nats::jetstream::kv::Entry) {
+        use async_nats::jetstream::kv::Operation;
+        let put = entry.operation == Operation::Put;
+        if let Some(id) = crate::cluster::actor_key(&entry.key) {
+            let Ok(id) = ActorId::parse(id) else { return };
+            let value = if put {
+                serde_json::from_slice(&entry.value).ok()
+            } else {
+                None
+            };
+            self.apply_shared_entry(&id, value).await;
+        } else if crate::cluster::is_subscriptions_key(&entry.key)
+            && put
+            && let Ok(subscriptions) = serde_json::from_slice(&entry.value)
+        {
+            self.apply_shared_subscriptions(subscriptions).await;
+        }
+    }
+
     /// Another host changed `id`'s shared registry entry (`None`: removed it): this host's
     /// registry and routing follow.
-    pub async fn apply_shared_entry(&self, id: &ActorId, entry: Option<crate::world::ActorEntry>) {
+    async fn apply_shared_entry(&self, id: &ActorId, entry: Option<crate::world::ActorEntry>) {
         let mut registry = self.registry.lock().await;
         if registry.actors.get(id.as_str()) == entry.as_ref() {
             return;
@@ -432,7 +453,7 @@ impl Broker {
     }
 
     /// Another host changed the subscriptions.
-    pub async fn apply_shared_subscriptions(&self, subscriptions: BTreeMap<String, Vec<String>>) {
+    async fn apply_shared_subscriptions(&self, subscriptions: BTreeMap<String, Vec<String>>) {
         let mut registry = self.registry.lock().await;
         if registry.subscriptions == subscriptions {
             return;

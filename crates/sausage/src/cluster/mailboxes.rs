@@ -20,7 +20,7 @@ use futures_util::StreamExt;
 use rustc_hash::FxHashMap;
 use tokio::sync::{Notify, mpsc};
 
-use crate::broker::mailbox::{MAILBOX_CAPACITY, Mailbox, MailboxStream};
+use crate::broker::mailbox::{Arrival, MAILBOX_CAPACITY, Mailbox, MailboxStream};
 use crate::broker::router::{Remote, Router};
 use crate::message::{ActorId, Envelope};
 
@@ -241,13 +241,16 @@ impl Streams {
                 }
             };
             self.remember_origin(&envelope, origin.as_deref());
-            if let Some(reply) = message.reply.clone() {
-                self.acks
-                    .lock()
-                    .expect("acks lock")
-                    .insert((actor.clone(), pos), reply);
+            let Some(reply) = message.reply.clone() else {
+                continue;
+            };
+            // Recorded first, so a read at once acknowledges it; a redelivery (a consumer made
+            // again) is acknowledged through this consumer, the one the stream listens to.
+            let key = (actor.clone(), pos);
+            self.acks.lock().expect("acks lock").insert(key, reply);
+            if mailbox.arrive(pos, envelope) == Arrival::Read {
+                self.ack(&actor, pos);
             }
-            mailbox.arrive(pos, envelope);
         }
         Ok(())
     }

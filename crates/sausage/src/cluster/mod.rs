@@ -26,6 +26,7 @@ use async_nats::jetstream::{self, kv, object_store, stream};
 use crate::message::ActorId;
 
 pub use placement::{HostView, LeaseView};
+pub use shared::{actor_key, is_subscriptions_key};
 
 /// The registry (`actor.<id>`, `subscriptions`), `people`, `message-ids` and `seeded`.
 pub const REGISTRY_BUCKET: &str = "sausage-registry";

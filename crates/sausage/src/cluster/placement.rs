@@ -17,7 +17,7 @@ use async_nats::jetstream::kv;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 
-use super::{Cluster, HEARTBEAT, LEASE_TIMEOUT, SNAPSHOT_EVERY, shared};
+use super::{Cluster, HEARTBEAT, LEASE_TIMEOUT, SNAPSHOT_EVERY};
 use crate::broker::Broker;
 use crate::message::ActorId;
 
@@ -106,76 +106,51 @@ impl View {
 impl Cluster {
     /// Starts this host's part: the watches, the heartbeat and placement, snapshots.
     pub async fn run(self: &Arc<Self>, broker: Arc<Broker>) -> anyhow::Result<()> {
-        let hosts = self.hosts.watch_with_history(">").await?;
-        let leases = self.leases.watch_with_history(">").await?;
-        let registry = self.watch_registry().await?;
-        tokio::spawn(self.clone().follow_hosts(hosts));
-        tokio::spawn(self.clone().follow_leases(leases));
-        tokio::spawn(self.clone().follow_registry(registry, broker.clone()));
+        let cluster = self.clone();
+        tokio::spawn(follow(self.hosts.clone(), move |entry| {
+            cluster.saw_host(entry);
+            std::future::ready(())
+        }));
+        let cluster = self.clone();
+        tokio::spawn(follow(self.leases.clone(), move |entry| {
+            cluster.saw_lease(entry);
+            std::future::ready(())
+        }));
+        let shared = broker.clone();
+        tokio::spawn(follow(self.registry.clone(), move |entry| {
+            let broker = shared.clone();
+            async move { broker.apply_shared(entry).await }
+        }));
         tokio::spawn(self.clone().place(broker.clone()));
         tokio::spawn(self.clone().sync_people(broker.world.clone()));
         tokio::spawn(self.clone().snapshot_often(broker));
         Ok(())
     }
 
-    async fn follow_hosts(self: Arc<Self>, mut watch: kv::Watch) {
-        while let Some(Ok(entry)) = watch.next().await {
-            let mut view = self.view.lock().expect("view lock");
-            match entry.operation {
-                kv::Operation::Put => {
-                    let beat = serde_json::from_slice(&entry.value).unwrap_or_default();
-                    view.hosts.insert(
-                        entry.key,
-                        Seen {
-                            at: Instant::now(),
-                            beat,
-                        },
-                    );
-                }
-                kv::Operation::Delete | kv::Operation::Purge => {
-                    view.hosts.remove(&entry.key);
-                }
+    fn saw_host(&self, entry: kv::Entry) {
+        let mut view = self.view.lock().expect("view lock");
+        match entry.operation {
+            kv::Operation::Put => {
+                let beat = serde_json::from_slice(&entry.value).unwrap_or_default();
+                let at = Instant::now();
+                view.hosts.insert(entry.key, Seen { at, beat });
+            }
+            kv::Operation::Delete | kv::Operation::Purge => {
+                view.hosts.remove(&entry.key);
             }
         }
     }
 
-    async fn follow_leases(self: Arc<Self>, mut watch: kv::Watch) {
-        while let Some(Ok(entry)) = watch.next().await {
-            let mut view = self.view.lock().expect("view lock");
-            match entry.operation {
-                kv::Operation::Put => {
-                    let host = String::from_utf8_lossy(&entry.value).into_owned();
-                    view.leases.insert(
-                        entry.key,
-                        Lease {
-                            host,
-                            revision: entry.revision,
-                        },
-                    );
-                }
-                kv::Operation::Delete | kv::Operation::Purge => {
-                    view.leases.remove(&entry.key);
-                }
+    fn saw_lease(&self, entry: kv::Entry) {
+        let mut view = self.view.lock().expect("view lock");
+        match entry.operation {
+            kv::Operation::Put => {
+                let host = String::from_utf8_lossy(&entry.value).into_owned();
+                let revision = entry.revision;
+                view.leases.insert(entry.key, Lease { host, revision });
             }
-        }
-    }
-
-    async fn follow_registry(self: Arc<Self>, mut watch: kv::Watch, broker: Arc<Broker>) {
-        while let Some(Ok(entry)) = watch.next().await {
-            let put = entry.operation == kv::Operation::Put;
-            if let Some(id) = shared::actor_key(&entry.key) {
-                let Ok(id) = ActorId::parse(id) else { continue };
-                let value = if put {
-                    shared::entry_of(&entry.value)
-                } else {
-                    None
-                };
-                broker.apply_shared_entry(&id, value).await;
-            } else if shared::is_subscriptions_key(&entry.key)
-                && put
-                && let Ok(subscriptions) = serde_json::from_slice(&entry.value)
-            {
-                broker.apply_shared_subscriptions(subscriptions).await;
+            kv::Operation::Delete | kv::Operation::Purge => {
+                view.leases.remove(&entry.key);
             }
         }
     }
@@ -328,9 +303,20 @@ impl Cluster {
     pub fn consume(&self, id: &ActorId, mailbox: Arc<crate::broker::mailbox::Mailbox>) {
         let streams = self.streams.clone();
         let actor = id.clone();
+        // Until this host stops running the actor (the task is aborted then): a consumer that
+        // ends (the server restarted, say) is made again, and redelivers only what the mailbox
+        // does not hold yet.
         let task = tokio::spawn(async move {
-            if let Err(e) = streams.consume(actor.clone(), mailbox).await {
-                eprintln!("sausage: actor {actor}: {e:#}");
+            loop {
+                match streams
+                    .clone()
+                    .consume(actor.clone(), mailbox.clone())
+                    .await
+                {
+                    Ok(()) => eprintln!("sausage: actor {actor}: its mailbox's consumer ended"),
+                    Err(e) => eprintln!("sausage: actor {actor}: {e:#}"),
+                }
+                tokio::time::sleep(HEARTBEAT).await;
             }
         });
         if let Some(old) = self
@@ -484,5 +470,32 @@ impl Cluster {
                 .delete_expect_revision(&id, Some(revision))
                 .await;
         }
+    }
+}
+
+/// Hands every key's last value of `store`, then every change, to `apply`, for as long as the
+/// host runs: a watch that fails (the server restarted, say) is made again, from each key's last
+/// value, after a [`HEARTBEAT`].
+async fn follow<F, Done>(store: kv::Store, mut apply: F)
+where
+    F: FnMut(kv::Entry) -> Done,
+    Done: std::future::Future<Output = ()>,
+{
+    loop {
+        match store.watch_with_history(">").await {
+            Ok(mut watch) => {
+                while let Some(entry) = watch.next().await {
+                    match entry {
+                        Ok(entry) => apply(entry).await,
+                        Err(e) => {
+                            eprintln!("sausage: watching the cluster's {}: {e}", store.name);
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(e) => eprintln!("sausage: cannot watch the cluster's {}: {e}", store.name),
+        }
+        tokio::time::sleep(HEARTBEAT).await;
     }
 }

@@ -279,12 +279,6 @@ impl Cluster {
         Ok(())
     }
 
-    /// Every change another host makes to the shared registry, as `(key, entry)`: `Some` for
-    /// a put of an actor's entry, `None` for its removal, and the subscriptions.
-    pub async fn watch_registry(&self) -> Result<kv::Watch> {
-        Ok(self.registry.watch_with_history(">").await?)
-    }
-
     /// Stores version `version` of `id` from this host's folder.
     pub async fn upload_version(&self, world: &World, id: &ActorId, version: u32) -> Result<()> {
         let dir = world.version_dir(id, version);
@@ -469,8 +463,4 @@ pub fn actor_key(key: &str) -> Option<&str> {
 /// Whether a shared registry key is the subscriptions.
 pub fn is_subscriptions_key(key: &str) -> bool {
     key == SUBSCRIPTIONS
-}
-
-pub fn entry_of(value: &[u8]) -> Option<ActorEntry> {
-    serde_json::from_slice(value).ok()
 }
