@@ -131,7 +131,26 @@ fn actors_spread_over_three_hosts_answer_each_other_and_a_killed_host_loses_no_m
     // The host that runs echo is killed while messages for echo wait; echo runs elsewhere
     // within the fail-over time and answers every one of them.
     let (victim, survivor) = if echo_host == "b" { (b, c) } else { (c, b) };
+    let (victim_world, victim_id) = if echo_host == "b" {
+        (&two, "b")
+    } else {
+        (&three, "c")
+    };
     let mut survivor = survivor;
+    // Another process cannot join as a host that runs.
+    let elsewhere = TestWorld::new();
+    let twin = std::process::Command::new(env!("CARGO_BIN_EXE_sausage"))
+        .arg("run")
+        .arg(&elsewhere.root)
+        .args(["--no-web", "--cluster", &nats.url(), "--host-id", victim_id])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let refused = String::from_utf8_lossy(&twin.stderr);
+    assert!(
+        !twin.status.success() && refused.contains("is in use"),
+        "{refused}"
+    );
     victim.kill();
     const WAITING: u64 = 50;
     for n in 1..=WAITING {
@@ -153,6 +172,22 @@ fn actors_spread_over_three_hosts_answer_each_other_and_a_killed_host_loses_no_m
     assert_eq!(actor(&list, "echo")["host"], "a", "{list}");
     let _ = survivor.take_all();
     eprintln!("fail-over: every waiting message answered {failover:?} after the kill");
+
+    // The killed host comes back with its folder and id: it rejoins, and runs nothing it ran
+    // before, since others hold those leases now.
+    let back = host(victim_world, &nats, victim_id);
+    list_until(&mut a, "three hosts again", |l| alive_hosts(l).len() == 3);
+    a.tell("echo", json!({"type": "again"}));
+    a.wait_type("echo", "again");
+    let list = list_until(&mut a, "echo still on a", |l| {
+        actor(l, "echo")["host"] == "a"
+    });
+    assert_eq!(actor(&list, "echo")["state"], "running");
+    assert!(
+        !back.stderr().contains("runs actor echo"),
+        "{}",
+        back.stderr()
+    );
 }
 
 #[test]

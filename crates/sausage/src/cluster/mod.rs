@@ -105,6 +105,7 @@ impl Cluster {
         let stores = open_stores(&js).await.with_context(|| {
             format!("{url}: cannot open the cluster's stores; is JetStream enabled (`-js`)?")
         })?;
+        refuse_a_host_id_in_use(&stores.hosts, host_id.as_str()).await?;
         let view = Arc::new(Mutex::default());
         let streams = mailboxes::Streams::start(
             Arc::from(host_id.as_str()),
@@ -223,5 +224,28 @@ async fn key_value(js: &jetstream::Context, config: kv::Config) -> Result<kv::St
             .get_key_value(&name)
             .await
             .map_err(|_| anyhow::Error::from(e).context(name)),
+    }
+}
+
+/// Refuses to join as `host` while another process is that host: its heartbeat still changes.
+/// A host killed a moment ago is not refused; it only waits to see no heartbeat come.
+async fn refuse_a_host_id_in_use(hosts: &kv::Store, host: &str) -> Result<()> {
+    let Some(last) = hosts.entry(host).await? else {
+        return Ok(());
+    };
+    let beat: placement::Beat = serde_json::from_slice(&last.value).unwrap_or_default();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    if beat.leaving || now - last.created.unix_timestamp() > LEASE_TIMEOUT.as_secs() as i64 {
+        return Ok(());
+    }
+    tokio::time::sleep(HEARTBEAT * 5 / 2).await;
+    match hosts.entry(host).await? {
+        Some(now) if now.revision != last.revision => bail!(
+            "host id `{host}` is in use by a host that runs now; give this one another \
+             --host-id"
+        ),
+        _ => Ok(()),
     }
 }
