@@ -29,7 +29,15 @@ fn main() {
     let url = nats.url();
     let mut figures = Vec::new();
 
-    let (_one, one) = world(&actors, &[("ping", "pingpong"), ("producer", "pingpong")]);
+    // Three actors on a, so the three spawned next all go to b, the least loaded host.
+    let (_one, one) = world(
+        &actors,
+        &[
+            ("ping", "pingpong"),
+            ("producer", "pingpong"),
+            ("idle", "echo"),
+        ],
+    );
     let (_two, two) = world(&actors, &[]);
     let mut a = Host::start_with(&one, &["--no-web", "--cluster", &url, "--host-id", "a"]);
     until(&mut a, "ping to run on a", |list| {

@@ -66,6 +66,8 @@ pub struct Cluster {
     streams: Arc<mailboxes::Streams>,
     /// What this host knows of the others and of the leases, kept by watches.
     view: Arc<Mutex<placement::View>>,
+    /// What each actor's last snapshot from this host held (`shared::fingerprint`).
+    fingerprints: Mutex<HashMap<ActorId, u64>>,
     /// The consumers of the mailboxes of the actors this host runs.
     consumers: Mutex<HashMap<ActorId, tokio::task::JoinHandle<()>>>,
 }
@@ -123,6 +125,7 @@ impl Cluster {
             snapshots: stores.snapshots,
             streams,
             view,
+            fingerprints: Mutex::default(),
             consumers: Mutex::default(),
         }))
     }

@@ -6,7 +6,7 @@
 //! folder stays a whole world (its `sausage.json` mirrors the shared registry), so the broker's
 //! own code reads it as on a single host.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -367,53 +367,136 @@ impl Cluster {
     }
 
     /// Stores `id`'s `/data` and `/public` as they are now (committed files only) as its
-    /// snapshot, which the next host to run it starts from.
+    /// snapshot, which the next host to run it starts from. Packed into a file of the scratch
+    /// folder and streamed from there, so a big `/data` takes no memory; skipped when no file
+    /// changed since the last snapshot (same names, sizes, times and inodes).
     pub async fn snapshot(&self, world: &World, id: &ActorId) -> Result<()> {
         let (data, public) = (world.data_dir(id), world.public_dir(id));
-        let tar =
-            tokio::task::spawn_blocking(move || pack(&[("data", &data), ("public", &public)]))
-                .await
-                .context("packing a snapshot")??;
-        self.snapshots
-            .put(id.as_str(), &mut tar.as_slice())
-            .await
-            .with_context(|| format!("actor {id}: cannot store its snapshot in the cluster"))?;
+        let scratch = world.scratch_dir();
+        let last = self
+            .fingerprints
+            .lock()
+            .expect("fingerprints lock")
+            .get(id)
+            .copied();
+        let packed = tokio::task::spawn_blocking(move || -> Result<Option<(PathBuf, u64)>> {
+            let print = fingerprint(&[&data, &public])?;
+            if last == Some(print) {
+                return Ok(None);
+            }
+            std::fs::create_dir_all(&scratch)?;
+            let dir = crate::fs::create_temporary_dir(&scratch)?;
+            let file = std::fs::File::create(dir.join("snapshot.tar"))?;
+            pack_into(file, &[("data", &data), ("public", &public)])?;
+            Ok(Some((dir, print)))
+        })
+        .await
+        .context("packing a snapshot")??;
+        let Some((dir, print)) = packed else {
+            return Ok(());
+        };
+        let stored = async {
+            let mut file = tokio::fs::File::open(dir.join("snapshot.tar")).await?;
+            self.snapshots.put(id.as_str(), &mut file).await?;
+            anyhow::Ok(())
+        }
+        .await;
+        let _ = tokio::fs::remove_dir_all(&dir).await;
+        stored.with_context(|| format!("actor {id}: cannot store its snapshot in the cluster"))?;
+        self.fingerprints
+            .lock()
+            .expect("fingerprints lock")
+            .insert(id.clone(), print);
         Ok(())
     }
 
     /// Replaces `id`'s `/data` and `/public` in this host's folder with its last snapshot in
-    /// the stores, whole or not at all. False when it has none.
+    /// the stores, whole or not at all (fetched into a file, unpacked beside, swapped in).
+    /// False when it has none.
     pub async fn restore_snapshot(&self, world: &World, id: &ActorId) -> Result<bool> {
-        let Ok(tar) = self.get_object(&self.snapshots, id.as_str()).await else {
+        let Ok(mut object) = self.snapshots.get(id.as_str()).await else {
             return Ok(false);
         };
-        let (world, id) = (world.clone(), id.clone());
-        tokio::task::spawn_blocking(move || -> Result<()> {
-            let scratch = world.scratch_dir();
-            std::fs::create_dir_all(&scratch)?;
-            let unpacked = crate::fs::create_temporary_dir(&scratch)?;
-            let restored = (|| -> Result<()> {
-                unpack(&tar, &unpacked)?;
+        let scratch = world.scratch_dir();
+        tokio::fs::create_dir_all(&scratch).await?;
+        let dir = crate::fs::create_temporary_dir(&scratch)?;
+        let fetched = async {
+            let mut file = tokio::fs::File::create(dir.join("snapshot.tar")).await?;
+            tokio::io::copy(&mut object, &mut file).await?;
+            anyhow::Ok(())
+        }
+        .await;
+        let (into, actor, unpacked) = (world.clone(), id.clone(), dir.clone());
+        let restored = match fetched {
+            Err(e) => Err(e.context(format!("actor {id}: cannot fetch its snapshot"))),
+            Ok(()) => tokio::task::spawn_blocking(move || -> Result<()> {
+                let file = std::fs::File::open(unpacked.join("snapshot.tar"))?;
+                unpack_from(file, &unpacked.join("tree"))?;
                 crate::replace::Replacement::prepare(vec![
-                    (unpacked.join("data"), world.data_dir(&id)),
-                    (unpacked.join("public"), world.public_dir(&id)),
+                    (unpacked.join("tree/data"), into.data_dir(&actor)),
+                    (unpacked.join("tree/public"), into.public_dir(&actor)),
                 ])
                 .and_then(crate::replace::Replacement::apply)
                 .map(crate::replace::Applied::finish)?;
                 Ok(())
-            })();
-            let _ = std::fs::remove_dir_all(&unpacked);
-            restored
-        })
-        .await
-        .context("restoring a snapshot")?
-        .map(|()| true)
+            })
+            .await
+            .context("restoring a snapshot")
+            .and_then(|r| r),
+        };
+        let _ = tokio::fs::remove_dir_all(&dir).await;
+        self.fingerprints
+            .lock()
+            .expect("fingerprints lock")
+            .remove(id);
+        restored.map(|()| true)
     }
+}
+
+/// What a snapshot of `folders` would hold, as one number: every committed file's path, size,
+/// modification time and inode (a commit replaces the inode).
+fn fingerprint(folders: &[&Path]) -> Result<u64> {
+    use std::hash::{Hash, Hasher};
+    use std::os::unix::fs::MetadataExt;
+    fn walk(dir: &Path, hasher: &mut std::collections::hash_map::DefaultHasher) -> Result<()> {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            if crate::fs::is_temporary_name(&entry.file_name()) {
+                continue;
+            }
+            let meta = entry.metadata()?;
+            (
+                entry.file_name(),
+                meta.len(),
+                meta.mtime_nsec(),
+                meta.mtime(),
+                meta.ino(),
+            )
+                .hash(hasher);
+            if meta.is_dir() {
+                walk(&entry.path(), hasher)?;
+            }
+        }
+        Ok(())
+    }
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    for folder in folders {
+        folder.hash(&mut hasher);
+        if folder.is_dir() {
+            walk(folder, &mut hasher)?;
+        }
+    }
+    Ok(hasher.finish())
 }
 
 /// A tar of each `(name, folder)`, committed files only (no temporary of a writer).
 fn pack(folders: &[(&str, &Path)]) -> Result<Vec<u8>> {
-    let mut builder = tar::Builder::new(Vec::new());
+    pack_into(Vec::new(), folders)
+}
+
+fn pack_into<W: std::io::Write>(out: W, folders: &[(&str, &Path)]) -> Result<W> {
+    let mut builder = tar::Builder::new(out);
     builder.follow_symlinks(false);
     for (name, folder) in folders {
         builder.append_dir(name, ".")?;
@@ -424,7 +507,11 @@ fn pack(folders: &[(&str, &Path)]) -> Result<Vec<u8>> {
     Ok(builder.into_inner()?)
 }
 
-fn add_tree(builder: &mut tar::Builder<Vec<u8>>, dir: &Path, name: &Path) -> Result<()> {
+fn add_tree<W: std::io::Write>(
+    builder: &mut tar::Builder<W>,
+    dir: &Path,
+    name: &Path,
+) -> Result<()> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
     entries.sort_by_key(|e| e.file_name());
     for entry in entries {
@@ -445,6 +532,11 @@ fn add_tree(builder: &mut tar::Builder<Vec<u8>>, dir: &Path, name: &Path) -> Res
 
 /// Unpacks a tar [`pack`] made into `into`; no entry may leave it.
 fn unpack(tar: &[u8], into: &Path) -> Result<()> {
+    unpack_from(tar, into)
+}
+
+fn unpack_from(tar: impl std::io::Read, into: &Path) -> Result<()> {
+    std::fs::create_dir_all(into)?;
     let mut archive = tar::Archive::new(tar);
     for entry in archive.entries()? {
         let mut entry = entry?;
@@ -463,4 +555,65 @@ pub fn actor_key(key: &str) -> Option<&str> {
 /// Whether a shared registry key is the subscriptions.
 pub fn is_subscriptions_key(key: &str) -> bool {
     key == SUBSCRIPTIONS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_packed_tree_unpacks_whole_without_temporaries_and_its_fingerprint_follows_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(data.join("sub")).unwrap();
+        std::fs::write(data.join("a.txt"), "one").unwrap();
+        std::fs::write(data.join("sub/b.txt"), "two").unwrap();
+        std::fs::write(data.join(".sausage-tmp-1-2"), "uncommitted").unwrap();
+        let before = fingerprint(&[&data]).unwrap();
+        assert_eq!(
+            before,
+            fingerprint(&[&data]).unwrap(),
+            "the same files, the same print"
+        );
+
+        let tar = pack(&[("data", &data)]).unwrap();
+        let into = dir.path().join("into");
+        unpack(&tar, &into).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(into.join("data/a.txt")).unwrap(),
+            "one"
+        );
+        assert_eq!(
+            std::fs::read_to_string(into.join("data/sub/b.txt")).unwrap(),
+            "two"
+        );
+        assert!(
+            !into.join("data/.sausage-tmp-1-2").exists(),
+            "only committed files"
+        );
+
+        // A commit replaces the file (a new inode): the print changes.
+        std::fs::write(data.join("new"), "three").unwrap();
+        std::fs::rename(data.join("new"), data.join("a.txt")).unwrap();
+        assert_ne!(before, fingerprint(&[&data]).unwrap());
+    }
+
+    #[test]
+    fn an_archive_naming_a_path_outside_its_folder_is_refused() {
+        let mut builder = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(1);
+        header.set_mode(0o644);
+        header.set_entry_type(tar::EntryType::Regular);
+        // `set_path` refuses `..`, as a tar from another host might not.
+        let name = b"../escape";
+        header.as_gnu_mut().unwrap().name[..name.len()].copy_from_slice(name);
+        header.set_cksum();
+        builder.append(&header, &b"x"[..]).unwrap();
+        let tar = builder.into_inner().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let into = dir.path().join("into");
+        assert!(unpack(&tar, &into).is_err());
+        assert!(!dir.path().join("escape").exists());
+    }
 }
