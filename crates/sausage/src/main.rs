@@ -460,6 +460,14 @@ async fn run(
     cluster: Option<(String, String)>,
 ) -> Result<ExitCode> {
     let world = World::new(&dir);
+    if cluster.is_some() && !world.registry_path().exists() {
+        // A host joining a cluster needs no world of its own: it takes the shared one.
+        world.create()?;
+        eprintln!(
+            "sausage: {}: a new folder for this host of the cluster",
+            dir.display()
+        );
+    }
     world.load_registry()?;
     let _lock = world.lock()?;
     let cluster = match cluster {

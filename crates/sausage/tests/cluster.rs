@@ -17,8 +17,13 @@ const FAILOVER_PATIENCE: Duration = Duration::from_secs(20);
 
 /// `sausage run` of `world` as host `id` of the cluster at `nats`.
 fn host(world: &TestWorld, nats: &Nats, id: &str) -> Host {
+    host_at(&world.root, nats, id)
+}
+
+/// [`host`] on a folder that need not hold a world yet.
+fn host_at(folder: &std::path::Path, nats: &Nats, id: &str) -> Host {
     Host::start_with(
-        &world.root,
+        folder,
         &["--no-web", "--cluster", &nats.url(), "--host-id", id],
         &[],
     )
@@ -212,18 +217,30 @@ fn a_nats_server_with_jetstream_runs_on_free_ports_of_its_own_and_stops_when_dro
 #[test]
 fn an_upgrade_on_one_host_is_seen_by_all_files_move_on_a_graceful_stop_and_a_host_rejoins() {
     let nats = Nats::start();
-    let (one, two, three) = (TestWorld::new(), TestWorld::new(), TestWorld::new());
+    let (one, two) = (TestWorld::new(), TestWorld::new());
     one.install("echo", "echo");
     one.install("notes", "notes");
     let mut a = host(&one, &nats, "a");
     list_until(&mut a, "both run on a", |l| {
-        actor(l, "echo")["state"] == "running" && actor(l, "notes")["state"] == "running"
+        ["echo", "notes"]
+            .iter()
+            .all(|id| actor(l, id)["state"] == "running" && actor(l, id)["host"] == "a")
     });
     let mut b = host(&two, &nats, "b");
-    let mut c = host(&three, &nats, "c");
+    // c starts from a folder that holds nothing yet: it is made, and takes the shared world.
+    let empty = tempfile::tempdir().unwrap();
+    let mut c = host_at(&empty.path().join("c"), &nats, "c");
     list_until(&mut b, "three hosts", |l| alive_hosts(l).len() == 3);
 
     // An upgrade asked on b, of an actor that runs on a: a does it and b hears the reply.
+    let list = list_until(&mut c, "c sees the world", |l| {
+        actor(l, "echo")["host"] == "a"
+    });
+    assert_eq!(
+        actor(&list, "notes")["host"],
+        "a",
+        "nothing moved as hosts joined: {list}"
+    );
     let reply = b.request(json!({
         "type": "upgrade", "actor": "echo", "wasm": support::wasm("echo").to_str().unwrap(),
     }));

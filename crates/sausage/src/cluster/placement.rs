@@ -22,8 +22,10 @@ use crate::broker::Broker;
 use crate::message::ActorId;
 
 /// What one host knows of the others and of the leases.
-#[derive(Default)]
 pub struct View {
+    /// When this host joined: a host it has not heard from yet counts as alive until
+    /// [`LEASE_TIMEOUT`] after it (its heartbeat may not have come through the watch yet).
+    joined: Instant,
     hosts: HashMap<String, Seen>,
     leases: HashMap<String, Lease>,
     /// Actors this host is starting or stopping: placement leaves them alone meanwhile.
@@ -64,13 +66,26 @@ pub struct LeaseView {
     pub host: String,
 }
 
+impl Default for View {
+    fn default() -> View {
+        View {
+            joined: Instant::now(),
+            hosts: HashMap::new(),
+            leases: HashMap::new(),
+            busy: HashSet::new(),
+        }
+    }
+}
+
 impl View {
     fn alive(&self, host: &str, me: &str) -> bool {
-        host == me
-            || self
-                .hosts
-                .get(host)
-                .is_some_and(|s| !s.beat.leaving && s.at.elapsed() < LEASE_TIMEOUT)
+        if host == me {
+            return true;
+        }
+        match self.hosts.get(host) {
+            Some(seen) => !seen.beat.leaving && seen.at.elapsed() < LEASE_TIMEOUT,
+            None => self.joined.elapsed() < LEASE_TIMEOUT,
+        }
     }
 
     /// The other live host holding the lease `key`, if another does.
