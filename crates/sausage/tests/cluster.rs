@@ -440,3 +440,64 @@ fn one_scheduler_serves_the_cluster_and_another_host_takes_it_over_with_the_sche
         std::thread::sleep(Duration::from_millis(500));
     }
 }
+
+#[test]
+fn a_mailbox_on_the_cluster_holds_its_limit_and_refuses_past_it() {
+    let nats = Nats::start();
+    let world = TestWorld::new();
+    world.install("producer", "pingpong");
+    world.install("sink", "echo");
+    let mut a = host(&world, &nats, "a");
+    list_until(&mut a, "both running", |l| {
+        actor(l, "producer")["state"] == "running" && actor(l, "sink")["state"] == "running"
+    });
+    let stopped = a.request(json!({"type": "stop", "actor": "sink"}));
+    assert_eq!(stopped["type"], "stopped", "{stopped}");
+    let limit = sausage::cluster::MAILBOX_STREAM_LIMIT as u64;
+    a.tell(
+        "producer",
+        json!({"type": "flood", "to": "sink", "count": limit + 500}),
+    );
+    a.wait_for_within(Duration::from_secs(120), "the flood sent", |m| {
+        m.from == "producer" && m.body["type"] == "flooded"
+    });
+    let status = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sausage"))
+            .args(["cluster", "status", "--cluster", &nats.url()])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let deadline = std::time::Instant::now() + FAILOVER_PATIENCE;
+    loop {
+        let report = status();
+        let waiting = report
+            .lines()
+            .find(|l| l.trim_start().starts_with("sink "))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|n| n.parse::<u64>().ok());
+        if waiting == Some(limit) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sink should hold {limit}:\n{report}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Started again, it reads every one the stream kept.
+    let started = a.request(json!({"type": "start", "actor": "sink"}));
+    assert_eq!(started["type"], "started", "{started}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let report = status();
+        if report
+            .lines()
+            .any(|l| l.trim_start().starts_with("sink ") && l.ends_with(" 0"))
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{report}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}

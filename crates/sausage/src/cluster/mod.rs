@@ -41,6 +41,10 @@ pub const SNAPSHOTS_BUCKET: &str = "sausage-snapshots";
 /// Every WASM actor's mailbox: work-queue retention, subject `sausage.mailbox.<id>`.
 pub const MAILBOX_STREAM: &str = "SAUSAGE_MAILBOXES";
 
+/// Messages one mailbox's subject holds on the cluster (a hundred times a single host's
+/// mailbox: a reader on another host does not slow its senders down, the stream holds the
+/// backlog); past it, a message is `undeliverable`.
+pub const MAILBOX_STREAM_LIMIT: i64 = 100 * crate::broker::mailbox::MAILBOX_CAPACITY as i64;
 /// How often a host writes its heartbeat (and so renews its leases).
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
 /// A host not heard from this long has lost its leases.
@@ -200,7 +204,10 @@ async fn open_stores(js: &jetstream::Context) -> Result<Stores> {
         storage: stream::StorageType::File,
         // A message is a line of at most 1 MiB, with its envelope and headers.
         max_message_size: 2 * 1024 * 1024,
+        // One mailbox holds at most this many: past it, a message is undeliverable.
+        max_messages_per_subject: MAILBOX_STREAM_LIMIT,
         discard: stream::DiscardPolicy::New,
+        discard_new_per_subject: true,
         ..Default::default()
     })
     .await
