@@ -220,6 +220,13 @@ fn an_upgrade_on_one_host_is_seen_by_all_files_move_on_a_graceful_stop_and_a_hos
     let (one, two) = (TestWorld::new(), TestWorld::new());
     one.install("echo", "echo");
     one.install("notes", "notes");
+    let credentials = json!({"base_url": "https://api.example", "header": "x-key", "value": "k"});
+    std::fs::create_dir_all(one.path("broker/credentials")).unwrap();
+    std::fs::write(
+        one.path("broker/credentials/notes.json"),
+        credentials.to_string(),
+    )
+    .unwrap();
     let mut a = host(&one, &nats, "a");
     list_until(&mut a, "both run on a", |l| {
         ["echo", "notes"]
@@ -302,6 +309,16 @@ fn an_upgrade_on_one_host_is_seen_by_all_files_move_on_a_graceful_stop_and_a_hos
         json!([{"text": "one"}, {"text": "two"}]),
         "the files came with the actor"
     );
+    // Its credentials too, outside every mount as on the first host.
+    let folder = match actor(&list, "notes")["host"].as_str().unwrap() {
+        "b" => two.root.clone(),
+        _ => empty.path().join("c"),
+    };
+    let taken: Value = serde_json::from_slice(
+        &std::fs::read(folder.join("broker/credentials/notes.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(taken, credentials);
 
     // `sausage cluster status` shows the hosts, where each actor runs and what waits.
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_sausage"))

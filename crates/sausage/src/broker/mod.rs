@@ -368,6 +368,7 @@ impl Broker {
         cluster
             .ensure_version(&self.world, id, entry.version)
             .await?;
+        cluster.take_credentials(&self.world, id).await?;
         let world = self.world.clone();
         let fresh = !world.source_dir(id).is_dir();
         if fresh {

@@ -22,6 +22,7 @@ const SEEDED: &str = "seeded";
 const SUBSCRIPTIONS: &str = "subscriptions";
 const PEOPLE: &str = "people";
 const ACTOR_PREFIX: &str = "actor.";
+const CREDENTIALS_PREFIX: &str = "credentials.";
 /// How long a joining host waits for the first host to finish seeding.
 const SEEDING_LIMIT: Duration = Duration::from_secs(120);
 
@@ -57,6 +58,7 @@ impl Cluster {
             if let Ok(people) = std::fs::read(world.people_path()) {
                 self.registry.put(PEOPLE, people.into()).await?;
             }
+            self.share_credentials(world).await?;
             self.registry
                 .put(SEEDED, format!("seeded by {}", self.host).into())
                 .await?;
@@ -83,6 +85,7 @@ impl Cluster {
         if let Some(people) = self.registry.get(PEOPLE).await? {
             crate::fs::write_atomically(&world.people_path(), &people)?;
         }
+        self.share_credentials(world).await?;
         eprintln!(
             "sausage: host {}: joined the cluster at {} ({} actors)",
             self.host,
@@ -225,6 +228,52 @@ impl Cluster {
         })
         .await
         .context("fetching a shipped file")?
+    }
+
+    /// Shares the credentials (`broker/credentials/<id>.json`) this host has and the cluster
+    /// lacks, then takes every one the cluster has: an actor that moves keeps its tokens. The
+    /// NATS server holds them from then on (keep it as private as the world's folder).
+    pub async fn share_credentials(&self, world: &World) -> Result<()> {
+        let dir = world.credentials_dir();
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(id) = name.strip_suffix(".json") else {
+                continue;
+            };
+            let key = format!("{CREDENTIALS_PREFIX}{id}");
+            if ActorId::parse(id).is_err() || self.registry.get(&key).await?.is_some() {
+                continue;
+            }
+            let bytes = std::fs::read(entry.path())?;
+            self.registry.create(&key, bytes.into()).await.ok();
+        }
+        let mut keys = self.registry.keys().await?;
+        let mut ids = Vec::new();
+        while let Some(key) = keys.next().await {
+            if let Some(id) = key?.strip_prefix(CREDENTIALS_PREFIX) {
+                ids.push(id.to_string());
+            }
+        }
+        for id in ids {
+            if let Ok(id) = ActorId::parse(&id) {
+                self.take_credentials(world, &id).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `id`'s shared credentials, if the cluster has some, into this host's folder.
+    pub async fn take_credentials(&self, world: &World, id: &ActorId) -> Result<()> {
+        let Some(bytes) = self
+            .registry
+            .get(format!("{CREDENTIALS_PREFIX}{id}"))
+            .await?
+        else {
+            return Ok(());
+        };
+        let credentials: crate::runtime::network::Credentials = serde_json::from_slice(&bytes)
+            .with_context(|| format!("actor {id}: the cluster's credentials"))?;
+        world.write_credentials(id, &credentials)
     }
 
     /// The registry as the stores hold it.
