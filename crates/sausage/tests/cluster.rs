@@ -518,3 +518,39 @@ fn a_mailbox_on_the_cluster_holds_its_limit_and_refuses_past_it() {
         std::thread::sleep(Duration::from_millis(500));
     }
 }
+
+#[test]
+fn the_agent_answers_a_console_on_another_host_and_again_after_its_host_is_killed() {
+    let fake = support::fake_llm::FakeLlm::start();
+    fake.push_openai(support::fake_llm::openai::text_reply("Hello from host a."));
+    fake.push_openai(support::fake_llm::openai::text_reply(
+        "Still here, elsewhere.",
+    ));
+    let nats = Nats::start();
+    let one = support::agent::world_with_agent(&fake, "openai-responses");
+    let mut a = host(&one, &nats, "a");
+    list_until(&mut a, "the agent runs on a", |l| {
+        actor(l, "agent")["state"] == "running"
+    });
+    let empty = tempfile::tempdir().unwrap();
+    let mut b = host_at(&empty.path().join("b"), &nats, "b");
+    list_until(&mut b, "two hosts", |l| alive_hosts(l).len() == 2);
+
+    // A person at b's console talks to the agent on a, and hears its turn.
+    assert_eq!(
+        support::agent::ask(&mut b, "hello from b"),
+        "Hello from host a."
+    );
+
+    // a dies: the agent runs on b, with its configuration (its files' snapshot) and its token
+    // (the fake refuses a request without it), and answers again.
+    a.kill();
+    list_until(&mut b, "the agent on b", |l| {
+        actor(l, "agent")["host"] == "b" && actor(l, "agent")["state"] == "running"
+    });
+    assert_eq!(
+        support::agent::ask(&mut b, "are you there?"),
+        "Still here, elsewhere."
+    );
+    assert_eq!(fake.requests().len(), 2);
+}
