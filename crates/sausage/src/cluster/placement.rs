@@ -40,11 +40,56 @@ struct Seen {
 /// A host's heartbeat.
 #[derive(Serialize, Deserialize, Default, Clone)]
 pub struct Beat {
-    /// The actors it runs, with their states.
+    /// The actors it runs, with their states; only those not `running` when listing them all
+    /// would pass [`BEAT_LIMIT`] (`running_unlisted` says so).
     pub states: BTreeMap<String, String>,
+    /// How many `running` actors [`Beat::states`] leaves out.
+    #[serde(default)]
+    pub running_unlisted: usize,
     /// Whether it is leaving (a graceful stop).
     #[serde(default)]
     pub leaving: bool,
+}
+
+/// The size a heartbeat keeps under (a NATS message is at most 1 MiB by default): past it, it
+/// names only the actors that are not running.
+const BEAT_LIMIT: usize = 512 * 1024;
+
+impl Beat {
+    /// The heartbeat of a host whose actors are in these states, kept under [`BEAT_LIMIT`].
+    fn of(states: BTreeMap<String, String>) -> (Beat, Vec<u8>) {
+        let beat = Beat {
+            states,
+            running_unlisted: 0,
+            leaving: false,
+        };
+        let value = serde_json::to_vec(&beat).expect("a heartbeat serialises");
+        if value.len() <= BEAT_LIMIT {
+            return (beat, value);
+        }
+        let total = beat.states.len();
+        let states: BTreeMap<String, String> = beat
+            .states
+            .into_iter()
+            .filter(|(_, state)| state != "running")
+            .collect();
+        let beat = Beat {
+            running_unlisted: total - states.len(),
+            states,
+            leaving: false,
+        };
+        let value = serde_json::to_vec(&beat).expect("a heartbeat serialises");
+        (beat, value)
+    }
+
+    /// What this heartbeat says of `id`, an actor of its host.
+    fn state_of(&self, id: &str) -> Option<String> {
+        match self.states.get(id) {
+            Some(state) => Some(state.clone()),
+            None if self.running_unlisted > 0 => Some("running".into()),
+            None => None,
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -176,11 +221,7 @@ impl Cluster {
         let mut ticks = tokio::time::interval(HEARTBEAT);
         loop {
             ticks.tick().await;
-            let beat = Beat {
-                states: broker.local_states().await,
-                leaving: false,
-            };
-            let value = serde_json::to_vec(&beat).expect("a heartbeat serialises");
+            let (_, value) = Beat::of(broker.local_states().await);
             match self.hosts.put(&*self.host, value.into()).await {
                 Ok(_) => last_beat = Instant::now(),
                 Err(e) => eprintln!(
@@ -415,7 +456,7 @@ impl Cluster {
         let state = view
             .hosts
             .get(&lease.host)
-            .and_then(|s| s.beat.states.get(id).cloned());
+            .and_then(|s| s.beat.state_of(id));
         Some((lease.host.clone(), state))
     }
 
@@ -467,6 +508,7 @@ impl Cluster {
         }
         let beat = Beat {
             states: BTreeMap::new(),
+            running_unlisted: 0,
             leaving: true,
         };
         let value = serde_json::to_vec(&beat).expect("a heartbeat serialises");
@@ -512,5 +554,86 @@ where
             Err(e) => eprintln!("sausage: cannot watch the cluster's {}: {e}", store.name),
         }
         tokio::time::sleep(HEARTBEAT).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_heartbeat_too_big_to_send_names_only_the_actors_not_running() {
+        let few: BTreeMap<String, String> = [("a", "running"), ("b", "crashed")]
+            .iter()
+            .map(|(id, s)| (id.to_string(), s.to_string()))
+            .collect();
+        let (beat, _) = Beat::of(few);
+        assert_eq!(beat.states.len(), 2);
+        assert_eq!(beat.state_of("a").as_deref(), Some("running"));
+        assert_eq!(beat.state_of("zzz"), None, "not its actor");
+
+        let mut many: BTreeMap<String, String> = (0..40_000)
+            .map(|n| (format!("actor-number-{n}"), "running".to_string()))
+            .collect();
+        many.insert("broken-one".into(), "broken".into());
+        let (beat, value) = Beat::of(many);
+        assert!(value.len() <= BEAT_LIMIT, "{} bytes", value.len());
+        assert_eq!(beat.running_unlisted, 40_000);
+        assert_eq!(beat.state_of("broken-one").as_deref(), Some("broken"));
+        assert_eq!(beat.state_of("actor-number-7").as_deref(), Some("running"));
+    }
+
+    #[test]
+    fn a_host_not_heard_from_yet_is_alive_until_the_lease_timeout_after_joining() {
+        let mut view = View::default();
+        assert!(
+            view.alive("other", "me"),
+            "just joined: its heartbeat may be on its way"
+        );
+        view.joined = Instant::now() - LEASE_TIMEOUT;
+        assert!(!view.alive("other", "me"));
+        assert!(view.alive("me", "me"));
+        view.hosts.insert(
+            "other".into(),
+            Seen {
+                at: Instant::now(),
+                beat: Beat::default(),
+            },
+        );
+        assert!(view.alive("other", "me"));
+        view.hosts.get_mut("other").unwrap().beat.leaving = true;
+        assert!(
+            !view.alive("other", "me"),
+            "a host that left is gone at once"
+        );
+    }
+
+    #[test]
+    fn the_least_loaded_live_host_gets_new_actors_and_ties_go_by_id() {
+        let mut view = View::default();
+        for host in ["b", "c"] {
+            let beat = Beat::default();
+            view.hosts.insert(
+                host.into(),
+                Seen {
+                    at: Instant::now(),
+                    beat,
+                },
+            );
+        }
+        let lease = |host: &str| Lease {
+            host: host.into(),
+            revision: 1,
+        };
+        view.leases.insert("x".into(), lease("a"));
+        view.leases.insert("y".into(), lease("b"));
+        view.leases.insert("scheduler".into(), lease("c"));
+        assert_eq!(
+            view.least_loaded("a"),
+            "c",
+            "the scheduler's lease is not a load"
+        );
+        view.leases.insert("z".into(), lease("c"));
+        assert_eq!(view.least_loaded("a"), "a", "a tie goes to the first id");
     }
 }
