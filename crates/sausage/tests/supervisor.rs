@@ -156,12 +156,7 @@ fn a_fast_producer_is_slowed_down_not_dropped() {
     }
     host.tell("notes", json!({"type": "list"}));
     let notes = host.wait_type("notes", "notes");
-    let ns: Vec<u64> = notes["notes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["n"].as_u64().unwrap())
-        .collect();
+    let ns = support::ticks(&notes);
     assert_eq!(ns, (1..=1500).collect::<Vec<_>>(), "every tick, in order");
 }
 

@@ -245,11 +245,7 @@ impl Mailbox {
             return Err(Refused::Unstored(envelope, reason));
         }
         inner.next_back += 1;
-        *inner
-            .accepted_from
-            .entry(envelope.from.clone())
-            .or_default() += 1;
-        inner.enqueue(pos, envelope, End::Back);
+        inner.accept(pos, envelope);
         drop(inner);
         self.arrived.notify_one();
         Ok(())
@@ -309,11 +305,7 @@ impl Mailbox {
             };
         }
         inner.next_back = pos + 1;
-        *inner
-            .accepted_from
-            .entry(envelope.from.clone())
-            .or_default() += 1;
-        inner.enqueue(pos, envelope, End::Back);
+        inner.accept(pos, envelope);
         drop(inner);
         self.arrived.notify_one();
         Arrival::New
@@ -478,6 +470,12 @@ impl Inner {
     fn is_full_for(&self, envelope: &Envelope) -> bool {
         self.queue.len() >= MAILBOX_CAPACITY
             || (!self.queue.is_empty() && self.bytes + envelope.line_len() > MAILBOX_BYTES)
+    }
+
+    /// Queues an accepted message at the back, counting it for its sender.
+    fn accept(&mut self, pos: i64, envelope: Arc<Envelope>) {
+        *self.accepted_from.entry(envelope.from.clone()).or_default() += 1;
+        self.enqueue(pos, envelope, End::Back);
     }
 
     fn enqueue(&mut self, pos: i64, envelope: Arc<Envelope>, end: End) {

@@ -322,6 +322,16 @@ fn copy_source(from: &Path, to: &Path) {
     }
 }
 
+/// The `n` of each note a `notes` actor listed (ticks it stored), in its order.
+pub fn ticks(notes: &Value) -> Vec<u64> {
+    notes["notes"]
+        .as_array()
+        .expect("a list of notes")
+        .iter()
+        .map(|n| n["n"].as_u64().expect("a tick"))
+        .collect()
+}
+
 /// Waits until `check` holds, polling, or fails the test after [`PATIENCE`].
 pub fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + PATIENCE;
