@@ -613,6 +613,19 @@ impl Broker {
                 "`{id}` is a native actor; it cannot be stopped or started"
             ));
         }
+        if let Some(cluster) = &self.cluster
+            && known.get(id.as_str()) == Some(&"wasm")
+        {
+            // Known to the world, run by no live host this one can reach.
+            return Err(match cluster.placement_of(id.as_str()) {
+                Some((host, _)) => format!(
+                    "actor `{id}` runs on host {host}, which is not answering; another host \
+                     takes it within {} s of its last heartbeat: ask again then",
+                    crate::cluster::LEASE_TIMEOUT.as_secs()
+                ),
+                None => format!("actor `{id}` is being placed on a host; ask again in a moment"),
+            });
+        }
         let wasm: Vec<&str> = known
             .iter()
             .filter(|(_, kind)| **kind == "wasm")
