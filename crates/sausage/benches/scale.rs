@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use sausage::message::ActorId;
+use sausage::runtime::hibernate::HIBERNATE_AFTER;
 use sausage::world::{ActorEntry, State, World};
 
 /// How long one start may take until every actor runs before the size counts as failed.
@@ -359,11 +360,12 @@ impl Host {
             .ok_or_else(|| "no VmRSS".into())
     }
 
-    /// The resident memory once it stops falling: idle instances are packed by a sweep every
-    /// second, so it is read each half second until three readings in a row fall by less than
-    /// 1% (at most for a minute).
+    /// The resident memory once it stops falling: an instance idle for a whole sweep interval
+    /// is packed by the next sweep, so it is read after two intervals and then each half
+    /// second until three readings in a row fall by less than 1% (at most for a minute).
     fn settled_rss_kb(&self) -> Result<u64, String> {
         let deadline = Instant::now() + Duration::from_secs(60);
+        std::thread::sleep(HIBERNATE_AFTER * 2);
         let mut last = self.rss_kb()?;
         let mut steady = 0;
         while steady < 3 && Instant::now() < deadline {

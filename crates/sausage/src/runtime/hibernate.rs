@@ -27,6 +27,11 @@ pub const HIBERNATE_AFTER: Duration = Duration::from_secs(1);
 /// thread, at its next message) would hold every other actor for over a millisecond.
 pub const MAX_PACKED_RESIDENT: usize = 4 << 20;
 
+/// More instances made than this since the last sweep means a world is starting (or a burst of
+/// spawns): that sweep packs nothing. Packing takes the process's memory-map lock and flushes
+/// other cores' address translations, which would slow the creation of every instance.
+pub const CREATED_PER_SWEEP: usize = 100;
+
 /// What a tracked mapping is: a linear memory is compared with its program's image (its
 /// memory as instantiation left it); a stack has no image.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -356,6 +361,9 @@ impl Packing {
 pub struct Sleepers {
     all: Mutex<Vec<Weak<Sleeper>>>,
     totals: Arc<Totals>,
+    /// Instances made so far, and how many the last sweep saw.
+    created: AtomicUsize,
+    swept_created: AtomicUsize,
 }
 
 impl Sleepers {
@@ -386,11 +394,17 @@ impl Sleepers {
             .lock()
             .expect("sleepers lock")
             .push(Arc::downgrade(&sleeper));
+        self.created.fetch_add(1, Ordering::Relaxed);
         sleeper
     }
 
-    /// Packs every instance not polled since the last sweep; forgets the ones that ended.
+    /// Packs every instance not polled since the last sweep (unless more than
+    /// [`CREATED_PER_SWEEP`] were made since); forgets the ones that ended.
     pub fn sweep(&self) {
+        let created = self.created.load(Ordering::Relaxed);
+        if created - self.swept_created.swap(created, Ordering::Relaxed) > CREATED_PER_SWEEP {
+            return;
+        }
         let live: Vec<Arc<Sleeper>> = {
             let mut all = self.all.lock().expect("sleepers lock");
             all.retain(|s| s.strong_count() > 0);
@@ -683,5 +697,26 @@ mod tests {
         drop(awake);
         region.forget();
         unmap(memory, pages);
+    }
+
+    #[test]
+    fn no_instance_is_packed_by_a_sweep_that_follows_a_burst_of_new_ones() {
+        let sleepers = Sleepers::default();
+        let memory = mapping(1);
+        page_bytes_mut(memory, 0)[0] = 1;
+        let all: Vec<Arc<Sleeper>> = (0..=CREATED_PER_SWEEP)
+            .map(|_| sleepers.new_sleeper())
+            .collect();
+        let region = track(&all[0], Kind::Memory, memory, 1);
+        all[0].polled.store(false, Ordering::Relaxed);
+        sleepers.sweep();
+        assert_eq!(sleepers.hibernated().instances, 0, "a world is starting");
+        sleepers.sweep();
+        assert_eq!(sleepers.hibernated().instances, 1, "the idle one, once the burst is over");
+        let awake = Awake::new(all[0].clone(), async {});
+        drop(awake);
+        assert_eq!(page_bytes(memory, 0)[0], 1);
+        region.forget();
+        unmap(memory, 1);
     }
 }
