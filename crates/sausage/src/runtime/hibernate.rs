@@ -4,7 +4,7 @@
 //! sweep thread: each page of its linear memory and fiber stack that is all zeros, or equal to
 //! its program's memory as instantiation left it (the data segments), is dropped; the others
 //! are compressed (LZ4) into one buffer; then every page goes back to the kernel. The next poll
-//! unpacks them before the guest can run. An idle `echo` keeps about 3 KB instead of 52 KB.
+//! unpacks them before the guest can run. An idle `echo` keeps about 4 KB of its 52 KB.
 //!
 //! Invariant: a guest's memory and stack are touched only while its run future is polled (the
 //! fiber is suspended otherwise, and nothing else holds a pointer into them), so packing between
@@ -712,7 +712,11 @@ mod tests {
         sleepers.sweep();
         assert_eq!(sleepers.hibernated().instances, 0, "a world is starting");
         sleepers.sweep();
-        assert_eq!(sleepers.hibernated().instances, 1, "the idle one, once the burst is over");
+        assert_eq!(
+            sleepers.hibernated().instances,
+            1,
+            "the idle one, once the burst is over"
+        );
         let awake = Awake::new(all[0].clone(), async {});
         drop(awake);
         assert_eq!(page_bytes(memory, 0)[0], 1);
