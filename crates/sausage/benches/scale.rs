@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use sausage::message::ActorId;
+use sausage::runtime::hibernate::HIBERNATE_AFTER;
 use sausage::world::{ActorEntry, State, World};
 
 /// How long one start may take until every actor runs before the size counts as failed.
@@ -58,7 +59,7 @@ fn main() {
     println!("\nSausage at scale — {cores} cores; idle `echo` actors plus a `pingpong` pair\n");
     println!(
         "| actors | first run until all run | warm start until all run | host memory per actor \
-         | maps / fds per actor | round trip p50 / p99 (pair alone: {}) |",
+         when all run / idle | maps / fds per actor | round trip p50 / p99 (pair alone: {}) |",
         pair.round_trip
             .as_ref()
             .map_or_else(|e| e.clone(), |(p50, p99)| format!("{p50} / {p99} µs"))
@@ -81,7 +82,9 @@ fn main() {
 struct Measured {
     cold: Result<Duration, String>,
     warm: Result<Duration, String>,
-    rss_kb: Result<u64, String>,
+    /// The host's resident memory once every actor runs, and once it stops falling (idle
+    /// instances are packed after a second without a poll).
+    rss_kb: Result<(u64, u64), String>,
     maps: u64,
     fds: u64,
     round_trip: Result<(u64, u64), String>,
@@ -118,9 +121,9 @@ impl Measured {
         let mut host = Host::start(&world);
         measured.warm = host.until_all_run(&world, &ids);
         if measured.warm.is_ok() {
-            // Settle: the last actors' first reads and the status writes behind them.
-            std::thread::sleep(Duration::from_secs(1));
-            measured.rss_kb = host.rss_kb();
+            measured.rss_kb = host
+                .rss_kb()
+                .and_then(|started| Ok((started, host.settled_rss_kb()?)));
             measured.maps = host.count_lines("maps");
             measured.fds = host.count_fds();
             measured.round_trip = host.round_trips();
@@ -139,10 +142,12 @@ impl Measured {
     fn row(&self, n: usize, pair: &Measured) -> String {
         let per_actor = |figure: u64, base: u64| (figure.saturating_sub(base)) as f64 / n as f64;
         let memory = match (&self.rss_kb, &pair.rss_kb) {
-            (Ok(kb), Ok(base)) => format!(
-                "{:.1} KB ({:.0} MB in all)",
-                per_actor(*kb, *base),
-                *kb as f64 / 1024.0
+            (Ok((started, idle)), Ok((base_started, base_idle))) => format!(
+                "{:.1} KB / {:.1} KB ({:.0} MB / {:.0} MB in all)",
+                per_actor(*started, *base_started),
+                per_actor(*idle, *base_idle),
+                *started as f64 / 1024.0,
+                *idle as f64 / 1024.0
             ),
             (Err(e), _) | (_, Err(e)) => e.clone(),
         };
@@ -353,6 +358,27 @@ impl Host {
             .find_map(|l| l.strip_prefix("VmRSS:"))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .ok_or_else(|| "no VmRSS".into())
+    }
+
+    /// The resident memory once it stops falling: an instance idle for a whole sweep interval
+    /// is packed by the next sweep, so it is read after two intervals and then each half
+    /// second until three readings in a row fall by less than 1% (at most for a minute).
+    fn settled_rss_kb(&self) -> Result<u64, String> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        std::thread::sleep(HIBERNATE_AFTER * 2);
+        let mut last = self.rss_kb()?;
+        let mut steady = 0;
+        while steady < 3 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(500));
+            let now = self.rss_kb()?;
+            steady = if now as f64 > last as f64 * 0.99 {
+                steady + 1
+            } else {
+                0
+            };
+            last = now;
+        }
+        Ok(last)
     }
 
     fn count_lines(&self, what: &str) -> u64 {

@@ -11,8 +11,11 @@
 
 use std::ops::Range;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use wasmtime::{LinearMemory, MemoryCreator, MemoryType, StackCreator, StackMemory};
+
+use super::hibernate::{Kind, Region};
 
 /// Address space mapped for a linear memory at once (or its size, when larger): growing within
 /// it moves nothing. Untouched pages cost no memory, only address space (100,000 instances take
@@ -102,6 +105,16 @@ fn page_rounded(len: usize) -> usize {
 struct Memory {
     mapping: Mapping,
     len: usize,
+    /// Where its instance's sleeper may pack it, kept current on growth (`hibernate`).
+    region: Option<Arc<Region>>,
+}
+
+impl Drop for Memory {
+    fn drop(&mut self) {
+        if let Some(region) = &self.region {
+            region.forget();
+        }
+    }
 }
 
 // SAFETY: the memory is page-aligned and zero-filled, `as_ptr` is valid for `byte_capacity`
@@ -123,6 +136,9 @@ unsafe impl LinearMemory for Memory {
                 .grow(new_size.max(self.mapping.len.saturating_mul(2)))?;
         }
         self.len = new_size;
+        if let Some(region) = &self.region {
+            region.set(self.mapping.base.as_ptr(), new_size);
+        }
         Ok(())
     }
 
@@ -149,9 +165,11 @@ unsafe impl MemoryCreator for Mapper {
         }
         let mapping = Mapping::new(minimum.max(MEMORY_MAPPED))
             .map_err(|e| format!("cannot map a linear memory of {minimum} bytes: {e}"))?;
+        let region = Region::track(Kind::Memory, mapping.base.as_ptr(), minimum);
         Ok(Box::new(Memory {
             mapping,
             len: minimum,
+            region,
         }))
     }
 }
@@ -160,7 +178,7 @@ unsafe impl MemoryCreator for Mapper {
 /// own use against `max_wasm_stack`; the host code that runs on the stack (WASI, routing) has
 /// the rest, 1.5 MiB, and uses a small part of it. Should it ever reach the stack's last page,
 /// the process stops when the stack is freed rather than going on over what it overwrote.
-struct Stack(Mapping);
+struct Stack(Mapping, Option<Arc<Region>>);
 
 // SAFETY: the stack is page-aligned, zero-filled, `size` bytes long below `top`, and owned by
 // the fiber that asked for it. It has no guard range (an empty one, at its bottom).
@@ -181,6 +199,9 @@ unsafe impl StackMemory for Stack {
 
 impl Drop for Stack {
     fn drop(&mut self) {
+        if let Some(region) = &self.1 {
+            region.forget();
+        }
         let mut resident = 0u8;
         // SAFETY: the first page of this mapping; `resident` has room for its one byte.
         let checked = unsafe { libc::mincore(self.0.base.as_ptr().cast(), 1, &mut resident) };
@@ -199,6 +220,7 @@ unsafe impl StackCreator for Mapper {
     fn new_stack(&self, size: usize, _zeroed: bool) -> wasmtime::Result<Box<dyn StackMemory>> {
         // A new mapping is zero-filled, so `zeroed` holds either way.
         let mapping = Mapping::new(size)?;
-        Ok(Box::new(Stack(mapping)))
+        let region = Region::track(Kind::Stack, mapping.base.as_ptr(), mapping.len);
+        Ok(Box::new(Stack(mapping, region)))
     }
 }

@@ -5,6 +5,7 @@
 //! children name wasmtime types.
 
 pub mod cache;
+pub mod hibernate;
 pub mod memory;
 pub mod network;
 pub mod stdio;
@@ -12,7 +13,7 @@ pub mod wasi_fs;
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -24,6 +25,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::fs::Mount;
 use cache::Cache;
+use hibernate::{Awake, Hibernated, Image, Sleepers};
 use network::{HttpHooks, Network};
 use stdio::{GuestInput, GuestOutput, Stdin, Stdout};
 use wasi_fs::{FsState, FsView};
@@ -43,6 +45,9 @@ pub const MAX_MEMORY_MB: u32 = 4096;
 #[derive(Clone)]
 pub struct Program {
     pre: CommandPre<Guest>,
+    /// Its memories as instantiation leaves them, from its first instance: what a packed
+    /// instance of it gets back without keeping (`hibernate`).
+    image: Arc<OnceLock<Image>>,
 }
 
 /// Everything one instance gets from its host.
@@ -103,6 +108,8 @@ pub struct Runtime {
     linker: Linker<Guest>,
     /// Compiled components on disk; without it every start compiles.
     cache: Option<Cache>,
+    /// Every instance, for the thread that packs the idle ones.
+    sleepers: Arc<Sleepers>,
 }
 
 impl Runtime {
@@ -138,10 +145,13 @@ impl Runtime {
             })
             .context("cannot start the epoch thread")?;
         let cache = cache_dir.map(|dir| Cache::new(dir, &engine));
+        let sleepers = Arc::new(Sleepers::default());
+        Sleepers::start_sweeping(&sleepers).context("cannot start the hibernation thread")?;
         Ok(Arc::new(Runtime {
             engine,
             linker,
             cache,
+            sleepers,
         }))
     }
 
@@ -167,7 +177,15 @@ impl Runtime {
             .map_err(|e| anyhow::anyhow!("cannot link the component: {e:#}"))?;
         let pre = CommandPre::new(pre)
             .map_err(|e| anyhow::anyhow!("the component does not export `wasi:cli/run`: {e:#}"))?;
-        Ok(Program { pre })
+        Ok(Program {
+            pre,
+            image: Arc::default(),
+        })
+    }
+
+    /// What the idle instances have packed now (see `hibernate`).
+    pub fn hibernated(&self) -> Hibernated {
+        self.sleepers.hibernated()
     }
 
     /// Runs one instance to its end with the default memory limit ([`DEFAULT_MEMORY_MB`]).
@@ -215,13 +233,16 @@ impl Runtime {
         store.limiter(|guest| &mut guest.memory);
         store.epoch_deadline_async_yield_and_update(1);
 
-        let result = match program.pre.instantiate_async(&mut store).await {
-            Ok(command) => {
-                on_running();
-                command.wasi_cli_run().call_run(&mut store).await
-            }
-            Err(e) => Err(e),
+        // Between polls an idle instance may be packed; `Awake` unpacks it before each.
+        let sleeper = self.sleepers.new_sleeper();
+        let instance = sleeper.clone();
+        let run = async {
+            let command = program.pre.instantiate_async(&mut store).await?;
+            instance.remember_image(&program.image);
+            on_running();
+            command.wasi_cli_run().call_run(&mut store).await
         };
+        let result = Awake::new(sleeper, run).await;
         let exit = match result {
             Err(_) if store.data().memory.reached => Exit::MemoryLimit(memory_mb),
             Ok(Ok(())) => Exit::Clean,

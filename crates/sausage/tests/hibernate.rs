@@ -1,0 +1,195 @@
+//! Hibernation with real guests, at the runtime's boundary (lines in, lines out, the runtime's
+//! count of packed instances): idle instances are packed by the sweep thread, and a packed
+//! guest answers as before, ends cleanly or is killed, its memory whole.
+
+mod support;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use sausage::runtime::hibernate::HIBERNATE_AFTER;
+use sausage::runtime::stdio::{BoxFuture, GuestInput, GuestOutput};
+use sausage::runtime::{Exit, InstanceConfig, Program, Runtime};
+use serde_json::{Value, json};
+use tokio::sync::{Notify, mpsc};
+
+/// A guest's stdin: lines the test pushes, then the end.
+#[derive(Default)]
+struct Input {
+    queue: Mutex<(VecDeque<u8>, bool)>,
+    arrived: Notify,
+}
+
+impl Input {
+    fn push(&self, line: &Value) {
+        let mut queue = self.queue.lock().unwrap();
+        queue.0.extend(format!("{line}\n").bytes());
+        self.arrived.notify_one();
+    }
+
+    fn close(&self) {
+        self.queue.lock().unwrap().1 = true;
+        self.arrived.notify_one();
+    }
+}
+
+impl GuestInput for Input {
+    fn read(&self, max: usize) -> Option<Bytes> {
+        let mut queue = self.queue.lock().unwrap();
+        if queue.0.is_empty() {
+            return (!queue.1).then(Bytes::new);
+        }
+        let n = max.min(queue.0.len());
+        Some(queue.0.drain(..n).collect::<Vec<u8>>().into())
+    }
+
+    fn readable(&self) -> BoxFuture<'_> {
+        Box::pin(async move {
+            loop {
+                {
+                    let queue = self.queue.lock().unwrap();
+                    if !queue.0.is_empty() || queue.1 {
+                        return;
+                    }
+                }
+                self.arrived.notified().await;
+            }
+        })
+    }
+}
+
+/// A guest's stdout: every chunk it writes, to the test.
+struct Output(mpsc::UnboundedSender<Vec<u8>>);
+
+impl GuestOutput for Output {
+    fn capacity(&mut self) -> usize {
+        1 << 20
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // The test may have stopped listening; the guest need not know.
+        let _ = self.0.send(bytes.to_vec());
+    }
+
+    fn writable(&mut self) -> BoxFuture<'_> {
+        Box::pin(async {})
+    }
+}
+
+/// One running guest: its input, its output as lines, and how it ended.
+struct Guest {
+    input: Arc<Input>,
+    output: mpsc::UnboundedReceiver<Vec<u8>>,
+    pending: Vec<u8>,
+    run: tokio::task::JoinHandle<Exit>,
+}
+
+impl Guest {
+    fn start(runtime: &Arc<Runtime>, program: &Program) -> Guest {
+        let input = Arc::new(Input::default());
+        let (out, output) = mpsc::unbounded_channel();
+        let (err, _) = mpsc::unbounded_channel();
+        let config = InstanceConfig {
+            env: vec![("SAUSAGE_ACTOR".into(), "sleepy".into())],
+            mounts: Vec::new(),
+            stdin: input.clone(),
+            stdout: InstanceConfig::output(Output(out)),
+            stderr: InstanceConfig::output(Output(err)),
+            network: Default::default(),
+        };
+        let (runtime, program) = (runtime.clone(), program.clone());
+        let run = tokio::task::spawn_local(async move { runtime.run(&program, config).await });
+        Guest {
+            input,
+            output,
+            pending: Vec::new(),
+            run,
+        }
+    }
+
+    /// The next line the guest writes.
+    async fn line(&mut self) -> Value {
+        loop {
+            if let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.pending.drain(..=end).collect();
+                return serde_json::from_slice(&line).unwrap();
+            }
+            let chunk = tokio::time::timeout(support::PATIENCE, self.output.recv())
+                .await
+                .expect("the guest answers in time")
+                .expect("the guest's stdout is open");
+            self.pending.extend(chunk);
+        }
+    }
+}
+
+/// Waits until `runtime` holds exactly `n` packed instances.
+async fn until_packed(runtime: &Runtime, n: usize) {
+    let deadline = Instant::now() + support::PATIENCE;
+    while runtime.hibernated().instances != n {
+        assert!(
+            Instant::now() < deadline,
+            "{n} instances packed: {:?}",
+            runtime.hibernated()
+        );
+        tokio::time::sleep(HIBERNATE_AFTER / 10).await;
+    }
+}
+
+#[test]
+fn idle_guests_are_packed_and_answer_as_before_then_end_or_are_killed_while_packed() {
+    let runtime = Runtime::new(None).unwrap();
+    let echo = runtime
+        .compile(&std::fs::read(support::wasm("echo")).unwrap())
+        .unwrap();
+    let world = sausage::scheduler().unwrap();
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&world, async {
+        let mut guests: Vec<Guest> = (0..3).map(|_| Guest::start(&runtime, &echo)).collect();
+        for round in 0..3 {
+            // Every guest answers each message whole (a body that spans several pages of its
+            // heap), so its heap, stack and statics came back as they were.
+            for (n, guest) in guests.iter_mut().enumerate() {
+                let blob: String = (0..20_000)
+                    .map(|i| char::from(b'a' + ((i * 7 + n + round) % 26) as u8))
+                    .collect();
+                let body = json!({"type": "check", "round": round, "guest": n, "blob": blob});
+                guest
+                    .input
+                    .push(&json!({"id": format!("m-{round}"), "from": "test", "body": body}));
+                let reply = guest.line().await;
+                assert_eq!(reply["body"], body, "guest {n}, round {round}");
+                assert_eq!(reply["reply_to"], format!("m-{round}"));
+            }
+            until_packed(&runtime, 3).await;
+            let packed = runtime.hibernated();
+            eprintln!("round {round}: 3 idle echo instances packed: {packed:?}");
+            assert!(
+                packed.kept_bytes * 4 < packed.resident_bytes,
+                "an idle echo keeps a small part of its pages: {packed:?}"
+            );
+        }
+
+        // A packed guest ends cleanly at the end of its input; a packed one is killed (its
+        // future dropped, which unwinds its fiber on a stack unpacked first).
+        let mut guests = guests.into_iter();
+        let ends = guests.next().unwrap();
+        ends.input.close();
+        assert_eq!(ends.run.await.unwrap(), Exit::Clean);
+        let killed = guests.next().unwrap();
+        killed.run.abort();
+        assert!(killed.run.await.unwrap_err().is_cancelled());
+        until_packed(&runtime, 1).await;
+
+        // The last one, woken once more, still answers.
+        let mut last = guests.next().unwrap();
+        last.input
+            .push(&json!({"id": "m-last", "from": "test", "body": {"type": "last"}}));
+        assert_eq!(last.line().await["body"]["type"], "last");
+        last.input.close();
+        assert_eq!(last.run.await.unwrap(), Exit::Clean);
+        assert_eq!(runtime.hibernated().instances, 0);
+    });
+}
