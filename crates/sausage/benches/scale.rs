@@ -88,6 +88,8 @@ struct Measured {
     maps: u64,
     fds: u64,
     round_trip: Result<(u64, u64), String>,
+    /// One round trip from `ping` to `pong` while `pong` is packed (its unpack included), µs.
+    woken: Result<u64, String>,
 }
 
 impl Measured {
@@ -106,6 +108,7 @@ impl Measured {
             maps: 0,
             fds: 0,
             round_trip: Err("not run".into()),
+            woken: Err("not run".into()),
         };
         let ids = ids(n);
 
@@ -126,6 +129,7 @@ impl Measured {
                 .and_then(|started| Ok((started, host.settled_rss_kb()?)));
             measured.maps = host.count_lines("maps");
             measured.fds = host.count_fds();
+            measured.woken = host.round_trip_to_packed();
             measured.round_trip = host.round_trips();
         }
         let stopped = Instant::now();
@@ -162,9 +166,12 @@ impl Measured {
         };
         let round_trip = match (&self.round_trip, &pair.round_trip) {
             (Ok((p50, p99)), Ok((base50, base99))) => format!(
-                "{p50} / {p99} µs ({:+.0}% / {:+.0}%)",
+                "{p50} / {p99} µs ({:+.0}% / {:+.0}%); to a packed actor {}",
                 percent(*p50, *base50),
-                percent(*p99, *base99)
+                percent(*p99, *base99),
+                self.woken
+                    .as_ref()
+                    .map_or_else(|e| e.clone(), |us| format!("{us} µs"))
             ),
             (Err(e), _) | (_, Err(e)) => e.clone(),
         };
@@ -418,6 +425,16 @@ impl Host {
                 }
             }
         }
+    }
+
+    /// One round trip of the pair after both have been idle long enough to be packed: `ping`
+    /// is woken by the request, and the round trip it times includes unpacking `pong`.
+    fn round_trip_to_packed(&mut self) -> Result<u64, String> {
+        self.tell("ping", json!({"type": "run", "peer": "pong", "rounds": 1}))?;
+        let stats = self.wait("ping", "stats")?;
+        stats["p50_us"]
+            .as_u64()
+            .ok_or(format!("no p50_us in {stats}"))
     }
 
     /// p50 and p99 of the pair's round trips in µs, after a warm-up.

@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
-use sausage::runtime::hibernate::HIBERNATE_AFTER;
 use sausage::runtime::stdio::{BoxFuture, GuestInput, GuestOutput};
 use sausage::runtime::{Exit, InstanceConfig, Program, Runtime};
 use serde_json::{Value, json};
@@ -125,7 +124,8 @@ impl Guest {
     }
 }
 
-/// Waits until `runtime` holds exactly `n` packed instances.
+/// Sweeps (as the sweep thread does every `HIBERNATE_AFTER`) until `runtime` holds exactly
+/// `n` packed instances: a first sweep notes which are idle, the next packs them.
 async fn until_packed(runtime: &Runtime, n: usize) {
     let deadline = Instant::now() + support::PATIENCE;
     while runtime.hibernated().instances != n {
@@ -134,9 +134,14 @@ async fn until_packed(runtime: &Runtime, n: usize) {
             "{n} instances packed: {:?}",
             runtime.hibernated()
         );
-        tokio::time::sleep(HIBERNATE_AFTER / 10).await;
+        runtime.hibernate_idle();
+        tokio::time::sleep(SWEEP_PAUSE).await;
     }
 }
+
+/// Between two sweeps of the test: time for a guest that was just answered to reach its next
+/// read (a sweep while it runs leaves it awake, and the loop sweeps again).
+const SWEEP_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 
 #[test]
 fn idle_guests_are_packed_and_answer_as_before_then_end_or_are_killed_while_packed() {

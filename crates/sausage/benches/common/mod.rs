@@ -100,9 +100,11 @@ impl Host {
         Host::start_with(world, &[])
     }
 
-    /// `sausage run WORLD ARGS…`.
+    /// `sausage run WORLD ARGS…`, with the host `SAUSAGE_BIN` names if set (another build, to
+    /// compare before and after a change).
     pub fn start_with(world: &World, args: &[&str]) -> Host {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sausage"))
+        let bin = std::env::var_os("SAUSAGE_BIN").unwrap_or(env!("CARGO_BIN_EXE_sausage").into());
+        let mut child = Command::new(bin)
             .arg("run")
             .arg(world.root())
             .args(args)

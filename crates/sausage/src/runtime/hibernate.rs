@@ -19,18 +19,20 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-/// An instance not polled for this long (and at most twice as long) is packed. Long enough that
-/// an actor in a conversation stays awake; unpacking one costs a few microseconds.
-pub const HIBERNATE_AFTER: Duration = Duration::from_secs(1);
+/// An instance not polled for this long (and at most twice as long) is packed. Waking one costs
+/// the world's thread a fault per page it gets back (about 100 µs for `echo` on a virtual
+/// machine whose faults take 5 µs), so an actor that hears something every few seconds stays
+/// awake rather than paying that at every message.
+pub const HIBERNATE_AFTER: Duration = Duration::from_secs(10);
 
 /// An instance with more than this resident is not packed: unpacking it (on the world's
 /// thread, at its next message) would hold every other actor for over a millisecond.
 pub const MAX_PACKED_RESIDENT: usize = 4 << 20;
 
-/// More instances made than this since the last sweep means a world is starting (or a burst of
-/// spawns): that sweep packs nothing. Packing takes the process's memory-map lock and flushes
+/// More instances made than this since the last sweep (100 a second) means a world is starting
+/// (or a burst of spawns): that sweep packs nothing. Packing takes the process's memory-map lock and flushes
 /// other cores' address translations, which would slow the creation of every instance.
-pub const CREATED_PER_SWEEP: usize = 100;
+pub const CREATED_PER_SWEEP: usize = 1_000;
 
 /// What a tracked mapping is: a linear memory is compared with its program's image (its
 /// memory as instantiation left it); a stack has no image.
@@ -346,14 +348,29 @@ impl Packing {
                 .expect("bug: a page packed as the image's is not in it");
             page_bytes_mut(base, page).copy_from_slice(bytes);
         }
-        let raw = lz4_flex::block::decompress(&packed.compressed, packed.kept.len() * page_size())
-            .expect("bug: the host's own compressed pages do not decompress");
-        for (&(region, page), bytes) in packed.kept.iter().zip(raw.chunks(page_size())) {
-            if let Some((base, _)) = self.regions[region as usize].pages() {
-                page_bytes_mut(base, page as usize).copy_from_slice(bytes);
+        SCRATCH.with_borrow_mut(|raw| {
+            raw.resize(packed.kept.len() * page_size(), 0);
+            lz4_flex::block::decompress_into(&packed.compressed, raw)
+                .expect("bug: the host's own compressed pages do not decompress");
+            for (&(region, page), bytes) in packed.kept.iter().zip(raw.chunks(page_size())) {
+                if let Some((base, _)) = self.regions[region as usize].pages() {
+                    page_bytes_mut(base, page as usize).copy_from_slice(bytes);
+                }
             }
-        }
+            if raw.capacity() > SCRATCH_KEPT {
+                *raw = Vec::new();
+            }
+        });
     }
+}
+
+/// The most of [`SCRATCH`] kept between unpacks: enough for an ordinary small actor.
+const SCRATCH_KEPT: usize = 256 << 10;
+
+thread_local! {
+    /// Where the world's thread decompresses the pages it unpacks, kept warm between unpacks
+    /// (a new buffer's pages would each fault).
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Every instance a runtime runs, for the sweep.

@@ -188,6 +188,12 @@ impl Runtime {
         self.sleepers.hibernated()
     }
 
+    /// Packs every instance not polled since the last sweep, now: what the sweep thread does
+    /// every [`hibernate::HIBERNATE_AFTER`] (tests call it rather than wait).
+    pub fn hibernate_idle(&self) {
+        self.sleepers.sweep();
+    }
+
     /// Runs one instance to its end with the default memory limit ([`DEFAULT_MEMORY_MB`]).
     /// Dropping the future kills the instance: its uncommitted writes are discarded with its
     /// store.
