@@ -367,12 +367,13 @@ impl Host {
             .ok_or_else(|| "no VmRSS".into())
     }
 
-    /// The resident memory once it stops falling: an instance idle for a whole sweep interval
-    /// is packed by the next sweep, so it is read after two intervals and then each half
-    /// second until three readings in a row fall by less than 1% (at most for a minute).
+    /// The resident memory once it stops falling. After a start, the sweep that follows the
+    /// burst of new instances packs nothing, the next notes which are idle and the one after
+    /// packs them: so it is read after three sweep intervals and then each half second until
+    /// three readings in a row fall by less than 1% (at most for a minute more).
     fn settled_rss_kb(&self) -> Result<u64, String> {
+        std::thread::sleep(HIBERNATE_AFTER * 3);
         let deadline = Instant::now() + Duration::from_secs(60);
-        std::thread::sleep(HIBERNATE_AFTER * 2);
         let mut last = self.rss_kb()?;
         let mut steady = 0;
         while steady < 3 && Instant::now() < deadline {
