@@ -464,6 +464,29 @@ impl World {
         self.root.join("broker/mailboxes")
     }
 
+    /// `broker/ended-cleanly`: written by a run that stopped gracefully with no operation
+    /// under way (nothing of it half-written), removed by the next run as it starts. A start
+    /// that finds none walks the world for temporaries left by a host that died.
+    fn ended_cleanly_path(&self) -> PathBuf {
+        self.root.join("broker/ended-cleanly")
+    }
+
+    /// Records that this run ends with every file whole (see `ended_cleanly_path`).
+    pub fn mark_ended_cleanly(&self) -> Result<()> {
+        let path = self.ended_cleanly_path();
+        std::fs::write(&path, b"").with_context(|| format!("{}", path.display()))
+    }
+
+    /// Whether the last run ended cleanly, forgetting it: this run has not ended yet.
+    pub fn take_ended_cleanly(&self) -> Result<bool> {
+        let path = self.ended_cleanly_path();
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e).with_context(|| format!("{}: cannot remove it", path.display())),
+        }
+    }
+
     /// `broker/scratch/`: candidate test folders, emptied at start.
     pub fn scratch_dir(&self) -> PathBuf {
         self.root.join("broker/scratch")

@@ -855,6 +855,11 @@ fn the_actor_folder_is_the_registry_as_others_see_it() {
     assert_eq!(log["is_dir"], false);
 }
 
+/// Whether the last run left `broker/ended-cleanly` (a graceful stop with nothing under way).
+fn ended_cleanly(world: &TestWorld) -> bool {
+    world.path("broker/ended-cleanly").exists()
+}
+
 #[test]
 fn a_host_crash_leaves_no_temporary_and_the_old_file_whole() {
     let world = TestWorld::new();
@@ -866,6 +871,17 @@ fn a_host_crash_leaves_no_temporary_and_the_old_file_whole() {
         "a",
         json!({"type": "write_file", "path": "/data/x", "text": "old and whole"}),
     );
+    assert!(host.quit().success());
+    assert!(ended_cleanly(&world), "a graceful stop says so");
+    // A start after a graceful stop does not walk the world for temporaries: one planted while
+    // no host ran (as no host of Sausage leaves after a graceful stop) stays.
+    let planted = world.path("private/a/data/.sausage-tmp-1-planted");
+    std::fs::write(&planted, "left by nobody").unwrap();
+    let mut host = world.run();
+    let h = &mut host;
+    assert_eq!(read(h, "a", "/data/x"), "old and whole");
+    assert!(planted.exists());
+    assert!(!ended_cleanly(&world), "a running world has not ended");
     ok(
         h,
         "a",
@@ -887,10 +903,11 @@ fn a_host_crash_leaves_no_temporary_and_the_old_file_whole() {
         json!({"type": "write", "handle": "n", "text": "uncommitted"}),
     );
     host.kill();
+    assert!(!ended_cleanly(&world));
     assert_eq!(
         temporaries_of(&world, "a").len(),
-        2,
-        "the kill left the writers' temporaries"
+        3,
+        "the kill left the writers' temporaries beside the planted one"
     );
 
     let mut host = world.run();
@@ -900,4 +917,5 @@ fn a_host_crash_leaves_no_temporary_and_the_old_file_whole() {
     assert_eq!(world.read("private/a/data/x"), "old and whole");
     assert_eq!(temporaries_of(&world, "a"), Vec::<PathBuf>::new());
     quit_and_check_no_temporary(&world, host);
+    assert!(ended_cleanly(&world));
 }

@@ -15,6 +15,7 @@ pub mod transcript;
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
@@ -27,7 +28,7 @@ use crate::runtime::{Program, Runtime};
 use crate::world::{Registry, State, Status, World};
 use mailbox::Mailbox;
 use router::Router;
-use supervisor::{ActorHandle, CrashLoop, Supervisor};
+use supervisor::{ActorHandle, CrashLoop, Preread, Supervisor};
 
 /// A registered actor on its way to being supervised at the start of a run.
 struct Starting {
@@ -38,6 +39,84 @@ struct Starting {
     /// Its `status.json` as the last host left it (read beside the compile, off the world's
     /// thread).
     status: Status,
+}
+
+/// Actors of one program ready to be supervised, handed from a start's worker to the world's
+/// thread.
+struct Batch {
+    program: std::result::Result<Program, String>,
+    actors: Vec<(Starting, Preread)>,
+}
+
+/// Actors handed to the world's thread at once: a batch costs it one wake, and the first
+/// instances are created while the files of later actors are still being read.
+const START_BATCH: usize = 64;
+
+/// Instances created before an actor's own at a start past which its `status.json` says
+/// `starting` at once. Each takes about 100 µs to create, so an actor queued behind more than
+/// this would be reported `starting` by its supervisor anyway (`STARTING_REPORT_AFTER`):
+/// written here, on the blocking pool, rather than by the world's thread for each.
+const STARTS_AHEAD_REPORTED: usize = 64;
+
+/// Compiles the program of `group` and hands its actors to the world's thread in batches,
+/// each with what its first start reads. False when nobody takes them any more (the start
+/// failed).
+fn prepare_group(
+    runtime: &Runtime,
+    world: &World,
+    group: Vec<Starting>,
+    placed: &AtomicUsize,
+    ready: &mpsc::Sender<Batch>,
+) -> bool {
+    let Some(first) = group.first() else {
+        return true;
+    };
+    let program = std::fs::read(&first.wasm)
+        .map_err(anyhow::Error::from)
+        .and_then(|bytes| runtime.compile(&bytes))
+        .map_err(|e| format!("{e:#}"));
+    let mut actors = group.into_iter();
+    loop {
+        let batch: Vec<(Starting, Preread)> = actors
+            .by_ref()
+            .take(START_BATCH)
+            .map(|actor| prepare(world, actor, program.is_ok(), placed))
+            .collect();
+        if batch.is_empty() {
+            return true;
+        }
+        let batch = Batch {
+            program: program.clone(),
+            actors: batch,
+        };
+        if ready.blocking_send(batch).is_err() {
+            return false;
+        }
+    }
+}
+
+/// Reads `actor`'s status and what its first start needs. A host that died leaves `running`
+/// behind, which is not true until an instance runs; an actor queued behind many others says
+/// `starting` from now on.
+fn prepare(
+    world: &World,
+    mut actor: Starting,
+    will_run: bool,
+    placed: &AtomicUsize,
+) -> (Starting, Preread) {
+    let mut status = world.read_status(&actor.id).unwrap_or_default();
+    let queued = will_run
+        && actor.running
+        && placed.fetch_add(1, Ordering::Relaxed) >= STARTS_AHEAD_REPORTED;
+    if status.state == State::Running || (queued && status.state != State::Starting) {
+        status.state = State::Starting;
+        if let Err(e) = world.write_status(&actor.id, &status) {
+            eprintln!("sausage: {e:#}");
+        }
+    }
+    actor.status = status;
+    let preread = Preread::read(world, &actor.id);
+    (actor, preread)
 }
 
 /// An operation on one actor, waiting its turn.
@@ -58,6 +137,8 @@ pub struct Broker {
     /// operations (spawn, upgrade, rollback, stop, start, remove, crash-loop recovery) one
     /// after another in arrival order. The task ends when the host does.
     operations: Mutex<HashMap<ActorId, mpsc::UnboundedSender<Operation>>>,
+    /// Requests being answered and operations queued or running, on every actor.
+    under_way: Arc<AtomicUsize>,
     /// Supervisors → broker: crash loops after upgrades. `serve` takes the receiver.
     crash_loops: mpsc::UnboundedSender<CrashLoop>,
     crash_loop_reports: Mutex<Option<mpsc::UnboundedReceiver<CrashLoop>>>,
@@ -97,9 +178,15 @@ impl Broker {
         settle_swaps(&world, &registry)?;
         // Emptied before the walk starts, so that the two never remove the same files.
         clear_dir(&world.scratch_dir())?;
+        // After a graceful stop there is nothing to walk for (100,000 actors' folders take
+        // seconds of a core to walk).
+        let ended_cleanly = world.take_ended_cleanly()?;
         let cleaning = tokio::task::spawn_blocking({
             let world = world.clone();
             move || {
+                if ended_cleanly {
+                    return Ok(0);
+                }
                 crate::fs::clean_temporaries(world.root(), &world.written_by_builds_only())
                     .with_context(|| {
                         format!("{}: cannot clean temporary files", world.root().display())
@@ -142,6 +229,7 @@ impl Broker {
             registry: tokio::sync::Mutex::new(registry.clone()),
             actors: Mutex::default(),
             operations: Mutex::default(),
+            under_way: Arc::default(),
             crash_loops,
             crash_loop_reports: Mutex::new(Some(reports)),
             requests_in_flight: Arc::new(tokio::sync::Semaphore::new(REQUESTS_IN_FLIGHT)),
@@ -164,8 +252,8 @@ impl Broker {
             return Ok(broker);
         }
 
-        // Compile every actor in parallel before any starts, each `actor.wasm` once: actors
-        // whose files are one (hard links of one install share an inode) share one program.
+        // Actors whose files are one (hard links of one install share an inode) share one
+        // program: each `actor.wasm` is read and compiled once.
         let mut files: HashMap<(u64, u64), Vec<Starting>> = HashMap::new();
         let mut alone = Vec::new();
         for (id, entry) in &registry.actors {
@@ -190,56 +278,9 @@ impl Broker {
                 Err(_) => alone.push(vec![starting]),
             }
         }
-        let mut compiling = JoinSet::new();
-        for mut actors in files.into_values().chain(alone) {
-            let runtime = broker.runtime.clone();
-            let world = broker.world.clone();
-            compiling.spawn_blocking(move || {
-                for actor in &mut actors {
-                    let Some(mut status) = world.read_status(&actor.id) else {
-                        continue;
-                    };
-                    // A host that died leaves `running` behind; until an instance runs, it is not.
-                    if status.state == State::Running {
-                        status.state = State::Starting;
-                        if let Err(e) = world.write_status(&actor.id, &status) {
-                            eprintln!("sausage: {e:#}");
-                        }
-                    }
-                    actor.status = status;
-                }
-                let wasm = &actors[0].wasm;
-                let program = std::fs::read(wasm)
-                    .map_err(anyhow::Error::from)
-                    .and_then(|bytes| runtime.compile(&bytes))
-                    .map_err(|e| format!("{e:#}"));
-                (actors, program)
-            });
-        }
-        while let Some(done) = compiling.join_next().await {
-            let (actors, program) = done.context("compiling an actor")?;
-            for actor in actors {
-                match &program {
-                    Ok(program) => broker.supervise(
-                        &actor.id,
-                        actor.version,
-                        program.clone(),
-                        actor.running,
-                        actor.status,
-                    ),
-                    Err(e) => {
-                        let e = format!("actor {}: {}: {e}", actor.id, actor.wasm.display());
-                        eprintln!("sausage: {e}; it cannot run until a good version is installed");
-                        let mut status = actor.status;
-                        status.state = State::Broken;
-                        status.last_exit = Some(format!("cannot be compiled: {e}"));
-                        if let Err(e) = broker.world.write_status(&actor.id, &status) {
-                            eprintln!("sausage: {e:#}");
-                        }
-                    }
-                }
-            }
-        }
+        broker
+            .start_all(files.into_values().chain(alone).collect())
+            .await?;
         cleaning.await.context("cleaning temporary files")??;
         Ok(broker)
     }
@@ -288,9 +329,10 @@ impl Broker {
                         continue;
                     }
                     let answer = self.clone().answer(request, body);
+                    let under_way = UnderWay::count(&self.under_way);
                     let job = Box::pin(async move {
                         answer.await;
-                        drop(permit);
+                        drop((permit, under_way));
                     });
                     match operand {
                         Some(id) => self.queue_operation(&id, job),
@@ -322,6 +364,14 @@ impl Broker {
         while stopping.join_next().await.is_some() {}
         if let Some(cluster) = &self.cluster {
             cluster.leave(&self.local_ids(), &self.world).await;
+        }
+        // Every instance is down and its files committed or discarded; with no operation or
+        // request under way either, nothing is half-written and the next start need not walk
+        // the world for temporaries. (One a task still writes as the process ends stays until
+        // a start after a crash walks: a hidden file, never read.)
+        let idle = self.under_way.load(Ordering::SeqCst) == 0;
+        if idle && let Err(e) = self.world.mark_ended_cleanly() {
+            eprintln!("sausage: {e:#}; the next start walks the world for temporaries");
         }
     }
 
@@ -394,7 +444,8 @@ impl Broker {
         .context("compiling an actor")??;
         let status = self.world.read_status(id).unwrap_or_default();
         eprintln!("sausage: host {}: runs actor {id}", cluster.host);
-        self.supervise(id, entry.version, program, entry.running, status);
+        let preread = Preread::read(&self.world, id);
+        self.supervise(id, entry.version, program, entry.running, status, preread);
         Ok(())
     }
 
@@ -476,6 +527,60 @@ impl Broker {
 
     /// Runs `id` under a supervisor from now on, starting from `status` (what its
     /// `status.json` says).
+    /// Starts the actors of a run, `groups` of actors that share one `actor.wasm`. Workers on
+    /// the blocking pool (one per core) compile each group's program, read what each of its
+    /// actors' first start needs (`prepare`) and hand them over in batches, which this task
+    /// supervises at once: the world's thread creates the first instances while the files of
+    /// later actors are still being read.
+    async fn start_all(self: &Arc<Self>, groups: Vec<Vec<Starting>>) -> Result<()> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let queue = Arc::new(Mutex::new(groups));
+        let workers = cores.min(queue.lock().expect("start queue").len());
+        let placed = Arc::new(AtomicUsize::new(0));
+        let (ready, mut batches) = mpsc::channel::<Batch>(2 * workers.max(1));
+        let mut working = JoinSet::new();
+        for _ in 0..workers {
+            let (queue, placed, ready) = (queue.clone(), placed.clone(), ready.clone());
+            let (runtime, world) = (self.runtime.clone(), self.world.clone());
+            working.spawn_blocking(move || {
+                while let Some(group) = queue.lock().expect("start queue").pop() {
+                    if !prepare_group(&runtime, &world, group, &placed, &ready) {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(ready);
+        while let Some(Batch { program, actors }) = batches.recv().await {
+            for (actor, preread) in actors {
+                match &program {
+                    Ok(program) => self.supervise(
+                        &actor.id,
+                        actor.version,
+                        program.clone(),
+                        actor.running,
+                        actor.status,
+                        preread,
+                    ),
+                    Err(e) => {
+                        let e = format!("actor {}: {}: {e}", actor.id, actor.wasm.display());
+                        eprintln!("sausage: {e}; it cannot run until a good version is installed");
+                        let mut status = actor.status;
+                        status.state = State::Broken;
+                        status.last_exit = Some(format!("cannot be compiled: {e}"));
+                        if let Err(e) = self.world.write_status(&actor.id, &status) {
+                            eprintln!("sausage: {e:#}");
+                        }
+                    }
+                }
+            }
+        }
+        while let Some(done) = working.join_next().await {
+            done.context("preparing the actors' start")?;
+        }
+        Ok(())
+    }
+
     fn supervise(
         &self,
         id: &ActorId,
@@ -483,6 +588,7 @@ impl Broker {
         program: Program,
         running: bool,
         status: Status,
+        preread: Preread,
     ) {
         let mailbox = self.router.add(id);
         let handle = Supervisor {
@@ -495,7 +601,7 @@ impl Broker {
             mailbox,
             crash_loops: self.crash_loops.clone(),
         }
-        .spawn(running, status);
+        .spawn(running, status, preread);
         self.actors
             .lock()
             .expect("actors lock")
@@ -516,6 +622,11 @@ impl Broker {
             let (queue, queued) = mpsc::unbounded_channel::<Operation>();
             tokio::spawn(run_operations(id.clone(), queued));
             queue
+        });
+        let under_way = UnderWay::count(&self.under_way);
+        let operation = Box::pin(async move {
+            let _under_way = under_way;
+            operation.await
         });
         // The task only ends when this sender is dropped, so the send cannot fail.
         let _ = queue.send(operation);
@@ -656,6 +767,23 @@ async fn drop_stalled_writes(router: std::sync::Weak<Router>, world: World) {
                 ),
             );
         }
+    }
+}
+
+/// A request or an operation counted in `Broker::under_way` until it is dropped: done, failed
+/// or unwound by a panic.
+struct UnderWay(Arc<AtomicUsize>);
+
+impl UnderWay {
+    fn count(counter: &Arc<AtomicUsize>) -> UnderWay {
+        counter.fetch_add(1, Ordering::SeqCst);
+        UnderWay(counter.clone())
+    }
+}
+
+impl Drop for UnderWay {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

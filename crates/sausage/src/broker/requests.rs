@@ -177,7 +177,10 @@ impl Broker {
             (Some(host), Some(cluster)) if **host != *cluster.host => {
                 self.router.add(&id);
             }
-            _ => self.supervise(&id, version, candidate.program, true, status),
+            _ => {
+                let preread = super::supervisor::Preread::read(&self.world, &id);
+                self.supervise(&id, version, candidate.program, true, status, preread)
+            }
         }
         Ok(json!({
             "type": "spawned", "actor": id.as_str(), "version": version, "tests": candidate.report,

@@ -15,7 +15,7 @@ use super::mailbox::Mailbox;
 use super::router::Router;
 use super::stdio::{LogOutput, RoutedStdout};
 use crate::message::{ActorId, Envelope, raw};
-use crate::runtime::network::Network;
+use crate::runtime::network::{Credentials, Network};
 use crate::runtime::{DEFAULT_MEMORY_MB, Exit, InstanceConfig, MAX_MEMORY_MB, Program, Runtime};
 use crate::world::{MANIFEST, Manifest, State, Status, World};
 
@@ -161,22 +161,65 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
-    /// Spawns the supervisor task, which goes on from `status` (what `status.json` says); the
-    /// actor starts at once when `running`.
-    pub fn spawn(self, running: bool, status: Status) -> ActorHandle {
+    /// Spawns the supervisor task, which goes on from `status` (what `status.json` says) and
+    /// `preread`; the actor starts at once when `running`.
+    pub fn spawn(self, running: bool, status: Status, preread: Preread) -> ActorHandle {
         let (commands, rx) = mpsc::channel(COMMAND_QUEUE);
+        // A parked message outlives the host: a restart between a crash and the upgrade that
+        // fixes it still delivers it. `status.json` says what is really parked, not what a
+        // host before this one last wrote.
+        let parked = preread.parked.map(Arc::new);
+        let status = Status {
+            parked: parked.as_ref().map(|m| m.id.clone()),
+            ..status
+        };
         tokio::spawn(
             Task {
                 sup: self,
                 commands: rx,
                 want_running: running,
                 status,
-                parked: None,
+                parked,
+                next_start: Some(preread.start),
                 watch: None,
             }
             .run(),
         );
         ActorHandle { commands }
+    }
+}
+
+/// What a supervisor reads from disk before its first instance: read by whoever spawns it, so
+/// that a host starting 100,000 actors reads their files on the blocking pool, beside the
+/// world's thread, rather than on it one actor at a time.
+pub struct Preread {
+    /// The message its last crashed instance took, kept for the upgrade that fixes it.
+    parked: Option<Envelope>,
+    start: StartFiles,
+}
+
+impl Preread {
+    pub fn read(world: &World, id: &ActorId) -> Preread {
+        Preread {
+            parked: world.read_parked(id),
+            start: StartFiles::read(world, id),
+        }
+    }
+}
+
+/// The files each start of an instance reads (at every start, so an upgrade's manifest and
+/// changed credentials apply).
+struct StartFiles {
+    manifest: Manifest,
+    credentials: anyhow::Result<Option<Credentials>>,
+}
+
+impl StartFiles {
+    fn read(world: &World, id: &ActorId) -> StartFiles {
+        StartFiles {
+            manifest: world.manifest(id),
+            credentials: world.read_credentials(id),
+        }
     }
 }
 
@@ -187,6 +230,8 @@ struct Task {
     status: Status,
     /// The message the last crashed instance took; delivered again after an upgrade.
     parked: Option<Arc<Envelope>>,
+    /// The files the next start reads, when they were read before it (the first start).
+    next_start: Option<StartFiles>,
     /// After an upgrade: the upgrade, when the watch ends, and the crashes counted so far.
     watch: Option<(Upgraded, Instant, u32)>,
 }
@@ -201,11 +246,6 @@ enum Ended {
 
 impl Task {
     async fn run(mut self) {
-        // A parked message outlives the host: a restart between a crash and the upgrade that
-        // fixes it still delivers it. `status.json` says what is really parked, not what a
-        // host before this one last wrote.
-        self.parked = self.sup.world.read_parked(&self.sup.id).map(Arc::new);
-        self.status.parked = self.parked.as_ref().map(|m| m.id.clone());
         let mut in_a_row = 0;
         loop {
             if !self.want_running {
@@ -334,9 +374,11 @@ impl Task {
     async fn run_instance(&mut self) -> Ended {
         self.status.version = self.sup.version;
         let sup = &self.sup;
-        // Read at every start, so an upgrade's manifest applies.
-        let manifest = sup.world.manifest(&sup.id);
-        let memory_mb = memory_mb(&sup.world, &sup.id, &manifest);
+        let files = self
+            .next_start
+            .take()
+            .unwrap_or_else(|| StartFiles::read(&sup.world, &sup.id));
+        let memory_mb = memory_mb(&sup.world, &sup.id, &files.manifest);
         let config = InstanceConfig {
             env: vec![
                 ("SAUSAGE_ACTOR".into(), sup.id.to_string()),
@@ -350,7 +392,7 @@ impl Task {
                 sup.world.clone(),
             )),
             stderr: InstanceConfig::output(LogOutput::append_to(&sup.world.log_path(&sup.id))),
-            network: network(&sup.world, &sup.id, manifest),
+            network: network(&sup.world, &sup.id, files),
         };
         // The instance task says when its code starts to run; dropping the sender unsent
         // means it was never created.
@@ -511,12 +553,12 @@ impl Task {
 /// The network of the next instance of `id`: the hosts its manifest lists, its credentials if
 /// it has any, and a note in its log for every denied request. Problems go to its log; the
 /// instance then runs without what could not be read.
-fn network(world: &World, id: &ActorId, manifest: Manifest) -> Network {
-    let allowed = manifest.network.unwrap_or_else(|problem| {
+fn network(world: &World, id: &ActorId, files: StartFiles) -> Network {
+    let allowed = files.manifest.network.unwrap_or_else(|problem| {
         world.log_note(id, &format!("{problem}; running without network"));
         Vec::new()
     });
-    let credentials = world.read_credentials(id).unwrap_or_else(|e| {
+    let credentials = files.credentials.unwrap_or_else(|e| {
         world.log_note(id, &format!("{e:#}; running without credentials"));
         None
     });

@@ -269,6 +269,11 @@ pub fn write_atomically_unsynced(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// the page cache whole (a kill of the host lands before or after it, never inside).
 const IN_PLACE_LIMIT: usize = 4096;
 
+/// Spaces a rewrite in place may leave after a shorter content rather than cut the file: a
+/// cut costs ext4 a journal transaction, and `status.json` shrinks by a byte or two at most of
+/// its changes (`starting` to `running`). Past this, the file is cut.
+const IN_PLACE_SLACK: usize = 64;
+
 /// [`write_atomically_unsynced`] for a small file that only the host writes and rewrites often
 /// (`status.json`): while nobody else has it open, it is rewritten in place, in one write of at
 /// most [`IN_PLACE_LIMIT`] bytes, with no new file and no rename. Creating a file and renaming
@@ -279,8 +284,9 @@ const IN_PLACE_LIMIT: usize = 4096;
 /// Readers still see the old content or the new, never a part: the write happens under a write
 /// lease, which the kernel grants only when no other descriptor of the file is open anywhere,
 /// and an `open` by anyone else waits until it is given back (at the end of this call). A
-/// shorter content is first written padded with spaces to the old length (JSON allows them),
-/// then the file is cut, so a kill between the two leaves a whole file. A power cut may leave
+/// shorter content is written padded with spaces to the old length (JSON allows them), then,
+/// if more than [`IN_PLACE_SLACK`] of them follow it, the file is cut, so a kill between the
+/// two leaves a whole file. A power cut may leave
 /// the old content or, rarely, a torn one, as an unsynced write can. A missing file, a bigger
 /// one, one with other links or one someone has open is replaced by a rename instead.
 pub fn rewrite_unsynced(path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -313,7 +319,7 @@ fn rewrite_in_place(path: &Path, bytes: &[u8]) -> io::Result<bool> {
     padded.extend_from_slice(bytes);
     padded.resize(padded_len, b' ');
     file.write_all_at(&padded, 0)?;
-    if old_len > bytes.len() {
+    if old_len > bytes.len() + IN_PLACE_SLACK {
         file.set_len(bytes.len() as u64)?;
     }
     // Closing the file gives the lease back: an `open` waiting for it goes on now.

@@ -759,8 +759,20 @@ fn rewrite_unsynced_keeps_the_inode_and_leaves_what_readers_opened_alone() {
     // No file yet: created by a rename.
     rewrite_unsynced(&path, b"{\"state\":\"stopped\"}").unwrap();
     let first = inode(&path);
-    // Nobody has it open: longer and shorter contents go in place, whole.
+    // Nobody has it open: longer and shorter contents go in place, whole; a little shorter
+    // leaves spaces after it (JSON allows them), much shorter cuts the file.
     rewrite_unsynced(&path, b"{\"state\":\"running\",\"restarts\":10}").unwrap();
+    rewrite_unsynced(&path, b"{\"state\":\"running\"}").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        format!("{{\"state\":\"running\"}}{}", " ".repeat(14))
+    );
+    let long = format!(
+        "{{\"state\":\"broken\",\"last_exit\":\"{}\"}}",
+        "x".repeat(100)
+    );
+    rewrite_unsynced(&path, long.as_bytes()).unwrap();
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), long);
     rewrite_unsynced(&path, b"{\"state\":\"running\"}").unwrap();
     assert_eq!(
         read_tree(&scratch.0),
