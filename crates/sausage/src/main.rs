@@ -483,19 +483,22 @@ async fn run(
         "sausage: world `{}` is running; type /help for commands",
         dir.display()
     );
-    let web = match web {
-        Some(addr) => match sausage::web::start(broker.clone(), addr).await {
-            Ok(web) => {
-                eprintln!("sausage: web console: {}", web.login_link);
-                Some(web)
+    // The web console starts beside the console: a script's first line need not wait for it.
+    let web = web.map(|addr| {
+        let broker = broker.clone();
+        tokio::spawn(async move {
+            match sausage::web::start(broker, addr).await {
+                Ok(web) => {
+                    eprintln!("sausage: web console: {}", web.login_link);
+                    Some(web)
+                }
+                Err(e) => {
+                    eprintln!("sausage: {e:#}; running without it");
+                    None
+                }
             }
-            Err(e) => {
-                eprintln!("sausage: {e:#}; running without it");
-                None
-            }
-        },
-        None => None,
-    };
+        })
+    });
 
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     // A person at a terminal gets the line editor; anything else (a pipe on either side) is a
@@ -519,7 +522,9 @@ async fn run(
     };
     // Each way ends the run the same way: every actor is stopped gracefully.
     eprintln!("sausage: stopping every actor");
-    if let Some(web) = web {
+    if let Some(starting) = web
+        && let Ok(Some(web)) = starting.await
+    {
         web.stop();
     }
     close(&broker, services).await;

@@ -253,13 +253,15 @@ impl Broker {
         }
 
         // Actors whose files are one (hard links of one install share an inode) share one
-        // program: each `actor.wasm` is read and compiled once.
+        // program: each `actor.wasm` is read and compiled once. Every actor has its mailbox
+        // before any runs: a message to one still being prepared waits there.
         let mut files: HashMap<(u64, u64), Vec<Starting>> = HashMap::new();
         let mut alone = Vec::new();
         for (id, entry) in &registry.actors {
             let id = ActorId::parse(id).map_err(|e| {
                 anyhow::anyhow!("{}: {e}; fix the registry", crate::world::REGISTRY)
             })?;
+            broker.router.add(&id);
             let wasm = broker
                 .world
                 .version_dir(&id, entry.version)

@@ -116,20 +116,29 @@ pub async fn start(broker: Arc<Broker>, addr: SocketAddr) -> Result<Web> {
     if addr.ip().is_loopback() {
         hosts.push(format!("localhost:{}", addr.port()));
     }
-    let people = People::new(&broker.world);
-    let owner = people.console_person()?;
-    let token = people.new_link(&owner.id)?;
-    let login_link = format!("{origin}/login?token={token}");
-    let sessions = Sessions::load(broker.world.web_sessions_path(), people);
-    let address = broker.world.web_address_path();
-    std::fs::create_dir_all(address.parent().expect("in broker/web"))
-        .and_then(|()| crate::fs::write_atomically_unsynced(&address, addr.to_string().as_bytes()))
-        .with_context(|| {
-            format!(
-                "{}: cannot record the web console's address",
-                address.display()
-            )
-        })?;
+    // The people file's change is synced: on the blocking pool, off the world's thread.
+    let world = broker.world.clone();
+    let link_origin = origin.clone();
+    let (login_link, sessions) = tokio::task::spawn_blocking(move || -> Result<_> {
+        let people = People::new(&world);
+        let owner = people.console_person()?;
+        let token = people.new_link(&owner.id)?;
+        let sessions = Sessions::load(world.web_sessions_path(), people);
+        let address = world.web_address_path();
+        std::fs::create_dir_all(address.parent().expect("in broker/web"))
+            .and_then(|()| {
+                crate::fs::write_atomically_unsynced(&address, addr.to_string().as_bytes())
+            })
+            .with_context(|| {
+                format!(
+                    "{}: cannot record the web console's address",
+                    address.display()
+                )
+            })?;
+        Ok((format!("{link_origin}/login?token={token}"), sessions))
+    })
+    .await
+    .context("host bug: starting the web console failed")??;
     let run = format!("{:x}", std::process::id() ^ rand_u32());
     let app = Arc::new(App {
         me: ActorId::parse("web").expect("a valid id"),
