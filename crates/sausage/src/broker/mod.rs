@@ -370,8 +370,9 @@ impl Broker {
         // Every instance is down and its files committed or discarded; with no operation or
         // request under way either, nothing is half-written and the next start need not walk
         // the world for temporaries. (One a task still writes as the process ends stays until
-        // a start after a crash walks: a hidden file, never read.)
-        let idle = self.under_way.load(Ordering::SeqCst) == 0;
+        // a start after a crash walks: a hidden file, never read.) A host of a cluster also
+        // takes snapshots and restores them in tasks of its own: its starts always walk.
+        let idle = self.under_way.load(Ordering::SeqCst) == 0 && self.cluster.is_none();
         if idle && let Err(e) = self.world.mark_ended_cleanly() {
             eprintln!("sausage: {e:#}; the next start walks the world for temporaries");
         }
