@@ -528,8 +528,6 @@ impl Broker {
         }
     }
 
-    /// Runs `id` under a supervisor from now on, starting from `status` (what its
-    /// `status.json` says).
     /// Starts the actors of a run, `groups` of actors that share one `actor.wasm`. Workers on
     /// the blocking pool (one per core) compile each group's program, read what each of its
     /// actors' first start needs (`prepare`) and hand them over in batches, which this task
@@ -584,6 +582,8 @@ impl Broker {
         Ok(())
     }
 
+    /// Runs `id` under a supervisor from now on, starting from `status` (what its
+    /// `status.json` says) and `preread` (what its first start reads from disk).
     fn supervise(
         &self,
         id: &ActorId,

@@ -286,9 +286,9 @@ const IN_PLACE_SLACK: usize = 64;
 /// and an `open` by anyone else waits until it is given back (at the end of this call). A
 /// shorter content is written padded with spaces to the old length (JSON allows them), then,
 /// if more than [`IN_PLACE_SLACK`] of them follow it, the file is cut, so a kill between the
-/// two leaves a whole file. A power cut may leave
-/// the old content or, rarely, a torn one, as an unsynced write can. A missing file, a bigger
-/// one, one with other links or one someone has open is replaced by a rename instead.
+/// two leaves a whole file. A power cut may leave the old content or, rarely, a torn one, as
+/// an unsynced write can. A missing file, a bigger one, one with other links or one someone
+/// has open is replaced by a rename instead.
 pub fn rewrite_unsynced(path: &Path, bytes: &[u8]) -> io::Result<()> {
     match rewrite_in_place(path, bytes) {
         Ok(true) => Ok(()),

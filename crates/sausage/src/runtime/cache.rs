@@ -4,10 +4,10 @@
 //! (wasmtime's compatibility hash and version), and stored with a CRC-32 of the compiled bytes
 //! after them (it guards against corruption, and is cheap enough to check at every start). The
 //! compiled bytes start the file so that wasmtime maps them from it: no copy in memory, which
-//! for the agent's 10 MB saves thousands of page faults at each start. An entry whose
-//! bytes do not match their checksum, or that wasmtime refuses, is compiled again and replaced:
-//! the cache is never trusted over the component. Identical components loaded in one run share
-//! one compiled copy.
+//! for a large actor such as the agent saves thousands of page faults at each start. An entry
+//! whose bytes do not match their checksum, or that wasmtime refuses, is compiled again and
+//! replaced: the cache is never trusted over the component. Identical components loaded in one
+//! run share one compiled copy.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
