@@ -6,6 +6,8 @@
 //!   arrive meanwhile are answered, anything else is ignored. Then replies
 //!   `{"type":"stats","rounds":R,"p50_us":..,"p99_us":..,"max_us":..,"per_sec":..}`, or an
 //!   `error` when the peer answers a ping with something other than a pong (say, `undeliverable`).
+//!   With `"ms":M` it stops after M ms if the R rounds are not played by then (`rounds` says how
+//!   many were).
 //! - `{"type":"flood","to":T,"count":N}` sends `{"type":"seq","n":i}` for i in 1..=N to T as fast
 //!   as it can (one flush at the end), then replies `{"type":"flooded","count":N}`. With
 //!   `"pad":P`, each `seq` also carries `"pad"`, a string of P bytes.
@@ -14,6 +16,8 @@
 //! - `{"type":"append","path":P,"ms":M}` replies `{"type":"appending"}`, then for M ms opens P in
 //!   append mode, writes one line and closes it, again and again, without reading stdin; then
 //!   replies `{"type":"appended","count":N}` (or an `error`). On a big file, each open copies it.
+//! - `{"type":"spin","ms":M}` replies `{"type":"spinning"}`, then computes for M ms without a
+//!   pause and without reading stdin (a busy actor); then replies `{"type":"spun","sum":..}`.
 //! - As a consumer, counts `seq` messages and checks each is `n` = previous + 1 (from 1);
 //!   `{"type":"report"}` → `{"type":"report","received":..,"in_order":..,"last":..}`.
 //!
@@ -39,7 +43,8 @@ fn main() {
                     proto::reply_error(&msg, "run needs a string `peer` and a number `rounds`");
                     continue;
                 };
-                let body = match run(&me, peer, rounds) {
+                let limit = msg.body["ms"].as_u64().map(Duration::from_millis);
+                let body = match run(&me, peer, rounds, limit) {
                     Ok(stats) => stats,
                     Err(reason) => json!({"type": "error", "reason": reason}),
                 };
@@ -85,6 +90,11 @@ fn main() {
                     Err(e) => proto::reply_error(&msg, &format!("{path}: {e}")),
                 }
             }
+            "spin" => {
+                proto::reply(&msg, json!({"type": "spinning"}));
+                let period = Duration::from_millis(msg.body["ms"].as_u64().unwrap_or(0));
+                proto::reply(&msg, json!({"type": "spun", "sum": spin(period)}));
+            }
             "report" => proto::reply(
                 &msg,
                 json!({"type": "report", "received": received, "in_order": in_order, "last": last}),
@@ -92,7 +102,7 @@ fn main() {
             other => proto::reply_error(
                 &msg,
                 &format!(
-                    "unknown type {other:?}; known: ping, run, flood, sleep, append, seq, report"
+                    "unknown type {other:?}; known: ping, run, flood, sleep, append, spin, seq, report"
                 ),
             ),
         }
@@ -103,11 +113,15 @@ fn pong(ping: &Message) {
     proto::reply(ping, json!({"type": "pong", "n": ping.body["n"]}));
 }
 
-/// Plays `rounds` round trips with `peer` and returns the `stats` body, or why it stopped.
-fn run(me: &str, peer: &str, rounds: u64) -> Result<Value, String> {
+/// Plays `rounds` round trips with `peer`, or as many as `limit` allows, and returns the `stats`
+/// body, or why it stopped.
+fn run(me: &str, peer: &str, rounds: u64, limit: Option<Duration>) -> Result<Value, String> {
     let mut times = Vec::new();
     let started = Instant::now();
     for k in 1..=rounds {
+        if limit.is_some_and(|limit| started.elapsed() >= limit) {
+            break;
+        }
         let sent = Instant::now();
         proto::send(Outgoing::to(peer, json!({"type": "ping", "n": k})).with_id(&format!("p{k}")));
         let answer = wait_for_reply(&format!("{me}/p{k}"));
@@ -123,12 +137,27 @@ fn run(me: &str, peer: &str, rounds: u64) -> Result<Value, String> {
     times.sort();
     Ok(json!({
         "type": "stats",
-        "rounds": rounds,
+        "rounds": times.len(),
         "p50_us": percentile(&times, 50),
         "p99_us": percentile(&times, 99),
         "max_us": times.last().map_or(0, Duration::as_micros),
-        "per_sec": if elapsed > 0.0 { rounds as f64 / elapsed } else { 0.0 },
+        "per_sec": if elapsed > 0.0 { times.len() as f64 / elapsed } else { 0.0 },
     }))
+}
+
+/// Computes without a pause until `period` has passed: a checksum of a pseudo-random walk, so
+/// that the work cannot be optimised away.
+fn spin(period: Duration) -> u64 {
+    let started = Instant::now();
+    let mut sum = 0u64;
+    while started.elapsed() < period {
+        for _ in 0..10_000 {
+            sum = sum
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+        }
+    }
+    sum
 }
 
 /// Appends a line to `path` (open, write, close) until `period` has passed; returns how many.

@@ -93,6 +93,8 @@ pub struct Host {
     stdin: ChildStdin,
     /// Each line the console printed, with when it was read.
     lines: mpsc::Receiver<(Instant, String)>,
+    /// Replies read while waiting for another, kept for a later wait.
+    unclaimed: Vec<(Instant, String, Value)>,
 }
 
 impl Host {
@@ -127,6 +129,7 @@ impl Host {
             child,
             stdin,
             lines,
+            unclaimed: Vec::new(),
         }
     }
 
@@ -141,21 +144,36 @@ impl Host {
         self.wait_timed(from, kind).1
     }
 
-    /// [`Host::wait`], with the moment the console printed it.
+    /// [`Host::wait`], with the moment the console printed it. Other replies read meanwhile are
+    /// kept for later waits, so two actors' replies may come in either order.
     pub fn wait_timed(&mut self, from: &str, kind: &str) -> (Instant, Value) {
         let head = format!("[{from}] (reply) ");
+        if let Some(k) = self
+            .unclaimed
+            .iter()
+            .position(|(_, line, body)| line.starts_with(&head) && body["type"] == kind)
+        {
+            let (at, _, body) = self.unclaimed.remove(k);
+            return (at, body);
+        }
         loop {
             let (at, line) = self
                 .lines
                 .recv_timeout(PATIENCE)
                 .unwrap_or_else(|_| panic!("no `{kind}` from {from}"));
-            if let Some(body) = line.strip_prefix(&head)
-                && let Ok(body) = serde_json::from_str::<Value>(body)
-            {
+            let Some((_, body)) = line.split_once(" (reply) ") else {
+                continue;
+            };
+            let Ok(body) = serde_json::from_str::<Value>(body) else {
+                continue;
+            };
+            if line.starts_with(&head) {
                 assert_ne!(body["type"], "error", "{from}: {body}");
                 if body["type"] == kind {
                     return (at, body);
                 }
+            } else {
+                self.unclaimed.push((at, line, body));
             }
         }
     }

@@ -14,7 +14,7 @@
 use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -119,6 +119,9 @@ pub struct Sleeper {
     state: AtomicU8,
     /// Set by every poll, cleared by every sweep: a sweep that finds it clear packs.
     polled: AtomicBool,
+    /// How many times the instance has been polled: the epoch callback tells a slice that began
+    /// in this poll from a deadline left by an earlier one.
+    polls: AtomicU64,
     packing: Mutex<Packing>,
     totals: Arc<Totals>,
 }
@@ -189,6 +192,11 @@ impl Totals {
 }
 
 impl Sleeper {
+    /// How many times the instance's future has been polled so far.
+    pub fn polls(&self) -> u64 {
+        self.polls.load(Ordering::Relaxed)
+    }
+
     fn lock(&self) -> MutexGuard<'_, Packing> {
         // A panic while packing leaves the regions as they were or packed, both of which an
         // unpack handles.
@@ -404,6 +412,7 @@ impl Sleepers {
         let sleeper = Arc::new(Sleeper {
             state: AtomicU8::new(AWAKE),
             polled: AtomicBool::new(true),
+            polls: AtomicU64::new(0),
             packing: Mutex::default(),
             totals: self.totals.clone(),
         });
@@ -460,6 +469,7 @@ impl<F: Future> Future for Awake<F> {
         let this = &mut *self;
         this.sleeper.wake(POLLED);
         this.sleeper.polled.store(true, Ordering::Relaxed);
+        this.sleeper.polls.fetch_add(1, Ordering::Relaxed);
         let result = {
             let _polling = Polling::enter(&this.sleeper);
             this.inner.as_mut().poll(cx)
