@@ -198,14 +198,22 @@ fn memory(actors: &Path, figures: &mut Vec<Figure>) {
     let installs: Vec<(&str, &str)> = ids.iter().map(|id| (id.as_str(), "echo")).collect();
     let (_dir, world) = world(actors, &installs);
     // The first run compiles (Cranelift's peak); the next reads the cache, as every later run.
+    let mut idle = 0.0;
     let peaks: Vec<String> = (0..2)
-        .map(|_| {
+        .map(|run| {
             let mut host = Host::start(&world);
             for id in &ids {
                 host.tell(id, json!({"type": "ping"}));
                 host.wait(id, "ping");
             }
             let peak = peak_memory(host.child.id());
+            if run == 1 {
+                let before = cpu_time(host.child.id());
+                std::thread::sleep(IDLE_FOR);
+                // A blocking-pool thread that ends meanwhile takes its count with it.
+                let used = cpu_time(host.child.id()).saturating_sub(before);
+                idle = used.as_secs_f64() / IDLE_FOR.as_secs_f64();
+            }
             host.quit();
             peak
         })
@@ -215,6 +223,29 @@ fn memory(actors: &Path, figures: &mut Vec<Figure>) {
         value: format!("{} / {}", peaks[0], peaks[1]),
         target: "≤ 32 MB",
     });
+    figures.push(Figure {
+        what: format!(
+            "CPU of the host while its 8 actors wait for messages ({} s)",
+            IDLE_FOR.as_secs()
+        ),
+        value: format!("{:.2}% of a core", idle * 100.0),
+        target: "",
+    });
+}
+
+/// How long the idle host's CPU time is measured.
+const IDLE_FOR: Duration = Duration::from_secs(5);
+
+/// The CPU time a process's threads have used so far, as the scheduler counts it (nanoseconds
+/// in `/proc/<pid>/task/*/schedstat`).
+fn cpu_time(pid: u32) -> Duration {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the host's threads");
+    Duration::from_nanos(
+        tasks
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
+            .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+            .sum(),
+    )
 }
 
 /// The peak resident memory of a process, as the kernel counts it.

@@ -9,33 +9,28 @@ pub mod hibernate;
 pub mod memory;
 pub mod network;
 pub mod stdio;
+pub mod ticks;
 pub mod wasi_fs;
 
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use wasmtime::component::{Component, HasData, Linker, ResourceTable};
-use wasmtime::{Config, Engine, ResourceLimiter, Store, UpdateDeadline};
+use wasmtime::{Config, Engine, ResourceLimiter, Store};
 use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi::{I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::fs::Mount;
 use cache::Cache;
-use hibernate::{Awake, Hibernated, Image, Sleeper, Sleepers};
+use hibernate::{Awake, Hibernated, Image, Sleepers};
 use network::{HttpHooks, Network};
 use stdio::{GuestInput, GuestOutput, Stdin, Stdout};
+pub use ticks::EPOCH_TICK;
+use ticks::{Ticker, Ticking, slices};
 use wasi_fs::{FsState, FsView};
-
-/// How often every guest is interrupted so that it yields to the others: one busy actor holds
-/// the world's thread for at most two ticks at a time (see [`Slice`]). With 10 ms ticks and a
-/// plain yield, a round trip between two actors beside a busy one took 40 ms; with this and the
-/// deferred yield of [`slices`], 8 µs at its median and 0.8 ms at its 99th percentile (`cargo
-/// bench --bench routing`).
-pub const EPOCH_TICK: Duration = Duration::from_millis(1);
 
 /// An instance's linear memory when its manifest does not say (DESIGN §11): enough for most
 /// actors, small enough that a runaway allocation loop traps long before the host runs short.
@@ -113,10 +108,12 @@ pub struct Runtime {
     cache: Option<Cache>,
     /// Every instance, for the thread that packs the idle ones.
     sleepers: Arc<Sleepers>,
+    /// Ticks the epoch while guests run.
+    ticker: Arc<Ticker>,
 }
 
 impl Runtime {
-    /// Builds the engine and starts the thread that ticks its epoch every [`EPOCH_TICK`].
+    /// Builds the engine and starts the thread that ticks its epoch while guests run.
     /// Compiled components are kept in `cache_dir` when one is given.
     pub fn new(cache_dir: Option<PathBuf>) -> Result<Arc<Runtime>> {
         let mut config = Config::new();
@@ -136,17 +133,7 @@ impl Runtime {
         let engine = Engine::new(&config)?;
         let linker = link(&engine)?;
 
-        let ticker = engine.weak();
-        std::thread::Builder::new()
-            .name("sausage-epoch".into())
-            .spawn(move || {
-                while let Some(engine) = ticker.upgrade() {
-                    engine.increment_epoch();
-                    drop(engine);
-                    std::thread::sleep(EPOCH_TICK);
-                }
-            })
-            .context("cannot start the epoch thread")?;
+        let ticker = Ticker::start(&engine)?;
         let cache = cache_dir.map(|dir| Cache::new(dir, &engine));
         let sleepers = Arc::new(Sleepers::default());
         Sleepers::start_sweeping(&sleepers).context("cannot start the hibernation thread")?;
@@ -155,6 +142,7 @@ impl Runtime {
             linker,
             cache,
             sleepers,
+            ticker,
         }))
     }
 
@@ -250,7 +238,7 @@ impl Runtime {
             on_running();
             command.wasi_cli_run().call_run(&mut store).await
         };
-        let result = Awake::new(sleeper, run).await;
+        let result = Ticking::new(self.ticker.clone(), Awake::new(sleeper, run)).await;
         let exit = match result {
             Err(_) if store.data().memory.reached => Exit::MemoryLimit(memory_mb),
             Ok(Ok(())) => Exit::Clean,
@@ -270,51 +258,6 @@ impl Runtime {
 }
 
 const MIB: usize = 1 << 20;
-
-/// The epoch callback of an instance: when its slice is over, the guest waits until the
-/// scheduler next looks at I/O (tokio defers `yield_now` until then), so the tasks that are
-/// ready, a message passing from actor to actor, go before a busy guest's next slice rather
-/// than one step of theirs per slice.
-fn slices(
-    sleeper: Arc<Sleeper>,
-) -> impl FnMut(wasmtime::StoreContextMut<'_, Guest>) -> wasmtime::Result<UpdateDeadline>
-+ Send
-+ Sync
-+ 'static {
-    let mut slice = Slice::default();
-    move |_| {
-        Ok(if slice.is_over(sleeper.polls()) {
-            UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now()))
-        } else {
-            UpdateDeadline::Continue(1)
-        })
-    }
-}
-
-/// When a guest's slice is over. A deadline is an epoch, set when a slice begins, and one may
-/// pass while the instance waits (for a message, say): that is no slice at all. So the first
-/// tick seen in a poll that did not begin with the guest's own yield starts a slice, and a guest
-/// woken after a pause runs on instead of yielding at once. A slice lasts one or two ticks
-/// ([`EPOCH_TICK`]).
-#[derive(Default)]
-struct Slice {
-    /// The poll in which the current slice began.
-    began: Option<u64>,
-}
-
-impl Slice {
-    /// At a tick seen during the instance's `poll`th poll: whether the guest yields now.
-    fn is_over(&mut self, poll: u64) -> bool {
-        if self.began == Some(poll) {
-            // The yield resumes in the next poll, where the next slice begins.
-            self.began = Some(poll + 1);
-            true
-        } else {
-            self.began = Some(poll);
-            false
-        }
-    }
-}
 
 /// The store limiter of one instance: its linear memory may not grow past `bytes`. Growing
 /// past it is an error, which traps the guest at once (rather than `memory.grow` returning
@@ -440,27 +383,4 @@ fn link(engine: &Engine) -> Result<Linker<Guest>> {
     })?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(l)?;
     Ok(linker)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Slice;
-
-    #[test]
-    fn a_slice_begins_at_the_first_tick_of_a_poll_and_ends_at_the_next() {
-        let mut slice = Slice::default();
-        // The first tick ever, and the first after a pause (polls 1 and 7): the deadline was
-        // left by an earlier poll, so the guest runs on.
-        assert!(!slice.is_over(1));
-        assert!(
-            slice.is_over(1),
-            "a whole tick of running in one poll ends the slice"
-        );
-        // It resumes in poll 2 with a fresh slice: the next tick ends it.
-        assert!(slice.is_over(2));
-        assert!(slice.is_over(3));
-        // It waited for a message, then is polled again (poll 7; polls 4 to 6 were short).
-        assert!(!slice.is_over(7));
-        assert!(slice.is_over(7));
-    }
 }
