@@ -73,6 +73,16 @@ impl ActorLog {
         if len > 0 && len + bytes.len() as u64 > STDERR_LOG_LIMIT {
             let mut older = self.path.clone().into_os_string();
             older.push(".1");
+            // The older log is moved aside rather than replaced: a rename over a file makes
+            // ext4 start writing the renamed one out and free the replaced one's blocks, both
+            // at once, milliseconds on the world's thread. It is removed on the blocking pool.
+            let dir = self.path.parent().unwrap_or(Path::new("."));
+            let aside = crate::fs::temporary_path(dir);
+            match std::fs::rename(&older, &aside) {
+                Ok(()) => remove_aside(aside),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
             std::fs::rename(&self.path, older)?;
             *rotations += 1;
             self.reopen(*rotations)?;
@@ -92,6 +102,18 @@ impl ActorLog {
         let len = file.metadata()?.len();
         self.file = Some((file, rotations));
         Ok(len)
+    }
+}
+
+/// Removes a log moved aside by a rotation, on tokio's blocking pool when there is one (a
+/// failure leaves a temporary, which the start after a crash removes).
+fn remove_aside(path: PathBuf) {
+    let remove = move || {
+        let _ = std::fs::remove_file(path);
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => drop(runtime.spawn_blocking(remove)),
+        Err(_) => remove(),
     }
 }
 

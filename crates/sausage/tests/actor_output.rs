@@ -93,4 +93,12 @@ fn a_stderr_flood_rotates_the_log_and_keeps_the_newest_lines() {
         "{}",
         &log[log.len() - 300..]
     );
+    // Each rotation moved the older log aside and removed it on the blocking pool: nothing of
+    // it stays in the actor's folder.
+    let folder = world.path("actor/crasher");
+    eventually("the older logs moved aside to be removed", || {
+        std::fs::read_dir(&folder)
+            .unwrap()
+            .all(|entry| !sausage::fs::is_temporary_name(&entry.unwrap().file_name()))
+    });
 }

@@ -116,14 +116,20 @@ pub fn is_temporary_name(name: &OsStr) -> bool {
         .starts_with(TEMPORARY_PREFIX.as_bytes())
 }
 
+/// A new temporary name in `dir`, unique within this run (it carries the process's id, so a
+/// later start's walk removes what is left of it after a crash).
+pub fn temporary_path(dir: &Path) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    dir.join(format!("{TEMPORARY_PREFIX}{}-{n}", std::process::id()))
+}
+
 /// Creates a new, empty temporary file in `dir` (opened for reading and writing) and returns it
 /// with its path. The name is unique: `create_new` refuses to reuse a leftover.
 fn create_temporary(dir: &Path) -> io::Result<(std::fs::File, PathBuf)> {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
     let mut last_error = None;
     for _ in 0..TEMPORARY_NAME_ATTEMPTS {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path = dir.join(format!("{TEMPORARY_PREFIX}{}-{n}", std::process::id()));
+        let path = temporary_path(dir);
         match std::fs::OpenOptions::new()
             .read(true)
             .write(true)
