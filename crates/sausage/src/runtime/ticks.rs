@@ -37,14 +37,14 @@ const IDLE_CHECK: Duration = Duration::from_secs(1);
 /// The epoch's ticker, shared by the thread that ticks and every instance's future.
 #[derive(Default)]
 pub struct Ticker {
-    /// Guest polls under way (one at a time on the world's thread; more in a test process with
-    /// several runtimes on one engine's thread pool).
+    /// Guest polls under way (one at a time on the world's thread; several where instances run
+    /// on a multi-threaded tokio runtime, as some tests do).
     polling: AtomicUsize,
     /// Set by every poll, cleared by every tick: whether a guest ran since the last tick.
     polled: AtomicBool,
     /// The ticker sleeps (or is about to): the next poll wakes it.
     asleep: AtomicBool,
-    /// Ticks so far.
+    /// Ticks so far (what a test of the ticker watches; the engine's epoch is private).
     ticks: AtomicU64,
     thread: OnceLock<Thread>,
 }
