@@ -30,7 +30,7 @@ pub const MESSAGE_ID_BLOCK: u64 = 100_000;
 
 /// Size at which an actor's `stderr.log` is rotated (DESIGN §11), so an actor that floods its
 /// stderr cannot fill the disk. When an append would take the log past it, `stderr.log` is
-/// renamed to `stderr.log.1` (replacing the one before) and a new `stderr.log` starts with that
+/// renamed to `stderr.log.1` (the one before is removed) and a new `stderr.log` starts with that
 /// append: the newest 10 to 20 MiB are kept, the older half in `stderr.log.1`, and `stderr.log`
 /// stays within the limit (an append is at most a guest's write chunk or one note). The guest's
 /// stderr and the host's `[sausage]` notes both go through [`ActorLog::append`].
