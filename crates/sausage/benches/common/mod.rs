@@ -148,12 +148,11 @@ impl Host {
     /// kept for later waits, so two actors' replies may come in either order.
     pub fn wait_timed(&mut self, from: &str, kind: &str) -> (Instant, Value) {
         let head = format!("[{from}] (reply) ");
-        if let Some(k) = self
-            .unclaimed
-            .iter()
-            .position(|(_, line, body)| line.starts_with(&head) && body["type"] == kind)
-        {
+        if let Some(k) = self.unclaimed.iter().position(|(_, line, body)| {
+            line.starts_with(&head) && (body["type"] == kind || body["type"] == "error")
+        }) {
             let (at, _, body) = self.unclaimed.remove(k);
+            assert_ne!(body["type"], "error", "{from}: {body}");
             return (at, body);
         }
         loop {
