@@ -43,7 +43,16 @@ fn main() {
                     proto::reply_error(&msg, "run needs a string `peer` and a number `rounds`");
                     continue;
                 };
-                let limit = msg.body["ms"].as_u64().map(Duration::from_millis);
+                let limit = match &msg.body["ms"] {
+                    Value::Null => None,
+                    ms => match ms.as_u64() {
+                        Some(ms) => Some(Duration::from_millis(ms)),
+                        None => {
+                            proto::reply_error(&msg, "run's `ms`, when given, must be a number");
+                            continue;
+                        }
+                    },
+                };
                 let body = match run(&me, peer, rounds, limit) {
                     Ok(stats) => stats,
                     Err(reason) => json!({"type": "error", "reason": reason}),
@@ -91,9 +100,13 @@ fn main() {
                 }
             }
             "spin" => {
+                let Some(ms) = msg.body["ms"].as_u64() else {
+                    proto::reply_error(&msg, "spin needs a number `ms`");
+                    continue;
+                };
                 proto::reply(&msg, json!({"type": "spinning"}));
-                let period = Duration::from_millis(msg.body["ms"].as_u64().unwrap_or(0));
-                proto::reply(&msg, json!({"type": "spun", "sum": spin(period)}));
+                let sum = spin(Duration::from_millis(ms));
+                proto::reply(&msg, json!({"type": "spun", "sum": sum}));
             }
             "report" => proto::reply(
                 &msg,
