@@ -1,18 +1,20 @@
-//! What a turn may make happen (DESIGN §13, tiers), decided in code before a tool runs, never by
-//! the model's judgement. A turn acts for one [`Who`]: the person it answers (in a room, the
-//! one who spoke) with their tier, or an actor with a guest's rights. A refusal is the tool's
-//! output, starting `refused: `, and nothing of the call has happened.
+//! What a turn may make happen (DESIGN §13, tiers; §18, authority), decided in code before a
+//! tool runs, never by the model's judgement. A turn acts for one [`Who`]: the person it answers
+//! (in a room, the one who spoke) with their tier; in an actor's conversation the actor's owner
+//! with the owner's tier, as the broker named them (a guest's rights when it named nobody).
+//! A refusal is the tool's output, starting `refused: `, and nothing of the call has happened.
 //!
 //! | tier   | files                                   | messages                                   |
 //! | ------ | --------------------------------------- | ------------------------------------------ |
-//! | guest  | read                                    | talk; `broker` only `list`; no `cargo`, `scheduler` |
+//! | guest  | read                                    | only `list` to `broker`; nothing to actors, `cargo`, `scheduler` |
 //! | member | read; write only `/data/work/<person>/` | builds; `spawn` (owned by them); changes to actors `list` says they own |
 //! | owner  | everything                              | everything                                 |
 //!
 //! For every tier, reading or writing another conversation's files (`/data/people/<other>/`,
 //! `/data/rooms/<room without them>/`, `/data/actors/`, the agent's own state files) is refused,
 //! and so is searching, copying or removing a folder that holds them (such as `/data`); config
-//! and spending are for owners.
+//! and spending are for owners. The `source` and `wasm` of a request to `broker` or `cargo` are
+//! judged as reads of the whole folder, and must lie under `/data`, `/actor` or `/public`.
 //! **Invariant:** a refused request never reaches its recipient; paths are judged after
 //! normalising (`.`, `..`, `//`, trailing `/`).
 
@@ -27,10 +29,14 @@ use crate::host::Incoming;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Who {
     pub conversation: Conversation,
-    /// The person the turn acts for (in a room: the speaker); `None` for an actor's messages.
+    /// The person the turn acts for (in a room: the speaker; in an actor's conversation: its
+    /// owner); `None` when the turn acts for nobody.
     pub person: Option<String>,
     pub tier: Tier,
 }
+
+/// The host's own actor, which answers requests and reports undeliverable messages.
+const BROKER: &str = "broker";
 
 /// Native actors: the host's own, which no member may stop, upgrade or remove.
 const NATIVE: &[&str] = &["broker", "console", "cargo", "web", "scheduler", "matrix"];
@@ -63,6 +69,11 @@ const STATE_FILES: &[&str] = &[
 /// The agent's files that only owners read: its configuration and the world's spending.
 const OWNER_FILES: &[&str] = &["config.json", "spend.json"];
 
+/// The folders of the agent's namespace a `source` or `wasm` may name: its data, the actors'
+/// public files and sources, and the world's public files. Any other path would be resolved by
+/// the host somewhere no turn may read, so it is refused before it is sent.
+const SOURCE_ROOTS: &[&str] = &["/data", "/actor", "/public"];
+
 /// What a `send_message` may do.
 #[derive(Debug, PartialEq)]
 pub enum Send {
@@ -82,7 +93,7 @@ impl Who {
              done.",
             match &self.person {
                 Some(person) => format!("you act for {person}, who is"),
-                None => "this conversation is an actor's, which is".into(),
+                None => "this conversation is an actor's that acts for nobody, so it is".into(),
             }
         )
     }
@@ -216,7 +227,7 @@ impl Who {
         for key in ["source", "wasm"] {
             if let Some(path) = body[key].as_str()
                 && matches!(to, "broker" | "cargo")
-                && let Err(refusal) = self.may_read(data, &normalise(Path::new(path)), true)
+                && let Err(refusal) = self.may_name_source(data, key, path)
             {
                 return Send::Refuse(refusal);
             }
@@ -227,9 +238,10 @@ impl Who {
             ("broker", Tier::Guest) => Send::Refuse(self.guest_refusal(&format!(
                 "ask the broker for `{kind}` (a guest may send it only `list`)"
             ))),
-            ("cargo" | "scheduler", Tier::Guest) => {
-                Send::Refuse(self.guest_refusal(&format!("send to {to}")))
-            }
+            (_, Tier::Guest) => Send::Refuse(self.guest_refusal(&format!(
+                "send messages to actors (here to {to}); a guest's turn only talks with its \
+                 person and may ask the broker for `list`"
+            ))),
             ("broker", Tier::Member) => self.member_request(kind, body),
             ("broker", Tier::Owner) if kind == "spawn" && body["owner"].is_null() => {
                 match &self.person {
@@ -239,6 +251,24 @@ impl Who {
             }
             _ => Send::Allow,
         }
+    }
+
+    /// Whether the `key` (`source` or `wasm`) of a request may name `path`: an absolute path
+    /// under [`SOURCE_ROOTS`] that this turn may read with everything below it.
+    fn may_name_source(&self, data: &Path, key: &str, path: &str) -> Result<(), String> {
+        let normal = normalise(Path::new(path));
+        let rooted = path.starts_with('/')
+            && SOURCE_ROOTS
+                .iter()
+                .any(|root| normal.starts_with(Path::new(root)));
+        if !rooted {
+            return Err(format!(
+                "refused: `{key}` is {path}, but it must be an absolute path under {}, which \
+                 this turn may read (such as /data/work/<person>/<crate>). Nothing was sent.",
+                SOURCE_ROOTS.join(", ")
+            ));
+        }
+        self.may_read(data, &normal, true)
     }
 
     fn member_request(&self, kind: &str, body: &Value) -> Send {
@@ -311,8 +341,9 @@ impl Who {
     pub fn prompt_section(&self, data: &Path) -> String {
         let rights = match self.tier {
             Tier::Guest => {
-                "a guest: you may talk and read; writing files, builds (cargo), the broker's \
-                 requests other than list, goals and notes are refused by your tools"
+                "a guest: you may talk and read; writing files, builds (cargo), messages to \
+                 actors, the broker's requests other than list, goals and notes are refused by \
+                 your tools"
             }
             Tier::Member => {
                 "a member: you may also build with cargo, spawn actors (they are owned by this \
@@ -338,10 +369,18 @@ impl Who {
                     members.join(", ")
                 )
             }
-            Conversation::Actor(actor) => format!(
-                "This conversation is with the actor {actor}, whose messages speak for no \
-                 person: it has a guest's rights, {rights}."
-            ),
+            Conversation::Actor(actor) => match &self.person {
+                Some(owner) => format!(
+                    "This conversation is with the actor {actor}, which acts for its owner \
+                     {owner}: you act with {owner}'s rights, and {owner} is {rights}. Its \
+                     messages are the actor's, not {owner}'s own words; {owner}'s private \
+                     conversation and memory stay out of it."
+                ),
+                None => format!(
+                    "This conversation is with the actor {actor}, which acts for nobody, so you \
+                     act as {rights}."
+                ),
+            },
             Conversation::Legacy => "This turn began before the agent knew people; it finishes \
                 with an owner's rights."
                 .to_string(),
@@ -359,6 +398,37 @@ pub fn may_answer(data: &Path, conversation: &Conversation, reply: &Incoming) ->
         (Conversation::Room(room), Some(from)) => Room::member_of(data, room, from).is_ok(),
         (Conversation::Actor(actor), None) => *actor == reply.from,
         _ => false,
+    }
+}
+
+/// Whether `reply` may end a wait for the reply to a message sent to `to`: only that actor
+/// answers for itself, and the broker (the host) may answer for any message it could not
+/// deliver or refused. Anyone else's message naming the same id is not the reply.
+pub fn is_reply_of(to: &str, reply: &Incoming) -> bool {
+    reply.from == to || reply.from == BROKER
+}
+
+/// Why an `answer` that no open question took is refused, in words its sender can act on.
+/// `open`: the question waiting now (the id its answer names, and its conversation).
+pub fn answer_refusal(open: Option<(&str, &Conversation)>, answer: &Incoming) -> String {
+    let named = answer.reply_to.as_deref().unwrap_or_default();
+    match open {
+        _ if named.is_empty() => "refused: an answer names the question it answers in \
+            `reply_to` (the question's id); this one names none, so it was not taken"
+            .to_string(),
+        Some((id, conversation)) if id == named => {
+            let whose = match conversation {
+                Conversation::Person(person) => format!("only {person} answers it"),
+                Conversation::Room(room) => format!("only a member of room `{room}` answers it"),
+                Conversation::Actor(actor) => format!("only actor {actor} answers it"),
+                Conversation::Legacy => "it has its own asker".to_string(),
+            };
+            format!("refused: question {named} was not put to you; {whose}. Nothing changed.")
+        }
+        _ => format!(
+            "refused: {named} is no open question of yours (it was answered, timed out or \
+             never asked), so this answer was not taken; answer a question while it waits"
+        ),
     }
 }
 
@@ -519,16 +589,20 @@ mod tests {
             guest.send(data, "cargo", &json!({"type": "build"})),
             Send::Refuse(_)
         ));
-        assert_eq!(
-            guest.send(data, "echo", &json!({"type": "hi"})),
-            Send::Allow
+        let Send::Refuse(refusal) = guest.send(data, "echo", &json!({"type": "hi"})) else {
+            panic!("a guest's turn sends nothing to actors");
+        };
+        assert!(
+            refusal.contains("messages to actors (here to echo)"),
+            "{refusal}"
         );
         let member = ann(Tier::Member);
         let Send::Rewritten(body) = member.send(data, "broker", &spawn) else {
             panic!("a member's spawn is owned by them");
         };
         assert_eq!(body["owner"], "ann");
-        let upgrade = |actor: &str| json!({"type": "upgrade", "actor": actor, "wasm": "/x.wasm"});
+        let upgrade =
+            |actor: &str| json!({"type": "upgrade", "actor": actor, "wasm": "/actor/c/x.wasm"});
         assert_eq!(
             member.send(data, "broker", &upgrade("notes")),
             Send::IfOwned("notes".into())

@@ -134,6 +134,9 @@ pub struct Config {
     pub max_turn_usd: f64,
     /// An owner's daily cap.
     pub max_day_usd: f64,
+    /// The world's daily cap over all turns together, whoever pays (DESIGN §18); `max_day_usd`
+    /// when the file names none.
+    pub max_world_day_usd: f64,
     /// A guest's and a member's daily caps (`tier_day_usd`: `{"guest","member"}`).
     pub guest_day_usd: f64,
     pub member_day_usd: f64,
@@ -146,7 +149,8 @@ fn not_configured(problem: &str) -> String {
     format!(
         "I am not configured yet: {problem}. /data/config.json needs api (\"openai-responses\", \
          \"anthropic-messages\" or \"openai-chat\"), base_url (such as \"https://api.openai.com\") \
-         and model; reasoning_effort, max_tokens, max_turn_usd, max_day_usd, tier_day_usd, \
+         and model; reasoning_effort, max_tokens, max_turn_usd, max_day_usd, \
+         max_world_day_usd, tier_day_usd, \
          context_window and prices are optional. The host keeps the token. Run `sausage init` to create a world with \
          them, or write the file into the agent's data folder."
     )
@@ -230,6 +234,7 @@ fn parse(value: &Value) -> Result<Config, String> {
                 ))
             })?,
     };
+    let max_day_usd = usd("max_day_usd", DEFAULT_MAX_DAY_USD)?;
     Ok(Config {
         api,
         base_url: text("base_url")
@@ -242,7 +247,8 @@ fn parse(value: &Value) -> Result<Config, String> {
         reasoning_effort: text("reasoning_effort").map(str::to_string),
         max_tokens,
         max_turn_usd: usd("max_turn_usd", DEFAULT_MAX_TURN_USD)?,
-        max_day_usd: usd("max_day_usd", DEFAULT_MAX_DAY_USD)?,
+        max_day_usd,
+        max_world_day_usd: usd("max_world_day_usd", max_day_usd)?,
         guest_day_usd: tier_usd("guest", DEFAULT_GUEST_DAY_USD)?,
         member_day_usd: tier_usd("member", DEFAULT_MEMBER_DAY_USD)?,
         context_window,
@@ -316,6 +322,18 @@ mod tests {
         assert!(error.contains("lacks base_url."), "{error}");
         assert!(error.contains("The host keeps the token"), "{error}");
         assert!(error.contains("sausage init"), "{error}");
+    }
+
+    #[test]
+    fn the_worlds_day_cap_is_the_owners_unless_named() {
+        let base = json!({"api": "openai-chat", "base_url": "u", "model": "m", "max_day_usd": 7.0});
+        assert_eq!(parse(&base).unwrap().max_world_day_usd, 7.0);
+        let mut named = base.clone();
+        named["max_world_day_usd"] = json!(40.0);
+        assert_eq!(parse(&named).unwrap().max_world_day_usd, 40.0);
+        named["max_world_day_usd"] = json!(-1);
+        let error = parse(&named).unwrap_err();
+        assert!(error.contains("max_world_day_usd is -1"), "{error}");
     }
 
     #[test]

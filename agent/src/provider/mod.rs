@@ -576,6 +576,7 @@ fn test_config(api: Api) -> Config {
         price: None,
         max_turn_usd: crate::config::DEFAULT_MAX_TURN_USD,
         max_day_usd: crate::config::DEFAULT_MAX_DAY_USD,
+        max_world_day_usd: crate::config::DEFAULT_MAX_DAY_USD,
         guest_day_usd: crate::config::DEFAULT_GUEST_DAY_USD,
         member_day_usd: crate::config::DEFAULT_MEMBER_DAY_USD,
         context_window: crate::config::DEFAULT_CONTEXT_WINDOW,

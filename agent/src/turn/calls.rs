@@ -1,13 +1,15 @@
 //! The tools the turn runs itself, because they need its mailbox or its state: `send_message`
-//! (with the member's ownership check), `wait_for_messages`, `ask`, `plan`, `note`, `remember`
+//! (with the member's ownership check, `"as"` for the turn's person, and replies taken only
+//! from the actor asked), `wait_for_messages`, `ask`, `plan`, `note`, `remember`
 //! and `forget`; and [`Agent::call`], which lets `access` refuse a call before any tool runs.
 //! **Invariant:** a refused call has sent nothing and written nothing.
 
 use super::*;
 
-/// The native actor that sends messages later (DESIGN §15): the one recipient the agent
-/// names a person to, by `"as"`.
-const SCHEDULER: &str = "scheduler";
+/// The actors that act for a person (DESIGN §18): what the agent sends them for a turn's
+/// person carries `"as"`, so the host checks it against that person's tier too, and a schedule
+/// made in a person's conversation is theirs (DESIGN §15).
+const SPEAK_FOR_PERSON: &[&str] = &["broker", "cargo", "scheduler"];
 
 impl<H: Host> Agent<H> {
     /// Runs one tool call; `None` when a shutdown came while it waited.
@@ -73,9 +75,13 @@ impl<H: Host> Agent<H> {
         name: &str,
         arguments: &Value,
     ) -> String {
-        let Some(person) = turn.who().person else {
-            return "error: this conversation speaks for no person, so there is no one's memory \
-                    to change"
+        let who = turn.who();
+        let (Some(person), false) = (
+            who.person,
+            matches!(who.conversation, Conversation::Actor(_)),
+        ) else {
+            return "error: this conversation is an actor's, not a person's, so there is no one's \
+                    memory to change here; the person changes it in their own conversation"
                 .into();
         };
         match (name, &arguments["text"]) {
@@ -132,6 +138,7 @@ impl<H: Host> Agent<H> {
             seconds,
             question: true,
             until: Some(unix_seconds(self.host.now()) + seconds),
+            to: None,
         });
         // Saved before asking: a restart goes on waiting for this very question.
         self.save(history, turn);
@@ -142,7 +149,7 @@ impl<H: Host> Agent<H> {
         // In a room every member sees the question, under the same id, and any of them answers.
         self.tell_with_id(turn, body, Some(id));
         let asked = turn.conversation.clone();
-        let awaited = self.await_reply(&published, seconds, Some(&asked));
+        let awaited = self.await_reply(&published, seconds, Expected::PeopleOf(&asked));
         let output = answer_words(awaited, &published)?;
         turn.waiting = None;
         Some(output)
@@ -208,6 +215,7 @@ impl<H: Host> Agent<H> {
                 seconds,
                 question: false,
                 until: None,
+                to: Some(to.to_string()),
             });
         }
         // Saved before sending: a restart must neither reuse the id nor forget the wait.
@@ -219,9 +227,13 @@ impl<H: Host> Agent<H> {
             let noted = self.subscriptions.set(&self.data, publisher, asking);
             self.report(noted);
         }
-        // What the agent asks the scheduler in a person's conversation is that person's: the
-        // schedule is theirs and fires as their own message. Nothing else speaks for anyone.
-        let speaks_for = who.person.clone().filter(|_| to == SCHEDULER);
+        // What the agent asks the broker, cargo or the scheduler for a person is that person's
+        // request; no message to any other actor speaks for anyone.
+        let speaks_for = who
+            .person
+            .clone()
+            .filter(|_| SPEAK_FOR_PERSON.contains(&to));
+        self.remember_sent(&published, to);
         self.host.send(&Outgoing {
             to: Some(to.to_string()),
             id: Some(id),
@@ -232,7 +244,7 @@ impl<H: Host> Agent<H> {
         if seconds == 0 {
             return Some(format!("sent as {published}"));
         }
-        let output = match self.await_reply(&published, seconds, None) {
+        let output = match self.await_reply(&published, seconds, Expected::Actor(to)) {
             Awaited::Reply(reply) => reply.to_line(),
             Awaited::TimedOut => format!(
                 "sent as {published}; no reply came within {seconds} s (it may still come: use \
@@ -247,14 +259,34 @@ impl<H: Host> Agent<H> {
         Some(output)
     }
 
-    /// Waits for the message whose `reply_to` is `reply_to` (for a question of a conversation,
-    /// from one of its people); the others are kept. A `stop` for the turn ends the wait.
+    /// Records that the message `published` went to `to`, so that only its reply is taken.
+    pub(super) fn remember_sent(&mut self, published: &str, to: &str) {
+        let sent = &mut self.inbox.sent;
+        if sent.len() >= MAX_REMEMBERED_SENDS {
+            sent.remove(0);
+        }
+        sent.push((published.to_string(), to.to_string()));
+        self.save_inbox();
+    }
+
+    /// Waits for the message whose `reply_to` is `reply_to` from whom `expected` names (the
+    /// actor asked, or for a question one of its conversation's people); the others are kept
+    /// (or refused, see `keep`). A `stop` for the turn ends the wait.
     pub(super) fn await_reply(
         &mut self,
         reply_to: &str,
         seconds: u64,
-        question_of: Option<&Conversation>,
+        expected: Expected,
     ) -> Awaited {
+        if let Expected::PeopleOf(conversation) = expected {
+            self.asking = Some((reply_to.to_string(), conversation.clone()));
+        }
+        let awaited = self.await_from(reply_to, seconds, expected);
+        self.asking = None;
+        awaited
+    }
+
+    fn await_from(&mut self, reply_to: &str, seconds: u64, expected: Expected) -> Awaited {
         let deadline = Instant::now() + Duration::from_secs(seconds);
         loop {
             if self.stop_asked {
@@ -264,7 +296,11 @@ impl<H: Host> Agent<H> {
             match self.host.receive(Some(left)) {
                 Event::Message(m)
                     if m.reply_to.as_deref() == Some(reply_to)
-                        && question_of.is_none_or(|c| access::may_answer(&self.data, c, &m)) =>
+                        && match expected {
+                            Expected::Actor(to) => access::is_reply_of(to, &m),
+                            Expected::PeopleOf(c) => access::may_answer(&self.data, c, &m),
+                            Expected::Anyone => true,
+                        } =>
                 {
                     return Awaited::Reply(m);
                 }

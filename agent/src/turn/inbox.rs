@@ -1,7 +1,10 @@
 //! What arrives outside a wait: texts queued for their turns (if their sender may have one),
 //! the requests about the agent itself (stop, goals, conversation, rooms, memory), answered at
-//! once, and every other message kept for its conversation in `inbox.json`.
-//! **Invariant:** a kept message is shown only in the conversation it belongs to.
+//! once, and every other message kept for its conversation in `inbox.json`. An `answer` no open
+//! question took is refused to its sender, and a reply to the agent's message from an actor it
+//! did not go to is dropped (DESIGN §18, bound answers).
+//! **Invariant:** a kept message is shown only in the conversation it belongs to; a refused
+//! answer changes nothing, on disk neither.
 
 use super::*;
 
@@ -11,6 +14,27 @@ impl<H: Host> Agent<H> {
     /// Requests about the agent itself (stop, goals, conversation, rooms, memory) are answered
     /// instead of kept.
     pub(super) fn keep(&mut self, message: Incoming) {
+        if message.kind() == "answer" {
+            // An open question's answer ended its wait before coming here: this one is not it.
+            let open = self.asking.as_ref().map(|(id, c)| (id.as_str(), c));
+            let reason = access::answer_refusal(open, &message);
+            eprintln!(
+                "agent: an answer from {} is not taken: {reason}",
+                message.from
+            );
+            let body = json!({"type": "error", "request": "answer", "reason": reason});
+            return self.reply(&message, body);
+        }
+        if let Some(to) = self.sent_to(&message)
+            && !access::is_reply_of(&to, &message)
+        {
+            eprintln!(
+                "agent: {} replied to {}, which went to {to}; dropped",
+                message.from,
+                message.reply_to.as_deref().unwrap_or_default()
+            );
+            return;
+        }
         let heard = self.surfaces.heard(&self.data, &message);
         self.report(heard);
         match message.kind() {
@@ -50,6 +74,17 @@ impl<H: Host> Agent<H> {
             self.keep_note(message, conversation);
         }
         self.save_inbox();
+    }
+
+    /// The actor the agent's message that `message` replies to went to, if it is remembered.
+    fn sent_to(&self, message: &Incoming) -> Option<String> {
+        let reply_to = message.reply_to.as_deref()?;
+        self.inbox
+            .sent
+            .iter()
+            .rev()
+            .find(|(id, _)| id == reply_to)
+            .map(|(_, to)| to.clone())
     }
 
     /// Keeps `message` for `conversation`, at most [`MAX_KEPT_NOTES`] of them.
@@ -247,7 +282,8 @@ impl<H: Host> Agent<H> {
             return;
         }
         let path = self.file("inbox.json");
-        if self.inbox.notes.is_empty() && self.inbox.turns.is_empty() {
+        if self.inbox.notes.is_empty() && self.inbox.turns.is_empty() && self.inbox.sent.is_empty()
+        {
             if path.exists() {
                 self.report(
                     std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display())),

@@ -85,6 +85,15 @@ const NOT_RUN: &str = "not run: the turn ended before this call";
 /// it; without an answer the change is not sent.
 const OWNER_CHECK_SECONDS: u64 = 10;
 
+/// How long a turn of an actor's conversation waits for the broker to say whom the actor acts
+/// for (DESIGN §18); without an answer the turn has a guest's rights, and the model is told so.
+pub const PRINCIPAL_WAIT_SECONDS: u64 = 10;
+
+/// The most recipients of the agent's own messages remembered (in `inbox.json`), so that a late
+/// reply is taken only from the actor it was sent to. Past it the oldest is forgotten, and a
+/// reply to it is judged like any message.
+pub const MAX_REMEMBERED_SENDS: usize = 256;
+
 /// The most messages kept for one conversation until its next turn: an actor that publishes
 /// forever to a conversation that never speaks must not grow `inbox.json` without end. Past it,
 /// the oldest is dropped (with a line on stderr).
@@ -130,6 +139,63 @@ pub struct SavedTurn {
     /// How the model ended a goal's round with `goal_status`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub round_end: Option<RoundEnd>,
+    /// In an actor's conversation: whom the broker said the actor acts for, asked before the
+    /// first step and kept, so a resumed turn has the same rights and payer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<Principal>,
+}
+
+/// Whom an actor acts for (DESIGN §18), as the broker answered `{"type":"principal"}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Principal {
+    /// Its owner and the owner's tier (`owner`, `member` or `guest`).
+    Person { person: String, tier: String },
+    /// It acts for nobody, or the broker did not say: why, in words for the model.
+    Nobody { why: String },
+}
+
+impl Principal {
+    /// The person and their tier; an unknown tier counts as a guest's.
+    fn person(&self) -> Option<(String, Tier)> {
+        let Principal::Person { person, tier } = self else {
+            return None;
+        };
+        let tier = match tier.as_str() {
+            "owner" => Tier::Owner,
+            "member" => Tier::Member,
+            _ => Tier::Guest,
+        };
+        Some((person.clone(), tier))
+    }
+
+    /// The broker's answer about `actor`, or why it names nobody.
+    fn of_reply(actor: &str, reply: &Incoming) -> Principal {
+        let body = &reply.body;
+        let nobody = |why: String| Principal::Nobody { why };
+        match (
+            body["type"].as_str(),
+            body["person"].as_str(),
+            body["tier"].as_str(),
+        ) {
+            (Some("principal"), Some(person), Some(tier))
+                if body["actor"] == actor && valid_id(person) =>
+            {
+                Principal::Person {
+                    person: person.to_string(),
+                    tier: tier.to_string(),
+                }
+            }
+            (Some("error"), _, _) => nobody(format!(
+                "the broker says actor {actor} acts for nobody: {}",
+                body["reason"].as_str().unwrap_or("it gave no reason")
+            )),
+            _ => nobody(format!(
+                "the broker's answer about actor {actor} named no person: {}",
+                shorten(&body.to_string(), STEP_DESCRIPTION_CHARS)
+            )),
+        }
+    }
 }
 
 /// A round's end as the model gave it with `goal_status`.
@@ -157,15 +223,20 @@ impl SavedTurn {
             goal: None,
             plan: Value::Null,
             round_end: None,
+            principal: None,
         }
     }
 
     /// Who the turn acts for: the person who spoke, with their tier; an actor's conversation
-    /// has a guest's rights; a turn from before people had an owner's (that agent had no tiers).
+    /// acts for the actor's owner with the owner's tier (a guest's rights when the broker named
+    /// nobody); a turn from before people had an owner's (that agent had no tiers).
     pub fn who(&self) -> Who {
         let (person, tier) = match self.conversation {
             Conversation::Legacy => (None, Tier::Owner),
-            Conversation::Actor(_) => (None, Tier::Guest),
+            Conversation::Actor(_) => match self.principal.as_ref().and_then(Principal::person) {
+                Some((person, tier)) => (Some(person), tier),
+                None => (None, Tier::Guest),
+            },
             _ => (self.message.person.clone(), self.message.tier()),
         };
         Who {
@@ -175,10 +246,15 @@ impl SavedTurn {
         }
     }
 
+    /// Who pays: the person the turn acts for (an actor's owner included); an actor that acts
+    /// for nobody pays from its own (guest's) day.
     fn payer(&self) -> Payer {
         match (&self.conversation, &self.message.person) {
             (Conversation::Legacy, _) => Payer::World,
-            (Conversation::Actor(actor), _) => Payer::Actor(actor.clone()),
+            (Conversation::Actor(actor), _) => match self.who().person {
+                Some(owner) => Payer::Person(owner),
+                None => Payer::Actor(actor.clone()),
+            },
             (_, Some(person)) => Payer::Person(person.clone()),
             (_, None) => Payer::Actor(self.message.from.clone()),
         }
@@ -198,6 +274,10 @@ pub struct Waiting {
     /// When the wait ends, in seconds since 1970 (the wall clock, so a restart keeps it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub until: Option<u64>,
+    /// The actor a `send_message` was sent to: only its reply (or the broker's) ends the wait.
+    /// `None` for a question, and in a turn saved before this was kept (then any reply does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
 }
 
 /// Messages kept for later, as `inbox.json` keeps them.
@@ -209,6 +289,10 @@ struct Inbox {
     /// Texts waiting for their turn, served round-robin by sender (`fairness`).
     #[serde(default)]
     turns: Vec<Incoming>,
+    /// The agent's latest messages as (the id a reply names, the actor it went to), at most
+    /// [`MAX_REMEMBERED_SENDS`]: a reply from anyone else is not taken.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    sent: Vec<(String, String)>,
 }
 
 /// A message kept for a conversation: `{...the message, "conversation"}`.
@@ -236,6 +320,17 @@ struct Recipient {
 pub enum Flow {
     Continue,
     Stop,
+}
+
+/// Whose message ends a wait for a reply.
+#[derive(Clone, Copy)]
+enum Expected<'a> {
+    /// The actor the message went to (or the broker, for it).
+    Actor(&'a str),
+    /// A person of the conversation a question was put to.
+    PeopleOf(&'a Conversation),
+    /// Anyone: a wait saved before the recipient was kept.
+    Anyone,
 }
 
 /// How waiting for a reply ended.
@@ -338,6 +433,8 @@ pub struct Agent<H: Host> {
     goals: Goals,
     /// The goal whose round runs now, if one does.
     round_of: Option<String>,
+    /// The question waiting for its answer now: the id an answer names, and its conversation.
+    asking: Option<(String, Conversation)>,
 }
 
 impl<H: Host> Agent<H> {
@@ -371,6 +468,7 @@ impl<H: Host> Agent<H> {
                 last: None,
             },
             round_of: None,
+            asking: None,
         }
     }
 
@@ -482,9 +580,40 @@ impl<H: Host> Agent<H> {
                 return Flow::Continue;
             }
         };
-        let turn = SavedTurn::new(message, conversation);
+        let mut turn = SavedTurn::new(message, conversation);
+        // An actor's conversation: whom the actor acts for decides the turn's rights and payer.
+        let mut actors_history = None;
+        if let Conversation::Actor(actor) = &turn.conversation {
+            let mut history = self.load_history(&turn.conversation);
+            let Some(principal) = self.ask_principal(&mut history, actor) else {
+                // A shutdown came: the text waits for its turn in the next instance.
+                self.inbox.turns.insert(0, turn.message);
+                self.save_inbox();
+                return Flow::Stop;
+            };
+            turn.principal = Some(principal);
+            actors_history = Some(history);
+        }
         if let Some(words) = self.past_day_cap(&config, &turn) {
             self.refuse_turn(&turn.message, words, Some(Stopped::Budget));
+            return Flow::Continue;
+        }
+        // An actor's turns count against its owner's hourly limit too.
+        if let (Some(owner), Some(limit)) = (
+            turn.principal.as_ref().and_then(Principal::person),
+            fairness::turns_per_hour(turn.who().tier),
+        ) && let Some(wait) = self
+            .starts
+            .wait(&owner.0, limit, 0, unix_seconds(self.host.now()))
+        {
+            let words = format!(
+                "I cannot take this now: {} (who owns this actor) has started {limit} turns \
+                 within the last hour, the most {} may; ask again in {}.",
+                owner.0,
+                owner.1.a(),
+                budget::duration_words(wait)
+            );
+            self.refuse_turn(&turn.message, words, None);
             return Flow::Continue;
         }
         let sender = fairness::sender(&turn.message);
@@ -494,11 +623,18 @@ impl<H: Host> Agent<H> {
             let now = unix_seconds(self.host.now());
             let recorded = self.starts.record(&self.data, &sender, now);
             self.report(recorded);
+            if let Some((owner, _)) = turn.principal.as_ref().and_then(Principal::person) {
+                let recorded = self.starts.record(&self.data, &owner, now);
+                self.report(recorded);
+            }
         }
         if let (Conversation::Person(person), Tier::Owner) = (&turn.conversation, turn.who().tier) {
             self.report(conversations::adopt_legacy(&self.data, person).map(|_| ()));
         }
-        let mut history = self.load_history(&turn.conversation);
+        let mut history = match actors_history {
+            Some(history) => history,
+            None => self.load_history(&turn.conversation),
+        };
         history.entries.extend(self.take_notes(&turn.conversation));
         let text = turn.message.body["text"].as_str().unwrap_or_default();
         // In a room several people speak: each message names its person.
@@ -510,14 +646,53 @@ impl<H: Host> Agent<H> {
             "Message {} from {}{by}:\n{text}",
             turn.message.id, turn.message.from
         )));
+        if let Some(Principal::Nobody { why }) = &turn.principal {
+            history.entries.push(Entry::user(format!(
+                "(This turn has a guest's rights: {why}. Messages to actors, builds, writing \
+                 files and the broker's requests other than list are refused.)"
+            )));
+        }
         self.work(&config, history, turn)
     }
 
-    /// The words that end or refuse a turn whose payer has spent their day's cap; `None` while
-    /// it has not (or the model has no price).
+    /// Asks the broker whom `actor` acts for (DESIGN §18), waiting at most
+    /// [`PRINCIPAL_WAIT_SECONDS`] for the broker's own reply; `None` when a shutdown came.
+    fn ask_principal(&mut self, history: &mut History, actor: &str) -> Option<Principal> {
+        let conversation = Conversation::Actor(actor.to_string());
+        history.sent += 1;
+        let id = format!("{}.p{}", conversation.tag(), history.sent);
+        let published = format!("{}/{id}", self.actor);
+        // Saved before asking: a restart must not reuse the id.
+        self.report(self.save_history(&conversation, history));
+        self.host.send(&Outgoing {
+            to: Some("broker".into()),
+            id: Some(id),
+            reply_to: None,
+            speaks_for: None,
+            body: json!({"type": "principal", "actor": actor}),
+        });
+        let expected = Expected::Actor("broker");
+        Some(
+            match self.await_reply(&published, PRINCIPAL_WAIT_SECONDS, expected) {
+                Awaited::Reply(reply) => Principal::of_reply(actor, &reply),
+                Awaited::TimedOut | Awaited::Stopped => Principal::Nobody {
+                    why: format!(
+                        "the broker did not say within {PRINCIPAL_WAIT_SECONDS} s whom actor \
+                         {actor} acts for"
+                    ),
+                },
+                Awaited::Stop => return None,
+            },
+        )
+    }
+
+    /// The words that end or refuse a turn whose payer has spent their day's cap, or when the
+    /// world's turns together have spent the world's (`max_world_day_usd`); `None` while neither
+    /// is reached (or the model has no price).
     fn past_day_cap(&self, config: &Config, turn: &SavedTurn) -> Option<String> {
         config.price?;
         let spend = Spend::load(&self.file("spend.json"), self.host.now());
+        let resets = budget::duration_words(budget::until_midnight(self.host.now()));
         let payer = turn.payer();
         let tier = turn.who().tier;
         let cap = match payer {
@@ -525,24 +700,32 @@ impl<H: Host> Agent<H> {
             _ => config.day_cap(tier),
         };
         let spent = spend.of(&payer);
-        if spent < cap {
-            return None;
+        if spent >= cap {
+            let (whose, setting) = match (&payer, tier) {
+                (Payer::Person(person), Tier::Owner) => (format!("{person}'s"), "max_day_usd"),
+                (Payer::Person(person), _) => (format!("{person}'s"), "tier_day_usd"),
+                (Payer::Actor(actor), _) => (format!("actor {actor}'s"), "tier_day_usd"),
+                (Payer::World, _) => ("the world's".to_string(), "max_day_usd"),
+            };
+            return Some(format!(
+                "I stopped: {whose} model spending today is {}, and the daily cap of {} is {} \
+                 ({setting} in /data/config.json). It resets at midnight UTC, in {resets}. \
+                 Others are not affected; an owner can raise the cap.",
+                budget::usd_words(spent),
+                tier.a(),
+                budget::usd_words(cap),
+            ));
         }
-        let (whose, setting) = match (&payer, tier) {
-            (Payer::Person(person), Tier::Owner) => (format!("{person}'s"), "max_day_usd"),
-            (Payer::Person(person), _) => (format!("{person}'s"), "tier_day_usd"),
-            (Payer::Actor(actor), _) => (format!("actor {actor}'s"), "tier_day_usd"),
-            (Payer::World, _) => ("the world's".to_string(), "max_day_usd"),
-        };
-        Some(format!(
-            "I stopped: {whose} model spending today is {}, and the daily cap of {} is {} \
-             ({setting} in /data/config.json). It resets at midnight UTC, in {}. Others are not \
-             affected; an owner can raise the cap.",
-            budget::usd_words(spent),
-            tier.a(),
-            budget::usd_words(cap),
-            budget::duration_words(budget::until_midnight(self.host.now())),
-        ))
+        if spend.usd >= config.max_world_day_usd {
+            return Some(format!(
+                "I stopped: the world's model spending today is {}, and the world's daily cap \
+                 over all turns is {} (max_world_day_usd in /data/config.json). It resets at \
+                 midnight UTC, in {resets}; an owner can raise the cap.",
+                budget::usd_words(spend.usd),
+                budget::usd_words(config.max_world_day_usd),
+            ));
+        }
+        None
     }
 
     /// Finishes a turn saved by an earlier instance: every call left open gets a result (the
@@ -585,13 +768,21 @@ impl<H: Host> Agent<H> {
                         .until
                         .map_or(waiting.seconds, |u| u.saturating_sub(now));
                     let asked = turn.conversation.clone();
-                    let awaited = self.await_reply(&waiting.reply_to, left, Some(&asked));
+                    let expected = Expected::PeopleOf(&asked);
+                    let awaited = self.await_reply(&waiting.reply_to, left, expected);
                     match answer_words(awaited, &waiting.reply_to) {
                         Some(words) => format!("(asked before the agent restarted) {words}"),
                         None => return self.stop(&history, &turn),
                     }
                 }
-                Some(waiting) => match self.await_reply(&waiting.reply_to, waiting.seconds, None) {
+                Some(waiting) => match self.await_reply(
+                    &waiting.reply_to,
+                    waiting.seconds,
+                    waiting
+                        .to
+                        .as_deref()
+                        .map_or(Expected::Anyone, Expected::Actor),
+                ) {
                     Awaited::Reply(reply) => format!(
                         "The agent restarted while waiting for this reply (for example because \
                          it upgraded itself); after the restart it came: {}",

@@ -364,6 +364,7 @@ fn a_shutdown_while_waiting_saves_the_turn_and_the_next_start_finishes_it() {
             seconds: 60,
             question: false,
             until: None,
+            to: Some("broker".into()),
         })
     );
     assert_eq!(history(&data).open_calls(), ["c1"]);
