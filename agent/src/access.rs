@@ -631,4 +631,58 @@ mod tests {
         );
         assert!(member.owns("ghost", &list).is_err());
     }
+
+    #[test]
+    fn a_source_or_wasm_is_a_path_the_turns_person_may_read() {
+        let data = Path::new("/data");
+        let spawn = |key: &str, path: &str| json!({"type": "spawn", "actor": "x", key: path});
+        let build = |path: &str| json!({"type": "build", "source": path});
+        let (member, owner) = (ann(Tier::Member), ann(Tier::Owner));
+        for (who, to, body) in [
+            (&member, "broker", spawn("source", "/data/people/bob")),
+            (
+                &member,
+                "broker",
+                spawn("source", "/data/work/../people/bob/"),
+            ),
+            (&member, "broker", spawn("source", "/data/config.json")),
+            (&owner, "broker", spawn("source", "/data/turn.json")),
+            (
+                &owner,
+                "broker",
+                spawn("wasm", "/data/actors/echo/history.json"),
+            ),
+            (&owner, "broker", spawn("source", "/data")),
+            (
+                &owner,
+                "broker",
+                spawn("source", "/world/broker/credentials"),
+            ),
+            (&owner, "broker", spawn("source", "broker/credentials")),
+            (&owner, "cargo", build("/etc")),
+            (&member, "cargo", build("/data/people/bob/crate")),
+        ] {
+            let Send::Refuse(refusal) = who.send(data, to, &body) else {
+                panic!("{body} to {to} is refused");
+            };
+            assert!(refusal.starts_with("refused: "), "{refusal}");
+        }
+        let own = spawn("source", "/data/work/ann/crate");
+        assert!(matches!(
+            member.send(data, "broker", &own),
+            Send::Rewritten(_)
+        ));
+        assert_eq!(
+            member.send(data, "cargo", &build("/data/work/ann/crate")),
+            Send::Allow
+        );
+        let rooted = owner.send(data, "broker", &spawn("source", "/etc/passwd"));
+        let Send::Refuse(refusal) = rooted else {
+            panic!("a host path is refused");
+        };
+        assert!(
+            refusal.contains("under /data, /actor, /public"),
+            "{refusal}"
+        );
+    }
 }

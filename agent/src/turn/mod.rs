@@ -664,6 +664,7 @@ impl<H: Host> Agent<H> {
         let published = format!("{}/{id}", self.actor);
         // Saved before asking: a restart must not reuse the id.
         self.report(self.save_history(&conversation, history));
+        self.remember_sent(&published, "broker");
         self.host.send(&Outgoing {
             to: Some("broker".into()),
             id: Some(id),
@@ -1512,3 +1513,6 @@ mod tests;
 
 #[cfg(test)]
 mod people_tests;
+
+#[cfg(test)]
+mod authority_tests;

@@ -9,16 +9,16 @@ use serde_json::{Value, json};
 use super::*;
 use crate::testing::{Answer, ScriptedHost, temp_dir};
 
-const CONFIG: &str =
+pub(super) const CONFIG: &str =
     r#"{"api":"openai-responses","base_url":"http://model.test","model":"m","token":"t"}"#;
 
-fn world(config: &str) -> PathBuf {
+pub(super) fn world(config: &str) -> PathBuf {
     let dir = temp_dir("people");
     std::fs::write(dir.join("config.json"), config).unwrap();
     dir
 }
 
-fn run(data: &Path, events: Vec<Event>, answers: Vec<Answer>) -> ScriptedHost {
+pub(super) fn run(data: &Path, events: Vec<Event>, answers: Vec<Answer>) -> ScriptedHost {
     let host = ScriptedHost {
         events: events.into(),
         answers: answers.into(),
@@ -30,7 +30,7 @@ fn run(data: &Path, events: Vec<Event>, answers: Vec<Answer>) -> ScriptedHost {
 }
 
 /// A message a person sent through surface `from`, as the host delivers it.
-fn from_person(id: &str, person: &str, tier: &str, from: &str, body: Value) -> Incoming {
+pub(super) fn from_person(id: &str, person: &str, tier: &str, from: &str, body: Value) -> Incoming {
     Incoming {
         id: id.into(),
         from: from.into(),
@@ -42,13 +42,13 @@ fn from_person(id: &str, person: &str, tier: &str, from: &str, body: Value) -> I
 }
 
 /// A text a person typed on the web page.
-fn says(id: &str, person: &str, tier: &str, text: &str) -> Event {
+pub(super) fn says(id: &str, person: &str, tier: &str, text: &str) -> Event {
     let body = json!({"type": "text", "text": text});
     Event::Message(from_person(id, person, tier, "web", body))
 }
 
 /// A reply from an actor (no person) to one of the agent's messages.
-fn reply(id: &str, from: &str, reply_to: &str, body: Value) -> Event {
+pub(super) fn reply(id: &str, from: &str, reply_to: &str, body: Value) -> Event {
     Event::Message(Incoming {
         id: id.into(),
         from: from.into(),
@@ -58,7 +58,7 @@ fn reply(id: &str, from: &str, reply_to: &str, body: Value) -> Event {
     })
 }
 
-fn call(name: &str, arguments: Value) -> Answer {
+pub(super) fn call(name: &str, arguments: Value) -> Answer {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     ScriptedHost::ok(json!({"status": "completed", "output": [{
@@ -67,7 +67,7 @@ fn call(name: &str, arguments: Value) -> Answer {
     }]}))
 }
 
-fn text(text: &str) -> Answer {
+pub(super) fn text(text: &str) -> Answer {
     ScriptedHost::ok(json!({"status": "completed", "output": [{
         "type": "message", "id": "msg_1", "role": "assistant",
         "content": [{"type": "output_text", "text": text, "annotations": []}],
@@ -75,7 +75,7 @@ fn text(text: &str) -> Answer {
 }
 
 /// Each request as text, with the person its system prompt says it acts for.
-fn requests(host: &ScriptedHost) -> Vec<(String, String)> {
+pub(super) fn requests(host: &ScriptedHost) -> Vec<(String, String)> {
     host.requests
         .iter()
         .map(|r| {
@@ -95,7 +95,7 @@ fn requests(host: &ScriptedHost) -> Vec<(String, String)> {
 }
 
 /// The final answers: (to, for, reply_to, text) of each.
-fn finals(host: &ScriptedHost) -> Vec<(String, String, Option<String>, String)> {
+pub(super) fn finals(host: &ScriptedHost) -> Vec<(String, String, Option<String>, String)> {
     host.sent
         .iter()
         .filter(|m| m.body["type"] == "text")
@@ -112,7 +112,7 @@ fn finals(host: &ScriptedHost) -> Vec<(String, String, Option<String>, String)> 
 
 /// The result the model got for each tool call, in order (each request repeats the earlier
 /// ones of its conversation; a call counts once).
-fn tool_results(host: &ScriptedHost) -> Vec<String> {
+pub(super) fn tool_results(host: &ScriptedHost) -> Vec<String> {
     let mut seen: Vec<(String, String)> = Vec::new();
     for request in &host.requests {
         let value: Value = serde_json::from_slice(&request.body).unwrap();
@@ -127,11 +127,11 @@ fn tool_results(host: &ScriptedHost) -> Vec<String> {
 }
 
 /// What the agent's `send_message` calls sent (they carry their own ids).
-fn tool_sends(host: &ScriptedHost) -> Vec<&Outgoing> {
+pub(super) fn tool_sends(host: &ScriptedHost) -> Vec<&Outgoing> {
     host.sent.iter().filter(|m| m.id.is_some()).collect()
 }
 
-fn replies_of<'a>(host: &'a ScriptedHost, kind: &str) -> Vec<&'a Outgoing> {
+pub(super) fn replies_of<'a>(host: &'a ScriptedHost, kind: &str) -> Vec<&'a Outgoing> {
     host.sent
         .iter()
         .filter(|m| m.body["type"] == kind)
@@ -671,7 +671,7 @@ fn each_tier_has_its_own_daily_cap_and_others_go_on() {
     );
 }
 
-fn finals_text(host: &ScriptedHost) -> Vec<String> {
+pub(super) fn finals_text(host: &ScriptedHost) -> Vec<String> {
     finals(host).into_iter().map(|f| f.3).collect()
 }
 
