@@ -1,8 +1,10 @@
-//! The tools that read and change files: `read_file` (whole, or some lines numbered),
+//! The tools that read and change files: `read_file` (whole, or some lines numbered; of a file
+//! past [`MAX_READ_FILE_BYTES`] only its first or last part, saying so),
 //! `list_dir`, `write_file`, `edit_file` (exact replacement, with the nearest lines when the text
 //! is not found), `copy_dir` and `remove_path`. Each changes a file by writing it whole, which the
 //! host's commit on close makes atomic: nobody sees half an edit.
 
+use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
 use serde_json::Value;
@@ -13,6 +15,11 @@ use super::{MAX_TOOL_OUTPUT, failed, numbered, optional_count};
 /// that says which lines were shown, so a read stops at a line end (with the offset that reads
 /// on) instead of being cut by the turn in the middle of a line.
 const READ_BUDGET: usize = MAX_TOOL_OUTPUT - 1024;
+
+/// The most bytes of a file `read_file` reads into memory, as `search` caps what it reads: a
+/// huge log must not fill the agent's memory. Past it, only the first (or, for `tail`, the last)
+/// this many bytes are read, in whole lines, and the answer says so and how to read on.
+pub const MAX_READ_FILE_BYTES: u64 = 8 * 1024 * 1024;
 
 /// The most lines of a file an `edit_file` error shows: enough for the nearest lines of a long
 /// `old`, not a second copy of the file.
@@ -58,6 +65,10 @@ impl Span {
 }
 
 pub fn read_file(path: &Path, span: Span) -> Result<String, String> {
+    let size = std::fs::metadata(path).map_err(|e| failed(path, e))?.len();
+    if size > MAX_READ_FILE_BYTES {
+        return read_huge(path, size, span);
+    }
     let bytes = std::fs::read(path).map_err(|e| failed(path, e))?;
     let text = String::from_utf8_lossy(&bytes);
     if span == Span::Whole && text.len() <= READ_BUDGET {
@@ -109,6 +120,71 @@ pub fn read_file(path: &Path, span: Span) -> Result<String, String> {
     Ok(format!(
         "[{}: lines {first}-{last} of {total}{reads_on}]\n{}",
         path.display(),
+        numbered(lines[first - 1..last].iter().copied(), first, last)
+    ))
+}
+
+/// `read_file` of a file past [`MAX_READ_FILE_BYTES`]: the lines asked for within its first
+/// that many bytes (numbered), or for `tail` the last lines of its final that many (unnumbered,
+/// as the lines before them are not counted).
+fn read_huge(path: &Path, size: u64, span: Span) -> Result<String, String> {
+    let mut file = std::fs::File::open(path).map_err(|e| failed(path, e))?;
+    let too_big = format!(
+        "{} is {} MiB, more than the {} MiB read_file reads",
+        path.display(),
+        size / (1024 * 1024),
+        MAX_READ_FILE_BYTES / (1024 * 1024)
+    );
+    let mut bytes = Vec::new();
+    if let Span::Tail(tail) = span {
+        file.seek(SeekFrom::Start(size - MAX_READ_FILE_BYTES))
+            .and_then(|_| file.take(MAX_READ_FILE_BYTES).read_to_end(&mut bytes))
+            .map_err(|e| failed(path, e))?;
+        let text = String::from_utf8_lossy(&bytes);
+        // The part most likely begins inside a line: only the lines after its first line end.
+        let text = text.split_once('\n').map_or(&*text, |(_, rest)| rest);
+        let lines: Vec<&str> = text.lines().collect();
+        let last = lines.len().max(1);
+        let first = fit_from_back(&lines, last.saturating_sub(tail) + 1, last);
+        let shown = lines.get(first - 1..).unwrap_or_default();
+        return Ok(format!(
+            "[{too_big}: its last {} lines, unnumbered as the lines before them are not \
+             counted; offset and limit read its first {} MiB]\n{}",
+            shown.len(),
+            MAX_READ_FILE_BYTES / (1024 * 1024),
+            shown.join("\n")
+        ));
+    }
+    file.take(MAX_READ_FILE_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| failed(path, e))?;
+    // Only whole lines: the part most likely ends inside one.
+    if let Some(end) = bytes.iter().rposition(|&b| b == b'\n') {
+        bytes.truncate(end + 1);
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.lines().collect();
+    let total = lines.len();
+    let (first, limit) = match span {
+        Span::From { first, limit } => (first, limit),
+        Span::Whole | Span::Tail(_) => (1, None),
+    };
+    if first > total {
+        return Err(format!(
+            "error: {too_big}, its first {total} lines; offset {first} is past them. tail \
+             reads the end of the file, search finds text in smaller files"
+        ));
+    }
+    let asked = limit.map_or(total, |limit| total.min(first.saturating_add(limit - 1)));
+    let last = fit_from_front(&lines, first, asked);
+    let reads_on = if last < total {
+        format!("; offset {} reads on", last + 1)
+    } else {
+        String::new()
+    };
+    Ok(format!(
+        "[{too_big}: lines {first}-{last} of its first {total} shown{reads_on}; tail reads its \
+         end]\n{}",
         numbered(lines[first - 1..last].iter().copied(), first, last)
     ))
 }
@@ -506,6 +582,54 @@ mod tests {
                 json!({"path": path, "offset": 12, "limit": 50})
             ),
             format!("[{path}: lines 12-12 of 12]\n12│ line 12")
+        );
+    }
+
+    #[test]
+    fn read_file_of_a_huge_file_reads_only_its_first_or_last_part_and_says_so() {
+        let dir = crate::testing::temp_dir("read-huge");
+        let path = dir.join("huge.log");
+        let line = format!("{}\n", "x".repeat(99));
+        let count = MAX_READ_FILE_BYTES as usize / line.len() + 1000;
+        let mut text = line.repeat(count - 1);
+        text.push_str("the very last line\n");
+        std::fs::write(&path, &text).unwrap();
+        let path = path.display().to_string();
+        let read = |extra: Value| {
+            let mut arguments = extra;
+            arguments["path"] = json!(path);
+            run("read_file", arguments)
+        };
+        let within = MAX_READ_FILE_BYTES as usize / line.len();
+        let whole = read(json!({}));
+        assert!(whole.len() <= MAX_TOOL_OUTPUT, "{}", whole.len());
+        assert!(
+            whole.starts_with(&format!(
+                "[{path} is 8 MiB, more than the 8 MiB read_file reads: lines 1-"
+            )) && whole.contains(&format!("of its first {within} shown; offset "))
+                && whole.contains("tail reads its end]"),
+            "{}",
+            &whole[..200]
+        );
+        let on = read(json!({"offset": within - 1}));
+        assert!(
+            on.contains(&format!(
+                "lines {}-{within} of its first {within} shown;",
+                within - 1
+            )),
+            "{}",
+            &on[..200]
+        );
+        let past = read(json!({"offset": within + 1}));
+        assert!(
+            past.starts_with("error: ") && past.contains("tail reads the end"),
+            "{past}"
+        );
+        let tail = read(json!({"tail": 2}));
+        assert!(tail.contains("its last 2 lines"), "{tail}");
+        assert!(
+            tail.ends_with(&format!("{}\nthe very last line", "x".repeat(99))),
+            "{tail}"
         );
     }
 

@@ -86,8 +86,9 @@ pub fn specs() -> Vec<ToolSpec> {
                 is; past 30 KB it stops at a line end with a note saying which lines were shown. \
                 With any of them: only those lines, each as `<number>│ <text>`, after a first line \
                 `[<path>: lines <first>-<last> of <total>]` (plus the offset that reads on when \
-                lines remain), so a long file or log is read in parts. Copy text for edit_file \
-                without the `<number>│ ` prefix.",
+                lines remain), so a long file or log is read in parts. Of a file past 8 MiB only \
+                its first 8 MiB are read (its last 8 MiB with tail), as the first line says. \
+                Copy text for edit_file without the `<number>│ ` prefix.",
             parameters: json!({
                 "type": "object",
                 "properties": {
