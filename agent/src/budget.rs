@@ -1,7 +1,8 @@
 //! What turns cost (DESIGN §12, Budget; §13, tiers): pricing one response's usage, and the day's
 //! spending in `/data/spend.json`, counted per UTC day for the world and for each payer (a
-//! person, or an actor whose messages speak for none). The caps themselves are the turn loop's
-//! decision; this module only measures.
+//! person, an actor's owner for its turns, or an actor that acts for nobody). The caps (each
+//! payer's, and the world's `max_world_day_usd`) are the turn loop's decision; this module only
+//! measures.
 //! **Invariant:** spending is written after every priced response, before its tools run, so a
 //! crash never forgets money already spent.
 

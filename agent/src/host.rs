@@ -80,8 +80,10 @@ pub struct Outgoing {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reply_to: Option<String>,
     /// `"as": "<person id>"`: the message is that person's (the owner granted the agent the
-    /// handle kind `person`). Written only on requests to the scheduler, so that a schedule
-    /// made in a person's conversation is theirs (DESIGN §15).
+    /// handle kind `person`). Written only on requests to `broker`, `cargo` and `scheduler` for
+    /// the person a turn acts for (an actor's owner included), so the host checks each against
+    /// that person's tier too, and a schedule made in a person's conversation is theirs
+    /// (DESIGN §15, §18).
     #[serde(rename = "as", skip_serializing_if = "Option::is_none")]
     pub speaks_for: Option<String>,
     pub body: Value,
