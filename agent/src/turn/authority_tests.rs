@@ -433,3 +433,36 @@ fn an_actors_turns_count_against_its_owners_hourly_limit() {
         "{words}"
     );
 }
+
+#[test]
+fn after_a_restart_a_wait_still_takes_its_reply_only_from_the_actor_asked() {
+    let data = world(CONFIG);
+    let ping = json!({"to": "echo", "body": {"type": "ping"}, "wait_seconds": 60});
+    run(
+        &data,
+        vec![says("m-1", "ann", "owner", "ping echo"), Event::Stop],
+        vec![call("send_message", ping)],
+    );
+    let saved: SavedTurn = read_json(&data.join("turn.json")).expect("turn.json");
+    assert_eq!(saved.waiting.unwrap().to.as_deref(), Some("echo"));
+    let pong = |id: &str, from: &str| {
+        reply(
+            id,
+            from,
+            "agent/person.ann.t1",
+            json!({"type": "pong", "by": from}),
+        )
+    };
+    let host = run(
+        &data,
+        vec![pong("m-2", "mallory"), pong("m-3", "echo")],
+        vec![text("Echo answered.")],
+    );
+    let [result] = &tool_results(&host)[..] else {
+        panic!("one result: {:?}", tool_results(&host));
+    };
+    assert!(
+        result.contains(r#""from":"echo""#) && !result.contains("mallory"),
+        "{result}"
+    );
+}
