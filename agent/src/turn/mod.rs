@@ -657,7 +657,14 @@ impl<H: Host> Agent<H> {
 
     /// Asks the broker whom `actor` acts for (DESIGN §18), waiting at most
     /// [`PRINCIPAL_WAIT_SECONDS`] for the broker's own reply; `None` when a shutdown came.
+    /// A candidate does not ask: its transcripts expect its answer as its next message, and a
+    /// test instance needs no one's rights.
     fn ask_principal(&mut self, history: &mut History, actor: &str) -> Option<Principal> {
+        if self.candidate {
+            return Some(Principal::Nobody {
+                why: "a candidate (a test instance of the agent) acts for nobody".into(),
+            });
+        }
         let conversation = Conversation::Actor(actor.to_string());
         history.sent += 1;
         let id = format!("{}.p{}", conversation.tag(), history.sent);

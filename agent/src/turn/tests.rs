@@ -482,6 +482,12 @@ fn a_candidate_leaves_the_saved_turn_alone_and_answers_without_network() {
         words.starts_with("I could not reach the model provider"),
         "{words}"
     );
+    // A transcript expects the answer as the candidate's next message: it asks nobody first.
+    assert!(
+        host.sent.iter().all(|m| m.to.as_deref() == Some("test")),
+        "{:?}",
+        host.sent
+    );
 }
 
 #[test]
