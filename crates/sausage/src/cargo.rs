@@ -16,8 +16,9 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
 use crate::broker::Broker;
+use crate::broker::principal::Principal;
 use crate::broker::stdio::{Line, Lines, MAX_LINE_BYTES};
-use crate::message::{ActorId, Envelope, Outgoing};
+use crate::message::{ActorId, Envelope, Outgoing, Tier};
 use crate::world::World;
 
 /// A build still running after this long is killed and answered with `build_failed`.
@@ -89,7 +90,10 @@ pub async fn serve(broker: Arc<Broker>) {
         let request = mailbox.recv().await;
         let body = request.body_value();
         let reply = match body.get("type").and_then(Value::as_str) {
-            Some("build") => builder.build(&request, &body).await,
+            Some("build") => match may_build(&broker.principal(&request).await) {
+                Ok(()) => builder.build(&request, &body).await,
+                Err(reason) => json!({"type": "error", "request": "build", "reason": reason}),
+            },
             Some("undeliverable" | "shutdown") => continue,
             other => json!({
                 "type": "error",
@@ -99,6 +103,21 @@ pub async fn serve(broker: Arc<Broker>) {
         };
         let out = Outgoing::new(&request.from, &reply).replying_to(Some(&request.id));
         broker.send(&me, out).await;
+    }
+}
+
+/// Whether the one a build is for may build (DESIGN §18: `cargo` builds for the one who asked,
+/// with no power of its own): members and owners, and actors for them; not guests, nor
+/// nobody.
+fn may_build(principal: &Principal) -> Result<(), String> {
+    match principal {
+        Principal::Person(p) if p.tier >= Tier::Member => Ok(()),
+        Principal::Person(p) => Err(format!(
+            "{} is a guest in this world: guests cannot build; a member or an owner can (an \
+             owner changes tiers with `sausage people tier {} member`)",
+            p.person, p.person
+        )),
+        Principal::Nobody(why) => Err(format!("`build` refused: {why}")),
     }
 }
 

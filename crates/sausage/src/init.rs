@@ -307,6 +307,7 @@ impl MatrixConfig {
     /// the owner's grant that lets it speak for people by their Matrix ids.
     pub fn write(&self, world: &World) -> Result<()> {
         let matrix = ActorId::parse(MATRIX).expect("valid id");
+        check_surface_owned_by_an_owner(world, &matrix)?;
         world.create_actor_dirs(&matrix)?;
         let config = json!({
             "homeserver": self.homeserver(), "user_id": self.user_id, "agent": "agent",
@@ -337,6 +338,30 @@ impl MatrixConfig {
             MATRIX_SOURCE_DIR,
             &host_of(self.homeserver())?,
         )
+    }
+}
+
+/// A grant to speak for people belongs to the actor as an owner installed it (DESIGN §18): an
+/// actor of that id that someone else installed gets none. It is removed first, by an owner.
+fn check_surface_owned_by_an_owner(world: &World, surface: &ActorId) -> Result<()> {
+    let Ok(registry) = world.load_registry() else {
+        return Ok(());
+    };
+    if !registry.actors.contains_key(surface.as_str()) {
+        return Ok(());
+    }
+    let people = crate::broker::principal::PeopleNow::read(&crate::people::People::new(world))
+        .map_err(anyhow::Error::msg)?;
+    match people.owner_of(&registry, surface.as_str()) {
+        crate::broker::principal::Principal::Person(p) if p.tier == crate::people::Tier::Owner => {
+            Ok(())
+        }
+        other => bail!(
+            "actor {surface} exists and acts for {}, not an owner: it cannot be given the right \
+             to speak for people; an owner removes it first (`@broker \
+             {{\"type\":\"remove\",\"actor\":\"{surface}\"}}`), then runs this again",
+            other.describe()
+        ),
     }
 }
 

@@ -24,6 +24,9 @@ pub const MANIFEST: &str = "actor.json";
 /// The registry file's name at the root of a world.
 pub const REGISTRY: &str = "sausage.json";
 
+/// The terminal console: the one sender whose requests may name host paths (DESIGN §18).
+const CONSOLE: &str = "console";
+
 /// Message ids are reserved in blocks of this many: `broker/next-message-id` records the end
 /// of the current block, so ids stay unique across a hard kill at the cost of a gap.
 pub const MESSAGE_ID_BLOCK: u64 = 100_000;
@@ -545,9 +548,11 @@ impl World {
         ]
     }
 
-    /// Resolves a path named in a request from `sender` (DESIGN §3): `/actor/...` is global,
-    /// `/public/...` and `/data/...` are the sender's own; native senders may also name
-    /// absolute host paths. `..` is rejected everywhere.
+    /// Resolves a path named in a request from `sender` (DESIGN §3, §18): `/actor/...` is
+    /// global; `/public/...` and `/data/...` are a WASM sender's own; only the terminal console
+    /// (its owner) names absolute host paths. Another native sender (`web`, `scheduler`) acts
+    /// for a person, who has no `/data` of their own, so it may name only `/actor/...`. `..`
+    /// is rejected everywhere.
     pub fn resolve_request_path(&self, sender: &ActorId, path: &str) -> Result<PathBuf, String> {
         let p = Path::new(path);
         if p.components().any(|c| c == std::path::Component::ParentDir) {
@@ -562,14 +567,24 @@ impl World {
         if let Some(rest) = under("/actor") {
             return Ok(self.root.join("actor").join(rest));
         }
-        if let Some(rest) = under("/public") {
-            return Ok(self.public_dir(sender).join(rest));
+        let console = sender.as_str() == CONSOLE;
+        if !sender.is_native() || console {
+            if let Some(rest) = under("/public") {
+                return Ok(self.public_dir(sender).join(rest));
+            }
+            if let Some(rest) = under("/data") {
+                return Ok(self.data_dir(sender).join(rest));
+            }
         }
-        if let Some(rest) = under("/data") {
-            return Ok(self.data_dir(sender).join(rest));
-        }
-        if sender.is_native() && p.is_absolute() {
+        if console && p.is_absolute() {
             return Ok(p.to_path_buf());
+        }
+        if sender.is_native() {
+            return Err(format!(
+                "path `{path}` is outside what {sender} may name for a person; name a file \
+                 under `/actor/<id>/public/...` or `/actor/<id>/source/...` (only the terminal \
+                 console names host paths)"
+            ));
         }
         Err(format!(
             "path `{path}` is outside your namespace; use `/actor/...`, `/public/...` or `/data/...`"
@@ -861,6 +876,24 @@ mod tests {
             Path::new("/tmp/a.wasm")
         );
         assert!(w.resolve_request_path(&console, "/tmp/../a").is_err());
+        // Other native senders act for a person: no host paths, no `/data` of their own.
+        for native in ["web", "scheduler", "cargo"] {
+            let native = id(native);
+            assert_eq!(
+                w.resolve_request_path(&native, "/actor/echo/source")
+                    .unwrap(),
+                Path::new("/w/actor/echo/source")
+            );
+            for bad in [
+                "/w/broker/credentials",
+                "/etc/passwd",
+                "/data/x",
+                "/public/y",
+            ] {
+                let err = w.resolve_request_path(&native, bad).unwrap_err();
+                assert!(err.contains("only the terminal console"), "{err}");
+            }
+        }
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The scheduler (DESIGN §15) as actors see it: requests in, replies and fired messages out,
 //! through a real broker. The boundary helper is [`Scheduled`]: a world with the scheduler on a
-//! clock the test moves, a requester (`web`, speaking for a person or for nobody) and a
-//! recipient (`console`) whose mailboxes the test reads, so no test waits for real minutes.
+//! clock the test moves, a requester (`web`, speaking for a person or for nobody, who may only
+//! read) and a recipient (`console`) whose mailboxes the test reads, so no test waits for real
+//! minutes.
 //! The last test runs `sausage run` and waits a few real seconds for an `at`.
 
 mod support;
@@ -89,6 +90,10 @@ impl Scheduled {
 
     async fn ann(&self, body: Value) -> Value {
         self.ask(Some(("ann", Tier::Member)), body).await
+    }
+
+    async fn olga(&self, body: Value) -> Value {
+        self.ask(Some(("olga", Tier::Owner)), body).await
     }
 
     /// Moves the clock, then makes sure the scheduler has done every pass that follows (a
@@ -243,6 +248,19 @@ fn requests_are_refused_with_reasons_and_only_owners_see_everyones() {
         );
         // The actor `web` (speaking for nobody) is another creator, with none of ann's.
         let mine = s.ask(None, json!({"type": "schedules"})).await;
+        let nobody = s
+            .ask(
+                None,
+                json!({"type": "schedule", "every": 60, "to": "console", "body": {"type": "t"}}),
+            )
+            .await;
+        assert!(
+            nobody["reason"]
+                .as_str()
+                .unwrap()
+                .contains("native actors have no power of their own"),
+            "a request that acts for nobody may not schedule: {nobody}"
+        );
         assert_eq!(mine["schedules"], json!([]));
         let by_web = s.ask(None, json!({"type": "unschedule", "id": "s1"})).await;
         assert!(
@@ -284,7 +302,7 @@ fn after_downtime_each_missed_schedule_fires_once() {
             for (k, v) in fields.as_object().unwrap() {
                 request[k] = v.clone();
             }
-            assert_eq!(s.ask(None, request).await["type"], "scheduled");
+            assert_eq!(s.olga(request).await["type"], "scheduled");
         }
         // Down from 10:00 to 13:00: every schedule missed some times, and fires once.
         s.restart_at("2026-01-12T13:00:30Z").await;
@@ -297,7 +315,7 @@ fn after_downtime_each_missed_schedule_fires_once() {
             .collect();
         fired.sort();
         assert_eq!(fired, ["hourly", "long-ago", "often", "once"]);
-        let left = s.ask(None, json!({"type": "schedules"})).await;
+        let left = s.olga(json!({"type": "schedules"})).await;
         let ids: Vec<&str> = left["schedules"]
             .as_array()
             .unwrap()
@@ -322,8 +340,7 @@ fn a_removed_actors_schedules_end() {
     sausage::scheduler().unwrap().block_on(async {
         let s = Scheduled::start(&world, "2026-01-12T10:00:00Z").await;
         let to_notes = s
-            .ask(
-                None,
+            .olga(
                 json!({"type": "schedule", "every": 60, "to": "notes", "body": {"type": "count"}}),
             )
             .await;
@@ -339,7 +356,11 @@ fn a_removed_actors_schedules_end() {
                 Outgoing::new(
                     &ActorId::broker(),
                     &json!({"type": "remove", "actor": "notes"}),
-                ),
+                )
+                .spoken_by(Some(Speaker {
+                    person: ActorId::parse("olga").unwrap(),
+                    tier: Tier::Owner,
+                })),
             )
             .await;
         let removed = next(&s.web).await;
@@ -350,7 +371,7 @@ fn a_removed_actors_schedules_end() {
             removed.body_value()
         );
         s.move_to("2026-01-12T10:05:00Z").await;
-        let left = s.ask(None, json!({"type": "schedules"})).await;
+        let left = s.olga(json!({"type": "schedules"})).await;
         assert_eq!(left["schedules"], json!([]));
         assert!(
             world

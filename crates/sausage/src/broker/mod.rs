@@ -7,6 +7,7 @@
 mod candidate;
 pub mod journal;
 pub mod mailbox;
+pub mod principal;
 mod requests;
 pub mod router;
 pub mod stdio;

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use std::path::PathBuf;
 
+use super::principal::Principal;
 use super::supervisor::{CRASH_LOOP_CRASHES, CRASH_LOOP_WINDOW, CrashLoop, Install, Upgraded};
 use super::{Broker, candidate};
 use crate::message::{ActorId, Envelope, Outgoing, Speaker};
@@ -40,7 +41,7 @@ pub(super) fn operand(body: &Value) -> Option<ActorId> {
 }
 
 /// The request types, as an unknown type's error lists them.
-pub const REQUESTS: [&str; 9] = [
+pub const REQUESTS: [&str; 10] = [
     "spawn",
     "upgrade",
     "rollback",
@@ -50,6 +51,7 @@ pub const REQUESTS: [&str; 9] = [
     "subscribe",
     "unsubscribe",
     "list",
+    "principal",
 ];
 
 /// A request failed: the reason goes back to the requester.
@@ -62,9 +64,10 @@ impl Broker {
         if matches!(kind, "undeliverable" | "shutdown") {
             return;
         }
-        let answer = match self.tier_allows(&request, kind, &body).await {
+        let principal = self.principal(&request).await;
+        let answer = match self.principal_allows(&principal, kind, &body).await {
             Err(refusal) => Err(refusal),
-            Ok(()) => self.answer_allowed(&request, kind, &body).await,
+            Ok(()) => self.answer_allowed(&request, &principal, kind, &body).await,
         };
         let reply = answer
             .unwrap_or_else(|reason| json!({"type": "error", "request": kind, "reason": reason}));
@@ -72,42 +75,63 @@ impl Broker {
         self.send(&ActorId::broker(), out).await;
     }
 
-    /// A request that speaks for a person is refused when their tier does not allow it
-    /// (`people::tiers`), before anything happens. Requests of actors speak for nobody.
-    async fn tier_allows(&self, request: &Envelope, kind: &str, body: &Value) -> Answer<()> {
-        match &request.speaker {
-            Some(speaker) => {
+    /// Every request is checked for the person it acts for (DESIGN §18), before anything
+    /// happens: one that acts for nobody may only read.
+    async fn principal_allows(
+        &self,
+        principal: &Principal,
+        kind: &str,
+        body: &Value,
+    ) -> Answer<()> {
+        let known = REQUESTS.contains(&kind);
+        match principal {
+            _ if !known || crate::people::tiers::READ_ONLY.contains(&kind) => Ok(()),
+            Principal::Nobody(why) => Err(format!(
+                "`{kind}` refused: {why}; only a person (or an actor, for its owner) may change \
+                 the world"
+            )),
+            Principal::Person(speaker) => {
                 let actor = body.get("actor").and_then(Value::as_str);
                 self.may_ask(speaker, kind, actor).await
             }
-            None => Ok(()),
         }
     }
 
     /// Whether `speaker` may make the request `kind` on `actor`, whose owner the registry
     /// records (`people::tiers`); the web console asks the same before it sends one.
     pub async fn may_ask(&self, speaker: &Speaker, kind: &str, actor: Option<&str>) -> Answer<()> {
-        let owner = match actor {
-            Some(actor) => self
-                .registry()
-                .await
-                .actors
-                .get(actor)
-                .and_then(|entry| entry.owner.clone()),
-            None => None,
+        let people = self.people_now().await?;
+        let (owner, surface) = match actor {
+            Some(actor) => {
+                let registry = self.registry().await;
+                let owner = registry
+                    .actors
+                    .contains_key(actor)
+                    .then(|| people.owner_of(&registry, actor));
+                (owner, people.is_surface(actor))
+            }
+            None => (None, false),
         };
-        crate::people::tiers::may_ask(speaker, kind, actor, owner.as_deref())
+        let owner = owner.as_ref().and_then(Principal::person);
+        crate::people::tiers::may_ask(
+            speaker,
+            kind,
+            actor,
+            owner.map(|o| o.person.as_str()),
+            surface,
+        )
     }
 
     /// Answers a request its sender may make.
     async fn answer_allowed(
         self: &Arc<Self>,
         request: &Envelope,
+        principal: &Principal,
         kind: &str,
         body: &Value,
     ) -> Answer {
         match kind {
-            "spawn" => self.spawn(request, body).await,
+            "spawn" => self.spawn(request, principal, body).await,
             "upgrade" => self.upgrade(request, body).await,
             "rollback" => self.rollback(body).await,
             "remove" => self.remove(body).await,
@@ -116,6 +140,15 @@ impl Broker {
             "subscribe" => self.subscribe(request, body, true).await,
             "unsubscribe" => self.subscribe(request, body, false).await,
             "list" => Ok(self.list().await),
+            "principal" => {
+                let actor = actor_field(body)?;
+                if !self.registry().await.actors.contains_key(actor.as_str()) {
+                    return Err(format!(
+                        "no actor `{actor}`; `list` shows the actors and their owners"
+                    ));
+                }
+                super::principal::answer(&actor, &self.principal_of_actor(&actor).await)
+            }
             "" => Err(format!(
                 "a request needs a string `type`; known requests: {}",
                 REQUESTS.join(", ")
@@ -134,7 +167,7 @@ impl Broker {
     }
 
     /// `spawn`: compile, test on scratch copies, then install as version 1 and start.
-    async fn spawn(&self, request: &Envelope, body: &Value) -> Answer {
+    async fn spawn(&self, request: &Envelope, principal: &Principal, body: &Value) -> Answer {
         let id = actor_field(body)?;
         if id.is_native() {
             return Err(format!(
@@ -146,7 +179,7 @@ impl Broker {
                 "actor `{id}` already exists; send `upgrade` to install a new version"
             ));
         }
-        let owner = owner_of_spawn(request, body)?;
+        let owner = self.owner_of_spawn(principal, body).await?;
         let version = 1;
         let candidate = self.candidate(request, body, &id, version).await?;
         self.store_version(&id, version, &candidate)
@@ -452,10 +485,18 @@ impl Broker {
             &self.cluster,
             path.strip_prefix(crate::cluster::SHIPPED_PREFIX),
         ) {
-            (Some(cluster), Some(name)) => cluster
-                .fetch_shipped(&self.world, name)
-                .await
-                .map_err(|e| format!("`{path}`: {e:#}")),
+            // Only the files shipped with this very request: a request names no other's.
+            (Some(cluster), Some(name))
+                if name.starts_with(&format!("shipped/{}/", request.id.replace('/', "-"))) =>
+            {
+                cluster
+                    .fetch_shipped(&self.world, name)
+                    .await
+                    .map_err(|e| format!("`{path}`: {e:#}"))
+            }
+            (Some(_), Some(_)) => Err(format!(
+                "`{path}` names files shipped with another request; name your own files"
+            )),
             _ => self.world.resolve_request_path(&request.from, path),
         }
     }
@@ -719,28 +760,32 @@ impl Broker {
     }
 }
 
-/// Who owns a new actor (DESIGN §13): the `owner` the request names (a person's id, as the
-/// agent passes the person it acts for), else the person the request speaks for, else the
-/// requesting actor. A member may name only themselves.
-fn owner_of_spawn(request: &Envelope, body: &Value) -> Result<String, String> {
-    let named = optional_string(body, "owner")?
-        .map(|owner| {
-            ActorId::parse(owner)
-                .map_err(|e| format!("`owner`: {}", e.replace("actor id", "person id")))
-        })
-        .transpose()?;
-    match (&request.speaker, named) {
-        (Some(speaker), Some(owner))
-            if speaker.tier != crate::message::Tier::Owner && owner != speaker.person =>
-        {
-            Err(format!(
-                "`owner`: {} may spawn actors only for themselves, not for {owner}",
+impl Broker {
+    /// Who owns a new actor (DESIGN §13, §18): the `owner` the request names (a person of the
+    /// world, as the agent passes the person it acts for), else the person the request acts
+    /// for, so an actor spawned by an actor has that actor's owner. Only owners name another.
+    async fn owner_of_spawn(&self, principal: &Principal, body: &Value) -> Result<String, String> {
+        let Principal::Person(speaker) = principal else {
+            return Err("a spawn needs a person to own the new actor".into());
+        };
+        let Some(named) = optional_string(body, "owner")? else {
+            return Ok(speaker.person.to_string());
+        };
+        let named = ActorId::parse(named)
+            .map_err(|e| format!("`owner`: {}", e.replace("actor id", "person id")))?;
+        if speaker.tier != crate::message::Tier::Owner && named != speaker.person {
+            return Err(format!(
+                "`owner`: {} may spawn actors only for themselves, not for {named}",
                 speaker.person
-            ))
+            ));
         }
-        (_, Some(owner)) => Ok(owner.to_string()),
-        (Some(speaker), None) => Ok(speaker.person.to_string()),
-        (None, None) => Ok(request.from.to_string()),
+        let people = self.people_now().await?;
+        if !people.people.iter().any(|p| p.id == named.as_str()) {
+            return Err(format!(
+                "`owner`: {named} is not a person of this world; `sausage people list` shows who is"
+            ));
+        }
+        Ok(named.to_string())
     }
 }
 

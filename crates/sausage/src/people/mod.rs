@@ -137,6 +137,12 @@ impl People {
         Ok(self.read()?.people)
     }
 
+    /// Everyone and the surface grants (actor id → kind of handle), from one read.
+    pub fn read_all(&self) -> Result<(Vec<Person>, BTreeMap<String, String>)> {
+        let file = self.read()?;
+        Ok((file.people, file.surfaces))
+    }
+
     pub fn get(&self, id: &str) -> Result<Option<Person>> {
         Ok(self.list()?.into_iter().find(|p| p.id == id))
     }

@@ -1,52 +1,58 @@
-//! What each tier may ask of the broker (DESIGN §13), decided in one function, [`may_ask`], that
-//! the broker runs for every request that speaks for a person and the web console runs before
-//! it sends one. The agent applies the same table in its own tool code.
+//! What each tier may ask of the broker (DESIGN §13, §18), decided in one function, [`may_ask`],
+//! that the broker runs for every request, for the person it acts for (`broker::principal`),
+//! and the web console runs before it sends one. The agent applies the same table in its own
+//! tool code.
 //!
 //! | request | guest | member | owner |
 //! | --- | --- | --- | --- |
-//! | `list` | yes | yes | yes |
-//! | `spawn` | no | yes, owned by the member | yes |
-//! | `upgrade`, `rollback`, `stop`, `start`, `remove`, `subscribe`, `unsubscribe` | no | only actors the member owns, never `agent` | yes |
+//! | `list`, `principal` | yes | yes | yes |
+//! | `spawn` | no | yes, owned by the member; never a surface's id | yes |
+//! | `upgrade`, `rollback`, `stop`, `start`, `remove`, `subscribe`, `unsubscribe` | no | only actors the member owns, never a surface | yes |
 //!
+//! A **surface** is an actor that speaks for people: `agent`, `matrix` and any actor an owner
+//! granted a kind of handle. Changing one changes what every person's conversation can do.
 //! **Invariant:** a refusal changes nothing: it is decided before the request does anything.
 
 use crate::message::{Speaker, Tier};
 
-/// The actor that only owners may change, whoever created it: changing it changes what every
-/// person's conversation can do.
-pub const AGENT: &str = "agent";
+/// The requests anyone may make: they read and change nothing.
+pub const READ_ONLY: [&str; 2] = ["list", "principal"];
 
-/// Whether `speaker` may make the broker request `kind` on `actor`, whose registry owner is
-/// `owner` (`None` for an actor that does not exist yet, or has no recorded owner). `Err` is the
-/// refusal, in words for the person.
+/// Whether `speaker` may make the broker request `kind` on `actor`, whose owner (a person, as
+/// `broker::principal` resolves it) is `owner` (`None` for an actor that does not exist yet);
+/// `surface` says whether `actor` speaks for people. `Err` is the refusal, in words for the
+/// person.
 pub fn may_ask(
     speaker: &Speaker,
     kind: &str,
     actor: Option<&str>,
     owner: Option<&str>,
+    surface: bool,
 ) -> Result<(), String> {
     let person = speaker.person.as_str();
-    match (speaker.tier, kind) {
-        (_, "list") | (Tier::Owner, _) => Ok(()),
-        (Tier::Guest, _) => Err(format!(
+    if READ_ONLY.contains(&kind) || speaker.tier == Tier::Owner {
+        return Ok(());
+    }
+    if speaker.tier == Tier::Guest {
+        return Err(format!(
             "{person} is a guest in this world: guests talk and read; `{kind}` needs a member \
              or an owner (an owner can change your tier with `sausage people tier {person} \
              member`)"
+        ));
+    }
+    match actor {
+        Some(actor) if surface => Err(format!(
+            "only owners may `{kind}` `{actor}`: it speaks for people (a surface); {person} is a \
+             member"
         )),
-        (Tier::Member, "spawn") => Ok(()),
-        (Tier::Member, _) => match actor {
-            Some(AGENT) => Err(format!(
-                "only owners may change the agent; {person} is a member"
-            )),
-            Some(_) if owner == Some(person) => Ok(()),
-            Some(actor) => Err(format!(
-                "actor `{actor}` belongs to {}; a member may `{kind}` only the actors they \
-                 created",
-                owner.unwrap_or("nobody recorded (an actor from before people existed)")
-            )),
-            // No actor named: the request is refused for its own reason later.
-            None => Ok(()),
-        },
+        _ if kind == "spawn" => Ok(()),
+        Some(_) if owner == Some(person) => Ok(()),
+        Some(actor) => Err(format!(
+            "actor `{actor}` belongs to {}; a member may `{kind}` only the actors they created",
+            owner.unwrap_or("nobody")
+        )),
+        // No actor named: the request is refused for its own reason later.
+        None => Ok(()),
     }
 }
 
@@ -69,29 +75,36 @@ mod tests {
         let gus = speaker("gus", Tier::Guest);
         let olga = speaker("olga", Tier::Owner);
         let cases = [
-            (&gus, "list", None, None, true),
-            (&gus, "spawn", Some("x"), None, false),
-            (&gus, "stop", Some("x"), Some("gus"), false),
-            (&ann, "spawn", Some("x"), None, true),
-            (&ann, "upgrade", Some("mine"), Some("ann"), true),
-            (&ann, "remove", Some("mine"), Some("ann"), true),
-            (&ann, "upgrade", Some("theirs"), Some("bob"), false),
-            (&ann, "stop", Some("old"), None, false),
-            (&ann, "upgrade", Some("agent"), Some("ann"), false),
-            (&olga, "upgrade", Some("agent"), Some("bob"), true),
-            (&olga, "remove", Some("theirs"), Some("bob"), true),
+            (&gus, "list", None, None, false, true),
+            (&gus, "principal", Some("x"), None, false, true),
+            (&gus, "spawn", Some("x"), None, false, false),
+            (&gus, "stop", Some("x"), Some("gus"), false, false),
+            (&ann, "spawn", Some("x"), None, false, true),
+            (&ann, "spawn", Some("matrix"), None, true, false),
+            (&ann, "upgrade", Some("mine"), Some("ann"), false, true),
+            (&ann, "remove", Some("mine"), Some("ann"), false, true),
+            (&ann, "upgrade", Some("theirs"), Some("bob"), false, false),
+            (&ann, "stop", Some("old"), None, false, false),
+            (&ann, "upgrade", Some("agent"), Some("ann"), true, false),
+            (&ann, "stop", Some("relay"), Some("ann"), true, false),
+            (&ann, "subscribe", Some("agent"), Some("olga"), true, false),
+            (&olga, "upgrade", Some("agent"), Some("bob"), true, true),
+            (&olga, "spawn", Some("matrix"), None, true, true),
+            (&olga, "remove", Some("theirs"), Some("bob"), false, true),
         ];
-        for (who, kind, actor, owner, allowed) in cases {
-            let answer = may_ask(who, kind, actor, owner);
+        for (who, kind, actor, owner, surface, allowed) in cases {
+            let answer = may_ask(who, kind, actor, owner, surface);
             assert_eq!(
                 answer.is_ok(),
                 allowed,
                 "{who:?} {kind} {actor:?}: {answer:?}"
             );
         }
-        let why = may_ask(&ann, "upgrade", Some("theirs"), Some("bob")).unwrap_err();
+        let why = may_ask(&ann, "upgrade", Some("theirs"), Some("bob"), false).unwrap_err();
         assert!(why.contains("belongs to bob"), "{why}");
-        let why = may_ask(&gus, "spawn", Some("x"), None).unwrap_err();
+        let why = may_ask(&ann, "upgrade", Some("agent"), Some("ann"), true).unwrap_err();
+        assert!(why.contains("only owners may `upgrade` `agent`"), "{why}");
+        let why = may_ask(&gus, "spawn", Some("x"), None, false).unwrap_err();
         assert!(why.contains("gus is a guest"), "{why}");
     }
 }

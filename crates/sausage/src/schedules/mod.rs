@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 
 use crate::broker::Broker;
 use crate::broker::mailbox::Mailbox;
+use crate::broker::principal::Principal;
 use crate::message::{ActorId, Envelope, NATIVE_ACTORS, Outgoing, Speaker, Tier};
 use crate::people::People;
 use clock::{Clock, LOOK_AGAIN, SystemClock};
@@ -157,7 +158,7 @@ impl Scheduler {
         let due = self.table.due(now);
         let mut fires = Vec::new();
         for fire in due.fires {
-            match self.speaker(&fire) {
+            match self.speaker(&fire).await {
                 Speaks::Nobody => fires.push((fire, None)),
                 Speaks::As(speaker) => fires.push((fire, Some(speaker))),
                 Speaks::Gone(reason) => {
@@ -189,11 +190,18 @@ impl Scheduler {
         }
     }
 
-    /// Who a fire speaks for: nobody for an actor's schedule; for a person's, the person as
-    /// `people.json` has them now.
-    fn speaker(&self, fire: &Fire) -> Speaks {
+    /// Who a fire speaks for (DESIGN §18: the scheduler fires for the schedule's creator): for
+    /// an actor's schedule, the actor's owner as the registry and `people.json` have them now
+    /// (nobody when the actor acts for nobody); for a person's, the person as they are now.
+    async fn speaker(&self, fire: &Fire) -> Speaks {
         if fire.creator.kind == CreatorKind::Actor {
-            return Speaks::Nobody;
+            let Ok(actor) = ActorId::parse(&fire.creator.id) else {
+                return Speaks::Nobody;
+            };
+            return match self.broker.principal_of_actor(&actor).await {
+                Principal::Person(speaker) => Speaks::As(speaker),
+                Principal::Nobody(_) => Speaks::Nobody,
+            };
         }
         let id = &fire.creator.id;
         match self.people.get(id) {
@@ -258,13 +266,17 @@ impl Scheduler {
         }
         let body = request.body_value();
         let kind = body.get("type").and_then(Value::as_str).unwrap_or("");
-        let asker = asker(request);
+        let principal = self.broker.principal(request).await;
+        let asker = asker(request, &principal);
         let before = self.table.clone();
         let result = match kind {
-            "schedule" => {
-                let known = self.known_actors().await;
-                self.table.schedule(&asker, &body, now, &known)
-            }
+            "schedule" => match may_schedule(&principal) {
+                Ok(()) => {
+                    let known = self.known_actors().await;
+                    self.table.schedule(&asker, &body, now, &known)
+                }
+                Err(refusal) => Err(refusal),
+            },
             "unschedule" => self.table.unschedule(&asker, &body),
             "schedules" => Ok(self.table.list(&asker)),
             "shutdown" => return,
@@ -317,7 +329,7 @@ impl Scheduler {
 
 /// Who a due schedule's message speaks for, decided at each fire.
 enum Speaks {
-    /// An actor's schedule: nobody.
+    /// An actor's schedule whose actor acts for nobody.
     Nobody,
     /// A person's, as they are now.
     As(Speaker),
@@ -327,9 +339,11 @@ enum Speaks {
     Unknown(String),
 }
 
-/// Who asks: the person the request speaks for, else the actor that sent it. Owners and the
-/// terminal console see and may end every schedule.
-fn asker(request: &Envelope) -> Asker {
+/// Who asks: the person the request speaks for, else the actor that sent it, counted against
+/// the person it acts for (`principal`). Owners and the terminal console see and may end every
+/// schedule.
+fn asker(request: &Envelope, principal: &Principal) -> Asker {
+    let owner = principal.person().map(|p| p.person.to_string());
     match &request.speaker {
         Some(speaker) => Asker {
             creator: Creator {
@@ -337,6 +351,7 @@ fn asker(request: &Envelope) -> Asker {
                 id: speaker.person.to_string(),
             },
             all: speaker.tier == Tier::Owner,
+            owner,
         },
         None => Asker {
             creator: Creator {
@@ -344,6 +359,21 @@ fn asker(request: &Envelope) -> Asker {
                 id: request.from.to_string(),
             },
             all: request.from.as_str() == "console",
+            owner,
         },
+    }
+}
+
+/// Whether the principal may make a schedule (DESIGN §18): a schedule sends messages to actors
+/// later, which a guest may not do now, and nobody may do at all.
+fn may_schedule(principal: &Principal) -> Result<(), String> {
+    match principal {
+        Principal::Person(p) if p.tier >= Tier::Member => Ok(()),
+        Principal::Person(p) => Err(format!(
+            "{} is a guest in this world: guests cannot schedule messages; a member or an owner \
+             can (an owner changes tiers with `sausage people tier {} member`)",
+            p.person, p.person
+        )),
+        Principal::Nobody(why) => Err(format!("`schedule` refused: {why}")),
     }
 }

@@ -15,9 +15,10 @@ use serde_json::{Value, json};
 
 use crate::message::ActorId;
 
-/// Active schedules one creator (an actor, or a person) may have: a runaway actor or a person
-/// cannot fill the scheduler's file or the world's mailboxes. Past it, `schedule` is refused
-/// with the limit in the reason (replacing one of one's own still works).
+/// Active schedules one creator (an actor, or a person) may have, and one person with every
+/// actor they own (DESIGN §18: spawning actors to make schedules gets no more): a runaway actor
+/// or a person cannot fill the scheduler's file or the world's mailboxes. Past it, `schedule`
+/// is refused with the limit in the reason (replacing one of one's own still works).
 pub const MAX_SCHEDULES_PER_CREATOR: usize = 20;
 
 /// The shortest `every`, in seconds: a schedule is for minutes and days, not a busy loop.
@@ -63,6 +64,8 @@ impl std::fmt::Display for Creator {
 pub struct Asker {
     pub creator: Creator,
     pub all: bool,
+    /// The person the request acts for (an actor's owner), whose count it adds to.
+    pub owner: Option<String>,
 }
 
 /// When a schedule fires, as it was asked for (and as `schedules` lists it).
@@ -87,6 +90,9 @@ pub struct Schedule {
     pub id: String,
     #[serde(flatten)]
     pub creator: Creator,
+    /// The person the schedule counts against: its creator, or the creating actor's owner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     pub to: String,
     pub body: Value,
     #[serde(flatten)]
@@ -185,11 +191,26 @@ impl Table {
                 asker.creator
             ));
         }
+        if let Some(owner) = &asker.owner {
+            let owned = self
+                .schedules
+                .iter()
+                .filter(|s| s.owner.as_ref() == Some(owner))
+                .count();
+            if replaces.is_none() && owned >= MAX_SCHEDULES_PER_CREATOR {
+                return Err(format!(
+                    "{owner} has {owned} active schedules with those of the actors {owner} \
+                     owns, the limit ({MAX_SCHEDULES_PER_CREATOR} per person); unschedule one \
+                     first"
+                ));
+            }
+        }
         let next = first_fire(&when, now)?;
         let id = id.unwrap_or_else(|| self.new_id());
         let schedule = Schedule {
             id: id.clone(),
             creator: asker.creator.clone(),
+            owner: asker.owner.clone(),
             to,
             body,
             when,
@@ -633,6 +654,7 @@ mod tests {
                 id: id.into(),
             },
             all: owner,
+            owner: Some(id.into()),
         }
     }
 
@@ -643,6 +665,14 @@ mod tests {
                 id: id.into(),
             },
             all: false,
+            owner: None,
+        }
+    }
+
+    fn owned_actor(id: &str, owner: &str) -> Asker {
+        Asker {
+            owner: Some(owner.into()),
+            ..actor(id)
         }
     }
 
@@ -946,6 +976,31 @@ mod tests {
                 &known(),
             )
             .expect("the actor ann is another creator than the person ann");
+
+        // Actors count against their owner: spawning more actors makes no more schedules.
+        let mut table = Table::default();
+        for n in 0..MAX_SCHEDULES_PER_CREATOR {
+            let asker = owned_actor(&format!("a{}", n % 4), "bob");
+            let every = request(json!({"every": 60}));
+            table.schedule(&asker, &every, t(now), &known()).unwrap();
+        }
+        for asker in [owned_actor("fresh", "bob"), person("bob", false)] {
+            let reason = table
+                .schedule(&asker, &request(json!({"every": 60})), t(now), &known())
+                .unwrap_err();
+            assert!(
+                reason.contains("bob has 20 active schedules with those of the actors bob owns"),
+                "{reason}"
+            );
+        }
+        table
+            .schedule(
+                &owned_actor("fresh", "carol"),
+                &request(json!({"every": 60})),
+                t(now),
+                &known(),
+            )
+            .expect("carol has her own twenty");
     }
 
     #[test]

@@ -1,0 +1,343 @@
+//! Authority (DESIGN §18), tried as an attacker would: each route into a world (the terminal
+//! console, the web page, an actor a member owns, an actor a guest owns, a schedule) against
+//! the actions its principal must not take (name a host path, read the credentials, change the
+//! agent or another's actor, change a tier), each refused with a reason and nothing changed on
+//! disk, beside what each may do. One world and one host serve the whole table.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use serde_json::{Value, json};
+use support::http::EventStream;
+use support::web::{Client, EVENT_PATIENCE, WebHost};
+use support::*;
+
+/// Runs `sausage people ARGS --world WORLD` and returns its stdout.
+fn people(world: &TestWorld, args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_sausage"))
+        .arg("people")
+        .args(args)
+        .arg("--world")
+        .arg(&world.root)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Logs in with the link `sausage people add` printed.
+fn log_in(web: &WebHost, printed: &str) -> Client {
+    let link = printed
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("a login link");
+    let path = link.split_once(&web.addr).unwrap().1;
+    let response = support::http::request(&web.addr, "GET", path, &[], b"");
+    assert_eq!(response.status, 303, "{}", response.text());
+    let cookie = response.header("set-cookie").unwrap();
+    Client {
+        addr: web.addr.clone(),
+        cookie: cookie.split(';').next().unwrap().to_string(),
+    }
+}
+
+/// What a refusal must leave alone: the registry, the people, the credentials and every stored
+/// version, byte for byte.
+fn fingerprint(world: &TestWorld) -> BTreeMap<String, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    for rel in [
+        "sausage.json",
+        "broker/people.json",
+        "broker/credentials/agent.json",
+    ] {
+        files.insert(
+            rel.to_string(),
+            std::fs::read(world.path(rel)).unwrap_or_default(),
+        );
+    }
+    for entry in std::fs::read_dir(world.path("broker/versions")).unwrap() {
+        let id = entry.unwrap().file_name().to_string_lossy().into_owned();
+        let versions: Vec<String> = std::fs::read_dir(world.path(&format!("broker/versions/{id}")))
+            .unwrap()
+            .map(|v| v.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        files.insert(format!("versions of {id}"), versions.join(",").into_bytes());
+    }
+    files
+}
+
+/// Has `bot` (a `relay` actor) send `body` to `to`, and returns the reply it relays.
+fn through_actor(host: &mut Host, bot: &str, to: &str, body: Value) -> Value {
+    host.tell(bot, json!({"type": "relay", "to": to, "body": body}));
+    host.wait_for(&format!("{bot}'s relayed reply from {to}"), |m| {
+        m.from == bot && m.body["type"] == "relayed"
+    })
+    .body["body"]
+        .clone()
+}
+
+/// Sends `body` to `to` from `client`'s page (`/api/send`) and returns the reply's body.
+fn through_web(client: &Client, events: &mut EventStream, to: &str, body: Value) -> Value {
+    let sent = client.post("/api/send", &json!({"to": to, "body": body}));
+    assert_eq!(sent.status, 200, "{}", sent.text());
+    let id = sent.json()["id"].as_str().unwrap().to_string();
+    let reply = events.wait_for("message", EVENT_PATIENCE, |data| data["reply_to"] == id);
+    serde_json::from_str::<Value>(&reply.data).unwrap()["body"].clone()
+}
+
+/// Asserts that `reply` is a refusal whose reason says `why`.
+fn refused(route: &str, reply: &Value, why: &str) {
+    assert_eq!(reply["type"], "error", "{route}: {reply}");
+    let reason = reply["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains(why),
+        "{route}: the reason `{reason}` should say `{why}`"
+    );
+}
+
+#[test]
+fn no_route_gets_a_principal_past_its_tier() {
+    let world = TestWorld::new();
+    // The agent stands in as echo: what matters is that it is the agent's id.
+    world.install("agent", "echo");
+    world.install("echo", "echo");
+    world.install("ann-bot", "relay");
+    world.install("gus-bot", "relay");
+    std::fs::create_dir_all(world.path("broker/credentials")).unwrap();
+    std::fs::write(
+        world.path("broker/credentials/agent.json"),
+        json!({"base_url": "http://127.0.0.1:9", "header": "authorization", "value": "Bearer sk-secret"})
+            .to_string(),
+    )
+    .unwrap();
+    let mut registry = world.json("sausage.json");
+    registry["actors"]["ann-bot"]["owner"] = json!("ann");
+    registry["actors"]["gus-bot"]["owner"] = json!("gus");
+    std::fs::write(world.path("sausage.json"), registry.to_string()).unwrap();
+    // A program ann's bot may name in its own namespace.
+    std::fs::copy(wasm("echo"), world.path("actor/ann-bot/public/echo.wasm")).unwrap();
+
+    let web = WebHost::start(&world);
+    let ann = log_in(&web, &people(&world, &["add", "ann", "--tier", "member"]));
+    let _gus = log_in(&web, &people(&world, &["add", "gus", "--tier", "guest"]));
+    let mut host = web.host;
+    let mut ann_events = ann.events(None);
+    let before = fingerprint(&world);
+    let credentials = world.path("broker/credentials").display().to_string();
+    let echo_wasm = wasm("echo").display().to_string();
+
+    // An actor acts for its owner, and says so when asked.
+    let ann_bot = through_actor(
+        &mut host,
+        "ann-bot",
+        "broker",
+        json!({"type": "principal", "actor": "ann-bot"}),
+    );
+    assert_eq!(
+        (&ann_bot["person"], &ann_bot["tier"]),
+        (&json!("ann"), &json!("member")),
+        "{ann_bot}"
+    );
+    let gus_bot = through_actor(
+        &mut host,
+        "gus-bot",
+        "broker",
+        json!({"type": "principal", "actor": "gus-bot"}),
+    );
+    assert_eq!(
+        (&gus_bot["person"], &gus_bot["tier"]),
+        (&json!("gus"), &json!("guest")),
+        "{gus_bot}"
+    );
+
+    // Route by route, what each principal must not do.
+    let upgrade_agent = json!({"type": "upgrade", "actor": "agent", "wasm": "/public/echo.wasm"});
+    let cases = [
+        (
+            "a member's actor upgrades the agent",
+            "ann-bot",
+            "broker",
+            upgrade_agent.clone(),
+            "only owners may `upgrade` `agent`",
+        ),
+        (
+            "a member's actor stops the agent",
+            "ann-bot",
+            "broker",
+            json!({"type": "stop", "actor": "agent"}),
+            "only owners may `stop` `agent`",
+        ),
+        (
+            "a member's actor re-spawns matrix",
+            "ann-bot",
+            "broker",
+            json!({"type": "spawn", "actor": "matrix", "wasm": "/public/echo.wasm"}),
+            "only owners may `spawn` `matrix`",
+        ),
+        (
+            "a member's actor stops the owner's actor",
+            "ann-bot",
+            "broker",
+            json!({"type": "stop", "actor": "echo"}),
+            "belongs to owner",
+        ),
+        (
+            "a member's actor reads the credentials",
+            "ann-bot",
+            "broker",
+            json!({"type": "spawn", "actor": "leak", "wasm": "/public/echo.wasm", "source": credentials}),
+            "outside your namespace",
+        ),
+        (
+            "a member's actor names a host program",
+            "ann-bot",
+            "broker",
+            json!({"type": "spawn", "actor": "leak", "wasm": echo_wasm}),
+            "outside your namespace",
+        ),
+        (
+            "a member's actor names an owner for its actor",
+            "ann-bot",
+            "broker",
+            json!({"type": "spawn", "actor": "leak", "wasm": "/public/echo.wasm", "owner": "owner"}),
+            "only for themselves",
+        ),
+        (
+            "a guest's actor spawns",
+            "gus-bot",
+            "broker",
+            json!({"type": "spawn", "actor": "leak", "wasm": "/public/echo.wasm"}),
+            "gus is a guest",
+        ),
+        (
+            "a guest's actor upgrades the agent",
+            "gus-bot",
+            "broker",
+            upgrade_agent.clone(),
+            "gus is a guest",
+        ),
+        (
+            "a guest's actor builds",
+            "gus-bot",
+            "cargo",
+            json!({"type": "build", "source": "/data"}),
+            "guests cannot build",
+        ),
+        (
+            "a member's actor builds a host folder",
+            "ann-bot",
+            "cargo",
+            json!({"type": "build", "source": credentials}),
+            "outside your namespace",
+        ),
+        (
+            "a guest's actor schedules",
+            "gus-bot",
+            "scheduler",
+            json!({"type": "schedule", "every": 60, "to": "echo", "body": {"type": "ping"}}),
+            "guests cannot schedule",
+        ),
+    ];
+    for (route, bot, to, body, why) in cases {
+        refused(route, &through_actor(&mut host, bot, to, body), why);
+    }
+    let web_cases = [
+        (
+            "the web names the credentials",
+            json!({"type": "spawn", "actor": "leak", "wasm": "/actor/ann-bot/public/echo.wasm", "source": credentials}),
+            "only the terminal console",
+        ),
+        (
+            "the web names a host program",
+            json!({"type": "spawn", "actor": "leak", "wasm": echo_wasm}),
+            "only the terminal console",
+        ),
+        (
+            "the web names web's own data",
+            json!({"type": "spawn", "actor": "leak", "wasm": "/data/x.wasm"}),
+            "only the terminal console",
+        ),
+        (
+            "a member upgrades the agent from the web",
+            upgrade_agent.clone(),
+            "only owners may `upgrade` `agent`",
+        ),
+        (
+            "a member stops the owner's actor from the web",
+            json!({"type": "stop", "actor": "echo"}),
+            "belongs to owner",
+        ),
+    ];
+    for (route, body, why) in web_cases {
+        refused(
+            route,
+            &through_web(&ann, &mut ann_events, "broker", body),
+            why,
+        );
+    }
+    let build = json!({"type": "build", "source": credentials});
+    let built = through_web(&ann, &mut ann_events, "cargo", build);
+    refused(
+        "the web builds a host folder",
+        &built,
+        "only the terminal console",
+    );
+    let tier = ann.post("/api/people/ann/tier", &json!({"tier": "owner"}));
+    assert_eq!(
+        tier.status,
+        403,
+        "a member makes herself an owner: {}",
+        tier.text()
+    );
+    let secret =
+        ann.get("/api/actors/agent/files/source/..%2F..%2F..%2Fbroker%2Fcredentials%2Fagent.json");
+    assert_ne!(secret.status, 200, "{}", secret.text());
+    assert!(!secret.text().contains("sk-secret"));
+    assert_eq!(
+        fingerprint(&world),
+        before,
+        "a refusal changed something on disk"
+    );
+
+    // What a member's actor may do: spawn an actor of its own, owned by its owner (transitively).
+    let spawned = through_actor(
+        &mut host,
+        "ann-bot",
+        "broker",
+        json!({"type": "spawn", "actor": "ann-child", "wasm": "/public/echo.wasm"}),
+    );
+    assert_eq!(spawned["type"], "spawned", "{spawned}");
+    assert_eq!(
+        world.json("sausage.json")["actors"]["ann-child"]["owner"],
+        "ann"
+    );
+
+    // A schedule fires for its creator's owner: ann's bot may stop ann's actor on a schedule,
+    // and the same schedule against the owner's echo changes nothing.
+    let at = |seconds: i64| (chrono::Utc::now() + chrono::TimeDelta::seconds(seconds)).to_rfc3339();
+    for (target, at) in [("ann-child", at(2)), ("echo", at(2))] {
+        let body = json!({"type": "schedule", "at": at, "to": "broker", "body": {"type": "stop", "actor": target}});
+        let scheduled = through_actor(&mut host, "ann-bot", "scheduler", body);
+        assert_eq!(scheduled["type"], "scheduled", "{scheduled}");
+    }
+    eventually("both schedules fired", || {
+        !world.path("private/scheduler/data/schedules.json").exists()
+            || world.json("private/scheduler/data/schedules.json")["schedules"]
+                .as_array()
+                .is_some_and(|s| s.is_empty())
+    });
+    eventually("ann-child stopped for ann", || {
+        world.json("sausage.json")["actors"]["ann-child"]["running"] == false
+    });
+    assert_eq!(
+        world.json("sausage.json")["actors"]["echo"]["running"],
+        true
+    );
+
+    // The terminal's owner may do what nobody else may: name host paths, change the agent.
+    let upgraded = host.request(json!({"type": "upgrade", "actor": "agent", "wasm": echo_wasm}));
+    assert_eq!(upgraded["type"], "upgraded", "{upgraded}");
+    host.quit();
+}
