@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::bridge::{Bridge, Config, room_key};
 use crate::host::{Event, Incoming, Request};
-use crate::state::State;
+use crate::state::{STATE_VERSION, State};
 use crate::testing::{ScriptedHost, temp_dir};
 
 const BOT: &str = "@bot:hs";
@@ -22,16 +22,18 @@ fn config() -> Config {
 }
 
 /// A bridge that already synced once (token `s0`) and knows a direct room with Alice and a
-/// group room with Alice and Bob.
+/// group room with Alice and Bob, each a member.
 fn data(name: &str) -> PathBuf {
     let data = temp_dir(name);
     let mut state = State {
+        version: STATE_VERSION,
         since: Some("s0".into()),
         ..State::default()
     };
-    for (room, members) in [(DM, vec![BOT, ALICE]), (GROUP, vec![BOT, ALICE, BOB])] {
-        state.rooms.entry(room.into()).or_default().members =
-            members.into_iter().map(String::from).collect();
+    for (room, members) in [(DM, vec![ALICE]), (GROUP, vec![ALICE, BOB])] {
+        let known = state.rooms.entry(room.into()).or_default();
+        known.members = members.into_iter().map(String::from).collect();
+        known.present = known.members.clone();
     }
     state.save(&data).unwrap();
     data
@@ -163,8 +165,11 @@ fn the_first_sync_learns_rooms_without_answering_history_and_a_persons_invite_is
     let joins = host.calls_to("/join/");
     assert_eq!(joins[0].url, "http://hs/_matrix/client/v3/join/%21new%3Ahs");
     let state = State::load(&data);
-    assert_eq!(state.rooms[DM].members.len(), 2);
-    assert!(state.rooms.contains_key("!new:hs"));
+    // Alice is in the room, but the bridge did not see anyone invite her or the bot: she is no
+    // member of its conversation. The checked inviter is the first member of the room joined.
+    assert_eq!(state.rooms[DM].present, [ALICE.to_string()].into());
+    assert!(state.rooms[DM].members.is_empty());
+    assert_eq!(state.rooms["!new:hs"].members, [ALICE.to_string()].into());
     assert!(state.invites.is_empty() && state.inviters.is_empty());
 }
 
@@ -212,7 +217,7 @@ fn data_with_pending_invite() -> PathBuf {
 fn a_group_room_speaks_in_the_agents_shared_room_and_only_the_askers_copy_counts() {
     let data = data("group");
     let turn = "matrix/t1";
-    let answer = json!({"type": "text", "turn": turn, "text": "Hi *all*", "room": room_key(GROUP),
+    let answer = json!({"type": "text", "turn": turn, "text": "Hi *all*", "room": room_key("matrix", GROUP),
                         "usage": {"input_tokens": 10, "output_tokens": 2, "cost_usd": 0.5}});
     let mut copy = answer.clone();
     copy["for"] = json!("bob");
@@ -225,7 +230,7 @@ fn a_group_room_speaks_in_the_agents_shared_room_and_only_the_askers_copy_counts
         ],
     );
     let host = bridge.host();
-    assert_eq!(host.sent[0].0.body["room"], "matrix-group-x");
+    assert_eq!(host.sent[0].0.body["room"], room_key("matrix", GROUP));
     let sends = host.calls_to("/send/");
     assert_eq!(sends.len(), 1, "one answer, though each member's copy came");
     assert_eq!(
@@ -554,19 +559,40 @@ fn a_restart_keeps_the_turn_so_a_late_answer_still_finds_its_room_and_event() {
 }
 
 #[test]
-fn shared_room_ids_follow_the_rules_of_actor_ids() {
-    assert_eq!(room_key("!AbC.d:server.org"), "matrix-abc-d");
-    let long = room_key(&format!("!{}:s", "x".repeat(100)));
-    assert_eq!(long.len(), 64);
-    assert!(
-        long.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
-    );
+fn shared_room_names_are_a_hash_of_the_full_id_and_follow_the_rules_of_actor_ids() {
+    // Rooms whose ids the old names (the local part, lower case, sanitised, cut at 64) mixed up.
+    let long = "x".repeat(100);
+    let rooms = [
+        "!AbC.d:server.org".to_string(),
+        "!abc.d:server.org".into(),
+        "!abc-d:server.org".into(),
+        "!AbC.d:other.org".into(),
+        format!("!{long}:s"),
+        format!("!{long}y:s"),
+    ];
+    let keys: std::collections::BTreeSet<String> =
+        rooms.iter().map(|room| room_key("matrix", room)).collect();
+    assert_eq!(keys.len(), rooms.len(), "{keys:?}");
+    for key in &keys {
+        assert_eq!(key.len(), "matrix-".len() + 32, "{key}");
+        assert!(key.starts_with("matrix-"));
+        assert!(
+            key.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        );
+    }
+    // The actor's own id leads, so the agent takes it as this surface's room.
+    assert!(room_key("matrix-two", &rooms[0]).starts_with("matrix-two-"));
+    assert_eq!(room_key("matrix", &rooms[0]), room_key("matrix", &rooms[0]));
 }
 
 #[test]
 fn a_room_joined_late_hands_on_what_came_after_the_invite_not_its_history() {
     let data = data("history");
+    // Joined at Alice's invitation.
+    let mut state = State::load(&data);
+    state.rooms.entry("!old:hs".into()).or_default().members = [ALICE.to_string()].into();
+    state.save(&data).unwrap();
     let message = |id: &str, text: &str| {
         json!({"type": "m.room.message", "event_id": id, "sender": ALICE,
                "content": {"msgtype": "m.text", "body": text}})
