@@ -10,7 +10,7 @@
 //! is alone with the bot; rooms are known by their full id, and the agent's name for a shared
 //! one is a hash of it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -83,6 +83,10 @@ const NO_LONGER_PRIVATE_NOTICE: &str = "This room is no longer private (someone 
 const ROOM_KEY_HEX: usize = 32;
 const MAX_ACTOR_ID_FOR_ROOMS: usize = 64 - 1 - ROOM_KEY_HEX;
 
+/// The most members an owner may name for one room's conversation (the agent's own limit of a
+/// room's members): a longer list is refused whole, and the members stay as they were.
+pub const MAX_NAMED_MEMBERS: usize = 50;
+
 /// `/data/config.json`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -98,16 +102,22 @@ pub struct Config {
 }
 
 impl Config {
+    /// The configuration, for the actor named by `SAUSAGE_ACTOR` (default `matrix`).
     pub fn parse(bytes: &[u8]) -> Result<Config, String> {
+        let me = std::env::var("SAUSAGE_ACTOR")
+            .ok()
+            .filter(|me| !me.is_empty())
+            .unwrap_or_else(|| "matrix".into());
+        Config::parse_for(bytes, me)
+    }
+
+    /// The configuration of the actor `me`.
+    pub fn parse_for(bytes: &[u8], me: String) -> Result<Config, String> {
         let value: Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
         let field = |name: &str| match value[name].as_str() {
             Some(text) if !text.is_empty() => Ok(text.to_string()),
             _ => Err(format!("`{name}` is missing (a string)")),
         };
-        let me = std::env::var("SAUSAGE_ACTOR")
-            .ok()
-            .filter(|me| !me.is_empty())
-            .unwrap_or_else(|| "matrix".into());
         if me.len() > MAX_ACTOR_ID_FOR_ROOMS {
             return Err(format!(
                 "the actor's id `{me}` is longer than {MAX_ACTOR_ID_FOR_ROOMS} characters, too \
@@ -505,6 +515,15 @@ impl<H: Host> Bridge<H> {
             }
         } else if message.from == self.config.agent {
             self.on_agent(&message);
+        } else if matches!(message.kind(), "members" | "rooms") {
+            let answer = self.owners_request(&message);
+            self.host.send(&Outgoing {
+                to: Some(message.from.clone()),
+                speaks_as: None,
+                id: None,
+                reply_to: Some(message.id.clone()),
+                body: answer,
+            });
         } else {
             eprintln!(
                 "matrix: ignoring a {:?} message from {}",
@@ -512,6 +531,112 @@ impl<H: Host> Bridge<H> {
                 message.from
             );
         }
+    }
+
+    /// An owner's request about rooms: `{"type":"rooms"}` lists the rooms (full id, the
+    /// agent's name, who is present, who is a member); `{"type":"members","room","members"}`
+    /// makes exactly those Matrix users the members of a room's conversation. The answer is the
+    /// room(s), or an `error` that says why and changes nothing.
+    fn owners_request(&mut self, message: &Incoming) -> Value {
+        let kind = message.kind().to_string();
+        let error = |reason: String| json!({"type": "error", "request": kind, "reason": reason});
+        if message.tier.as_deref() != Some("owner") {
+            let who = match (&message.person, &message.tier) {
+                (Some(person), Some(tier)) => format!("{person} is a {tier}"),
+                _ => format!("{} speaks for no person", message.from),
+            };
+            return error(format!(
+                "refused: only the world's owners see and set who is in a room's conversation, \
+                 and {who}"
+            ));
+        }
+        if kind == "rooms" {
+            let rooms: Vec<Value> = self
+                .state
+                .rooms
+                .iter()
+                .map(|(id, room)| self.describe_room(id, room))
+                .collect();
+            return json!({"type": "rooms", "rooms": rooms});
+        }
+        let members = match self.named_members(&message.body) {
+            Ok(members) => members,
+            Err(reason) => return error(reason),
+        };
+        let room_id = message.body["room"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let Some(room) = self.state.rooms.get_mut(&room_id) else {
+            return error(format!(
+                "`room` is {}; give the full id of a room the bridge is in (`!abc:server`, as \
+                 {{\"type\":\"rooms\"}} lists them)",
+                message.body["room"]
+            ));
+        };
+        room.members = members;
+        for member in &room.members {
+            room.invited.remove(member);
+            room.told_not_member.remove(member);
+        }
+        let room = room.clone();
+        eprintln!(
+            "matrix: {} set the members of {room_id}: {:?}",
+            message.person.as_deref().unwrap_or_default(),
+            room.members
+        );
+        self.save();
+        let mut answer = self.describe_room(&room_id, &room);
+        answer["type"] = json!("members_set");
+        answer
+    }
+
+    /// The `members` of an owner's request: Matrix user ids, each once, not the bot's own, at
+    /// most [`MAX_NAMED_MEMBERS`].
+    fn named_members(&self, body: &Value) -> Result<BTreeSet<String>, String> {
+        let Some(given) = body["members"].as_array() else {
+            return Err(format!(
+                "`members` is {}; give the Matrix ids of the room conversation's members, such \
+                 as [\"@ann:example.org\"] ([] for none)",
+                body["members"]
+            ));
+        };
+        if given.len() > MAX_NAMED_MEMBERS {
+            return Err(format!(
+                "a room's conversation has at most {MAX_NAMED_MEMBERS} members, not {}",
+                given.len()
+            ));
+        }
+        let mut members = BTreeSet::new();
+        for member in given {
+            let id = member.as_str().unwrap_or_default();
+            let local_and_server = id.strip_prefix('@').and_then(|rest| rest.split_once(':'));
+            if !local_and_server
+                .is_some_and(|(local, server)| !local.is_empty() && !server.is_empty())
+            {
+                return Err(format!(
+                    "member {member} is not a Matrix user id; write it as `@name:server`"
+                ));
+            }
+            if id == self.config.user_id {
+                return Err(format!(
+                    "member {id} is the bridge itself; name only people"
+                ));
+            }
+            if !members.insert(id.to_string()) {
+                return Err(format!("member {id} is named twice; name each once"));
+            }
+        }
+        Ok(members)
+    }
+
+    fn describe_room(&self, id: &str, room: &Room) -> Value {
+        json!({
+            "room": id,
+            "name": self.room_key(id),
+            "present": room.present,
+            "members": room.members,
+        })
     }
 
     /// A text that could not reach the agent. When its sender is no person of this world, they
