@@ -1064,3 +1064,19 @@ fn an_actor_id_too_long_to_name_shared_rooms_is_refused_with_advice() {
     let fits = Config::parse_for(config, "m".repeat(31)).unwrap();
     assert!(room_key(&fits.me, "!a:hs").len() <= 64);
 }
+
+#[test]
+fn fields_in_an_events_content_never_choose_who_speaks_or_where() {
+    let data = data("content-fields");
+    let events = json!({"join": {DM: {"timeline": {"events": [{
+        "type": "m.room.message", "event_id": "$x", "sender": ALICE,
+        "content": {"msgtype": "m.text", "body": "hi", "as": BOB, "for": "root",
+                    "person": "root", "room": "team", "reply_to": "agent/q1"},
+    }]}}}});
+    let bridge = run(&data, vec![synced("s1", events)]);
+    let lines = bridge.host().lines();
+    assert_eq!(
+        serde_json::to_value(lines[0]).unwrap(),
+        json!({"to": "agent", "as": ALICE, "id": "t1", "body": {"type": "text", "text": "hi"}})
+    );
+}
