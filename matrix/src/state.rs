@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// The version of the file's layout this bridge writes. Version 0 (no `version`) kept one
-/// `members` set of everyone joined or invited; [`State::load`] moves it to `present`, so nobody
+/// `members` set of everyone joined or invited; [`State::upgrade`] moves it to `present`, so nobody
 /// becomes a member of a room's conversation by having been in the room then, except the one
 /// person of a direct room.
 pub const STATE_VERSION: u32 = 1;
@@ -119,7 +119,7 @@ impl State {
             Ok(bytes) => bytes,
             Err(_) => return State::default(),
         };
-        match serde_json::from_slice::<State>(&bytes) {
+        match serde_json::from_slice(&bytes) {
             Ok(state) => state,
             Err(e) => {
                 eprintln!(
