@@ -5,8 +5,12 @@
 //! **Invariant:** the `since` token is saved only after every event of its batch was handed on
 //! (written on stdout), and every send to a room has a transaction id derived from the world
 //! message or Matrix event it comes from, so neither a crash nor a retry loses or doubles one.
+//! **Invariant:** only a member of a room's conversation (see [`Room::members`]) reaches the
+//! agent from that room, and a private conversation is shown only in a room where its person
+//! is alone with the bot; rooms are known by their full id, and the agent's name for a shared
+//! one is a hash of it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -14,6 +18,7 @@ use serde_json::{Value, json};
 
 use crate::host::{Event, Host, Incoming, Outgoing, Request, Response};
 use crate::markdown;
+use crate::sha256;
 use crate::state::{Question, Room, State, Turn};
 
 /// How long the homeserver holds a `/sync` open when nothing happens (`timeout`, in ms).
@@ -57,6 +62,31 @@ const UNKNOWN_NOTICE: &str = "Hello! I am this world's assistant, but the world 
      you yet, so I cannot answer. Ask the world's owner to add you \
      (`sausage people add ID --matrix YOUR_MATRIX_ID`); until then I will stay quiet.";
 
+/// The one notice a user who is in a room but no member of its conversation gets there; what
+/// they say is handed to nobody.
+const NOT_MEMBER_NOTICE: &str = "Hello! In this room I answer only the members of its \
+     conversation: the person who invited me, the people a member invited, and the ones the \
+     world's owner named. You are in the room without such an invitation, so I will stay quiet \
+     for you here. Talk to me in a direct room, or ask the world's owner to add you.";
+
+/// Shown instead of a private conversation's answer, question or progress when the room it was
+/// asked in no longer holds its person alone with the bot: what the agent said stays in the
+/// person's conversation (the web console shows it).
+const NO_LONGER_PRIVATE_NOTICE: &str = "This room is no longer private (someone else is in \
+     it), so the rest of my answer stays in your private conversation: read it on the web \
+     console, or ask me again in a direct room.";
+
+/// How many hexadecimal digits of the room id's SHA-256 name a shared room for the agent
+/// (128 bits: no two Matrix rooms share a name, even rooms made to). With the actor's id and a
+/// `-` in front it must fit an actor id's 64 characters, so the actor's id may have at most
+/// [`MAX_ACTOR_ID_FOR_ROOMS`] of them; a longer one is refused at the start with that advice.
+const ROOM_KEY_HEX: usize = 32;
+const MAX_ACTOR_ID_FOR_ROOMS: usize = 64 - 1 - ROOM_KEY_HEX;
+
+/// The most members an owner may name for one room's conversation (the agent's own limit of a
+/// room's members): a longer list is refused whole, and the members stay as they were.
+pub const MAX_NAMED_MEMBERS: usize = 50;
+
 /// `/data/config.json`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -72,20 +102,33 @@ pub struct Config {
 }
 
 impl Config {
+    /// The configuration, for the actor named by `SAUSAGE_ACTOR` (default `matrix`).
     pub fn parse(bytes: &[u8]) -> Result<Config, String> {
+        let me = std::env::var("SAUSAGE_ACTOR")
+            .ok()
+            .filter(|me| !me.is_empty())
+            .unwrap_or_else(|| "matrix".into());
+        Config::parse_for(bytes, me)
+    }
+
+    /// The configuration of the actor `me`.
+    pub fn parse_for(bytes: &[u8], me: String) -> Result<Config, String> {
         let value: Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
         let field = |name: &str| match value[name].as_str() {
             Some(text) if !text.is_empty() => Ok(text.to_string()),
             _ => Err(format!("`{name}` is missing (a string)")),
         };
+        if me.len() > MAX_ACTOR_ID_FOR_ROOMS {
+            return Err(format!(
+                "the actor's id `{me}` is longer than {MAX_ACTOR_ID_FOR_ROOMS} characters, too \
+                 long to name its shared rooms for the agent; spawn the bridge under a shorter id"
+            ));
+        }
         Ok(Config {
             homeserver: field("homeserver")?.trim_end_matches('/').to_string(),
             user_id: field("user_id")?,
             agent: field("agent").unwrap_or_else(|_| "agent".into()),
-            me: std::env::var("SAUSAGE_ACTOR")
-                .ok()
-                .filter(|me| !me.is_empty())
-                .unwrap_or_else(|| "matrix".into()),
+            me,
         })
     }
 }
@@ -119,7 +162,8 @@ enum Synced {
 
 impl<H: Host> Bridge<H> {
     pub fn new(host: H, data: PathBuf, config: Config) -> Bridge<H> {
-        let state = State::load(&data);
+        let mut state = State::load(&data);
+        state.upgrade(&config.user_id);
         Bridge {
             host,
             data,
@@ -244,9 +288,10 @@ impl<H: Host> Bridge<H> {
             self.check_invite(room, invite);
         }
         for (room_id, room) in sync["rooms"]["join"].as_object().into_iter().flatten() {
+            let bot = self.config.user_id.as_str();
             let known = self.state.rooms.entry(room_id.clone()).or_default();
             for event in room["state"]["events"].as_array().into_iter().flatten() {
-                learn_member(known, event);
+                learn_member(known, event, bot);
             }
             let timeline = room["timeline"]["events"].as_array().map_or(&[][..], |e| e);
             // Messages from before the bot was invited (or joined, when the batch shows no
@@ -263,7 +308,7 @@ impl<H: Host> Bridge<H> {
                 match event["type"].as_str() {
                     Some("m.room.member") => {
                         if let Some(room) = self.state.rooms.get_mut(room_id) {
-                            learn_member(room, event);
+                            learn_member(room, event, &self.config.user_id);
                         }
                     }
                     Some("m.room.message") if !first && n >= history => {
@@ -348,7 +393,9 @@ impl<H: Host> Bridge<H> {
         }
     }
 
-    fn join(&mut self, room: &str) {
+    /// Joins `room` at the invitation of `inviter`, a person of this world checked just now:
+    /// they are the room conversation's first member.
+    fn join(&mut self, room: &str, inviter: &str) {
         let request = Request {
             method: "POST",
             url: self.url(&format!("/join/{}", encode(room))),
@@ -356,15 +403,20 @@ impl<H: Host> Bridge<H> {
         };
         match self.call(&request) {
             Ok(_) => {
-                eprintln!("matrix: joined {room}");
-                self.state.rooms.entry(room.to_string()).or_default();
+                eprintln!("matrix: joined {room}, invited by {inviter}");
+                let known = self.state.rooms.entry(room.to_string()).or_default();
+                if !inviter.is_empty() {
+                    known.present.insert(inviter.to_string());
+                    known.members.insert(inviter.to_string());
+                }
             }
             Err(why) => eprintln!("matrix: joining {room}: {why}"),
         }
     }
 
-    /// A message in a joined room: an answer to the sender's open question there, or a text
-    /// that starts a turn. Returns the room to show typing in when a turn started.
+    /// A message in a joined room: from a member of the room's conversation, an answer to the
+    /// sender's open question there or a text that starts a turn; from anyone else, nothing
+    /// but one notice. Returns the room to show typing in when a turn started.
     fn on_matrix_message(&mut self, room: &str, event: &Value) -> Option<String> {
         let sender = event["sender"].as_str()?;
         let content = &event["content"];
@@ -375,6 +427,12 @@ impl<H: Host> Bridge<H> {
             return None;
         }
         let text = without_reply_fallback(content)?;
+        let known = self.state.rooms.get(room)?;
+        if !known.members.contains(sender) {
+            self.tell_not_member(room, sender, event["event_id"].as_str().unwrap_or_default());
+            return None;
+        }
+        let private = known.direct_with() == Some(sender);
         let asked = self
             .state
             .questions
@@ -396,8 +454,8 @@ impl<H: Host> Bridge<H> {
             return Some(room.to_string());
         }
         let mut body = json!({"type": "text", "text": text});
-        if let Some(shared) = self.shared_room(room) {
-            body["room"] = json!(shared);
+        if !private {
+            body["room"] = json!(self.room_key(room));
         }
         let id = self.state.new_id();
         self.host.send(&Outgoing {
@@ -411,29 +469,34 @@ impl<H: Host> Bridge<H> {
             room: room.to_string(),
             event: event["event_id"].as_str().unwrap_or_default().to_string(),
             sender: sender.to_string(),
+            private,
             ..Turn::default()
         };
         self.state.turns.insert(format!("matrix/{id}"), turn);
         Some(room.to_string())
     }
 
-    /// The agent's room id for a Matrix room with more than one person, `None` for a direct
-    /// room (the bot and one person: that person's private conversation).
-    fn shared_room(&self, room: &str) -> Option<String> {
-        let members = &self.state.rooms.get(room)?.members;
-        let people = members
-            .iter()
-            .filter(|m| **m != self.config.user_id)
-            .count();
-        (people >= 2).then(|| room_key(room))
+    /// The agent's name for the shared room `room` (a full Matrix room id).
+    fn room_key(&self, room: &str) -> String {
+        room_key(&self.config.me, room)
     }
 
-    /// Whether every member of `room` but the bot is a user told they are unknown.
+    /// Tells `sender`, once per room, that they are no member of its conversation.
+    fn tell_not_member(&mut self, room: &str, sender: &str, event: &str) {
+        let Some(known) = self.state.rooms.get_mut(room) else {
+            return;
+        };
+        eprintln!("matrix: {sender} spoke in {room} but is no member of its conversation");
+        if known.told_not_member.insert(sender.to_string()) {
+            self.notice(room, &format!("not-member.{event}"), NOT_MEMBER_NOTICE);
+        }
+    }
+
+    /// Whether everyone in `room` but the bot is a user told they are unknown.
     fn nobody_known_in(&self, room: &str) -> bool {
         self.state.rooms.get(room).is_some_and(|r| {
-            r.members
+            r.present
                 .iter()
-                .filter(|m| **m != self.config.user_id)
                 .all(|m| self.state.told_unknown.contains(m))
         })
     }
@@ -446,12 +509,21 @@ impl<H: Host> Bridge<H> {
         } else if message.from == self.config.me && message.kind() == "invited" {
             // Our own check came through: the inviter is a person of this world.
             if let Some(room) = self.state.invites.remove(&message.id) {
-                self.state.inviters.remove(&message.id);
-                self.join(&room);
+                let inviter = self.state.inviters.remove(&message.id).unwrap_or_default();
+                self.join(&room, &inviter);
                 self.save();
             }
         } else if message.from == self.config.agent {
             self.on_agent(&message);
+        } else if matches!(message.kind(), "members" | "rooms") {
+            let answer = self.owners_request(&message);
+            self.host.send(&Outgoing {
+                to: Some(message.from.clone()),
+                speaks_as: None,
+                id: None,
+                reply_to: Some(message.id.clone()),
+                body: answer,
+            });
         } else {
             eprintln!(
                 "matrix: ignoring a {:?} message from {}",
@@ -459,6 +531,112 @@ impl<H: Host> Bridge<H> {
                 message.from
             );
         }
+    }
+
+    /// An owner's request about rooms: `{"type":"rooms"}` lists the rooms (full id, the
+    /// agent's name, who is present, who is a member); `{"type":"members","room","members"}`
+    /// makes exactly those Matrix users the members of a room's conversation. The answer is the
+    /// room(s), or an `error` that says why and changes nothing.
+    fn owners_request(&mut self, message: &Incoming) -> Value {
+        let kind = message.kind().to_string();
+        let error = |reason: String| json!({"type": "error", "request": kind, "reason": reason});
+        if message.tier.as_deref() != Some("owner") {
+            let who = match (&message.person, &message.tier) {
+                (Some(person), Some(tier)) => format!("{person} is a {tier}"),
+                _ => format!("{} speaks for no person", message.from),
+            };
+            return error(format!(
+                "refused: only the world's owners see and set who is in a room's conversation, \
+                 and {who}"
+            ));
+        }
+        if kind == "rooms" {
+            let rooms: Vec<Value> = self
+                .state
+                .rooms
+                .iter()
+                .map(|(id, room)| self.describe_room(id, room))
+                .collect();
+            return json!({"type": "rooms", "rooms": rooms});
+        }
+        let members = match self.named_members(&message.body) {
+            Ok(members) => members,
+            Err(reason) => return error(reason),
+        };
+        let room_id = message.body["room"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let Some(room) = self.state.rooms.get_mut(&room_id) else {
+            return error(format!(
+                "`room` is {}; give the full id of a room the bridge is in (`!abc:server`, as \
+                 {{\"type\":\"rooms\"}} lists them)",
+                message.body["room"]
+            ));
+        };
+        room.members = members;
+        for member in &room.members {
+            room.invited.remove(member);
+            room.told_not_member.remove(member);
+        }
+        let room = room.clone();
+        eprintln!(
+            "matrix: {} set the members of {room_id}: {:?}",
+            message.person.as_deref().unwrap_or_default(),
+            room.members
+        );
+        self.save();
+        let mut answer = self.describe_room(&room_id, &room);
+        answer["type"] = json!("members_set");
+        answer
+    }
+
+    /// The `members` of an owner's request: Matrix user ids, each once, not the bot's own, at
+    /// most [`MAX_NAMED_MEMBERS`].
+    fn named_members(&self, body: &Value) -> Result<BTreeSet<String>, String> {
+        let Some(given) = body["members"].as_array() else {
+            return Err(format!(
+                "`members` is {}; give the Matrix ids of the room conversation's members, such \
+                 as [\"@ann:example.org\"] ([] for none)",
+                body["members"]
+            ));
+        };
+        if given.len() > MAX_NAMED_MEMBERS {
+            return Err(format!(
+                "a room's conversation has at most {MAX_NAMED_MEMBERS} members, not {}",
+                given.len()
+            ));
+        }
+        let mut members = BTreeSet::new();
+        for member in given {
+            let id = member.as_str().unwrap_or_default();
+            let local_and_server = id.strip_prefix('@').and_then(|rest| rest.split_once(':'));
+            if !local_and_server
+                .is_some_and(|(local, server)| !local.is_empty() && !server.is_empty())
+            {
+                return Err(format!(
+                    "member {member} is not a Matrix user id; write it as `@name:server`"
+                ));
+            }
+            if id == self.config.user_id {
+                return Err(format!(
+                    "member {id} is the bridge itself; name only people"
+                ));
+            }
+            if !members.insert(id.to_string()) {
+                return Err(format!("member {id} is named twice; name each once"));
+            }
+        }
+        Ok(members)
+    }
+
+    fn describe_room(&self, id: &str, room: &Room) -> Value {
+        json!({
+            "room": id,
+            "name": self.room_key(id),
+            "present": room.present,
+            "members": room.members,
+        })
     }
 
     /// A text that could not reach the agent. When its sender is no person of this world, they
@@ -532,6 +710,9 @@ impl<H: Host> Bridge<H> {
         }
         // The agent speaks to the sender: the world knows them (again, if it did not before).
         self.state.told_unknown.remove(&turn.sender);
+        if turn.private && !self.alone_with_bot(&turn) {
+            return self.withhold(&turn_id, &turn, message);
+        }
         match message.kind() {
             "progress" => {}
             "tool" => {
@@ -571,6 +752,35 @@ impl<H: Host> Bridge<H> {
         }
     }
 
+    /// Whether the sender of a private turn is still alone with the bot in its room.
+    fn alone_with_bot(&self, turn: &Turn) -> bool {
+        self.state.rooms.get(&turn.room).and_then(Room::direct_with) == Some(turn.sender.as_str())
+    }
+
+    /// A private turn's message when someone else came into its room: nothing of it is shown
+    /// there but one notice; its final text ends the turn here.
+    fn withhold(&mut self, turn_id: &str, turn: &Turn, message: &Incoming) {
+        if !turn.withheld {
+            eprintln!(
+                "matrix: {} is no longer alone in {}; turn {turn_id} is not shown there",
+                turn.sender, turn.room
+            );
+            self.stop_typing_for(turn_id, &turn.room);
+            self.status_waiting.remove(turn_id);
+            let txn = format!("private.{}", turn.event);
+            self.notice(&turn.room, &txn, NO_LONGER_PRIVATE_NOTICE);
+            if let Some(kept) = self.state.turns.get_mut(turn_id) {
+                kept.withheld = true;
+            }
+        }
+        if message.kind() == "text" {
+            self.status_sent.remove(turn_id);
+            self.state.questions.retain(|_, q| q.turn != turn_id);
+            self.state.finish(turn_id);
+        }
+        self.save();
+    }
+
     /// A message about a turn that did not start here: in a shared room mapped to a Matrix
     /// room, its final text is shown there (once, though each member's copy comes).
     fn on_other_turn(&mut self, message: &Incoming, turn_id: &str) {
@@ -580,7 +790,7 @@ impl<H: Host> Bridge<H> {
             self.state
                 .rooms
                 .keys()
-                .find(|room| room_key(room) == shared)
+                .find(|room| self.room_key(room) == shared)
                 .cloned()
         });
         match (message.kind(), room) {
@@ -882,7 +1092,7 @@ impl<H: Host> Bridge<H> {
             .state
             .turns
             .iter()
-            .filter(|(id, _)| !waiting.contains(&id.as_str()))
+            .filter(|(id, t)| !waiting.contains(&id.as_str()) && !t.withheld)
             .map(|(_, t)| t.room.clone())
             .collect();
         rooms.dedup();
@@ -1014,20 +1224,40 @@ fn cost_line(body: &Value) -> String {
     line
 }
 
-/// A membership event joins or removes a member.
-fn learn_member(room: &mut Room, event: &Value) {
+/// What a membership event (other than the bot's own) changes: who is present, and who is a
+/// member of the room's conversation. An invite by a member is noted; joining on it makes the
+/// invitee a member (also when the homeserver says so of an older join: Synapse's
+/// `unsigned.prev_sender` and `prev_content` name the invite it followed). Joining on one's own
+/// or on a non-member's invite makes nobody a member; leaving, a kick or a ban ends it.
+fn learn_member(room: &mut Room, event: &Value, bot: &str) {
     if event["type"] != "m.room.member" {
         return;
     }
-    let Some(user) = event["state_key"].as_str() else {
+    let Some(user) = event["state_key"].as_str().filter(|user| *user != bot) else {
         return;
     };
+    let by_member = |sender: &Value| sender.as_str().is_some_and(|s| room.members.contains(s));
     match event["content"]["membership"].as_str() {
-        Some("join" | "invite") => {
-            room.members.insert(user.to_string());
+        Some("invite") => {
+            if by_member(&event["sender"]) {
+                let inviter = event["sender"].as_str().unwrap_or_default().to_string();
+                room.invited.insert(user.to_string(), inviter);
+            }
+            room.present.insert(user.to_string());
+        }
+        Some("join") => {
+            let unsigned = &event["unsigned"];
+            let followed_an_invite = unsigned["prev_content"]["membership"] == "invite"
+                && by_member(&unsigned["prev_sender"]);
+            if room.invited.remove(user).is_some() || followed_an_invite {
+                room.members.insert(user.to_string());
+            }
+            room.present.insert(user.to_string());
         }
         _ => {
+            room.present.remove(user);
             room.members.remove(user);
+            room.invited.remove(user);
         }
     }
 }
@@ -1052,21 +1282,13 @@ fn choice(choices: &[String], text: &str) -> String {
     }
 }
 
-/// The agent's room id for a shared Matrix room: `matrix-` and the room id's local part
-/// (between `!` and `:`) in lower case, every other character than `a-z0-9-_` made `-`, at most
-/// 64 characters in all. `!AbC.d:server` → `matrix-abc-d`.
-pub fn room_key(room: &str) -> String {
-    let local = room.trim_start_matches('!');
-    let local = local.split(':').next().unwrap_or(local);
-    let mut key = String::from("matrix-");
-    for c in local.chars().map(|c| c.to_ascii_lowercase()) {
-        if key.len() == 64 {
-            break;
-        }
-        let ok = c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_';
-        key.push(if ok { c } else { '-' });
-    }
-    key
+/// The agent's room id for a shared Matrix room: the bridge's actor id, `-`, and the first
+/// [`ROOM_KEY_HEX`] hexadecimal digits of the SHA-256 of the full room id (`!abc:server`), so
+/// it follows the rules of actor ids and the agent takes it as this surface's own room, and two
+/// rooms never share one (not even rooms whose ids differ only in case or server).
+pub fn room_key(me: &str, room: &str) -> String {
+    let hash = sha256::hex(&sha256::digest(room.as_bytes()));
+    format!("{me}-{}", &hash[..ROOM_KEY_HEX])
 }
 
 /// A 429's wait: `retry_after_ms` in the body, else `Retry-After` in seconds, else a second;

@@ -9,7 +9,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// A message as the broker delivers it: `{"id","from","reply_to"?,"body"}`.
+/// A message as the broker delivers it: `{"id","from","reply_to"?,"person"?,"tier"?,"body"}`
+/// (`person` and `tier` set by the host when a person sent it; an actor cannot set them).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Incoming {
     #[serde(default)]
@@ -18,6 +19,10 @@ pub struct Incoming {
     pub from: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_to: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub person: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
     pub body: Value,
 }
 

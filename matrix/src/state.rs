@@ -1,6 +1,7 @@
 //! What the bridge keeps in `/data/state.json` across restarts: the `/sync` token, the rooms
 //! and their members, the turns and questions it is waiting on (so a reply after a restart
 //! still finds its Matrix room and event), and the users already told they are unknown.
+//! Rooms are keyed by their full Matrix id (`!abc:server`), never by a shortened form.
 //! **Invariant:** the file is replaced whole (a new file, synced, renamed over the old), so a
 //! crash leaves the old state or the new one, never a mix.
 
@@ -10,6 +11,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+/// The version of the file's layout this bridge writes. Version 0 (no `version`) kept one
+/// `members` set of everyone joined or invited; [`State::upgrade`] moves it to `present`, so nobody
+/// becomes a member of a room's conversation by having been in the room then, except the one
+/// person of a direct room.
+pub const STATE_VERSION: u32 = 1;
+
 /// How many finished turns are remembered, so a copy of a turn's message that comes late (a
 /// shared room's members each get one) is recognised and not shown twice.
 pub const FINISHED_TURNS_KEPT: usize = 256;
@@ -17,11 +24,13 @@ pub const FINISHED_TURNS_KEPT: usize = 256;
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct State {
+    /// The layout's version ([`STATE_VERSION`]).
+    pub version: u32,
     /// `next_batch` of the last `/sync` whose events were all handed on.
     pub since: Option<String>,
     /// The next own message id (`t<n>`).
     pub next_id: u64,
-    /// Joined rooms by Matrix room id.
+    /// Joined rooms by their full Matrix room id.
     pub rooms: BTreeMap<String, Room>,
     /// Turns started here, by the world id of the text that started them (`matrix/t<n>`).
     pub turns: BTreeMap<String, Turn>,
@@ -40,8 +49,28 @@ pub struct State {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Room {
-    /// Users joined or invited, the bot included.
+    /// Everyone joined or invited, the bot excluded: who sees what is said in the room.
+    pub present: BTreeSet<String>,
+    /// The members of the room's conversation with the agent: the person whose invite the bot
+    /// took, the users a member invited (once they joined), the ones an owner named. Joining on
+    /// one's own or speaking makes nobody a member; leaving ends it.
     pub members: BTreeSet<String>,
+    /// Invitations a member made that are not taken yet: the invitee → the member.
+    pub invited: BTreeMap<String, String>,
+    /// Users present but no members who were told so, once.
+    pub told_not_member: BTreeSet<String>,
+}
+
+impl Room {
+    /// The one person in a direct room: present alone, and a member. A room with anyone else
+    /// present is shared, whoever speaks.
+    pub fn direct_with(&self) -> Option<&str> {
+        let mut present = self.present.iter();
+        match (present.next(), present.next()) {
+            (Some(only), None) if self.members.contains(only) => Some(only),
+            _ => None,
+        }
+    }
 }
 
 /// A turn the agent is working on for a Matrix message.
@@ -52,6 +81,12 @@ pub struct Turn {
     /// The Matrix event that asked: answers reply to it.
     pub event: String,
     pub sender: String,
+    /// Whether the turn is the sender's private conversation (a direct room): what it shows
+    /// goes to the room only while the sender is still alone there with the bot.
+    pub private: bool,
+    /// Set once someone else came into a private turn's room: the rest of the turn is not
+    /// shown there (one notice says so).
+    pub withheld: bool,
     /// The one status message edited as tools run (its event id), once sent.
     pub status_event: Option<String>,
     /// The plan card's items as `[x] text` lines, and the latest tool line.
@@ -95,6 +130,22 @@ impl State {
                 State::default()
             }
         }
+    }
+
+    /// Brings a state of an older layout to this one (`bot` is the bridge's own Matrix id).
+    /// Version 0's `members` were everyone joined or invited, the bot included: they become
+    /// `present`, and only a direct room's one person stays a member.
+    pub fn upgrade(&mut self, bot: &str) {
+        if self.version < 1 {
+            for room in self.rooms.values_mut() {
+                room.present = std::mem::take(&mut room.members);
+                room.present.remove(bot);
+                if room.present.len() == 1 {
+                    room.members = room.present.clone();
+                }
+            }
+        }
+        self.version = STATE_VERSION;
     }
 
     /// Writes the state: a new file, synced, renamed into place.

@@ -616,25 +616,11 @@ fn person_of(user: &User) -> String {
         .to_lowercase()
 }
 
-/// The shared room a Matrix room is for the agent: `matrix-` and its id's local part.
+/// The shared room a Matrix room is for the agent: `matrix-` and the first 32 hexadecimal
+/// digits of the SHA-256 of its full id.
 fn room_key(room: &str) -> String {
-    let local = room
-        .trim_start_matches('!')
-        .split(':')
-        .next()
-        .unwrap()
-        .to_lowercase();
-    let key: String = local
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    format!("matrix-{key}").chars().take(64).collect()
+    use sha2::{Digest, Sha256};
+    format!("matrix-{}", &hex(&Sha256::digest(room.as_bytes()))[..32])
 }
 
 #[test]
