@@ -18,8 +18,8 @@ use serde_json::{Value, json};
 
 use crate::host::{Event, Host, Incoming, Outgoing, Request, Response};
 use crate::markdown;
-use crate::sha256;
 use crate::state::{Question, Room, State, Turn};
+use sha2::{Digest, Sha256};
 
 /// How long the homeserver holds a `/sync` open when nothing happens (`timeout`, in ms).
 pub const SYNC_TIMEOUT_MS: u64 = 30_000;
@@ -1287,7 +1287,10 @@ fn choice(choices: &[String], text: &str) -> String {
 /// it follows the rules of actor ids and the agent takes it as this surface's own room, and two
 /// rooms never share one (not even rooms whose ids differ only in case or server).
 pub fn room_key(me: &str, room: &str) -> String {
-    let hash = sha256::hex(&sha256::digest(room.as_bytes()));
+    let hash: String = Sha256::digest(room.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     format!("{me}-{}", &hash[..ROOM_KEY_HEX])
 }
 

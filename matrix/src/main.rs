@@ -7,8 +7,8 @@
 //!
 //! Code map: `bridge` (the sync loop and every mapping between Matrix and the world), `host`
 //! (the trait for stdin, stdout and HTTP; `wasi_host` implements it for the component),
-//! `state` (`/data/state.json`), `markdown` (the safe renderer of `formatted_body`), `sha256`
-//! (the hash that names shared rooms for the agent).
+//! `state` (`/data/state.json`), `markdown` (the safe renderer of `formatted_body`); shared rooms
+//! are named for the agent by the SHA-256 of their full id (the `sha2` crate).
 //!
 //! Configuration in `/data/config.json`: `{"homeserver","user_id","agent"?}`. The access token
 //! is not in any file the actor sees: the host adds it to every request under `homeserver`.
@@ -21,7 +21,6 @@
 mod bridge;
 mod host;
 mod markdown;
-mod sha256;
 mod state;
 #[cfg(target_arch = "wasm32")]
 mod wasi_host;
