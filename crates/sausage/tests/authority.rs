@@ -341,3 +341,76 @@ fn no_route_gets_a_principal_past_its_tier() {
     assert_eq!(upgraded["type"], "upgraded", "{upgraded}");
     host.quit();
 }
+
+/// The agent's tools, reached through an actor: its conversation has its owner's rights (a
+/// guest's actor may not write or send; a member's writes in the member's own work folder but
+/// may not stop another's actor), never more.
+#[test]
+fn the_agent_gives_an_actors_conversation_its_owners_rights_and_no_more() {
+    use support::agent::{tool_outputs, world_with_agent};
+    use support::fake_llm::{FakeLlm, openai};
+
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    world.install("echo", "echo");
+    world.install("ann-bot", "relay");
+    world.install("gus-bot", "relay");
+    let mut registry = world.json("sausage.json");
+    registry["actors"]["ann-bot"]["owner"] = json!("ann");
+    registry["actors"]["gus-bot"]["owner"] = json!("gus");
+    std::fs::write(world.path("sausage.json"), registry.to_string()).unwrap();
+    people(&world, &["add", "ann", "--tier", "member"]);
+    people(&world, &["add", "gus", "--tier", "guest"]);
+    let mut host = world.run();
+    let text = |text: &str| json!({"type": "text", "text": text});
+    let stop_echo =
+        json!({"to": "broker", "body": {"type": "stop", "actor": "echo"}, "wait_seconds": 30});
+
+    // A guest's actor: nothing written, nothing sent.
+    fake.push_openai(openai::reply(vec![
+        openai::function_call(
+            "write_file",
+            json!({"path": "/data/work/gus/x.txt", "content": "x"}),
+        ),
+        openai::function_call(
+            "send_message",
+            json!({"to": "echo", "body": {"type": "ping"}}),
+        ),
+    ]));
+    fake.push_openai(openai::text_reply("I may not."));
+    host.tell(
+        "gus-bot",
+        json!({"type": "relay", "to": "agent", "body": text("write and send")}),
+    );
+    eventually("the guest's actor's turn", || fake.requests().len() >= 2);
+    let outputs = tool_outputs(&fake, 1);
+    assert_eq!(outputs.len(), 2, "{outputs:?}");
+    assert!(outputs.iter().all(|o| o.contains("refused")), "{outputs:?}");
+    assert!(!world.path("private/agent/data/work/gus/x.txt").exists());
+
+    // A member's actor: the member's own folder yes, the owner's actor no.
+    fake.push_openai(openai::reply(vec![
+        openai::function_call(
+            "write_file",
+            json!({"path": "/data/work/ann/x.txt", "content": "x"}),
+        ),
+        openai::function_call("send_message", stop_echo),
+    ]));
+    fake.push_openai(openai::text_reply("Written."));
+    host.tell(
+        "ann-bot",
+        json!({"type": "relay", "to": "agent", "body": text("write, stop echo")}),
+    );
+    eventually("the member's actor's turn", || fake.requests().len() >= 4);
+    let outputs = tool_outputs(&fake, 3);
+    let outputs = &outputs[outputs.len() - 2..];
+    assert!(!outputs[0].contains("refused"), "{outputs:?}");
+    assert!(outputs[1].contains("refused"), "{outputs:?}");
+    assert_eq!(world.read("private/agent/data/work/ann/x.txt"), "x");
+    assert_eq!(
+        world.json("sausage.json")["actors"]["echo"]["running"],
+        true
+    );
+    fake.assert_clean();
+    host.quit();
+}

@@ -269,15 +269,17 @@ fn tiers_limit_what_people_can_make_the_broker_do() {
     let refused = gus.post("/api/actors/echo/stop", &json!({}));
     assert_eq!(refused.status, 403, "{}", refused.text());
     assert!(refused.json()["error"].as_str().unwrap().contains("guest"));
-    let spawn =
-        json!({"type": "spawn", "actor": "mine", "wasm": wasm("echo"), "source": source("echo")});
+    // A page names files under `/actor` only: the program to spawn is one an actor published.
+    std::fs::copy(wasm("echo"), world.path("actor/echo/public/echo.wasm")).unwrap();
+    let spawn = json!({"type": "spawn", "actor": "mine", "wasm": "/actor/echo/public/echo.wasm",
+        "source": "/actor/echo/source"});
     assert_eq!(
         gus.post("/api/send", &json!({"to": "broker", "body": spawn}))
             .status,
         403
     );
 
-    // A member spawns an actor of its own and may stop it, but not echo (nobody's) nor more.
+    // A member spawns an actor of its own and may stop it, but not echo (the owner's) nor more.
     let mut events = ann.events(None);
     let spawned = send_and_wait(&ann, &mut events, "broker", spawn);
     assert_eq!(spawned["type"], "spawned", "{spawned}");
@@ -306,7 +308,8 @@ fn tiers_limit_what_people_can_make_the_broker_do() {
         "{refused}"
     );
     assert_eq!(world.json("sausage.json")["actors"]["echo"]["version"], 1);
-    let for_bob = json!({"type": "spawn", "actor": "other", "wasm": wasm("echo"), "owner": "bob"});
+    let for_bob = json!({"type": "spawn", "actor": "other", "wasm": "/actor/echo/public/echo.wasm",
+        "owner": "bob"});
     let refused = send_and_wait(&ann, &mut events, "broker", for_bob);
     assert!(
         refused["reason"]
@@ -522,8 +525,8 @@ fn the_agents_tools_refuse_what_a_tier_may_not_and_the_broker_never_sees_it() {
     let gus = add_and_log_in(&world, &web, "gus", "guest");
     let ann = add_and_log_in(&world, &web, "ann", "member");
     let (mut gus_events, mut ann_events) = (gus.events(None), ann.events(None));
-    let spawn =
-        json!({"type": "spawn", "actor": "gusbot", "wasm": wasm("echo"), "source": source("echo")});
+    let spawn = json!({"type": "spawn", "actor": "gusbot", "wasm": "/actor/echo/public/echo.wasm",
+        "source": "/actor/echo/source"});
 
     // A guest: the model tries to deploy and to write; the tools refuse, nothing happens.
     fake.push_openai(openai::reply(vec![
@@ -644,10 +647,15 @@ fn a_rooms_members_all_get_its_answers_and_its_words_stay_out_of_private_ones() 
 }
 
 #[test]
-fn an_actor_that_writes_a_person_into_its_line_speaks_for_nobody() {
+fn an_actor_that_writes_a_person_into_its_line_acts_only_for_its_owner() {
     let fake = FakeLlm::start();
     let world = world_with_agent(&fake, "openai-responses");
     world.install("crasher", "crasher");
+    // A guest's actor: the owner it names in its line lends it nothing.
+    people(&world, &["add", "gus", "--tier", "guest"]);
+    let mut registry = world.json("sausage.json");
+    registry["actors"]["crasher"]["owner"] = json!("gus");
+    std::fs::write(world.path("sausage.json"), registry.to_string()).unwrap();
     fake.push_openai(openai::reply(vec![openai::function_call(
         "send_message",
         json!({"to": "broker", "body": {"type": "stop", "actor": "crasher"}, "wait_seconds": 10}),

@@ -229,6 +229,11 @@ impl TestWorld {
         let mut registry = self.json("sausage.json");
         registry["actors"]["agent"] = json!({"version": 1, "next_version": 2, "running": true});
         std::fs::write(self.path("sausage.json"), registry.to_string()).unwrap();
+        // As `sausage init` does: the agent speaks for the person it acts for (`"as"`).
+        let agent = sausage::message::ActorId::parse("agent").unwrap();
+        sausage::people::People::new(&sausage::world::World::new(&self.root))
+            .grant_surface(&agent, sausage::people::PERSON_HANDLE)
+            .unwrap();
     }
 
     /// Gives the world's `cargo` a copy of the target folder the agent was built in, so a
