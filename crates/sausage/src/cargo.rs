@@ -125,6 +125,19 @@ pub async fn serve(broker: Arc<Broker>) {
     let me = ActorId::parse("cargo").expect("valid id");
     let mailbox = broker.native_mailbox("cargo");
     let builder = Builder::new(broker.world.clone());
+    let shared = broker.world.cargo_target_dir();
+    match tokio::task::spawn_blocking(move || retire_shared_target(&shared)).await {
+        Ok(Ok(false)) => {}
+        Ok(Ok(true)) => eprintln!(
+            "sausage: cargo: removed the target folder all builds shared; each principal now \
+             builds in a folder of its own"
+        ),
+        Ok(Err(e)) => eprintln!(
+            "sausage: cargo: cannot remove the target folder all builds shared ({e}); remove \
+             what is directly in private/cargo/data/target/ by hand"
+        ),
+        Err(e) => eprintln!("sausage: cargo: the removal of the shared target folder failed: {e}"),
+    }
     loop {
         let request = mailbox.recv().await;
         let body = request.body_value();
@@ -144,12 +157,28 @@ pub async fn serve(broker: Arc<Broker>) {
 
 /// The principal a build is for (DESIGN §18), as the name of its target folder: the person the
 /// request speaks for, else `actor-<sender>`. Builds of different keys never share a target
-/// folder. The broker's principal resolution (an actor acts for its owner) belongs here.
+/// folder. It is the one place that decides whose build a request is.
 pub fn principal_key(request: &Envelope) -> String {
     match &request.speaker {
         Some(speaker) => speaker.person.to_string(),
         None => format!("actor-{}", request.from),
     }
+}
+
+/// Removes the one target folder every build shared before builds had a principal (a world of
+/// an older Sausage): its artefacts may come from anyone's build script, and a person named like
+/// one of its folders (`release`) would build on them. Cargo marks the top of each target folder
+/// it makes (`CACHEDIR.TAG`, `.rustc_info.json`); a principal's folder has its marks one level
+/// down. Returns whether there was one.
+fn retire_shared_target(dir: &Path) -> std::io::Result<bool> {
+    if !["CACHEDIR.TAG", ".rustc_info.json"]
+        .iter()
+        .any(|mark| dir.join(mark).exists())
+    {
+        return Ok(false);
+    }
+    std::fs::remove_dir_all(dir)?;
+    Ok(true)
 }
 
 /// Builds crates into the world's `cargo` folders.
@@ -1014,6 +1043,24 @@ mod tests {
                 "{from} is bound: {args:?}"
             );
         }
+    }
+
+    #[test]
+    fn the_target_folder_all_builds_shared_is_removed_and_principals_folders_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        std::fs::create_dir_all(target.join("ann/release")).unwrap();
+        std::fs::write(target.join("ann/CACHEDIR.TAG"), "").unwrap();
+        assert!(!retire_shared_target(&target).unwrap());
+        assert!(
+            target.join("ann/release").is_dir(),
+            "a principal's folder stays"
+        );
+
+        std::fs::write(target.join("CACHEDIR.TAG"), "").unwrap();
+        assert!(retire_shared_target(&target).unwrap());
+        assert!(!target.exists());
+        assert!(!retire_shared_target(&target).unwrap(), "nothing to remove");
     }
 
     #[test]
