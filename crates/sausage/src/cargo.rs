@@ -269,6 +269,8 @@ impl Builder {
         let (manifest, outside) = staged_manifest(&text, &source, outside_allowed)
             .map_err(|e| Failure::Request(format!("`{given}`: {e}")))?;
 
+        check_cargo_is_visible(&toolchain_dirs())?;
+
         let job = Job {
             work: self.work_dir.join(&principal).join(&binary),
             target: self.world.cargo_target_dir_of(&principal),
@@ -330,7 +332,6 @@ impl Builder {
         };
         let (work, target) = (real(&job.work)?, real(&job.target)?);
         let toolchain = toolchain_dirs();
-        check_cargo_is_visible(&toolchain)?;
         let mut command = tokio::process::Command::new(SANDBOX);
         command.args(sandbox_mounts(&toolchain, &job.outside, &work, &target));
         // Secrets stay out of reach even when a path dependency of the console's owner lies
