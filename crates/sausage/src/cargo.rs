@@ -2,12 +2,15 @@
 //! folder for `wasm32-wasip2` in release mode and publishes the `.wasm` under its `/public`.
 //!
 //! It is a client of the broker like any actor: requests come to its mailbox, replies go back
-//! through the router. Builds run one at a time and share one target folder, so a second build
-//! of a similar crate is fast. The broker never learns that Rust exists. Invariant: no code of a
-//! crate runs outside the bubblewrap sandbox (see [`Builder::sandboxed_build`]), and no variable
-//! of the host's environment outside [`BUILD_ENV`] reaches cargo.
+//! through the router. Builds run one at a time, each in the target folder of its principal
+//! (DESIGN §18), so a second build of a similar crate for the same person is fast. The broker
+//! never learns that Rust exists. Invariant: no code of a crate runs outside the bubblewrap
+//! sandbox (see [`Builder::sandboxed_build`]), which sees nothing of the world but the staged
+//! crate and its principal's target folder, and no variable of the host's environment outside
+//! [`BUILD_ENV`] reaches cargo.
 
-use std::path::{Path, PathBuf};
+use std::ffi::OsString;
+use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,6 +32,43 @@ const SANDBOX: &str = "bwrap";
 
 /// The compilation target of every actor.
 pub const TARGET: &str = "wasm32-wasip2";
+
+/// The one sender whose crates may have path dependencies outside their own folder: the
+/// terminal console, whose owner may name any path of the machine (DESIGN §18).
+const CONSOLE: &str = "console";
+
+/// Where the sandbox shows the staged crate and the principal's target folder. Fixed paths, so
+/// the sandbox holds no folder of the world's path (a build script writing "into the world"
+/// finds no such folder) and a principal's fingerprints stay valid from one build to the next.
+const SANDBOX_CRATE: &str = "/sausage/crate";
+const SANDBOX_TARGET: &str = "/sausage/target";
+
+/// The folders of the machine every build reads as they are: programs, the libraries the
+/// system's linker and a build script's C compiler load, and those compilers. A folder that is
+/// a symlink (Debian's merged `/usr`: `/bin` → `usr/bin`) becomes the same symlink; a missing
+/// one is left out. Nothing else of the machine is there: no `/home`, `/root`, `/work`, `/opt`.
+const SYSTEM_DIRS: [&str; 7] = [
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+];
+
+/// The entries of `/etc` a build reads: where the dynamic loader finds libraries, and the
+/// alternatives `cc`, `c++` and `ld` point through. Nothing else of `/etc` (no users, no hosts,
+/// no certificates: the build is offline).
+const ETC_ENTRIES: [&str; 4] = [
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+];
+
+/// The folders of cargo's home a build reads: its programs and the registry and git sources
+/// `cargo fetch` downloaded. Not its `config.toml` nor its `credentials.toml` (registry tokens).
+const CARGO_HOME_DIRS: [&str; 3] = ["bin", "registry", "git"];
+
+/// The most path dependencies outside the crate's folder that a build of the console's owner
+/// binds into the sandbox, counted over all the crates they lead to; past it the build is
+/// refused, so a chain of manifests cannot make the host walk the disk without end.
+pub const MAX_OUTSIDE_DEPENDENCIES: usize = 64;
 
 /// The only variables of the host's environment that `cargo fetch` and the sandboxed build see
 /// (DESIGN §11); every other one is cleared, so a token of the host (`SAUSAGE_API_TOKEN`, a cloud
@@ -86,12 +126,25 @@ pub async fn serve(broker: Arc<Broker>) {
     let me = ActorId::parse("cargo").expect("valid id");
     let mailbox = broker.native_mailbox("cargo");
     let builder = Builder::new(broker.world.clone());
+    let shared = broker.world.cargo_target_dir();
+    match tokio::task::spawn_blocking(move || retire_shared_target(&shared)).await {
+        Ok(Ok(false)) => {}
+        Ok(Ok(true)) => eprintln!(
+            "sausage: cargo: removed the target folder all builds shared; each principal now \
+             builds in a folder of its own"
+        ),
+        Ok(Err(e)) => eprintln!(
+            "sausage: cargo: cannot remove the target folder all builds shared ({e}); remove \
+             what is directly in private/cargo/data/target/ by hand"
+        ),
+        Err(e) => eprintln!("sausage: cargo: the removal of the shared target folder failed: {e}"),
+    }
     loop {
         let request = mailbox.recv().await;
         let body = request.body_value();
         let reply = match body.get("type").and_then(Value::as_str) {
             Some("build") => match may_build(&broker.principal(&request).await) {
-                Ok(()) => builder.build(&request, &body).await,
+                Ok(person) => builder.build(&request, &person, &body).await,
                 Err(reason) => json!({"type": "error", "request": "build", "reason": reason}),
             },
             Some("undeliverable" | "shutdown") => continue,
@@ -108,10 +161,11 @@ pub async fn serve(broker: Arc<Broker>) {
 
 /// Whether the one a build is for may build (DESIGN §18: `cargo` builds for the one who asked,
 /// with no power of its own): members and owners, and actors for them; not guests, nor
-/// nobody.
-fn may_build(principal: &Principal) -> Result<(), String> {
+/// nobody. `Ok` is the person whose target folder the build uses: builds of different people
+/// never share one.
+fn may_build(principal: &Principal) -> Result<String, String> {
     match principal {
-        Principal::Person(p) if p.tier >= Tier::Member => Ok(()),
+        Principal::Person(p) if p.tier >= Tier::Member => Ok(p.person.to_string()),
         Principal::Person(p) => Err(format!(
             "{} is a guest in this world: guests cannot build; a member or an owner can (an \
              owner changes tiers with `sausage people tier {} member`)",
@@ -121,21 +175,42 @@ fn may_build(principal: &Principal) -> Result<(), String> {
     }
 }
 
+/// Removes the one target folder every build shared before builds had a principal (a world of
+/// an older Sausage): its artefacts may come from anyone's build script, and a person named like
+/// one of its folders (`release`) would build on them. Cargo marks the top of each target folder
+/// it makes (`CACHEDIR.TAG`, `.rustc_info.json`); a principal's folder has its marks one level
+/// down. Returns whether there was one.
+fn retire_shared_target(dir: &Path) -> std::io::Result<bool> {
+    if !["CACHEDIR.TAG", ".rustc_info.json"]
+        .iter()
+        .any(|mark| dir.join(mark).exists())
+    {
+        return Ok(false);
+    }
+    std::fs::remove_dir_all(dir)?;
+    Ok(true)
+}
+
 /// Builds crates into the world's `cargo` folders.
 struct Builder {
     world: World,
-    /// The one target folder every build shares.
-    target_dir: PathBuf,
-    /// Where crates are copied to be built on their own.
+    /// Where crates are copied to be built on their own: `<principal>/<binary>/`.
     work_dir: PathBuf,
     /// `actor/cargo/public/builds/`: one numbered folder per successful build.
     builds_dir: PathBuf,
 }
 
-/// A crate's manifest, as far as building it needs.
-struct Crate {
+/// One build: what is built, for whom, and what its sandbox binds.
+struct Job {
     /// The binary whose `.wasm` is the actor.
     binary: String,
+    /// The staged copy of the crate, the only folder of it the build sees (writable).
+    work: PathBuf,
+    /// The principal's target folder (writable).
+    target: PathBuf,
+    /// The canonical folders of path dependencies outside the crate, bound read-only: only
+    /// ever non-empty for the console's owner.
+    outside: Vec<PathBuf>,
 }
 
 impl Builder {
@@ -143,14 +218,13 @@ impl Builder {
         let cargo = ActorId::parse("cargo").expect("valid id");
         let data = world.data_dir(&cargo);
         Builder {
-            target_dir: world.cargo_target_dir(),
             work_dir: data.join("work"),
             builds_dir: world.public_dir(&cargo).join("builds"),
             world,
         }
     }
 
-    async fn build(&self, request: &Envelope, body: &Value) -> Value {
+    async fn build(&self, request: &Envelope, principal: &str, body: &Value) -> Value {
         let given = match body.get("source") {
             Some(Value::String(source)) => source.as_str(),
             _ => {
@@ -160,7 +234,7 @@ impl Builder {
                 });
             }
         };
-        match self.try_build(&request.from, given).await {
+        match self.try_build(request, principal, given).await {
             Ok(built) => built,
             Err(Failure::Request(reason)) => {
                 json!({"type": "error", "request": "build", "reason": reason})
@@ -171,34 +245,59 @@ impl Builder {
         }
     }
 
-    async fn try_build(&self, sender: &ActorId, given: &str) -> Result<Value, Failure> {
+    async fn try_build(
+        &self,
+        request: &Envelope,
+        principal: &str,
+        given: &str,
+    ) -> Result<Value, Failure> {
         let started = Instant::now();
+        if principal.is_empty()
+            || !principal
+                .bytes()
+                .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_'))
+        {
+            return Err(Failure::Request(format!(
+                "principal `{principal}` cannot name a target folder; this is a bug of the host"
+            )));
+        }
         let source = self
             .world
-            .resolve_request_path(sender, given)
+            .resolve_request_path(&request.from, given)
             .map_err(Failure::Request)?;
-        let manifest = source.join("Cargo.toml");
         if !source.is_dir() {
             return Err(Failure::Request(format!(
                 "source `{given}` is not a folder"
             )));
         }
-        let text = std::fs::read_to_string(&manifest).map_err(|_| {
+        let source = std::fs::canonicalize(&source)
+            .map_err(|e| Failure::Request(format!("source `{given}`: {e}")))?;
+        let text = std::fs::read_to_string(source.join("Cargo.toml")).map_err(|_| {
             Failure::Request(format!(
                 "`{given}` has no Cargo.toml; point `source` at the folder of a crate"
             ))
         })?;
-        let krate = read_manifest(&text, &source)
+        let binary = read_manifest(&text, &source)
+            .map_err(|e| Failure::Request(format!("`{given}`: {e}")))?;
+        let outside_allowed = request.from.as_str() == CONSOLE;
+        let (manifest, outside) = staged_manifest(&text, &source, outside_allowed)
             .map_err(|e| Failure::Request(format!("`{given}`: {e}")))?;
 
-        let work = self.work_dir.join(&krate.binary);
-        stage(&source, &text, &work)
+        check_cargo_is_visible(&toolchain_dirs())?;
+
+        let job = Job {
+            work: self.work_dir.join(&principal).join(&binary),
+            target: self.world.cargo_target_dir_of(&principal),
+            binary,
+            outside,
+        };
+        stage(&source, &manifest, &job.work)
             .map_err(|e| Failure::Request(format!("cannot copy `{given}` to build it: {e}")))?;
-        let (artifact, warnings) = self.cargo_build(&source, &work, &krate).await?;
+        let (artifact, warnings) = self.cargo_build(&job).await?;
 
         let n = next_build_number(&self.builds_dir);
         let dir = self.builds_dir.join(n.to_string());
-        let wasm_name = format!("{}.wasm", krate.binary);
+        let wasm_name = format!("{}.wasm", job.binary);
         std::fs::create_dir_all(&dir)
             .and_then(|()| std::fs::copy(&artifact, dir.join(&wasm_name)).map(drop))
             .map_err(|e| Failure::Request(format!("cannot publish the build: {e}")))?;
@@ -214,15 +313,10 @@ impl Builder {
 
     /// Fetches the crate's dependencies, then builds it in the sandbox; returns the built
     /// `.wasm` and the rendered warnings. Both steps together get [`BUILD_TIME_LIMIT`].
-    async fn cargo_build(
-        &self,
-        source: &Path,
-        work: &Path,
-        krate: &Crate,
-    ) -> Result<(PathBuf, String), Failure> {
+    async fn cargo_build(&self, job: &Job) -> Result<(PathBuf, String), Failure> {
         let steps = async {
-            fetch(work).await?;
-            self.sandboxed_build(source, work, krate).await
+            fetch(&job.work).await?;
+            self.sandboxed_build(job).await
         };
         tokio::time::timeout(BUILD_TIME_LIMIT, steps)
             .await
@@ -234,70 +328,50 @@ impl Builder {
             })?
     }
 
-    /// Runs `cargo build --offline` under bubblewrap. The build sees the host read-only, with a
-    /// private `/tmp`, `/dev` and `/proc`, no network and no other processes; it writes only the
-    /// staged crate and the shared target folder. The world (where sources and their path
-    /// dependencies live) is bound read-only again over the private `/tmp`, since worlds may live
-    /// there. Cargo's home stays read-only: [`fetch`] already downloaded and unpacked every
-    /// dependency, and cargo skips its `.package-cache` lock on a read-only file system, so
-    /// nothing there needs writing, and a build script cannot tamper with the sources later
-    /// builds use.
-    async fn sandboxed_build(
-        &self,
-        source: &Path,
-        work: &Path,
-        krate: &Crate,
-    ) -> Result<(PathBuf, String), Failure> {
-        std::fs::create_dir_all(&self.target_dir)
+    /// Runs `cargo build --offline` under bubblewrap, with no network and no other processes,
+    /// in a file system built from an allow-list ([`sandbox_mounts`]): the staged crate and the
+    /// principal's target folder (both writable, at [`SANDBOX_CRATE`] and [`SANDBOX_TARGET`]),
+    /// the toolchain and cargo's download cache read-only, the system's programs and libraries
+    /// read-only, a private `/tmp`, `/dev` and `/proc`. Everything else (the world, the home
+    /// folder, other principals' target folders) is not there at all. Cargo's home is read-only:
+    /// [`fetch`] already downloaded and unpacked every dependency, and cargo skips its
+    /// `.package-cache` lock on a read-only file system, so a build script cannot tamper with
+    /// the sources later builds use.
+    async fn sandboxed_build(&self, job: &Job) -> Result<(PathBuf, String), Failure> {
+        std::fs::create_dir_all(&job.target)
             .map_err(|e| Failure::Request(format!("cannot create the target folder: {e}")))?;
         let real = |path: &Path| {
             std::fs::canonicalize(path)
                 .map_err(|e| Failure::Request(format!("{}: {e}", path.display())))
         };
-        let (root, source, work, target) = (
-            real(self.world.root())?,
-            real(source)?,
-            real(work)?,
-            real(&self.target_dir)?,
-        );
+        let (work, target) = (real(&job.work)?, real(&job.target)?);
+        let toolchain = toolchain_dirs();
         let mut command = tokio::process::Command::new(SANDBOX);
-        command
-            .args(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"])
-            .args(["--tmpfs", "/tmp"]);
-        for (how, path) in [
-            ("--ro-bind", &root),
-            ("--ro-bind", &source),
-            ("--bind", &work),
-            ("--bind", &target),
-        ] {
-            command.arg(how).arg(path).arg(path);
-        }
-        // Secrets stay out of reach: a build script could otherwise read a token and bake it
-        // into the `.wasm` it builds.
-        let credentials = self.world.credentials_dir();
-        if let Ok(credentials) = std::fs::canonicalize(credentials) {
+        command.args(sandbox_mounts(&toolchain, &job.outside, &work, &target));
+        // Secrets stay out of reach even when a path dependency of the console's owner lies
+        // around them: a build script could otherwise read a token and bake it into the `.wasm`.
+        if let Ok(credentials) = std::fs::canonicalize(self.world.credentials_dir())
+            && job.outside.iter().any(|dir| credentials.starts_with(dir))
+        {
             command.arg("--tmpfs").arg(credentials);
         }
+        let manifest = Path::new(SANDBOX_CRATE).join("Cargo.toml");
         let child = command
+            .args(["--chdir", SANDBOX_CRATE, "--remount-ro", "/"])
             .args([
                 "--unshare-net",
                 "--unshare-pid",
+                "--unshare-ipc",
                 "--die-with-parent",
                 "--new-session",
             ])
             .args(["--", "cargo", "build", "--offline", "--release"])
             .args(["--color", "never", "--message-format", "json"])
-            .args([
-                "--target",
-                TARGET,
-                "--bin",
-                &krate.binary,
-                "--manifest-path",
-            ])
-            .arg(work.join("Cargo.toml"))
+            .args(["--target", TARGET, "--bin", &job.binary, "--manifest-path"])
+            .arg(manifest)
             .env_clear()
             .envs(build_env())
-            .env("CARGO_TARGET_DIR", &target)
+            .env("CARGO_TARGET_DIR", SANDBOX_TARGET)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -312,13 +386,104 @@ impl Builder {
                 _ => Failure::Request(format!("cannot run bubblewrap (`bwrap`): {e}")),
             })?;
         let mut report = Report::default();
-        let (succeeded, stderr) = run_to_end(child, |line| report.read(line, &krate.binary)).await;
+        let (succeeded, stderr) = run_to_end(child, |line| report.read(line, &job.binary)).await;
         match report.artifact {
-            Some(artifact) if succeeded => Ok((artifact, report.warnings.finish())),
+            Some(artifact) if succeeded => {
+                // Cargo names the artefact as the sandbox sees it; the host finds it in the
+                // principal's target folder.
+                let inside = artifact.strip_prefix(SANDBOX_TARGET).map_err(|_| {
+                    Failure::Build(format!(
+                        "cargo put the `.wasm` at {}, outside the target folder",
+                        artifact.display()
+                    ))
+                })?;
+                Ok((target.join(inside), report.warnings.finish()))
+            }
             _ if !report.errors.is_empty() => Err(Failure::Build(report.errors.finish())),
             _ => Err(Failure::Build(stderr)),
         }
     }
+}
+
+/// Cargo's home and rustup's home, as cargo and rustup find them (their variables, else under
+/// `$HOME`): the folders of them a build reads, those that exist.
+fn toolchain_dirs() -> Vec<PathBuf> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let under_home = |variable: &str, default: &str| {
+        std::env::var_os(variable)
+            .map(PathBuf::from)
+            .or_else(|| Some(home.as_ref()?.join(default)))
+    };
+    let cargo_home = under_home("CARGO_HOME", ".cargo");
+    let rustup_home = under_home("RUSTUP_HOME", ".rustup");
+    CARGO_HOME_DIRS
+        .iter()
+        .filter_map(|dir| Some(cargo_home.as_ref()?.join(dir)))
+        .chain(rustup_home)
+        .filter(|dir| dir.is_absolute() && dir.is_dir())
+        .collect()
+}
+
+/// Refuses a build whose `cargo` (the first on `PATH`) the sandbox would not show: it lies
+/// neither in a system folder nor in cargo's or rustup's home.
+fn check_cargo_is_visible(toolchain: &[PathBuf]) -> Result<(), Failure> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let Some(cargo) = std::env::split_paths(&path)
+        .map(|dir| dir.join("cargo"))
+        .find(|file| file.is_file())
+    else {
+        return Err(Failure::Request(
+            "cannot build: `cargo` is not on PATH; install Rust (https://rustup.rs)".into(),
+        ));
+    };
+    let real = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let seen = real(&cargo);
+    let visible = SYSTEM_DIRS
+        .iter()
+        .map(Path::new)
+        .chain(toolchain.iter().map(PathBuf::as_path))
+        .any(|dir| seen.starts_with(real(dir)));
+    if visible {
+        Ok(())
+    } else {
+        Err(Failure::Request(format!(
+            "cannot build: cargo ({}) lies outside what the build sandbox shows (/usr, cargo's \
+             home and rustup's home); install Rust with rustup or the system's packages",
+            cargo.display()
+        )))
+    }
+}
+
+/// The arguments of bubblewrap that build the sandbox's file system, in order: a private
+/// `/dev`, `/proc` and `/tmp`; the system, `/etc`'s few entries and the toolchain read-only;
+/// the console owner's outside path dependencies read-only; then the staged crate and the
+/// target folder, writable, at their fixed places. Later mounts lie over earlier ones.
+fn sandbox_mounts(
+    toolchain: &[PathBuf],
+    outside: &[PathBuf],
+    work: &Path,
+    target: &Path,
+) -> Vec<OsString> {
+    let mut args: Vec<OsString> = ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        .map(OsString::from)
+        .to_vec();
+    let mut push = |how: &str, from: &Path, to: &Path| {
+        args.extend([how.into(), from.into(), to.into()]);
+    };
+    for dir in SYSTEM_DIRS.iter().map(Path::new) {
+        match std::fs::read_link(dir) {
+            Ok(link) => push("--symlink", &link, dir),
+            Err(_) if dir.is_dir() => push("--ro-bind", dir, dir),
+            Err(_) => {}
+        }
+    }
+    let read_only = ETC_ENTRIES.iter().map(Path::new).filter(|p| p.exists());
+    for dir in read_only.chain(toolchain.iter().chain(outside).map(PathBuf::as_path)) {
+        push("--ro-bind", dir, dir);
+    }
+    push("--bind", work, Path::new(SANDBOX_CRATE));
+    push("--bind", target, Path::new(SANDBOX_TARGET));
+    args
 }
 
 /// Downloads (and unpacks) the dependencies of the staged crate into cargo's home, outside the
@@ -503,7 +668,7 @@ impl Tail {
 }
 
 /// Reads the package's binary name out of its manifest.
-fn read_manifest(text: &str, source: &Path) -> Result<Crate, String> {
+fn read_manifest(text: &str, source: &Path) -> Result<String, String> {
     let manifest: toml_edit::DocumentMut = text
         .parse()
         .map_err(|e| format!("Cargo.toml is not valid TOML: {e}"))?;
@@ -539,61 +704,178 @@ fn read_manifest(text: &str, source: &Path) -> Result<Crate, String> {
             ));
         }
     };
-    Ok(Crate { binary })
+    Ok(binary)
 }
 
-/// Copies the crate to `work` so it builds on its own: the copy's manifest gets an empty
-/// `[workspace]` (so no parent workspace claims it) and absolute paths for path dependencies.
-/// File times are kept, so an unchanged crate is not rebuilt.
+/// The manifest the staged copy is built with, and the outside folders its build binds: it
+/// gets an empty `[workspace]` (so no parent workspace claims it), and each path dependency
+/// (in every dependency section, `[patch]` and `[replace]`) a new `path`: one inside the
+/// crate's folder becomes relative to it (the staged copy has it); one outside it, allowed only
+/// when `outside_allowed`, becomes the absolute path of its real folder, which is returned
+/// together with the outside folders its own path dependencies lead to. Otherwise the build is
+/// refused here, before anything runs.
+fn staged_manifest(
+    manifest: &str,
+    source: &Path,
+    outside_allowed: bool,
+) -> Result<(String, Vec<PathBuf>), String> {
+    let mut doc: toml_edit::DocumentMut = manifest
+        .parse()
+        .map_err(|e| format!("Cargo.toml is not valid TOML: {e}"))?;
+    if !doc.contains_key("workspace") {
+        doc["workspace"] = toml_edit::table();
+    }
+    let mut outside = Vec::new();
+    for_each_path_dependency(&mut doc, &mut |name, path| {
+        let at = lexical(&source.join(&*path));
+        if let Ok(inside) = at.strip_prefix(source) {
+            *path = match inside.to_str() {
+                Some("") => ".".to_string(),
+                Some(inside) => inside.to_string(),
+                None => return Err(format!("path dependency `{name}`: its path is not UTF-8")),
+            };
+            return Ok(());
+        }
+        if !outside_allowed {
+            return Err(format!(
+                "path dependency `{name}` (`{path}`) lies outside the crate's folder, and only \
+                 the terminal console's owner may build with one; copy it into the crate's \
+                 folder and point its `path` there"
+            ));
+        }
+        let real = std::fs::canonicalize(&at)
+            .ok()
+            .filter(|real| real.is_dir())
+            .ok_or_else(|| format!("path dependency `{name}` (`{path}`) is not a folder"))?;
+        *path = real.to_string_lossy().into_owned();
+        outside.push(real);
+        Ok(())
+    })?;
+    let outside = with_their_dependencies(outside)?;
+    Ok((doc.to_string(), outside))
+}
+
+/// `outside` and the outside folders their own path dependencies lead to, each once and none
+/// inside another, at most [`MAX_OUTSIDE_DEPENDENCIES`] of them. A dependency whose manifest
+/// cannot be read adds nothing: cargo says what is wrong with it.
+fn with_their_dependencies(mut outside: Vec<PathBuf>) -> Result<Vec<PathBuf>, String> {
+    let mut seen: Vec<PathBuf> = Vec::new();
+    while let Some(dir) = outside.pop() {
+        if seen.iter().any(|s| dir.starts_with(s)) {
+            continue;
+        }
+        seen.retain(|s| !s.starts_with(&dir));
+        seen.push(dir.clone());
+        if seen.len() > MAX_OUTSIDE_DEPENDENCIES {
+            return Err(format!(
+                "its path dependencies lead to more than {MAX_OUTSIDE_DEPENDENCIES} folders \
+                 outside it; build with fewer"
+            ));
+        }
+        let Ok(text) = std::fs::read_to_string(dir.join("Cargo.toml")) else {
+            continue;
+        };
+        let Ok(mut doc) = text.parse::<toml_edit::DocumentMut>() else {
+            continue;
+        };
+        let _ = for_each_path_dependency(&mut doc, &mut |_, path| {
+            let at = lexical(&dir.join(&*path));
+            if let Ok(real) = std::fs::canonicalize(&at)
+                && !real.starts_with(&dir)
+            {
+                outside.push(real);
+            }
+            Ok(())
+        });
+    }
+    Ok(seen)
+}
+
+/// Calls `each` with the name and the `path` of every path dependency of a manifest: in its
+/// dependency sections (also per target), in `[patch.<registry>]` and in `[replace]`. `each`
+/// may change the path; its error ends the walk.
+fn for_each_path_dependency(
+    doc: &mut toml_edit::DocumentMut,
+    each: &mut impl FnMut(&str, &mut String) -> Result<(), String>,
+) -> Result<(), String> {
+    fn table_of_dependencies(
+        deps: &mut dyn toml_edit::TableLike,
+        each: &mut impl FnMut(&str, &mut String) -> Result<(), String>,
+    ) -> Result<(), String> {
+        for (name, dep) in deps.iter_mut() {
+            let Some(dep) = dep.as_table_like_mut() else {
+                continue;
+            };
+            let Some(given) = dep.get("path").and_then(|p| p.as_str()) else {
+                continue;
+            };
+            let mut path = given.to_string();
+            each(name.get(), &mut path)?;
+            if path != given {
+                dep.insert("path", toml_edit::value(path));
+            }
+        }
+        Ok(())
+    }
+    fn sections(
+        table: &mut dyn toml_edit::TableLike,
+        each: &mut impl FnMut(&str, &mut String) -> Result<(), String>,
+    ) -> Result<(), String> {
+        for section in ["dependencies", "dev-dependencies", "build-dependencies"] {
+            if let Some(deps) = table.get_mut(section).and_then(|d| d.as_table_like_mut()) {
+                table_of_dependencies(deps, each)?;
+            }
+        }
+        Ok(())
+    }
+    sections(doc.as_table_mut(), each)?;
+    for (key, per_entry) in [("target", true), ("patch", false)] {
+        let Some(tables) = doc.get_mut(key).and_then(|t| t.as_table_like_mut()) else {
+            continue;
+        };
+        for (_, table) in tables.iter_mut() {
+            match table.as_table_like_mut() {
+                Some(table) if per_entry => sections(table, each)?,
+                Some(table) => table_of_dependencies(table, each)?,
+                None => {}
+            }
+        }
+    }
+    if let Some(replace) = doc.get_mut("replace").and_then(|t| t.as_table_like_mut()) {
+        table_of_dependencies(replace, each)?;
+    }
+    Ok(())
+}
+
+/// `path` with `.` and `..` resolved by its words alone, as cargo reads a dependency's path.
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Copies the crate to `work` with `manifest` (from [`staged_manifest`]) as its Cargo.toml, so
+/// it builds on its own. File times are kept, so an unchanged crate is not rebuilt.
 fn stage(source: &Path, manifest: &str, work: &Path) -> std::io::Result<()> {
     if work.exists() {
         std::fs::remove_dir_all(work)?;
     }
     copy_crate(source, work)?;
-    let mut doc: toml_edit::DocumentMut = manifest
-        .parse()
-        .map_err(|e| std::io::Error::other(format!("Cargo.toml: {e}")))?;
-    if !doc.contains_key("workspace") {
-        doc["workspace"] = toml_edit::table();
-    }
-    absolute_path_dependencies(doc.as_table_mut(), source);
-    if let Some(targets) = doc.get_mut("target").and_then(|t| t.as_table_like_mut()) {
-        for (_, target) in targets.iter_mut() {
-            if let Some(target) = target.as_table_like_mut() {
-                absolute_path_dependencies(target, source);
-            }
-        }
-    }
     let staged = work.join("Cargo.toml");
     let times = std::fs::metadata(source.join("Cargo.toml"))?.modified()?;
-    std::fs::write(&staged, doc.to_string())?;
+    std::fs::write(&staged, manifest)?;
     std::fs::File::options()
         .write(true)
         .open(&staged)?
         .set_modified(times)
-}
-
-/// Makes the `path` of every dependency in `table`'s dependency sections absolute, relative to
-/// the crate's real folder.
-fn absolute_path_dependencies(table: &mut dyn toml_edit::TableLike, source: &Path) {
-    for section in ["dependencies", "dev-dependencies", "build-dependencies"] {
-        let Some(deps) = table.get_mut(section).and_then(|d| d.as_table_like_mut()) else {
-            continue;
-        };
-        for (_, dep) in deps.iter_mut() {
-            let Some(dep) = dep.as_table_like_mut() else {
-                continue;
-            };
-            let Some(path) = dep.get("path").and_then(|p| p.as_str()) else {
-                continue;
-            };
-            let absolute = source.join(path);
-            dep.insert(
-                "path",
-                toml_edit::value(absolute.to_string_lossy().as_ref()),
-            );
-        }
-    }
 }
 
 /// Copies a crate's files, leaving out `target/` and hidden folders such as `.git`.
@@ -645,7 +927,7 @@ mod tests {
     fn the_binary_comes_from_the_manifest() {
         let dir = tempfile::tempdir().unwrap();
         let src = dir.path();
-        let read = |text: &str| read_manifest(text, src).map(|c| c.binary);
+        let read = |text: &str| read_manifest(text, src);
         assert!(
             read("[package]\nname = \"x\"")
                 .unwrap_err()
@@ -672,29 +954,128 @@ mod tests {
     }
 
     #[test]
-    fn a_staged_crate_is_its_own_workspace_with_absolute_path_dependencies() {
+    fn a_staged_crate_is_its_own_workspace_and_keeps_its_path_dependencies_inside() {
         let dir = tempfile::tempdir().unwrap();
-        let source = dir.path().join("crate");
+        let dir = std::fs::canonicalize(dir.path()).unwrap();
+        let source = dir.join("crate");
         std::fs::create_dir_all(source.join("src")).unwrap();
         std::fs::create_dir_all(source.join("target/junk")).unwrap();
+        std::fs::create_dir_all(dir.join("proto")).unwrap();
         std::fs::write(source.join("src/main.rs"), "fn main() {}").unwrap();
-        let manifest = "[package]\nname = \"x\"\n[dependencies]\nproto = { path = \"../proto\" }\nserde = \"1\"\n[target.'cfg(unix)'.dependencies]\nlib = { path = \"lib\" }\n";
+        let manifest = "[package]\nname = \"x\"\n[dependencies]\nproto = { path = \"../proto\" }\nserde = \"1\"\n[target.'cfg(unix)'.dependencies]\nlib = { path = \"../crate/./lib\" }\n";
         std::fs::write(source.join("Cargo.toml"), manifest).unwrap();
-        let work = dir.path().join("work");
-        stage(&source, manifest, &work).unwrap();
-        let staged = std::fs::read_to_string(work.join("Cargo.toml")).unwrap();
+
+        let refused = staged_manifest(manifest, &source, false).unwrap_err();
+        assert!(
+            refused.contains("`proto` (`../proto`) lies outside the crate's folder")
+                && refused.contains("console's owner"),
+            "{refused}"
+        );
+
+        let (staged, outside) = staged_manifest(manifest, &source, true).unwrap();
         assert!(staged.contains("[workspace]"), "{staged}");
-        let proto = source.join("../proto");
+        let proto = dir.join("proto");
         assert!(
             staged.contains(&format!("path = \"{}\"", proto.display())),
             "{staged}"
         );
-        assert!(
-            staged.contains(&format!("path = \"{}\"", source.join("lib").display())),
-            "{staged}"
+        assert!(staged.contains("path = \"lib\""), "{staged}");
+        assert_eq!(outside, [proto]);
+
+        let work = dir.join("work");
+        stage(&source, &staged, &work).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(work.join("Cargo.toml")).unwrap(),
+            staged
         );
         assert!(work.join("src/main.rs").is_file());
         assert!(!work.join("target").exists(), "target/ is not copied");
+    }
+
+    #[test]
+    fn outside_dependencies_bring_theirs_each_folder_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(dir.path()).unwrap();
+        for (name, deps) in [
+            ("a", "b = { path = \"../b\" }\ninner = { path = \"inner\" }"),
+            ("b", "a = { path = \"../a\" }\nc = { path = \"../c\" }"),
+            ("c", ""),
+        ] {
+            std::fs::create_dir_all(dir.join(name).join("inner")).unwrap();
+            std::fs::write(
+                dir.join(name).join("Cargo.toml"),
+                format!("[package]\nname = \"{name}\"\n[dependencies]\n{deps}\n"),
+            )
+            .unwrap();
+        }
+        let mut found = with_their_dependencies(vec![dir.join("a")]).unwrap();
+        found.sort();
+        assert_eq!(found, [dir.join("a"), dir.join("b"), dir.join("c")]);
+        let folder_and_one_inside = vec![dir.join("a/inner"), dir.join("a")];
+        assert_eq!(
+            with_their_dependencies(folder_and_one_inside)
+                .unwrap()
+                .len(),
+            3
+        );
+    }
+
+    #[test]
+    fn the_sandbox_binds_no_folder_of_the_world_or_the_home() {
+        let toolchain = [PathBuf::from("/home/x/.cargo/registry")];
+        let args = sandbox_mounts(
+            &toolchain,
+            &[],
+            Path::new("/w/private/cargo/data/work/ann/x"),
+            Path::new("/w/private/cargo/data/target/ann"),
+        );
+        let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
+        let bound: Vec<(&str, &str, &str)> = args
+            .windows(3)
+            .filter(|w| w[0].starts_with("--") && w[0].contains("bind"))
+            .map(|w| (w[0], w[1], w[2]))
+            .collect();
+        assert!(bound.contains(&("--ro-bind", "/usr", "/usr")), "{args:?}");
+        assert!(bound.contains(&(
+            "--ro-bind",
+            "/home/x/.cargo/registry",
+            "/home/x/.cargo/registry"
+        )));
+        assert!(bound.contains(&("--bind", "/w/private/cargo/data/work/ann/x", SANDBOX_CRATE)));
+        assert!(bound.contains(&("--bind", "/w/private/cargo/data/target/ann", SANDBOX_TARGET)));
+        for (_, from, _) in &bound {
+            assert!(
+                ![
+                    "/",
+                    "/w",
+                    "/home",
+                    "/home/x",
+                    "/home/x/.cargo",
+                    "/root",
+                    "/etc"
+                ]
+                .contains(from),
+                "{from} is bound: {args:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_target_folder_all_builds_shared_is_removed_and_principals_folders_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        std::fs::create_dir_all(target.join("ann/release")).unwrap();
+        std::fs::write(target.join("ann/CACHEDIR.TAG"), "").unwrap();
+        assert!(!retire_shared_target(&target).unwrap());
+        assert!(
+            target.join("ann/release").is_dir(),
+            "a principal's folder stays"
+        );
+
+        std::fs::write(target.join("CACHEDIR.TAG"), "").unwrap();
+        assert!(retire_shared_target(&target).unwrap());
+        assert!(!target.exists());
+        assert!(!retire_shared_target(&target).unwrap(), "nothing to remove");
     }
 
     #[test]

@@ -473,15 +473,22 @@ impl World {
         self.root.join("broker/cache")
     }
 
-    /// Folders that only builds write (the shared target folder of `cargo`), never Sausage's
+    /// Folders that only builds write (the target folders of `cargo`), never Sausage's
     /// commit-on-close or atomic writes: no temporary of ours can be in them.
     pub fn written_by_builds_only(&self) -> Vec<PathBuf> {
         vec![self.cargo_target_dir()]
     }
 
-    /// `private/cargo/data/target`: the target folder every build of `cargo` shares.
+    /// `private/cargo/data/target`: the folder that holds one target folder per principal.
     pub fn cargo_target_dir(&self) -> PathBuf {
         self.root.join("private/cargo/data/target")
+    }
+
+    /// `private/cargo/data/target/<principal>/`: the target folder of the builds `cargo` runs
+    /// for `principal` (DESIGN §18), which no build for anyone else sees. `principal` is one
+    /// path component (a-z, 0-9, `-`, `_`): the id of the person the build is for.
+    pub fn cargo_target_dir_of(&self, principal: &str) -> PathBuf {
+        self.cargo_target_dir().join(principal)
     }
 
     /// `broker/mailboxes/`: the journal of every mailbox's waiting messages.

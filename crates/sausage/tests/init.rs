@@ -17,7 +17,7 @@ fn init_builds_and_registers_the_agent_and_the_world_answers() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("world");
     // Only the dependencies come pre-built; the agent itself is built by the world's cargo.
-    warm_cargo_for_agent(&root);
+    warm_cargo_for_agent(&root, "boss");
     let out = Command::new(env!("CARGO_BIN_EXE_sausage"))
         .arg("init")
         .arg(&root)
@@ -121,7 +121,7 @@ fn init(root: &std::path::Path, args: &[&str], answers: &str) -> Output {
 fn a_local_openai_chat_server_needs_no_token() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("world");
-    warm_cargo_for_agent(&root);
+    warm_cargo_for_agent(&root, sausage::people::DEFAULT_OWNER);
     let args = [
         "--api",
         "openai-chat",

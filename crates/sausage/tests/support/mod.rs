@@ -236,10 +236,11 @@ impl TestWorld {
             .unwrap();
     }
 
-    /// Gives the world's `cargo` a copy of the target folder the agent was built in, so a
-    /// build of the agent's source inside the world only compiles the agent itself.
+    /// Gives the world's `cargo` a copy of the target folder the agent was built in, for the
+    /// builds the agent asks for itself, so a build of the agent's source inside the world only
+    /// compiles the agent itself.
     pub fn warm_cargo_for_agent(&self) {
-        warm_cargo_for_agent(&self.root);
+        warm_cargo_for_agent(&self.root, AGENTS_OWN_BUILDS);
     }
 
     /// Every file under the folders actors can see (`actor/`, `private/`) that contains `needle`.
@@ -287,20 +288,29 @@ impl TestWorld {
     }
 }
 
-/// [`TestWorld::warm_cargo_for_agent`] for a world folder that may not exist yet.
-pub fn warm_cargo_for_agent(world: &Path) {
+/// The principal of the builds the agent asks `cargo` for in a [`TestWorld`]: it asks for the
+/// person it acts for (`"as"`), the terminal's owner, whose target folder the build uses.
+pub const AGENTS_OWN_BUILDS: &str = sausage::people::DEFAULT_OWNER;
+
+/// [`TestWorld::warm_cargo_for_agent`] for a world folder that may not exist yet, for the
+/// builds of `principal` (the person a console deploys as, or [`AGENTS_OWN_BUILDS`]).
+pub fn warm_cargo_for_agent(world: &Path, principal: &str) {
     agent_wasm();
-    warm_cargo_from(world, "target/agent");
+    warm_cargo_from(world, "target/agent", principal);
 }
 
-/// The same for the `matrix` actor: its dependencies come pre-built from `target/matrix`.
+/// The same for the `matrix` actor, for the builds of the console's owner of a [`TestWorld`]
+/// (`sausage matrix setup` deploys through the console): its dependencies come pre-built from
+/// `target/matrix`.
 pub fn warm_cargo_for_matrix(world: &Path) {
     matrix_wasm();
-    warm_cargo_from(world, "target/matrix");
+    warm_cargo_from(world, "target/matrix", sausage::people::DEFAULT_OWNER);
 }
 
-fn warm_cargo_from(world: &Path, target: &str) {
-    let to = world.join("private/cargo/data/target");
+/// Copies `target` of the repository into the world's target folder of `principal`: builds
+/// of other principals never see it.
+fn warm_cargo_from(world: &Path, target: &str, principal: &str) {
+    let to = sausage::world::World::new(world).cargo_target_dir_of(principal);
     std::fs::create_dir_all(&to).unwrap();
     let status = Command::new("cp")
         .args(["-a", "--reflink=auto"])
