@@ -1,8 +1,20 @@
 //! Authority (DESIGN §18), tried as an attacker would: each route into a world (the terminal
-//! console, the web page, an actor a member owns, an actor a guest owns, a schedule) against
-//! the actions its principal must not take (name a host path, read the credentials, change the
-//! agent or another's actor, change a tier), each refused with a reason and nothing changed on
-//! disk, beside what each may do. One world and one host serve the whole table.
+//! console, the web page, an actor a member owns, an actor a guest owns, a schedule, the agent's
+//! tools reached through an actor) against the actions its principal must not take (name a host
+//! path, read the credentials, change the agent or another's actor, change a tier), each refused
+//! with a reason and nothing changed on disk, beside what each may do. One host serves a table.
+//!
+//! The routes with a harness of their own are tried where that harness lives:
+//!
+//! | route | action | where |
+//! | --- | --- | --- |
+//! | terminal, web, actor of a member or a guest, schedule | host path, credentials, agent, another's actor, tier | here |
+//! | actor of a guest or a member through the agent | write files, send, stop another's actor | here |
+//! | web | garbage logins in a loop beside round trips (429, nothing written), another's question (400), another's events | `tests/web.rs` |
+//! | web, agent's tools | another's conversation or memory, the agent's state | `tests/people.rs` |
+//! | agent's tools | paths of another's files in a spawn, a guest's sends, the world's day cap, answers from another | `agent/src/turn/authority_tests.rs` |
+//! | Matrix | a room by a prefix of its id, speaking to become a member, answering from another room | `matrix/src/tests.rs`, `tests/matrix.rs` |
+//! | a build script | the world's files, credentials, the home folder, another person's artefacts | `tests/build_sandbox.rs` |
 
 mod support;
 
