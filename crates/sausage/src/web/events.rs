@@ -361,6 +361,7 @@ mod tests {
         let stalled = events.subscribe(owner(), None);
         let big = json!({"pad": "x".repeat(1 << 20)});
         let count = RECENT_BYTES / (1 << 20) * 3;
+        assert_eq!(drain(&mut reading).len(), 1, "hello");
         for _ in 0..count {
             events.publish("message", &big, Audience::Owners);
             assert_eq!(
