@@ -189,13 +189,6 @@ impl Events {
         self.lock().pages.retain(|page| keep(&page.viewer));
     }
 
-    /// The viewers of the open pages.
-    pub fn viewers(&self) -> Vec<Viewer> {
-        let mut state = self.lock();
-        state.pages.retain(|page| !page.tx.is_closed());
-        state.pages.iter().map(|page| page.viewer.clone()).collect()
-    }
-
     /// A new page's stream, of what `viewer` may see: `hello`, then what it missed since
     /// `last_id` (or `reset` when that cannot be told), then the current snapshots, then
     /// everything new.
