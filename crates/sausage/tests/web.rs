@@ -1,13 +1,14 @@
 //! The web console's HTTP API (DESIGN §14) through a real world: logging in, sessions and every
 //! refusal, the actors' table and pages, actions, files and logs, sending, the event stream and
-//! the graph, and the chat with the agent on the fake model provider.
+//! the graph, and the chat with the agent on the fake model provider; and the console's part of
+//! authority (DESIGN §18): logins, streams that end, bounded events, `for` and bound answers.
 
 mod support;
 
 use serde_json::{Value, json};
 use support::agent::world_with_agent;
 use support::fake_llm::{FakeLlm, openai};
-use support::http::request;
+use support::http::{EventStream, request, request_from};
 use support::web::{Client, EVENT_PATIENCE, WebHost};
 use support::*;
 
@@ -390,4 +391,273 @@ fn the_chat_streams_a_turn_and_the_conversation_comes_back_after_a_reload() {
     // A stop for a turn that ended is answered in words.
     let stop = client.post("/api/chat/stop", &json!({"turn": turn}));
     assert_eq!(stop.status, 200);
+}
+
+/// The modification time and bytes of a world's file.
+fn stamp(world: &TestWorld, rel: &str) -> (std::time::SystemTime, Vec<u8>) {
+    let path = world.path(rel);
+    let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+    (modified, std::fs::read(&path).unwrap())
+}
+
+/// Logs in with `link` (as printed) from `source` and returns the session's client.
+fn log_in_from(web: &WebHost, source: &str, link: &str) -> Client {
+    let path = link.split_once(&web.addr).unwrap().1;
+    let response = request_from(source, &web.addr, "GET", path, &[]);
+    assert_eq!(response.status, 303, "{}", response.text());
+    let cookie = response.header("set-cookie").unwrap();
+    Client {
+        addr: web.addr.clone(),
+        cookie: cookie.split(';').next().unwrap().to_string(),
+    }
+}
+
+/// Adds a person on the web as `owner` and answers their one-time login link.
+fn add_person(owner: &Client, id: &str, tier: &str) -> String {
+    let added = owner.post("/api/people", &json!({"id": id, "tier": tier}));
+    assert_eq!(added.status, 200, "{}", added.text());
+    added.json()["link"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn failed_logins_write_nothing_take_no_lock_and_are_slowed_past_five_a_minute() {
+    let world = TestWorld::new();
+    let web = WebHost::start(&world);
+    let owner = web.log_in();
+    let ann_link = add_person(&owner, "ann", "member");
+    let people_before = stamp(&world, "broker/people.json");
+    let sessions_before = stamp(&world, "broker/web/sessions.json");
+
+    // While another process holds the people's lock, wrong links are still answered at once,
+    // and a right one waits for the lock off the world's thread: the API goes on meanwhile.
+    let lock = std::fs::File::open(world.path("broker/people.lock")).unwrap();
+    lock.lock().unwrap();
+    for n in 0..5 {
+        let wrong = request(
+            &web.addr,
+            "GET",
+            &format!("/login?token={n:064x}"),
+            &[],
+            b"",
+        );
+        assert_eq!(wrong.status, 401, "attempt {n}");
+    }
+    let slowed = request(
+        &web.addr,
+        "GET",
+        &format!("/login?token={:064x}", 9),
+        &[],
+        b"",
+    );
+    assert_eq!(slowed.status, 429, "{}", slowed.text());
+    let retry: u64 = slowed.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry), "{retry}");
+    let why = slowed.json()["error"].as_str().unwrap().to_string();
+    assert!(why.contains(&format!("try again in {retry} s")), "{why}");
+    let blocked = request(&web.addr, "GET", &web.login_path(), &[], b"");
+    assert_eq!(
+        blocked.status, 429,
+        "a blocked client's link is not even read"
+    );
+
+    let web_addr = web.addr.clone();
+    let ann_path = ann_link.split_once(&web.addr).unwrap().1.to_string();
+    let ann_login =
+        std::thread::spawn(move || request_from("127.0.0.2", &web_addr, "GET", &ann_path, &[]));
+    eventually("ann's login waiting for the lock", || {
+        owner.get("/api/me").json()["person"] == "owner" && !ann_login.is_finished()
+    });
+    assert_eq!(stamp(&world, "broker/people.json"), people_before);
+    assert_eq!(stamp(&world, "broker/web/sessions.json"), sessions_before);
+    lock.unlock().unwrap();
+    let logged_in = ann_login.join().unwrap();
+    assert_eq!(logged_in.status, 303, "another client's valid link works");
+    assert_ne!(
+        stamp(&world, "broker/people.json").1,
+        people_before.1,
+        "the link is used"
+    );
+}
+
+#[test]
+fn an_open_event_stream_ends_when_its_person_is_demoted_or_removed() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    let web = WebHost::start(&world);
+    let owner = web.log_in();
+    let ann = log_in_from(&web, "127.0.0.3", &add_person(&owner, "ann", "member"));
+    let mut owners_page = owner.events(None);
+    let mut anns_page = ann.events(None);
+    assert_eq!(anns_page.next(EVENT_PATIENCE).unwrap().kind, "hello");
+
+    let demoted = owner.post("/api/people/ann/tier", &json!({"tier": "guest"}));
+    assert_eq!(demoted.status, 200, "{}", demoted.text());
+    assert!(
+        anns_page.ends_within(EVENT_PATIENCE),
+        "a demoted member's page stops"
+    );
+    let mut anns_page = ann.events(None);
+    assert_eq!(
+        ann.get("/api/me").json()["tier"],
+        "guest",
+        "the new tier's view"
+    );
+
+    let removed = owner.post("/api/people/ann/remove", &json!({}));
+    assert_eq!(removed.status, 200, "{}", removed.text());
+    assert!(
+        anns_page.ends_within(EVENT_PATIENCE),
+        "a removed person's page stops"
+    );
+    let again = EventStream::open(&web.addr, "/api/events", &[("Cookie", &ann.cookie)]);
+    assert_eq!(again.status, 401);
+
+    // The owner's page went on all along.
+    let sent = owner.post(
+        "/api/send",
+        &json!({"to": "echo", "body": {"type": "ping"}}),
+    );
+    let id = sent.json()["id"].as_str().unwrap().to_string();
+    owners_page.wait_for("message", EVENT_PATIENCE, |m| m["reply_to"] == id.as_str());
+}
+
+/// A line for the crasher's `say` (its stdout as it is): `body` to `web`, with `extra` fields.
+fn say(body: Value, extra: Value) -> Value {
+    let mut line = json!({"to": "web", "body": body});
+    line.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    json!({"type": "say", "line": line.to_string()})
+}
+
+#[test]
+fn for_counts_only_from_the_agent_and_an_answer_only_for_its_persons_open_question() {
+    let world = TestWorld::new();
+    // Crashers say what they are told: one as the agent, one as any other actor.
+    world.install("agent", "crasher");
+    world.install("mallory", "crasher");
+    let web = WebHost::start(&world);
+    let owner = web.log_in();
+    let ann = log_in_from(&web, "127.0.0.4", &add_person(&owner, "ann", "member"));
+    let mut owners_page = owner.events(None);
+    let mut anns_page = ann.events(None);
+    let tell = |actor: &str, line: Value| {
+        let sent = owner.post("/api/send", &json!({"to": actor, "body": line}));
+        assert_eq!(sent.status, 200, "{}", sent.text());
+    };
+    let text_of = |event: &support::http::ServerEvent| -> String {
+        let data: Value = serde_json::from_str(&event.data).unwrap();
+        data["body"]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+
+    // Ann's own message to the agent: its reply is hers.
+    let pinged = ann.post(
+        "/api/send",
+        &json!({"to": "agent", "body": {"type": "ping"}}),
+    );
+    let ping = pinged.json()["id"].as_str().unwrap().to_string();
+    anns_page.wait_for("message", EVENT_PATIENCE, |m| {
+        m["reply_to"] == ping.as_str() && m["body"]["type"] == "pong"
+    });
+    // Mallory names ann by `for`, by her message's id and by a turn: owners see it, ann not.
+    let text = |t: &str| json!({"type": "text", "for": "ann", "turn": ping, "text": t});
+    tell(
+        "mallory",
+        say(text("from mallory"), json!({"reply_to": ping})),
+    );
+    owners_page.wait_for("message", EVENT_PATIENCE, |m| {
+        m["from"] == "mallory" && m["body"]["text"] == "from mallory"
+    });
+    tell("agent", say(text("from the agent"), json!({})));
+    loop {
+        let event = anns_page.next(EVENT_PATIENCE).expect("the agent's message");
+        let text = text_of(&event);
+        assert_ne!(text, "from mallory", "another actor's `for` is ignored");
+        if text == "from the agent" {
+            break;
+        }
+    }
+
+    // Questions: only ann answers hers, once, while its turn runs.
+    let question = |id: &str, turn: &str| {
+        let body = json!({"type": "question", "for": "ann", "turn": turn, "text": "red?"});
+        say(body, json!({"id": id}))
+    };
+    tell("agent", question("q1", "t1"));
+    tell("mallory", question("q2", "t1"));
+    tell("agent", question("q3", "t3"));
+    tell(
+        "agent",
+        say(
+            json!({"type": "text", "for": "ann", "turn": "t3", "text": "done"}),
+            json!({}),
+        ),
+    );
+    anns_page.wait_for("message", EVENT_PATIENCE, |m| m["body"]["text"] == "done");
+    let answer = |client: &Client, question: &str| {
+        client.post("/api/chat", &json!({"answer": "red", "question": question}))
+    };
+    for (client, question, why) in [
+        (&owner, "agent/q1", "put to ann, not the owner"),
+        (&ann, "agent/nothing", "never asked"),
+        (&ann, "mallory/q2", "not the agent's"),
+        (&ann, "agent/q3", "its turn ended"),
+    ] {
+        let refused = answer(client, question);
+        assert_eq!(refused.status, 400, "{why}: {}", refused.text());
+        let reason = refused.json()["error"].as_str().unwrap().to_string();
+        assert!(
+            reason.contains(&format!("question `{question}`")),
+            "{reason}"
+        );
+    }
+    let answered = answer(&ann, "agent/q1");
+    assert_eq!(answered.status, 200, "{}", answered.text());
+    assert_eq!(
+        answer(&ann, "agent/q1").status,
+        400,
+        "a question is answered once"
+    );
+    eventually("the one answer in the agent's log", || {
+        world.log("agent").matches("answer").count() == 1
+    });
+}
+
+#[test]
+fn a_flood_of_big_messages_to_web_keeps_only_the_newest_16_mib() {
+    let world = TestWorld::new();
+    world.install("flood", "pingpong");
+    let web = WebHost::start(&world);
+    let owner = web.log_in();
+    let mut page = owner.events(None);
+    // 100 messages of 200 kB: far fewer than the 1,024 kept by count, more than 16 MiB.
+    let count = 100;
+    let flood = json!({"type": "flood", "to": "web", "count": count, "pad": 200_000});
+    owner.post("/api/send", &json!({"to": "flood", "body": flood}));
+    let mut ids = Vec::new();
+    while ids.len() < count {
+        let event = page
+            .next(EVENT_PATIENCE)
+            .expect("every message on a page that reads");
+        let data: Value = serde_json::from_str(&event.data).unwrap_or_default();
+        if data["body"]["type"] == "seq" {
+            assert_eq!(data["body"]["n"], ids.len() + 1);
+            ids.push(event.id);
+        }
+    }
+    let mut first = owner.events(Some(&ids[0]));
+    first.wait_for("reset", EVENT_PATIENCE, |_| true);
+    let mut recent = owner.events(Some(&ids[count - 4]));
+    let mut replayed = Vec::new();
+    while replayed.len() < 3 {
+        let event = recent.next(EVENT_PATIENCE).expect("the newest are kept");
+        assert_ne!(event.kind, "reset");
+        if event.kind == "message" {
+            replayed.push(event.id);
+        }
+    }
+    assert_eq!(replayed, ids[count - 3..]);
 }

@@ -317,14 +317,25 @@ impl People {
     }
 
     /// Uses a login token: the person it logs in, once; `None` for a token that is unknown,
-    /// used or expired.
+    /// used or expired. The token is first looked for in the file read without the lock, so a
+    /// wrong one (a guess, a stale link) takes no lock and writes nothing; only a match takes
+    /// the lock, looks again (another login may have used it meanwhile) and writes.
     pub fn use_link(&self, token: &str) -> Result<Option<Person>> {
         let hash = sessions::hash(token);
+        let now = sessions::now();
+        let usable = |link: &Link| link.hash == hash && link_alive(link, now);
+        if !self
+            .read()?
+            .people
+            .iter()
+            .any(|p| p.links.iter().any(usable))
+        {
+            return Ok(None);
+        }
         self.change(|people| {
             for person in people.iter_mut() {
-                let before = person.links.len();
-                person.links.retain(|link| link.hash != hash);
-                if person.links.len() < before {
+                if let Some(at) = person.links.iter().position(usable) {
+                    person.links.remove(at);
                     return Ok(Some(person.clone()));
                 }
             }
@@ -382,9 +393,7 @@ impl People {
         let result = change(&mut file)?;
         let now = sessions::now();
         for person in &mut file.people {
-            person
-                .links
-                .retain(|link| now.saturating_sub(link.created) < LINK_DAYS * 24 * 3600);
+            person.links.retain(|link| link_alive(link, now));
         }
         let bytes = serde_json::to_vec_pretty(&file).expect("people serialise");
         crate::fs::write_atomically(&self.path, &bytes)
@@ -449,6 +458,11 @@ fn new_person(id: &str, name: Option<&str>, tier: Tier) -> Person {
         handles: BTreeMap::new(),
         links: Vec::new(),
     }
+}
+
+/// Whether a link made at `link.created` still logs in at `now` (seconds since the epoch).
+fn link_alive(link: &Link, now: u64) -> bool {
+    now.saturating_sub(link.created) < LINK_DAYS * 24 * 3600
 }
 
 fn add_link(person: &mut Person) -> String {
@@ -530,6 +544,29 @@ mod tests {
             people.get("bob").unwrap().unwrap().links.len(),
             LINKS_PER_PERSON
         );
+    }
+
+    #[test]
+    fn a_wrong_link_takes_no_lock_and_writes_nothing() {
+        let (dir, people) = people();
+        people.create("boss").unwrap();
+        let path = dir.path().join("broker/people.json");
+        let before = (
+            std::fs::metadata(&path).unwrap().modified().unwrap(),
+            std::fs::read(&path).unwrap(),
+        );
+        let held = lock(&people.lock).unwrap();
+        let (done, checked) = std::sync::mpsc::channel();
+        let other = people.clone();
+        std::thread::spawn(move || done.send(other.use_link("a guess").unwrap().is_none()));
+        let answer = checked.recv_timeout(std::time::Duration::from_secs(30));
+        assert_eq!(answer, Ok(true), "answered while another holds the lock");
+        let after = (
+            std::fs::metadata(&path).unwrap().modified().unwrap(),
+            std::fs::read(&path).unwrap(),
+        );
+        assert_eq!(after, before);
+        drop(held);
     }
 
     #[test]

@@ -127,6 +127,21 @@ impl Sessions {
         }
     }
 
+    /// The person of session `id` among `people` (the people file as just read), touching no
+    /// file: `None` once the session expired or ended, or its person was removed (or re-added).
+    /// Checks many pages against one read of the people.
+    pub fn person_among(&self, id: &str, people: &[Person]) -> Option<Person> {
+        let state = self.lock();
+        let session = state.sessions.get(&hash(id))?;
+        if now().saturating_sub(session.created) >= SESSION_DAYS * 24 * 3600 {
+            return None;
+        }
+        people
+            .iter()
+            .find(|p| p.id == session.person && p.key == session.key)
+            .cloned()
+    }
+
     /// Ends a session.
     pub fn log_out(&self, id: &str) {
         let mut state = self.lock();
@@ -228,7 +243,14 @@ mod tests {
         people.set_tier("ann", Tier::Member).unwrap();
         assert_eq!(sessions.person(&id).unwrap().tier, Tier::Member);
         let (again, _) = sessions.log_in(&people.new_link("ann").unwrap()).unwrap();
+        let list = people.list().unwrap();
+        assert_eq!(
+            sessions.person_among(&id, &list).unwrap().tier,
+            Tier::Member
+        );
         people.remove("ann").unwrap();
+        let list = people.list().unwrap();
+        assert!(sessions.person_among(&id, &list).is_none());
         assert!(sessions.person(&id).is_none());
         people.add("ann", Tier::Guest, None).unwrap();
         assert!(

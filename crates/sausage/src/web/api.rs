@@ -2,13 +2,15 @@
 //! Every handler answers JSON (`{"error": why}` with a 4xx or 5xx status when it cannot), reads
 //! the world through the broker and the world layout, and acts only by sending messages as `web`.
 
+use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
+use std::net::SocketAddr;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use axum::extract::{Path as UrlPath, Query, State};
+use axum::extract::{ConnectInfo, Path as UrlPath, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
@@ -19,7 +21,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use super::{App, Person, SESSION_COOKIE, Viewer, empty, refuse};
+use super::logins::client_of;
+use super::{App, Person, SESSION_COOKIE, Viewer, Waiter, empty, refuse};
 use crate::message::{ActorId, Envelope, Outgoing, Speaker, Tier};
 
 /// How long an action on an actor (a rollback compiles) may take before the call gives up.
@@ -92,10 +95,41 @@ struct LoginQuery {
 }
 
 /// `GET /login?token=T`: a valid one-time link opens a session (cookie) and goes to the page,
-/// whose address no longer holds the token.
-async fn login(State(app): State<Arc<App>>, Query(query): Query<LoginQuery>) -> Response {
-    let Some((session, _person)) = query.token.as_deref().and_then(|t| app.sessions.log_in(t))
-    else {
+/// whose address no longer holds the token. A wrong link writes nothing (401); a client whose
+/// links failed too often lately gets 429 with `Retry-After`, its token unread (`logins`).
+async fn login(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Query(query): Query<LoginQuery>,
+) -> Response {
+    let client = client_of(peer.ip());
+    let began = Instant::now();
+    if let Err(wait) = app.lock_logins().begin(client, began) {
+        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        let why = format!(
+            "too many failed logins from {client}: try again in {seconds} s, with a link              `sausage run` or `sausage people link` printed"
+        );
+        let mut response = refuse(StatusCode::TOO_MANY_REQUESTS, &why);
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        return response;
+    }
+    // The token is checked against `people.json`, and a match written, on the blocking pool.
+    let checked = match query.token {
+        Some(token) => {
+            let app = app.clone();
+            tokio::task::spawn_blocking(move || app.sessions.log_in(&token))
+                .await
+                .ok()
+                .flatten()
+        }
+        None => None,
+    };
+    if checked.is_some() {
+        app.lock_logins().succeeded(client, began);
+    }
+    let Some((session, _person)) = checked else {
         let page = "<!doctype html><meta charset=utf-8><title>Sausage</title>\
             <p>This login link is not valid: it was used already, or it is from an earlier run. \
             Each <code>sausage run</code> prints a new one.</p>";
@@ -123,7 +157,10 @@ async fn me(Extension(person): Extension<Person>) -> Json<Value> {
 /// `POST /api/logout`: ends the session.
 async fn logout(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     if let Some(id) = super::session_id(&headers) {
-        app.sessions.log_out(&id);
+        // Forgetting the session rewrites `sessions.json`: on the blocking pool. The task only
+        // fails by panicking, which tokio reports; the cookie is cleared either way.
+        let app = app.clone();
+        let _ = tokio::task::spawn_blocking(move || app.sessions.log_out(&id)).await;
     }
     let mut response = Json(json!({"type": "logged_out"})).into_response();
     response.headers_mut().insert(
@@ -139,13 +176,28 @@ async fn actors(State(app): State<Arc<App>>) -> Json<Value> {
 }
 
 /// Every actor: `{"actors": [{"id","kind","state","version","restarts","last_exit","queued",
-/// "in_per_sec","out_per_sec"}]}`, WASM actors from the registry and their `status.json`,
-/// natives as running.
+/// "in_per_sec","out_per_sec"}]}`, WASM actors from the registry and their `status.json` (read
+/// on the blocking pool), natives as running.
 pub async fn actors_table(app: &App) -> Value {
     let known = app.broker.known_actors().await;
     let registry = app.broker.registry().await;
     let rates = app.lock_rates().per_actor();
-    let world = &app.broker.world;
+    let world = app.broker.world.clone();
+    let wasm: Vec<ActorId> = known
+        .iter()
+        .filter(|(_, kind)| **kind != "native")
+        .filter_map(|(id, _)| ActorId::parse(id).ok())
+        .collect();
+    let mut statuses: HashMap<ActorId, _> = tokio::task::spawn_blocking(move || {
+        wasm.into_iter()
+            .map(|actor| {
+                let status = world.read_status(&actor).unwrap_or_default();
+                (actor, status)
+            })
+            .collect()
+    })
+    .await
+    .unwrap_or_default();
     let rows: Vec<Value> = known
         .into_iter()
         .map(|(id, kind)| {
@@ -158,7 +210,7 @@ pub async fn actors_table(app: &App) -> Value {
             if kind == "native" {
                 row["state"] = json!("running");
             } else {
-                let status = world.read_status(&actor).unwrap_or_default();
+                let status = statuses.remove(&actor).unwrap_or_default();
                 row["state"] = json!(status.state);
                 row["version"] = json!(status.version);
                 row["restarts"] = json!(status.restarts);
@@ -378,13 +430,14 @@ async fn file(
             );
         }
     };
-    let Some(full) = inside(&base, &path) else {
-        return refuse(
-            StatusCode::NOT_FOUND,
-            &format!("no file `{path}` in `{folder}`"),
-        );
-    };
+    // Looking at the folders on the way is file I/O too: all of it on the blocking pool.
     let read = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, (StatusCode, String)> {
+        let full = inside(&base, &path).ok_or_else(|| {
+            (
+                StatusCode::NOT_FOUND,
+                format!("no file `{path}` in `{folder}`"),
+            )
+        })?;
         let meta = std::fs::symlink_metadata(&full)
             .map_err(|_| (StatusCode::NOT_FOUND, format!("no file `{path}`")))?;
         if !meta.is_file() {
@@ -482,7 +535,7 @@ async fn tell(
     let own = app.broker.router.next_id();
     let id = format!("{}/{own}", app.me);
     // Noted before the message goes, so even the quickest reply finds its person.
-    app.sent_for(&id, &person.id);
+    app.sent_for(&id, &person.id, to);
     let mut out = Outgoing::new(to, body)
         .replying_to(reply_to)
         .spoken_by(Some(speaker(person)));
@@ -502,7 +555,11 @@ async fn ask(
     let own = app.broker.router.next_id();
     let id = format!("{}/{own}", app.me);
     let (done, reply) = oneshot::channel();
-    app.lock_waiting().insert(id.clone(), done);
+    let waiter = Waiter {
+        to: to.clone(),
+        reply: done,
+    };
+    app.lock_waiting().insert(id.clone(), waiter);
     let mut out = Outgoing::new(to, body).spoken_by(Some(speaker(person)));
     out.id = Some(own);
     app.broker.send(&app.me, out).await;
@@ -650,8 +707,9 @@ async fn send(
 }
 
 /// `POST /api/chat`: `{"text"}` starts a turn of the agent; `{"answer","question"}` answers
-/// the agent's open question (`question` is the question message's id); an optional `room`
-/// speaks in that shared room. Answers `{"id"}`.
+/// the agent's open question (`question` is the question message's id; 400 unless the agent
+/// put it to this person and it is open); an optional `room` speaks in that shared room.
+/// Answers `{"id"}`.
 async fn chat(
     State(app): State<Arc<App>>,
     Extension(person): Extension<Person>,
@@ -692,6 +750,13 @@ async fn chat(
                 &format!("`room` must be a room's id (a-z, 0-9, -, _), not {other}"),
             );
         }
+    }
+    // An answer counts only for a question the agent put to this person that is still open;
+    // it closes as the answer goes.
+    if let Some(question) = &reply_to
+        && let Err(why) = app.lock_questions().answer(question, &person.id)
+    {
+        return refuse(StatusCode::BAD_REQUEST, &why);
     }
     let id = tell(&app, &person, &agent, &message, reply_to.as_deref()).await;
     Json(json!({ "id": id })).into_response()
@@ -961,7 +1026,8 @@ async fn graph(State(app): State<Arc<App>>) -> Json<Value> {
 }
 
 /// `GET /api/events`: server-sent events (`hello`, `message`, `actors`, `graph`, `reset`),
-/// resumable with `Last-Event-ID`.
+/// resumable with `Last-Event-ID`. The stream ends when the page's session ends, its person is
+/// removed or their tier changes (`watch_pages`); the browser reconnects as it is now.
 async fn events(
     State(app): State<Arc<App>>,
     Extension(person): Extension<Person>,
@@ -971,13 +1037,16 @@ async fn events(
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    // The guard let the session in, so the cookie is there.
+    let session = super::session_id(&headers).unwrap_or_default();
     let viewer = Viewer {
-        owner: person.tier == Tier::Owner,
         person: person.id,
+        tier: person.tier,
+        session,
     };
     let receiver = app.events.subscribe(viewer, last.as_deref());
     let stream = stream::unfold(receiver, |mut receiver| async move {
-        let event = receiver.recv().await?;
+        let event = receiver.next().await?;
         let mut sse = SseEvent::default().event(event.kind).data(&*event.data);
         if !event.id.is_empty() {
             sse = sse.id(event.id);

@@ -1,25 +1,38 @@
 //! What happens, for every open page: the hub behind `GET /api/events` (server-sent events).
 //!
-//! Two kinds of events: messages to `web` (each with an id `<run>:<n>`; the last [`RECENT`] are
-//! kept, so a page that reconnects with `Last-Event-ID` gets what it missed), and snapshots
+//! Two kinds of events: messages to `web` (each with an id `<run>:<n>`; the last [`RECENT`], at
+//! most [`RECENT_BYTES`] of them, are kept, so a page that reconnects with `Last-Event-ID` gets
+//! what it missed), and snapshots
 //! (`actors`, `graph`) that replace each other, sent to a page when it connects and whenever
 //! they change. A page whose `Last-Event-ID` is from another run of the world, or too old, gets a
 //! `reset` event and reloads its data.
 //! Each message event has an [`Audience`]: one person's pages, or owners' pages. A page gets
 //! only what is for its person (DESIGN §13: one person's turns never show on another's page);
-//! snapshots are for every page.
+//! snapshots are for every page. Memory is bounded by bytes as well as by count: what is kept
+//! for reconnects, and what waits for each page (a page that stops reading is dropped).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use crate::message::Tier;
+
 /// Message events kept for pages that reconnect.
 pub const RECENT: usize = 1024;
+/// The most bytes of message events kept for pages that reconnect: a flood of big messages to
+/// `web` cannot take the host's memory. Past it the oldest events go first; a page whose
+/// `Last-Event-ID` is among them gets `reset` and reloads its data.
+pub const RECENT_BYTES: usize = 16 << 20;
 /// Events waiting for one page; a page that falls this far behind is dropped (its browser
 /// reconnects and catches up from [`RECENT`]).
 const PER_PAGE: usize = 512;
+/// The most bytes of events waiting for one page (a replay of everything kept, and as much
+/// again): a page that stops reading cannot hold events the hub has let go. Past it the page is
+/// dropped, as past [`PER_PAGE`].
+const PER_PAGE_BYTES: usize = 2 * RECENT_BYTES;
 
 /// One event as sent: id (empty for snapshots), kind, JSON data, and who may see it.
 #[derive(Clone, Debug)]
@@ -41,11 +54,13 @@ pub enum Audience {
     Owners,
 }
 
-/// Who a page is: its person's id and whether they are an owner.
+/// Who a page is: its person's id and tier when it connected, and the session it came with
+/// (so that the page can be dropped once that session or that tier no longer holds).
 #[derive(Clone, Debug)]
 pub struct Viewer {
     pub person: String,
-    pub owner: bool,
+    pub tier: Tier,
+    pub session: String,
 }
 
 impl Audience {
@@ -53,7 +68,7 @@ impl Audience {
         match self {
             Audience::Everyone => true,
             Audience::Person(person) => *person == viewer.person,
-            Audience::Owners => viewer.owner,
+            Audience::Owners => viewer.tier == Tier::Owner,
         }
     }
 }
@@ -61,7 +76,36 @@ impl Audience {
 /// One page's stream and who it is.
 struct Page {
     viewer: Viewer,
+    /// Sends the page's events; dropping it (with the page) ends the page's stream.
     tx: mpsc::Sender<Event>,
+    /// Bytes of events sent to `tx` and not yet taken by the page's stream.
+    queued: Arc<AtomicUsize>,
+}
+
+impl Page {
+    /// Queues `event` for the page; false when the page is gone or too far behind.
+    fn offer(&self, event: &Event) -> bool {
+        let bytes = event.data.len();
+        if self.queued.load(Ordering::Relaxed) + bytes > PER_PAGE_BYTES {
+            return false;
+        }
+        self.queued.fetch_add(bytes, Ordering::Relaxed);
+        self.tx.try_send(event.clone()).is_ok()
+    }
+}
+
+/// One page's events, as [`Events::subscribe`] gives them; `None` once the page was dropped.
+pub struct PageEvents {
+    rx: mpsc::Receiver<Event>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl PageEvents {
+    pub async fn next(&mut self) -> Option<Event> {
+        let event = self.rx.recv().await?;
+        self.queued.fetch_sub(event.data.len(), Ordering::Relaxed);
+        Some(event)
+    }
 }
 
 pub struct Events {
@@ -74,6 +118,8 @@ pub struct Events {
 struct State {
     next: u64,
     recent: VecDeque<(u64, Event)>,
+    /// The bytes of the data of `recent`, at most [`RECENT_BYTES`].
+    recent_bytes: usize,
     snapshots: BTreeMap<&'static str, Event>,
     pages: Vec<Page>,
 }
@@ -108,9 +154,13 @@ impl Events {
             data: data.to_string().into(),
             audience,
         };
+        state.recent_bytes += event.data.len();
         state.recent.push_back((n, event.clone()));
-        if state.recent.len() > RECENT {
-            state.recent.pop_front();
+        while state.recent.len() > RECENT || state.recent_bytes > RECENT_BYTES {
+            let Some((_, old)) = state.recent.pop_front() else {
+                break;
+            };
+            state.recent_bytes -= old.data.len();
         }
         send_all(&mut state.pages, &event);
     }
@@ -132,14 +182,28 @@ impl Events {
         send_all(&mut state.pages, &event);
     }
 
+    /// Drops the pages whose viewer `keep` says no longer holds (their person was removed,
+    /// their tier changed, their session ended): their streams end, and the browser's
+    /// reconnection is answered as the session is now (401, or the new tier's view).
+    pub fn keep_pages(&self, keep: impl Fn(&Viewer) -> bool) {
+        self.lock().pages.retain(|page| keep(&page.viewer));
+    }
+
     /// A new page's stream, of what `viewer` may see: `hello`, then what it missed since
     /// `last_id` (or `reset` when that cannot be told), then the current snapshots, then
     /// everything new.
-    pub fn subscribe(&self, viewer: Viewer, last_id: Option<&str>) -> mpsc::Receiver<Event> {
+    pub fn subscribe(&self, viewer: Viewer, last_id: Option<&str>) -> PageEvents {
         let (tx, rx) = mpsc::channel(PER_PAGE + RECENT);
         let mut state = self.lock();
         let hello = json!({"run": self.run});
-        let _ = tx.try_send(Event {
+        let page = Page {
+            viewer,
+            tx,
+            queued: Arc::default(),
+        };
+        // The channel holds the replay whole: at most `RECENT` events of `RECENT_BYTES`, the
+        // hello or reset and the snapshots, within `PER_PAGE + RECENT` and `PER_PAGE_BYTES`.
+        page.offer(&Event {
             id: String::new(),
             kind: "hello",
             data: hello.to_string().into(),
@@ -156,13 +220,13 @@ impl Events {
                     let missed = state
                         .recent
                         .iter()
-                        .filter(|(n, e)| *n > seen && e.audience.includes(&viewer));
+                        .filter(|(n, e)| *n > seen && e.audience.includes(&page.viewer));
                     for (_, event) in missed {
-                        let _ = tx.try_send(event.clone());
+                        page.offer(event);
                     }
                 }
                 _ => {
-                    let _ = tx.try_send(Event {
+                    page.offer(&Event {
                         id: String::new(),
                         kind: "reset",
                         data: "{}".into(),
@@ -172,38 +236,43 @@ impl Events {
             }
         }
         for event in state.snapshots.values() {
-            let _ = tx.try_send(event.clone());
+            page.offer(event);
         }
-        state.pages.push(Page { viewer, tx });
-        rx
+        let queued = page.queued.clone();
+        state.pages.push(page);
+        PageEvents { rx, queued }
     }
 }
 
 /// Sends to every page of the event's audience; a page that is gone or too far behind is
 /// dropped.
 fn send_all(pages: &mut Vec<Page>, event: &Event) {
-    pages.retain(|page| {
-        !event.audience.includes(&page.viewer) || page.tx.try_send(event.clone()).is_ok()
-    });
+    pages.retain(|page| !event.audience.includes(&page.viewer) || page.offer(event));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn drain(rx: &mut mpsc::Receiver<Event>) -> Vec<(String, &'static str)> {
+    fn drain(page: &mut PageEvents) -> Vec<(String, &'static str)> {
         let mut got = Vec::new();
-        while let Ok(event) = rx.try_recv() {
+        while let Ok(event) = page.rx.try_recv() {
+            page.queued.fetch_sub(event.data.len(), Ordering::Relaxed);
             got.push((event.id, event.kind));
         }
         got
     }
 
-    fn owner() -> Viewer {
+    fn viewer(person: &str, tier: Tier) -> Viewer {
         Viewer {
-            person: "olga".into(),
-            owner: true,
+            person: person.into(),
+            tier,
+            session: format!("session of {person}"),
         }
+    }
+
+    fn owner() -> Viewer {
+        viewer("olga", Tier::Owner)
     }
 
     #[test]
@@ -251,13 +320,9 @@ mod tests {
     #[test]
     fn a_page_sees_only_its_persons_messages() {
         let events = Events::new("r1".into());
-        let viewer = |person: &str, owner| Viewer {
-            person: person.into(),
-            owner,
-        };
-        let mut ann = events.subscribe(viewer("ann", false), None);
-        let mut bob = events.subscribe(viewer("bob", false), None);
-        let mut olga = events.subscribe(viewer("olga", true), None);
+        let mut ann = events.subscribe(viewer("ann", Tier::Member), None);
+        let mut bob = events.subscribe(viewer("bob", Tier::Guest), None);
+        let mut olga = events.subscribe(owner(), None);
         events.publish(
             "message",
             &json!({"for": "ann"}),
@@ -265,7 +330,7 @@ mod tests {
         );
         events.publish("message", &json!({"stray": 1}), Audience::Owners);
         events.snapshot("actors", &json!([]));
-        let kinds = |rx: &mut mpsc::Receiver<Event>| -> Vec<String> {
+        let kinds = |rx: &mut PageEvents| -> Vec<String> {
             drain(rx)
                 .into_iter()
                 .map(|(id, kind)| format!("{kind}{id}"))
@@ -274,11 +339,68 @@ mod tests {
         assert_eq!(kinds(&mut ann), ["hello", "messager1:1", "actors"]);
         assert_eq!(kinds(&mut bob), ["hello", "actors"]);
         assert_eq!(kinds(&mut olga), ["hello", "messager1:2", "actors"]);
-        let mut bob_again = events.subscribe(viewer("bob", false), Some("r1:0"));
+        let mut bob_again = events.subscribe(viewer("bob", Tier::Guest), Some("r1:0"));
         assert_eq!(
             kinds(&mut bob_again),
             ["hello", "actors"],
             "nor after a reconnect"
         );
+    }
+
+    #[test]
+    fn big_events_are_kept_by_bytes_and_a_page_that_stops_reading_is_dropped() {
+        let events = Events::new("r1".into());
+        let mut reading = events.subscribe(owner(), None);
+        let stalled = events.subscribe(owner(), None);
+        let big = json!({"pad": "x".repeat(1 << 20)});
+        let count = RECENT_BYTES / (1 << 20) * 3;
+        assert_eq!(drain(&mut reading).len(), 1, "hello");
+        for _ in 0..count {
+            events.publish("message", &big, Audience::Owners);
+            assert_eq!(
+                drain(&mut reading).len(),
+                1,
+                "a page that reads gets every event"
+            );
+        }
+        let state = events.lock();
+        assert!(state.recent_bytes <= RECENT_BYTES, "{}", state.recent_bytes);
+        assert!(
+            state.recent.len() < RECENT_BYTES / (1 << 20),
+            "the oldest went first"
+        );
+        assert_eq!(
+            state.recent.back().unwrap().0,
+            count as u64,
+            "the newest stay"
+        );
+        assert_eq!(
+            state.pages.len(),
+            1,
+            "the page that stopped reading was dropped"
+        );
+        assert!(stalled.queued.load(Ordering::Relaxed) <= PER_PAGE_BYTES);
+        drop(state);
+        let mut late = events.subscribe(owner(), Some("r1:1"));
+        let kinds: Vec<&str> = drain(&mut late).into_iter().map(|e| e.1).collect();
+        assert_eq!(kinds, ["hello", "reset"], "the first event is gone");
+    }
+
+    #[test]
+    fn pages_whose_viewer_no_longer_holds_end() {
+        let events = Events::new("r1".into());
+        let mut ann = events.subscribe(viewer("ann", Tier::Member), None);
+        let mut olga = events.subscribe(owner(), None);
+        events.keep_pages(|v| v.person != "ann");
+        drain(&mut ann);
+        assert!(
+            matches!(
+                ann.rx.try_recv(),
+                Err(mpsc::error::TryRecvError::Disconnected)
+            ),
+            "ann's stream ended"
+        );
+        events.publish("message", &json!({}), Audience::Owners);
+        assert_eq!(drain(&mut olga).len(), 2, "hello and the message");
     }
 }

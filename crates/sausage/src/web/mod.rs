@@ -4,7 +4,10 @@
 //! `start` binds the address, prints the owner's login link and runs three tasks: the HTTP
 //! server (axum), the reader of `web`'s mailbox (replies to API calls go to their waiting call;
 //! every other message becomes an event for the open pages), and a sampler that turns the
-//! router's counters into rates and the graph once a second while a page is open.
+//! router's counters into rates and the graph once a second while a page is open, and a watch
+//! that ends the event streams of pages whose person was removed or changed tier.
+//! No handler or task reads or writes a file on the world's thread: sessions, people, statuses
+//! and actors' files are read on the blocking pool.
 //! Security: every `/api/` call needs a session cookie (HttpOnly, SameSite=Strict) made by a
 //! one-time login link; a state-changing call must carry the page's own `Origin`; the `Host`
 //! header must name this server (no DNS rebinding); bodies over [`BODY_LIMIT`] are refused with
@@ -12,6 +15,8 @@
 
 mod api;
 mod events;
+mod logins;
+mod questions;
 mod rates;
 
 use std::collections::HashMap;
@@ -34,6 +39,8 @@ use crate::broker::Broker;
 use crate::message::{ActorId, Envelope};
 use crate::people::{People, Person, Sessions};
 pub use events::{Audience, Events, Viewer};
+use logins::Attempts;
+use questions::Questions;
 use rates::Rates;
 
 /// Where `sausage run` serves the page unless `--web ADDR` says otherwise.
@@ -44,27 +51,47 @@ pub const BODY_LIMIT: usize = 1 << 20;
 pub const SESSION_COOKIE: &str = "sausage_session";
 /// How often the sampler reads the router's counters while a page is open.
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+/// How often the open pages are checked against `people.json`: a page whose person was
+/// removed, or whose tier or session changed, stops getting events within this long.
+const PAGE_RECHECK: Duration = Duration::from_secs(2);
 /// How many of the messages sent for people `web` remembers the person of. A reply to an
 /// older one, without a `for`, goes to owners' pages only: never to the wrong person.
 const SENT_REMEMBERED: usize = 10_000;
+/// The one actor whose `for` and `turn` say whose page a message is for: the agent names the
+/// person of every message about a conversation. Any other actor's are ignored, or an actor
+/// could show its message on any person's page.
+const AGENT: &str = "agent";
+
+/// A message `web` sent for a person: whom for, and to whom (only that actor's reply, or the
+/// broker's `undeliverable`, is theirs).
+struct SentFor {
+    person: String,
+    to: ActorId,
+}
 
 /// The people that `web`'s latest messages were sent for.
 #[derive(Default)]
 struct Sent {
-    person: HashMap<String, String>,
+    by_id: HashMap<String, SentFor>,
     order: std::collections::VecDeque<String>,
 }
 
 impl Sent {
-    fn remember(&mut self, id: String, person: String) {
+    fn remember(&mut self, id: String, sent: SentFor) {
         if self.order.len() >= SENT_REMEMBERED
             && let Some(oldest) = self.order.pop_front()
         {
-            self.person.remove(&oldest);
+            self.by_id.remove(&oldest);
         }
         self.order.push_back(id.clone());
-        self.person.insert(id, person);
+        self.by_id.insert(id, sent);
     }
+}
+
+/// A call waiting for the reply to the message it sent to `to`.
+struct Waiter {
+    to: ActorId,
+    reply: oneshot::Sender<Arc<Envelope>>,
 }
 
 /// The web console's shared state.
@@ -73,12 +100,17 @@ pub struct App {
     me: ActorId,
     sessions: Sessions,
     events: Events,
-    /// Requests the API sent and waits on: message id → the call waiting for its reply.
-    waiting: Mutex<HashMap<String, oneshot::Sender<Arc<Envelope>>>>,
+    /// Requests the API sent and waits on: message id → the call waiting for its reply (only
+    /// from the actor it asked, or the broker's `undeliverable`).
+    waiting: Mutex<HashMap<String, Waiter>>,
     /// Whom the messages `web` sent for people were from: message id → person, so that replies
     /// and a turn's messages go to that person's pages only. The oldest are forgotten past
     /// [`SENT_REMEMBERED`].
     sent: Mutex<Sent>,
+    /// The agent's questions each person may answer (`POST /api/chat` with `answer`).
+    questions: Mutex<Questions>,
+    /// Login attempts per client, for the 429 past too many failures.
+    logins: Mutex<Attempts>,
     /// `http://ADDR`: the only `Origin` a state-changing call may carry.
     origin: String,
     /// The `Host` headers that name this server.
@@ -147,22 +179,27 @@ pub async fn start(broker: Arc<Broker>, addr: SocketAddr) -> Result<Web> {
         events: Events::new(run),
         waiting: Mutex::default(),
         sent: Mutex::default(),
+        questions: Mutex::default(),
+        logins: Mutex::default(),
         origin,
         hosts,
         rates: Mutex::new(Rates::default()),
     });
     let router = routes(app.clone());
+    // Each connection's address is the client whose failed logins count (`logins`).
+    let service = router.into_make_service_with_connect_info::<SocketAddr>();
     let server = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, router).await {
+        if let Err(e) = axum::serve(listener, service).await {
             eprintln!("sausage: the web console stopped: {e}");
         }
     });
     let mailbox = tokio::spawn(read_mailbox(app.clone()));
-    let sampler = tokio::spawn(sample(app));
+    let sampler = tokio::spawn(sample(app.clone()));
+    let watch = tokio::spawn(watch_pages(app));
     Ok(Web {
         login_link,
         addr,
-        tasks: vec![server, mailbox, sampler],
+        tasks: vec![server, mailbox, sampler, watch],
     })
 }
 
@@ -188,7 +225,8 @@ async fn guard(State(app): State<Arc<App>>, mut request: Request, next: Next) ->
     }
     let path = request.uri().path().to_string();
     if path.starts_with("/api/") {
-        let Some(person) = session_of(&app, &request) else {
+        let id = session_id(request.headers());
+        let Some(person) = session_of(&app, id).await else {
             return refuse(
                 StatusCode::UNAUTHORIZED,
                 "not logged in: open the login link `sausage run` printed",
@@ -227,9 +265,15 @@ fn header_str(request: &Request, name: header::HeaderName) -> Option<&str> {
     request.headers().get(name)?.to_str().ok()
 }
 
-/// The session cookie's person, if the session is valid.
-fn session_of(app: &App, request: &Request) -> Option<Person> {
-    app.sessions.person(&session_id(request.headers())?)
+/// The person of the session id a cookie carried, if the session is valid. The check reads `people.json` (and
+/// may forget a dead session in `sessions.json`): on the blocking pool.
+async fn session_of(app: &Arc<App>, id: Option<String>) -> Option<Person> {
+    let id = id?;
+    let app = app.clone();
+    tokio::task::spawn_blocking(move || app.sessions.person(&id))
+        .await
+        .ok()
+        .flatten()
 }
 
 /// The session id the request's cookie carries.
@@ -252,18 +296,22 @@ async fn read_mailbox(app: Arc<App>) {
     let mailbox = app.broker.native_mailbox(app.me.as_str());
     loop {
         let message = mailbox.recv().await;
-        let waiter = message
-            .reply_to
-            .as_ref()
-            .and_then(|id| app.lock_waiting().remove(id));
+        let waiter = message.reply_to.as_ref().and_then(|id| {
+            let mut waiting = app.lock_waiting();
+            let asked = waiting
+                .get(id)
+                .is_some_and(|w| message.from == w.to || message.from == ActorId::broker());
+            asked.then(|| waiting.remove(id)).flatten()
+        });
         match waiter {
             Some(waiter) => {
                 // The call may have given up waiting; then the reply has nobody to go to.
-                let _ = waiter.send(message);
+                let _ = waiter.reply.send(message);
             }
             None => {
                 let body = message.body_value();
                 let audience = app.audience(&message, &body);
+                app.note_questions(&message, &body, &audience);
                 app.events.publish(
                     "message",
                     &json!({
@@ -296,32 +344,95 @@ async fn sample(app: Arc<App>) {
     }
 }
 
+/// Every [`PAGE_RECHECK`] while a page is open: the pages whose session ended, whose person
+/// was removed or whose tier changed are dropped, which ends their event streams. The people
+/// file is read once for all pages, on the blocking pool.
+async fn watch_pages(app: Arc<App>) {
+    let mut tick = tokio::time::interval(PAGE_RECHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if !app.events.has_pages() {
+            continue;
+        }
+        let people = app.sessions.people().clone();
+        let people = match tokio::task::spawn_blocking(move || people.list()).await {
+            Ok(Ok(people)) => people,
+            // An unreadable people file lets nobody in (`Sessions::person` says why at the
+            // next request), so no page goes on either.
+            Ok(Err(_)) => Vec::new(),
+            Err(_) => continue,
+        };
+        app.events.keep_pages(|viewer| {
+            app.sessions
+                .person_among(&viewer.session, &people)
+                .is_some_and(|person| person.tier == viewer.tier)
+        });
+    }
+}
+
 impl App {
-    /// Whose pages a message to `web` is for: the person its body names in `for` (the agent
-    /// names the person of every message about a conversation), else the person of the message
-    /// it replies to or of the turn it belongs to, else owners.
+    /// Whose pages a message to `web` is for. From `agent`: the person its body names in
+    /// `for` (the agent names the person of every message about a conversation), else the
+    /// person of the turn it belongs to. From anyone: the person of the message it replies to,
+    /// when it comes from the actor that message went to (or is the broker's). Else owners.
     fn audience(&self, message: &Envelope, body: &serde_json::Value) -> Audience {
-        if let Some(person) = body["for"].as_str() {
+        let from_agent = message.from.as_str() == AGENT;
+        if from_agent && let Some(person) = body["for"].as_str() {
             return Audience::Person(person.to_string());
         }
         let sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
-        [message.reply_to.as_deref(), body["turn"].as_str()]
-            .into_iter()
-            .flatten()
-            .find_map(|id| sent.person.get(id))
-            .map_or(Audience::Owners, |person| Audience::Person(person.clone()))
+        let replied = message
+            .reply_to
+            .as_deref()
+            .and_then(|id| sent.by_id.get(id))
+            .filter(|s| message.from == s.to || message.from == ActorId::broker());
+        let turn = body["turn"]
+            .as_str()
+            .filter(|_| from_agent)
+            .and_then(|id| sent.by_id.get(id));
+        replied
+            .or(turn)
+            .map_or(Audience::Owners, |s| Audience::Person(s.person.clone()))
     }
 
-    /// Notes that message `id` was sent for `person`.
-    fn sent_for(&self, id: &str, person: &str) {
+    /// Keeps the agent's questions open for the people they were put to, and closes those of
+    /// a turn that ended (its final `text`).
+    fn note_questions(&self, message: &Envelope, body: &serde_json::Value, audience: &Audience) {
+        if message.from.as_str() != AGENT {
+            return;
+        }
+        let turn = body["turn"].as_str();
+        let mut questions = self.questions.lock().unwrap_or_else(|e| e.into_inner());
+        match (body["type"].as_str(), audience, turn) {
+            (Some("question"), Audience::Person(person), _) => {
+                questions.asked(&message.id, person, turn);
+            }
+            (Some("text"), _, Some(turn)) => questions.turn_ended(turn),
+            _ => {}
+        }
+    }
+
+    /// Notes that message `id` was sent to `to` for `person`.
+    fn sent_for(&self, id: &str, person: &str, to: &ActorId) {
         let mut sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
-        sent.remember(id.to_string(), person.to_string());
+        let sent_for = SentFor {
+            person: person.to_string(),
+            to: to.clone(),
+        };
+        sent.remember(id.to_string(), sent_for);
     }
 
-    fn lock_waiting(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Sender<Arc<Envelope>>>> {
+    fn lock_waiting(&self) -> std::sync::MutexGuard<'_, HashMap<String, Waiter>> {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_questions(&self) -> std::sync::MutexGuard<'_, Questions> {
+        self.questions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_logins(&self) -> std::sync::MutexGuard<'_, Attempts> {
+        self.logins.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn lock_rates(&self) -> std::sync::MutexGuard<'_, Rates> {

@@ -47,6 +47,54 @@ pub fn request(
         .unwrap_or_else(|e| panic!("{method} http://{addr}{path}: {e}"))
 }
 
+/// [`request`] from the loopback address `source` (such as `127.0.0.2`): another client, as a
+/// server that counts by address sees it.
+pub fn request_from(
+    source: &str,
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Response {
+    let connect = || connect_from(source.parse().unwrap(), addr.parse().unwrap());
+    let mut stream = connect()
+        .and_then(|stream| send_head(stream, addr, method, path, headers, b""))
+        .unwrap_or_else(|e| panic!("{method} http://{addr}{path} from {source}: {e}"));
+    read_response(&mut stream).unwrap_or_else(|e| panic!("{path} from {source}: {e}"))
+}
+
+/// A TCP connection to `to` from the address `from` (a port of the system's choosing).
+fn connect_from(from: std::net::Ipv4Addr, to: std::net::SocketAddrV4) -> io::Result<TcpStream> {
+    use std::os::fd::FromRawFd;
+    let sockaddr = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: plain socket calls on a descriptor made here, with addresses that live across
+    // each call; the descriptor goes to the `TcpStream` (which closes it) or is closed on error.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let local = sockaddr(from, 0);
+        let remote = sockaddr(*to.ip(), to.port());
+        if libc::bind(fd, (&raw const local).cast(), len) != 0
+            || libc::connect(fd, (&raw const remote).cast(), len) != 0
+        {
+            let e = io::Error::last_os_error();
+            libc::close(fd);
+            return Err(e);
+        }
+        Ok(TcpStream::from_raw_fd(fd))
+    }
+}
+
 /// [`request`], answering an I/O error instead of failing the test (for clean-ups that must
 /// not panic, such as a browser session's `Drop`).
 pub fn try_request(
@@ -57,12 +105,16 @@ pub fn try_request(
     body: &[u8],
 ) -> io::Result<Response> {
     let mut stream = open(addr, method, path, headers, body)?;
-    let (status, headers) = read_head(&mut stream)?;
+    read_response(&mut stream)
+}
+
+fn read_response(stream: &mut BufReader<TcpStream>) -> io::Result<Response> {
+    let (status, headers) = read_head(stream)?;
     let body = if headers
         .iter()
         .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"))
     {
-        read_chunked(&mut stream)
+        read_chunked(stream)
     } else if let Some(len) = headers
         .iter()
         .find(|(n, _)| n == "content-length")
@@ -90,7 +142,17 @@ fn open(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> io::Result<BufReader<TcpStream>> {
-    let stream = TcpStream::connect(addr)?;
+    send_head(TcpStream::connect(addr)?, addr, method, path, headers, body)
+}
+
+fn send_head(
+    stream: TcpStream,
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> io::Result<BufReader<TcpStream>> {
     stream.set_read_timeout(Some(Duration::from_secs(60)))?;
     let mut head = format!("{method} {path} HTTP/1.1\r\n");
     if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
@@ -220,6 +282,22 @@ impl EventStream {
             }
             let chunk = read_chunk(&mut self.stream)?;
             self.pending.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+
+    /// Whether the stream ends within `patience`; the events before its end are passed over.
+    pub fn ends_within(&mut self, patience: Duration) -> bool {
+        let deadline = std::time::Instant::now() + patience;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            if self.next(left).is_none() {
+                // `next` gives up waiting only after `left`: a `None` well before the deadline
+                // is the end of the stream.
+                return std::time::Instant::now() + Duration::from_millis(500) < deadline;
+            }
         }
     }
 
