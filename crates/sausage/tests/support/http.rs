@@ -247,11 +247,9 @@ impl EventStream {
     }
 
     /// The next event, or `None` when the stream ends or nothing comes for `patience`.
+    /// Keep-alive comments do not count as events, nor stretch the wait.
     pub fn next(&mut self, patience: Duration) -> Option<ServerEvent> {
-        self.stream
-            .get_ref()
-            .set_read_timeout(Some(patience))
-            .unwrap();
+        let deadline = std::time::Instant::now() + patience;
         loop {
             if let Some(end) = self.pending.find("\n\n") {
                 let block: String = self.pending.drain(..end + 2).collect();
@@ -280,6 +278,11 @@ impl EventStream {
                 }
                 continue;
             }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            self.stream.get_ref().set_read_timeout(Some(left)).unwrap();
             let chunk = read_chunk(&mut self.stream)?;
             self.pending.push_str(&String::from_utf8_lossy(&chunk));
         }
