@@ -286,8 +286,8 @@ impl Builder {
         check_cargo_is_visible(&toolchain_dirs())?;
 
         let job = Job {
-            work: self.work_dir.join(&principal).join(&binary),
-            target: self.world.cargo_target_dir_of(&principal),
+            work: self.work_dir.join(principal).join(&binary),
+            target: self.world.cargo_target_dir_of(principal),
             binary,
             outside,
         };
