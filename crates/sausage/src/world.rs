@@ -420,6 +420,11 @@ impl World {
         self.root.join("broker/people.lock")
     }
 
+    /// `broker/web/questions.json`: the agent's questions people may answer on the web.
+    pub fn web_questions_path(&self) -> PathBuf {
+        self.root.join("broker/web/questions.json")
+    }
+
     /// `broker/web/sessions.json`: the web console's sessions (hashes only).
     pub fn web_sessions_path(&self) -> PathBuf {
         self.root.join("broker/web/sessions.json")

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use support::agent::world_with_agent;
 use support::fake_llm::{FakeLlm, openai};
 use support::http::{EventStream, request, request_from};
-use support::web::{Client, EVENT_PATIENCE, WebHost};
+use support::web::{Client, EVENT_PATIENCE, WebHost, free_addr};
 use support::*;
 
 #[test]
@@ -536,7 +536,7 @@ fn for_counts_only_from_the_agent_and_an_answer_only_for_its_persons_open_questi
     // Crashers say what they are told: one as the agent, one as any other actor.
     world.install("agent", "crasher");
     world.install("mallory", "crasher");
-    let web = WebHost::start(&world);
+    let web = WebHost::start_at(&world, &free_addr());
     let owner = web.log_in();
     let ann = log_in_from(&web, "127.0.0.4", &add_person(&owner, "ann", "member"));
     let mut owners_page = owner.events(None);
@@ -614,6 +614,10 @@ fn for_counts_only_from_the_agent_and_an_answer_only_for_its_persons_open_questi
             "{reason}"
         );
     }
+    // The open question outlives a restart of the world, as the agent's wait for it does.
+    let addr = web.addr.clone();
+    assert!(web.host.quit().success());
+    let _web = WebHost::start_at(&world, &addr);
     let answered = answer(&ann, "agent/q1");
     assert_eq!(answered.status, 200, "{}", answered.text());
     assert_eq!(

@@ -754,7 +754,7 @@ async fn chat(
     // An answer counts only for a question the agent put to this person that is still open;
     // it closes as the answer goes.
     if let Some(question) = &reply_to
-        && let Err(why) = app.lock_questions().answer(question, &person.id)
+        && let Err(why) = app.answer_question(question, &person.id)
     {
         return refuse(StatusCode::BAD_REQUEST, &why);
     }

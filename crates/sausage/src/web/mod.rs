@@ -109,6 +109,9 @@ pub struct App {
     sent: Mutex<Sent>,
     /// The agent's questions each person may answer (`POST /api/chat` with `answer`).
     questions: Mutex<Questions>,
+    /// The open questions as last changed → the task that keeps them in
+    /// `broker/web/questions.json` (only the newest matters; closing it ends that task).
+    questions_saved: tokio::sync::watch::Sender<Vec<u8>>,
     /// Login attempts per client, for the 429 past too many failures.
     logins: Mutex<Attempts>,
     /// `http://ADDR`: the only `Origin` a state-changing call may carry.
@@ -151,7 +154,9 @@ pub async fn start(broker: Arc<Broker>, addr: SocketAddr) -> Result<Web> {
     // The people file's change is synced: on the blocking pool, off the world's thread.
     let world = broker.world.clone();
     let link_origin = origin.clone();
-    let (login_link, sessions) = tokio::task::spawn_blocking(move || -> Result<_> {
+    let (login_link, sessions, questions) = tokio::task::spawn_blocking(move || -> Result<_> {
+        let questions =
+            Questions::load(&std::fs::read(world.web_questions_path()).unwrap_or_default());
         let people = People::new(&world);
         let owner = people.console_person()?;
         let token = people.new_link(&owner.id)?;
@@ -167,11 +172,16 @@ pub async fn start(broker: Arc<Broker>, addr: SocketAddr) -> Result<Web> {
                     address.display()
                 )
             })?;
-        Ok((format!("{link_origin}/login?token={token}"), sessions))
+        Ok((
+            format!("{link_origin}/login?token={token}"),
+            sessions,
+            questions,
+        ))
     })
     .await
     .context("host bug: starting the web console failed")??;
     let run = format!("{:x}", std::process::id() ^ rand_u32());
+    let (questions_saved, question_changes) = tokio::sync::watch::channel(questions.save());
     let app = Arc::new(App {
         me: ActorId::parse("web").expect("a valid id"),
         broker: broker.clone(),
@@ -179,7 +189,8 @@ pub async fn start(broker: Arc<Broker>, addr: SocketAddr) -> Result<Web> {
         events: Events::new(run),
         waiting: Mutex::default(),
         sent: Mutex::default(),
-        questions: Mutex::default(),
+        questions: Mutex::new(questions),
+        questions_saved,
         logins: Mutex::default(),
         origin,
         hosts,
@@ -195,12 +206,38 @@ pub async fn start(broker: Arc<Broker>, addr: SocketAddr) -> Result<Web> {
     });
     let mailbox = tokio::spawn(read_mailbox(app.clone()));
     let sampler = tokio::spawn(sample(app.clone()));
+    let keeper = tokio::spawn(keep_questions(
+        broker.world.web_questions_path(),
+        question_changes,
+    ));
     let watch = tokio::spawn(watch_pages(app));
     Ok(Web {
         login_link,
         addr,
-        tasks: vec![server, mailbox, sampler, watch],
+        tasks: vec![server, mailbox, sampler, watch, keeper],
     })
+}
+
+/// Keeps the open questions in `path`, written off the world's thread after each change; a
+/// change made while one is written is written next (only the newest counts). Derived state:
+/// unsynced, and a crash loses at most the last change (the agent still asks again).
+async fn keep_questions(
+    path: std::path::PathBuf,
+    mut changes: tokio::sync::watch::Receiver<Vec<u8>>,
+) {
+    while changes.changed().await.is_ok() {
+        let bytes = changes.borrow_and_update().clone();
+        let at = path.clone();
+        let written =
+            tokio::task::spawn_blocking(move || crate::fs::write_atomically_unsynced(&at, &bytes))
+                .await;
+        if let Ok(Err(e)) = written {
+            eprintln!(
+                "sausage: {}: cannot keep the open questions: {e}",
+                path.display()
+            );
+        }
+    }
 }
 
 fn routes(app: Arc<App>) -> Router {
@@ -409,8 +446,17 @@ impl App {
                 questions.asked(&message.id, person, turn);
             }
             (Some("text"), _, Some(turn)) => questions.turn_ended(turn),
-            _ => {}
+            _ => return,
         }
+        self.questions_saved.send_replace(questions.save());
+    }
+
+    /// Closes question `id` for `person`'s answer (`Questions::answer`), and keeps the change.
+    fn answer_question(&self, id: &str, person: &str) -> Result<(), String> {
+        let mut questions = self.lock_questions();
+        questions.answer(id, person)?;
+        self.questions_saved.send_replace(questions.save());
+        Ok(())
     }
 
     /// Notes that message `id` was sent to `to` for `person`.

@@ -2,16 +2,19 @@
 //! from a person the question was put to, and only while it is open.
 //! A question opens when `agent` sends `web` a `question` for a person (its `for`; in a room
 //! every member gets one under the same id), and closes when one of them answers it from the
-//! web or when its turn ends (the agent's final `text` of that turn). Kept in memory, at most
-//! [`OPEN_QUESTIONS`], the oldest forgotten first.
+//! web or when its turn ends (the agent's final `text` of that turn). At most
+//! [`OPEN_QUESTIONS`], the oldest forgotten first; kept in `broker/web/questions.json` after
+//! each change, so a question the agent still waits for across a restart can be answered.
 
 use std::collections::{HashMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
 
 /// The most open questions remembered; past it the oldest is forgotten (answering it is then
 /// refused like answering an unknown one).
 pub const OPEN_QUESTIONS: usize = 10_000;
 
-#[derive(Default)]
+#[derive(Default, Serialize, Deserialize)]
 pub struct Questions {
     /// Question id → who may answer it and the turn it belongs to.
     open: HashMap<String, Question>,
@@ -19,12 +22,25 @@ pub struct Questions {
     order: VecDeque<String>,
 }
 
+#[derive(Serialize, Deserialize)]
 struct Question {
     people: Vec<String>,
     turn: Option<String>,
 }
 
 impl Questions {
+    /// The questions a run saved in `bytes`; none when they cannot be read (answering one is
+    /// then refused until the agent asks again).
+    pub fn load(bytes: &[u8]) -> Questions {
+        serde_json::from_slice(bytes).unwrap_or_default()
+    }
+
+    /// What [`Questions::load`] reads back.
+    pub fn save(&self) -> Vec<u8> {
+        // Strings and lists of strings always serialise.
+        serde_json::to_vec(self).expect("questions serialise")
+    }
+
     /// Notes that the agent asked `person` question `id` in `turn`.
     pub fn asked(&mut self, id: &str, person: &str, turn: Option<&str>) {
         if let Some(question) = self.open.get_mut(id) {
@@ -94,6 +110,12 @@ mod tests {
             "answered by another member"
         );
 
+        let back = Questions::load(&questions.save());
+        assert_eq!(
+            back.open.len(),
+            questions.open.len(),
+            "kept across a restart"
+        );
         questions.turn_ended("web/3");
         assert!(
             questions.answer("agent/ann.q3", "ann").is_err(),
