@@ -124,10 +124,8 @@ fn no_route_gets_a_principal_past_its_tier() {
             .to_string(),
     )
     .unwrap();
-    let mut registry = world.json("sausage.json");
-    registry["actors"]["ann-bot"]["owner"] = json!("ann");
-    registry["actors"]["gus-bot"]["owner"] = json!("gus");
-    std::fs::write(world.path("sausage.json"), registry.to_string()).unwrap();
+    world.set_owner("ann-bot", "ann");
+    world.set_owner("gus-bot", "gus");
     // A program ann's bot may name in its own namespace.
     std::fs::copy(wasm("echo"), world.path("actor/ann-bot/public/echo.wasm")).unwrap();
 
@@ -367,10 +365,8 @@ fn the_agent_gives_an_actors_conversation_its_owners_rights_and_no_more() {
     world.install("echo", "echo");
     world.install("ann-bot", "relay");
     world.install("gus-bot", "relay");
-    let mut registry = world.json("sausage.json");
-    registry["actors"]["ann-bot"]["owner"] = json!("ann");
-    registry["actors"]["gus-bot"]["owner"] = json!("gus");
-    std::fs::write(world.path("sausage.json"), registry.to_string()).unwrap();
+    world.set_owner("ann-bot", "ann");
+    world.set_owner("gus-bot", "gus");
     people(&world, &["add", "ann", "--tier", "member"]);
     people(&world, &["add", "gus", "--tier", "guest"]);
     let mut host = world.run();

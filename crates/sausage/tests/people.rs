@@ -653,9 +653,7 @@ fn an_actor_that_writes_a_person_into_its_line_acts_only_for_its_owner() {
     world.install("crasher", "crasher");
     // A guest's actor: the owner it names in its line lends it nothing.
     people(&world, &["add", "gus", "--tier", "guest"]);
-    let mut registry = world.json("sausage.json");
-    registry["actors"]["crasher"]["owner"] = json!("gus");
-    std::fs::write(world.path("sausage.json"), registry.to_string()).unwrap();
+    world.set_owner("crasher", "gus");
     fake.push_openai(openai::reply(vec![openai::function_call(
         "send_message",
         json!({"to": "broker", "body": {"type": "stop", "actor": "crasher"}, "wait_seconds": 10}),

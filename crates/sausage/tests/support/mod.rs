@@ -175,6 +175,14 @@ impl TestWorld {
         std::fs::write(self.path("sausage.json"), registry.to_string()).unwrap();
     }
 
+    /// Records `owner` (a person) as the registry owner of the installed actor `id`: whom it
+    /// acts for (DESIGN §18).
+    pub fn set_owner(&self, id: &str, owner: &str) {
+        let mut registry = self.json("sausage.json");
+        registry["actors"][id]["owner"] = json!(owner);
+        std::fs::write(self.path("sausage.json"), registry.to_string()).unwrap();
+    }
+
     /// Lets the running source of `id` reach `hosts` (its `actor.json`).
     pub fn allow_network(&self, id: &str, hosts: &[&str]) {
         let manifest = json!({ "network": hosts }).to_string();
