@@ -323,6 +323,12 @@ fn no_route_gets_a_principal_past_its_tier() {
         world.json("sausage.json")["actors"]["ann-child"]["owner"],
         "ann"
     );
+    let meta = world.json("broker/versions/ann-child/1/meta.json");
+    assert_eq!(
+        (&meta["requested_by"], &meta["requested_for"]),
+        (&json!("ann-bot"), &json!("ann")),
+        "the version says who asked and for whom"
+    );
 
     // A schedule fires for its creator's owner: ann's bot may stop ann's actor on a schedule,
     // and the same schedule against the owner's echo changes nothing.

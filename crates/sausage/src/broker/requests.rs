@@ -132,7 +132,7 @@ impl Broker {
     ) -> Answer {
         match kind {
             "spawn" => self.spawn(request, principal, body).await,
-            "upgrade" => self.upgrade(request, body).await,
+            "upgrade" => self.upgrade(request, principal, body).await,
             "rollback" => self.rollback(body).await,
             "remove" => self.remove(body).await,
             "stop" => self.stop(body).await,
@@ -181,7 +181,9 @@ impl Broker {
         }
         let owner = self.owner_of_spawn(principal, body).await?;
         let version = 1;
-        let candidate = self.candidate(request, body, &id, version).await?;
+        let candidate = self
+            .candidate(request, principal, body, &id, version)
+            .await?;
         self.store_version(&id, version, &candidate)
             .await
             .and_then(|()| self.world.create_actor_dirs(&id))
@@ -222,12 +224,14 @@ impl Broker {
 
     /// `upgrade`: a new numbered version, tested on scratch copies of the actor's files, then
     /// swapped in: hold the mailbox, stop gracefully, snapshot, install the source, start.
-    async fn upgrade(&self, request: &Envelope, body: &Value) -> Answer {
+    async fn upgrade(&self, request: &Envelope, principal: &Principal, body: &Value) -> Answer {
         let id = actor_field(body)?;
         let handle = self.known_wasm_actor(&id).await?;
         let entry = self.registry().await.actors[id.as_str()].clone();
         let (previous, version) = (entry.version, entry.next_version);
-        let candidate = self.candidate(request, body, &id, version).await?;
+        let candidate = self
+            .candidate(request, principal, body, &id, version)
+            .await?;
         self.store_version(&id, version, &candidate)
             .await
             .map_err(|e| format!("cannot store version {version} of `{id}`: {e:#}"))?;
@@ -504,6 +508,7 @@ impl Broker {
     async fn candidate(
         &self,
         request: &Envelope,
+        principal: &Principal,
         body: &Value,
         id: &ActorId,
         version: u32,
@@ -547,6 +552,7 @@ impl Broker {
                 "source": body.get("source"),
                 "built_by": built_by,
                 "requested_by": request.from.as_str(),
+                "requested_for": principal.person().map(|p| p.person.as_str()),
                 "time": now_rfc3339(),
             }),
         })

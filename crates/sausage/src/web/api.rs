@@ -299,6 +299,7 @@ async fn actor(State(app): State<Arc<App>>, UrlPath(id): UrlPath<String>) -> Res
                 json!({
                     "version": v, "current": Some(v) == current,
                     "built_by": meta["built_by"], "requested_by": meta["requested_by"],
+                    "requested_for": meta["requested_for"],
                     "time": meta["time"],
                 })
             })
