@@ -265,7 +265,7 @@ fn a_rollback_from_the_actor_page_makes_version_one_current_again() {
     }});
     assert_eq!(client.post("/api/send", &upgrade).status, 200);
     browser.wait_text("#versions tr[data-version='2'] .current", "current");
-    browser.wait_text("#versions tr[data-version='2']", "web");
+    browser.wait_text("#versions tr[data-version='2']", "web for owner");
 
     browser.click("#versions tr[data-version='1'] button.switch");
     browser.wait_text("#confirm-text", "Switch echo to version 1?");

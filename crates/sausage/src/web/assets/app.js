@@ -866,7 +866,7 @@ function renderActor(detail) {
     }
     return el('tr', { 'data-version': v.version, class: v.current ? 'is-current' : null },
       el('td', { class: 'num' }, v.version), el('td', {}, v.built_by || '—'),
-      el('td', {}, v.requested_by || '—'), el('td', {}, when(v.time)), el('td', {}, action));
+      el('td', {}, requester(v)), el('td', {}, when(v.time)), el('td', {}, action));
   }));
   for (const folder of ['public', 'source']) {
     const files = detail[folder] || [];
@@ -1319,6 +1319,13 @@ function main() {
   window.addEventListener('hashchange', route);
   route();
   connect();
+}
+
+// Who asked for a version, and for whom when that was someone else (`web` for ann).
+function requester(version) {
+  const by = version.requested_by || '—';
+  return version.requested_for && version.requested_for !== by
+    ? `${by} for ${version.requested_for}` : by;
 }
 
 main();
