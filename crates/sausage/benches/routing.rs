@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use sausage::message::ActorId;
+use sausage_core::message::ActorId;
 
 /// How long each run of round trips lasts unless the first argument says otherwise.
 const RUN_MS: u64 = 2_000;

@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use sausage::message::ActorId;
-use sausage::runtime::hibernate::HIBERNATE_AFTER;
-use sausage::world::{ActorEntry, State, World};
+use sausage_core::message::ActorId;
+use sausage_core::runtime::hibernate::HIBERNATE_AFTER;
+use sausage_core::world::{ActorEntry, State, World};
 
 /// How long one start may take until every actor runs before the size counts as failed.
 const START_LIMIT: Duration = Duration::from_secs(300);
@@ -233,8 +233,11 @@ fn world(actors: &Path, scratch: &Path, n: usize) -> World {
         // A file has at most 65,000 links on ext4: past that, the next actor starts a new one.
         let linked = first.get(actor).is_some_and(|installed| {
             std::fs::hard_link(installed.join("actor.wasm"), version.join("actor.wasm")).is_ok()
-                && sausage::world::link_tree(&installed.join("source"), &version.join("source"))
-                    .is_ok()
+                && sausage_core::world::link_tree(
+                    &installed.join("source"),
+                    &version.join("source"),
+                )
+                .is_ok()
         });
         if !linked {
             std::fs::copy(
@@ -242,12 +245,15 @@ fn world(actors: &Path, scratch: &Path, n: usize) -> World {
                 version.join("actor.wasm"),
             )
             .unwrap();
-            sausage::world::copy_tree(&repo().join("actors").join(actor), &version.join("source"))
-                .unwrap();
+            sausage_core::world::copy_tree(
+                &repo().join("actors").join(actor),
+                &version.join("source"),
+            )
+            .unwrap();
             first.insert(actor, version.clone());
         }
         world.create_actor_dirs(&id).unwrap();
-        sausage::world::link_tree(&version.join("source"), &world.source_dir(&id)).unwrap();
+        sausage_core::world::link_tree(&version.join("source"), &world.source_dir(&id)).unwrap();
         registry.actors.insert(
             id.to_string(),
             ActorEntry {

@@ -12,7 +12,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use sausage::fs::{Dir, File, Mount, OpenOptions, Opened};
+use sausage_core::fs::{Dir, File, Mount, OpenOptions, Opened};
 
 /// Changes then syncs per figure; the median is printed.
 const ROUNDS: usize = 15;
@@ -119,7 +119,7 @@ fn change(file: &File, offset: u64) {
     file.write_at(&[7; CHANGE], offset).expect("a small change");
 }
 
-fn timed(sync: impl FnOnce() -> sausage::fs::FsResult<()>) -> Duration {
+fn timed(sync: impl FnOnce() -> sausage_core::fs::FsResult<()>) -> Duration {
     let start = Instant::now();
     sync().expect("a sync");
     start.elapsed()

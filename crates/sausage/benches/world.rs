@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use sausage::message::ActorId;
-use sausage::runtime::Runtime;
-use sausage::world::World;
+use sausage_core::message::ActorId;
+use sausage_core::runtime::Runtime;
+use sausage_core::world::World;
 
 /// One line of the table: what, the figure, the target.
 struct Figure {

@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 
-use crate::message::ActorId;
-use crate::runtime::network::Credentials;
-use crate::world::{MANIFEST, World};
+use sausage_core::message::ActorId;
+use sausage_core::runtime::network::Credentials;
+use sausage_core::world::{MANIFEST, World};
 
 include!(concat!(env!("OUT_DIR"), "/agent_source.rs"));
 
@@ -39,9 +39,9 @@ pub const TOKEN_VARIABLE: &str = "SAUSAGE_API_TOKEN";
 /// own files, since the console deploys it.
 const AGENT_SOURCE_DIR: &str = "agent-source";
 
-/// Asks for the first owner's person id; an empty answer is [`crate::people::DEFAULT_OWNER`].
+/// Asks for the first owner's person id; an empty answer is [`sausage_core::people::DEFAULT_OWNER`].
 pub fn ask_owner(input: &mut impl BufRead, out: &mut impl Write) -> Result<String> {
-    let default = crate::people::DEFAULT_OWNER;
+    let default = sausage_core::people::DEFAULT_OWNER;
     loop {
         write!(out, "Your person id, the world's owner [{default}]: ")?;
         out.flush()?;
@@ -157,7 +157,7 @@ impl AgentConfig {
             "max_turn_usd": MAX_TURN_USD,
             "max_day_usd": MAX_DAY_USD,
         });
-        crate::fs::write_atomically(
+        sausage_core::fs::write_atomically(
             &world.data_dir(&agent).join("config.json"),
             &serde_json::to_vec_pretty(&config).expect("config serialises"),
         )
@@ -312,7 +312,7 @@ impl MatrixConfig {
         let config = json!({
             "homeserver": self.homeserver(), "user_id": self.user_id, "agent": "agent",
         });
-        crate::fs::write_atomically(
+        sausage_core::fs::write_atomically(
             &world.data_dir(&matrix).join("config.json"),
             &serde_json::to_vec_pretty(&config).expect("config serialises"),
         )
@@ -326,7 +326,7 @@ impl MatrixConfig {
                 value: format!("Bearer {token}"),
             },
         )?;
-        crate::people::People::new(world).grant_surface(&matrix, MATRIX)
+        sausage_core::people::People::new(world).grant_surface(&matrix, MATRIX)
     }
 
     /// Writes the carried `matrix` source into the world, with a manifest that lets it reach
@@ -350,10 +350,13 @@ fn check_surface_owned_by_an_owner(world: &World, surface: &ActorId) -> Result<(
     if !registry.actors.contains_key(surface.as_str()) {
         return Ok(());
     }
-    let people = crate::broker::principal::PeopleNow::read(&crate::people::People::new(world))
-        .map_err(anyhow::Error::msg)?;
+    let people =
+        sausage_core::broker::principal::PeopleNow::read(&sausage_core::people::People::new(world))
+            .map_err(anyhow::Error::msg)?;
     match people.owner_of(&registry, surface.as_str()) {
-        crate::broker::principal::Principal::Person(p) if p.tier == crate::people::Tier::Owner => {
+        sausage_core::broker::principal::Principal::Person(p)
+            if p.tier == sausage_core::people::Tier::Owner =>
+        {
             Ok(())
         }
         other => bail!(
@@ -542,7 +545,7 @@ mod tests {
                 .unwrap();
         assert_eq!(credentials["value"], "Bearer syt_secret");
         assert_eq!(credentials["base_url"], "http://127.0.0.1:8008");
-        let people = crate::people::People::new(&world);
+        let people = sausage_core::people::People::new(&world);
         let refused = people
             .speaker_by_handle(&matrix, "@ann:localhost")
             .unwrap_err();

@@ -1,6 +1,8 @@
 //! The `sausage` command line (DESIGN §6): `init` creates a world, `run` runs it, `people`
 //! manages who may use it (DESIGN §13).
 
+mod init;
+
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,13 +13,13 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 use tokio::io::BufReader;
 
-use sausage::broker::Broker;
-use sausage::console::{self, End};
-use sausage::init::{self, AgentConfig, MatrixConfig};
-use sausage::message::Tier;
-use sausage::people::People;
-use sausage::runtime::Runtime;
-use sausage::world::World;
+use init::{AgentConfig, MatrixConfig};
+use sausage_core::broker::Broker;
+use sausage_core::console::{self, End};
+use sausage_core::message::Tier;
+use sausage_core::people::People;
+use sausage_core::runtime::Runtime;
+use sausage_core::world::World;
 
 #[derive(Parser)]
 #[command(
@@ -63,7 +65,7 @@ enum Command {
         #[arg(default_value = "world")]
         dir: PathBuf,
         /// Where the web console listens (port 0: any free port).
-        #[arg(long, value_name = "ADDR", default_value = sausage::web::DEFAULT_ADDR)]
+        #[arg(long, value_name = "ADDR", default_value = sausage_core::web::DEFAULT_ADDR)]
         web: SocketAddr,
         /// Do not serve the web console.
         #[arg(long)]
@@ -217,7 +219,7 @@ fn main() -> ExitCode {
         Command::Cluster {
             command: ClusterCommand::Status { cluster },
         } => block_on(async move {
-            print!("{}", sausage::cluster::status::report(&cluster).await?);
+            print!("{}", sausage_cluster::status::report(&cluster).await?);
             Ok(ExitCode::SUCCESS)
         }),
         Command::People { command, world } => people(&World::new(world), command),
@@ -251,7 +253,7 @@ fn raise_file_limit() {
 }
 
 fn block_on(job: impl Future<Output = Result<ExitCode>>) -> Result<ExitCode> {
-    let rt = sausage::scheduler()?;
+    let rt = sausage_core::scheduler()?;
     let result = rt.block_on(job);
     // The stdin reader may sit in a blocking read forever; do not wait for it.
     rt.shutdown_background();
@@ -270,12 +272,12 @@ async fn init(
     let terminal = std::io::stdin().is_terminal();
     let owner = match owner {
         // Checked before anything is created, so a wrong id leaves no half-made world.
-        Some(owner) => match sausage::message::ActorId::parse(&owner) {
+        Some(owner) => match sausage_core::message::ActorId::parse(&owner) {
             Ok(_) => owner,
             Err(e) => anyhow::bail!("--owner: {}", e.replace("actor id", "person id")),
         },
         None if terminal => init::ask_owner(&mut std::io::stdin().lock(), &mut std::io::stdout())?,
-        None => sausage::people::DEFAULT_OWNER.to_string(),
+        None => sausage_core::people::DEFAULT_OWNER.to_string(),
     };
     let config = config.complete(
         &mut std::io::stdin().lock(),
@@ -295,8 +297,8 @@ async fn init(
     people.create(&owner)?;
     // The agent acts for people (and checks their tiers in its tools): what it asks for one,
     // such as a schedule, is theirs (`"as": "<person>"`).
-    let agent = sausage::message::ActorId::parse("agent").expect("a valid id");
-    people.grant_surface(&agent, sausage::people::PERSON_HANDLE)?;
+    let agent = sausage_core::message::ActorId::parse("agent").expect("a valid id");
+    people.grant_surface(&agent, sausage_core::people::PERSON_HANDLE)?;
     config.write(&world)?;
     println!("Created the world `{}`. Building the agent…", dir.display());
     let source = init::write_agent_source(&world, &config)?;
@@ -427,23 +429,29 @@ fn login_link(world: &World, token: &str) -> String {
         .ok()
         .map(|a| a.trim().to_string())
         .filter(|a| !a.is_empty())
-        .unwrap_or_else(|| sausage::web::DEFAULT_ADDR.to_string());
+        .unwrap_or_else(|| sausage_core::web::DEFAULT_ADDR.to_string());
     format!("http://{addr}/login?token={token}")
 }
 
 /// The broker and native actors of an open world; stopping them is `close`.
 async fn open(
     world: &World,
-    cluster: Option<Arc<sausage::cluster::Cluster>>,
+    cluster: Option<Arc<sausage_cluster::Cluster>>,
 ) -> Result<(Arc<Broker>, [tokio::task::JoinHandle<()>; 3])> {
     let runtime = Runtime::new(Some(world.cache_dir()))?;
-    let broker = Broker::start_in(world.clone(), runtime, cluster).await?;
+    let ports = cluster.as_ref().map(|cluster| cluster.ports());
+    let broker = Broker::start_in(world.clone(), runtime, ports).await?;
+    if let Some(cluster) = cluster {
+        // The broker holds the ports; placement, heartbeats and snapshots start now, and with
+        // them this host's share of the actors.
+        cluster.run(broker.clone()).await?;
+    }
     let server = tokio::spawn({
         let broker = broker.clone();
         async move { broker.serve().await }
     });
-    let cargo = tokio::spawn(sausage::cargo::serve(broker.clone()));
-    let scheduler = sausage::schedules::spawn(broker.clone());
+    let cargo = tokio::spawn(sausage_core::cargo::serve(broker.clone()));
+    let scheduler = sausage_core::schedules::spawn(broker.clone());
     Ok((broker, [server, cargo, scheduler]))
 }
 
@@ -472,7 +480,7 @@ async fn run(
     let _lock = world.lock()?;
     let cluster = match cluster {
         Some((url, host)) => {
-            let cluster = sausage::cluster::Cluster::join(&url, &host).await?;
+            let cluster = sausage_cluster::Cluster::join(&url, &host).await?;
             cluster.seed_or_take(&world).await?;
             Some(cluster)
         }
@@ -487,7 +495,7 @@ async fn run(
     let web = web.map(|addr| {
         let broker = broker.clone();
         tokio::spawn(async move {
-            match sausage::web::start(broker, addr).await {
+            match sausage_core::web::start(broker, addr).await {
                 Ok(web) => {
                     eprintln!("sausage: web console: {}", web.login_link);
                     Some(web)

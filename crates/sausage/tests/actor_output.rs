@@ -45,7 +45,7 @@ fn a_numeric_id_is_taken_as_its_decimal_string() {
 
 #[test]
 fn a_stderr_flood_rotates_the_log_and_keeps_the_newest_lines() {
-    const LIMIT: u64 = sausage::world::STDERR_LOG_LIMIT;
+    const LIMIT: u64 = sausage_core::world::STDERR_LOG_LIMIT;
     let world = TestWorld::new();
     world.install("crasher", "crasher");
     let mut host = world.run();
@@ -99,6 +99,6 @@ fn a_stderr_flood_rotates_the_log_and_keeps_the_newest_lines() {
     eventually("the older logs moved aside to be removed", || {
         std::fs::read_dir(&folder)
             .unwrap()
-            .all(|entry| !sausage::fs::is_temporary_name(&entry.unwrap().file_name()))
+            .all(|entry| !sausage_core::fs::is_temporary_name(&entry.unwrap().file_name()))
     });
 }

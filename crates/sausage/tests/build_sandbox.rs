@@ -12,12 +12,12 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use support::*;
 
-use sausage::broker::Broker;
-use sausage::broker::mailbox::Mailbox;
-use sausage::message::{ActorId, Outgoing, Speaker, Tier};
-use sausage::people::People;
-use sausage::runtime::Runtime;
-use sausage::world::World;
+use sausage_core::broker::Broker;
+use sausage_core::broker::mailbox::Mailbox;
+use sausage_core::message::{ActorId, Outgoing, Speaker, Tier};
+use sausage_core::people::People;
+use sausage_core::runtime::Runtime;
+use sausage_core::world::World;
 
 /// A running broker with the `cargo` actor, asked by natives the test speaks as.
 struct Builds {
@@ -36,7 +36,7 @@ impl Builds {
         let broker = Broker::start(world, Runtime::new(None).unwrap())
             .await
             .unwrap();
-        tokio::spawn(sausage::cargo::serve(broker.clone()));
+        tokio::spawn(sausage_core::cargo::serve(broker.clone()));
         Builds {
             console: broker.native_mailbox("console"),
             web: broker.native_mailbox("web"),
@@ -127,7 +127,7 @@ fn a_build_script_sees_nothing_of_the_world_the_home_or_other_peoples_builds() {
     let world = TestWorld::new();
     let home = world.root.parent().unwrap().join("home");
     People::new(&World::new(&world.root))
-        .create(sausage::people::DEFAULT_OWNER)
+        .create(sausage_core::people::DEFAULT_OWNER)
         .unwrap();
     let planted = [
         world.path("broker/credentials/agent.json"),
@@ -265,7 +265,7 @@ fn principals_build_apart_and_only_the_console_reaches_outside_the_crate() {
         ))
     };
 
-    sausage::scheduler().unwrap().block_on(async {
+    sausage_core::scheduler().unwrap().block_on(async {
         let builds = Builds::start(&world).await;
 
         // Two people build the same crate: each in their own target folder.

@@ -2,7 +2,7 @@
 
 mod support;
 
-use sausage::cargo::DIAGNOSTICS_LIMIT;
+use sausage_core::cargo::DIAGNOSTICS_LIMIT;
 use serde_json::json;
 use support::*;
 

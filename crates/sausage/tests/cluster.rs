@@ -464,7 +464,7 @@ fn a_mailbox_on_the_cluster_holds_its_limit_and_refuses_past_it() {
     });
     let stopped = a.request(json!({"type": "stop", "actor": "sink"}));
     assert_eq!(stopped["type"], "stopped", "{stopped}");
-    let limit = sausage::cluster::MAILBOX_STREAM_LIMIT as u64;
+    let limit = sausage_cluster::MAILBOX_STREAM_LIMIT as u64;
     a.tell(
         "producer",
         json!({"type": "flood", "to": "sink", "count": limit + 500}),

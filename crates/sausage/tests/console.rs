@@ -16,10 +16,10 @@ use std::time::Instant;
 use serde_json::{Value, json};
 use support::*;
 
-use sausage::broker::Broker;
-use sausage::message::{ActorId, Outgoing};
-use sausage::runtime::Runtime;
-use sausage::world::World;
+use sausage_core::broker::Broker;
+use sausage_core::message::{ActorId, Outgoing};
+use sausage_core::runtime::Runtime;
+use sausage_core::world::World;
 
 /// The line that makes `crasher` (installed as `agent`) ask the console a question whose id is
 /// `agent/q1`.
@@ -36,7 +36,7 @@ fn the_answer_replies_to_the_question_and_the_line_after_is_a_text_again() {
     let dir = tempfile::tempdir().unwrap();
     let world = World::new(dir.path().join("world"));
     world.create().unwrap();
-    let rt = sausage::scheduler().unwrap();
+    let rt = sausage_core::scheduler().unwrap();
     rt.block_on(async {
         let runtime = Runtime::new(None).unwrap();
         let broker = Broker::start(world, runtime).await.unwrap();
@@ -52,8 +52,8 @@ fn the_answer_replies_to_the_question_and_the_line_after_is_a_text_again() {
 
         // `/await` makes sure the console has seen the question before the next line.
         let script = "/await agent 10\n  red  \nblue\n";
-        let end = sausage::console::run(broker.clone(), std::io::Cursor::new(script)).await;
-        assert_eq!(end, sausage::console::End::Quit);
+        let end = sausage_core::console::run(broker.clone(), std::io::Cursor::new(script)).await;
+        assert_eq!(end, sausage_core::console::End::Quit);
 
         let next = || async {
             tokio::time::timeout(PATIENCE, agents_mailbox.recv())

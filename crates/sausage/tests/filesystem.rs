@@ -77,7 +77,7 @@ fn temporaries(world: &TestWorld, dir: &str) -> Vec<PathBuf> {
             let entry = entry.unwrap();
             if entry.file_type().unwrap().is_dir() {
                 folders.push(entry.path());
-            } else if sausage::fs::is_temporary_name(&entry.file_name()) {
+            } else if sausage_core::fs::is_temporary_name(&entry.file_name()) {
                 found.push(entry.path());
             }
         }

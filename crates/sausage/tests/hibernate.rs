@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
-use sausage::runtime::stdio::{BoxFuture, GuestInput, GuestOutput};
-use sausage::runtime::{Exit, InstanceConfig, Program, Runtime};
+use sausage_core::runtime::stdio::{BoxFuture, GuestInput, GuestOutput};
+use sausage_core::runtime::{Exit, InstanceConfig, Program, Runtime};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 
@@ -149,7 +149,7 @@ fn idle_guests_are_packed_and_answer_as_before_then_end_or_are_killed_while_pack
     let echo = runtime
         .compile(&std::fs::read(support::wasm("echo")).unwrap())
         .unwrap();
-    let world = sausage::scheduler().unwrap();
+    let world = sausage_core::scheduler().unwrap();
     let local = tokio::task::LocalSet::new();
     local.block_on(&world, async {
         let mut guests: Vec<Guest> = (0..3).map(|_| Guest::start(&runtime, &echo)).collect();

@@ -210,7 +210,7 @@ fn hidden_files(root: &std::path::Path) -> Vec<std::path::PathBuf> {
             let path = entry.path();
             if entry.file_type().unwrap().is_dir() {
                 dirs.push(path);
-            } else if sausage::fs::is_temporary_name(&entry.file_name()) {
+            } else if sausage_core::fs::is_temporary_name(&entry.file_name()) {
                 found.push(path);
             }
         }

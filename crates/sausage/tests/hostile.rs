@@ -21,11 +21,11 @@ use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use sausage::broker::stdio::{Line, Lines, MAX_LINE_BYTES};
-use sausage::broker::transcript::{self, Step, StepKind};
-use sausage::fs::{Dir, ErrorCode, MAX_GUEST_PATH_LEN, Mount, OpenOptions, Opened};
-use sausage::message::{ActorId, Envelope, MAX_ACTOR_ID_LEN, Outgoing};
-use sausage::world::World;
+use sausage_core::broker::stdio::{Line, Lines, MAX_LINE_BYTES};
+use sausage_core::broker::transcript::{self, Step, StepKind};
+use sausage_core::fs::{Dir, ErrorCode, MAX_GUEST_PATH_LEN, Mount, OpenOptions, Opened};
+use sausage_core::message::{ActorId, Envelope, MAX_ACTOR_ID_LEN, Outgoing};
+use sausage_core::world::World;
 
 /// Enough cases to find the edges, few enough that the file runs in seconds. Failures are not
 /// written to a `proptest-regressions` file: a failure found once becomes a plain test here.

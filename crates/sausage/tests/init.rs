@@ -121,7 +121,7 @@ fn init(root: &std::path::Path, args: &[&str], answers: &str) -> Output {
 fn a_local_openai_chat_server_needs_no_token() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("world");
-    warm_cargo_for_agent(&root, sausage::people::DEFAULT_OWNER);
+    warm_cargo_for_agent(&root, sausage_core::people::DEFAULT_OWNER);
     let args = [
         "--api",
         "openai-chat",

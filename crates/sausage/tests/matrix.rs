@@ -9,9 +9,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use sausage::message::{ActorId, Tier};
-use sausage::people::People;
-use sausage::world::World;
+use sausage_core::message::{ActorId, Tier};
+use sausage_core::people::People;
+use sausage_core::world::World;
 use serde_json::{Value, json};
 use support::agent::{tool_outputs, world_with_agent};
 use support::fake_llm::{FakeLlm, openai};

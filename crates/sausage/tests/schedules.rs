@@ -14,13 +14,13 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{Value, json};
 use support::*;
 
-use sausage::broker::Broker;
-use sausage::broker::mailbox::Mailbox;
-use sausage::message::{ActorId, Envelope, Outgoing, Speaker, Tier};
-use sausage::people::People;
-use sausage::runtime::Runtime;
-use sausage::schedules::clock::ManualClock;
-use sausage::world::World;
+use sausage_core::broker::Broker;
+use sausage_core::broker::mailbox::Mailbox;
+use sausage_core::message::{ActorId, Envelope, Outgoing, Speaker, Tier};
+use sausage_core::people::People;
+use sausage_core::runtime::Runtime;
+use sausage_core::schedules::clock::ManualClock;
+use sausage_core::world::World;
 
 fn t(text: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(text)
@@ -50,7 +50,7 @@ impl Scheduled {
             .await
             .unwrap();
         let clock = ManualClock::new(t(now));
-        let scheduler = sausage::schedules::spawn_with(broker.clone(), clock.clone());
+        let scheduler = sausage_core::schedules::spawn_with(broker.clone(), clock.clone());
         Scheduled {
             web: broker.native_mailbox("web"),
             console: broker.native_mailbox("console"),
@@ -66,7 +66,8 @@ impl Scheduled {
         self.scheduler.abort();
         let _ = (&mut self.scheduler).await;
         self.clock.set(t(now));
-        self.scheduler = sausage::schedules::spawn_with(self.broker.clone(), self.clock.clone());
+        self.scheduler =
+            sausage_core::schedules::spawn_with(self.broker.clone(), self.clock.clone());
     }
 
     /// Sends `body` to the scheduler from `web`, speaking for `person` (or nobody), and returns
@@ -122,7 +123,7 @@ async fn next(mailbox: &Mailbox) -> Arc<Envelope> {
 
 fn in_world(test: impl AsyncFnOnce(&TestWorld)) {
     let world = TestWorld::new();
-    sausage::scheduler().unwrap().block_on(test(&world));
+    sausage_core::scheduler().unwrap().block_on(test(&world));
 }
 
 #[test]
@@ -337,7 +338,7 @@ fn after_downtime_each_missed_schedule_fires_once() {
 fn a_removed_actors_schedules_end() {
     let world = TestWorld::new();
     world.install("notes", "notes");
-    sausage::scheduler().unwrap().block_on(async {
+    sausage_core::scheduler().unwrap().block_on(async {
         let s = Scheduled::start(&world, "2026-01-12T10:00:00Z").await;
         let to_notes = s
             .olga(
@@ -523,7 +524,7 @@ fn the_agent_schedules_for_its_person_and_the_fired_text_starts_their_turn() {
     People::new(&World::new(&world.root))
         .grant_surface(
             &ActorId::parse("agent").unwrap(),
-            sausage::people::PERSON_HANDLE,
+            sausage_core::people::PERSON_HANDLE,
         )
         .unwrap();
     let mut host = world.run();

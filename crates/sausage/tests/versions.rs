@@ -344,7 +344,7 @@ fn a_crash_loop_after_an_upgrade_rolls_back_with_the_data_restored() {
     );
     // Version 2 writes over the data (as a bad version might: by replacing the file, as every
     // write in the world does) and then crashes in a loop.
-    sausage::fs::write_atomically(
+    sausage_core::fs::write_atomically(
         &world.path("private/crasher/data/marker"),
         b"ruined by version 2",
     )

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use sausage::message::ActorId;
-use sausage::world::{ActorEntry, World};
+use sausage_core::message::ActorId;
+use sausage_core::world::{ActorEntry, World};
 
 /// How long a bench waits for an answer before it gives up.
 const PATIENCE: Duration = Duration::from_secs(3600);
@@ -69,7 +69,7 @@ pub fn world(actors: &Path, installs: &[(&str, &str)]) -> (tempfile::TempDir, Wo
             version.join("actor.wasm"),
         )
         .unwrap();
-        sausage::world::copy_tree(&repo().join("actors").join(actor), &version.join("source"))
+        sausage_core::world::copy_tree(&repo().join("actors").join(actor), &version.join("source"))
             .unwrap();
         world.create_actor_dirs(&id).unwrap();
         world.install_source(&id, 1).unwrap();

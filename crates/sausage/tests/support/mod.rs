@@ -141,7 +141,7 @@ impl TestWorld {
     pub fn new() -> TestWorld {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("world");
-        sausage::world::World::new(&root).create().unwrap();
+        sausage_core::world::World::new(&root).create().unwrap();
         TestWorld { _dir: dir, root }
     }
 
@@ -238,9 +238,9 @@ impl TestWorld {
         registry["actors"]["agent"] = json!({"version": 1, "next_version": 2, "running": true});
         std::fs::write(self.path("sausage.json"), registry.to_string()).unwrap();
         // As `sausage init` does: the agent speaks for the person it acts for (`"as"`).
-        let agent = sausage::message::ActorId::parse("agent").unwrap();
-        sausage::people::People::new(&sausage::world::World::new(&self.root))
-            .grant_surface(&agent, sausage::people::PERSON_HANDLE)
+        let agent = sausage_core::message::ActorId::parse("agent").unwrap();
+        sausage_core::people::People::new(&sausage_core::world::World::new(&self.root))
+            .grant_surface(&agent, sausage_core::people::PERSON_HANDLE)
             .unwrap();
     }
 
@@ -298,7 +298,7 @@ impl TestWorld {
 
 /// The principal of the builds the agent asks `cargo` for in a [`TestWorld`]: it asks for the
 /// person it acts for (`"as"`), the terminal's owner, whose target folder the build uses.
-pub const AGENTS_OWN_BUILDS: &str = sausage::people::DEFAULT_OWNER;
+pub const AGENTS_OWN_BUILDS: &str = sausage_core::people::DEFAULT_OWNER;
 
 /// [`TestWorld::warm_cargo_for_agent`] for a world folder that may not exist yet, for the
 /// builds of `principal` (the person a console deploys as, or [`AGENTS_OWN_BUILDS`]).
@@ -312,13 +312,13 @@ pub fn warm_cargo_for_agent(world: &Path, principal: &str) {
 /// `target/matrix`.
 pub fn warm_cargo_for_matrix(world: &Path) {
     matrix_wasm();
-    warm_cargo_from(world, "target/matrix", sausage::people::DEFAULT_OWNER);
+    warm_cargo_from(world, "target/matrix", sausage_core::people::DEFAULT_OWNER);
 }
 
 /// Copies `target` of the repository into the world's target folder of `principal`: builds
 /// of other principals never see it.
 fn warm_cargo_from(world: &Path, target: &str, principal: &str) {
-    let to = sausage::world::World::new(world).cargo_target_dir_of(principal);
+    let to = sausage_core::world::World::new(world).cargo_target_dir_of(principal);
     std::fs::create_dir_all(&to).unwrap();
     let status = Command::new("cp")
         .args(["-a", "--reflink=auto"])

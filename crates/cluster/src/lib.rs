@@ -8,11 +8,13 @@
 //! [`MAILBOX_STREAM`], one subject per actor ([`mailboxes`]). Which host runs an actor is a
 //! lease in [`LEASES_BUCKET`], taken by compare-and-set; a host's heartbeat in [`HOSTS_BUCKET`]
 //! renews all its leases at once, and a host not heard from for [`LEASE_TIMEOUT`] loses them
-//! ([`placement`]). A single host without `--cluster` has none of this: the broker sees the
-//! cluster only through `broker::router::Remote` and `broker::mailbox::MailboxStream`.
+//! ([`placement`]). The broker sees all this only through its ports
+//! (`sausage_core::broker::ports`, `router::Remote`, `mailbox::MailboxStream`), implemented
+//! here; a single host without `--cluster` runs none of it.
 
 mod mailboxes;
 mod placement;
+mod ports;
 mod shared;
 pub mod status;
 
@@ -23,10 +25,10 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use async_nats::jetstream::{self, kv, object_store, stream};
 
-use crate::message::ActorId;
+use sausage_core::broker::ports::Ports;
+use sausage_core::message::{ActorId, Runs};
 
-pub use placement::{HostView, LeaseView};
-pub use shared::{actor_key, is_subscriptions_key};
+pub use placement::LeaseView;
 
 /// The registry (`actor.<id>`, `subscriptions`), `people`, `message-ids` and `seeded`.
 pub const REGISTRY_BUCKET: &str = "sausage-registry";
@@ -44,17 +46,13 @@ pub const MAILBOX_STREAM: &str = "SAUSAGE_MAILBOXES";
 /// Messages one mailbox's subject holds on the cluster (a hundred times a single host's
 /// mailbox: a reader on another host does not slow its senders down, the stream holds the
 /// backlog); past it, a message is `undeliverable`.
-pub const MAILBOX_STREAM_LIMIT: i64 = 100 * crate::broker::mailbox::MAILBOX_CAPACITY as i64;
+pub const MAILBOX_STREAM_LIMIT: i64 = 100 * sausage_core::broker::mailbox::MAILBOX_CAPACITY as i64;
 /// How often a host writes its heartbeat (and so renews its leases).
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
 /// A host not heard from this long has lost its leases.
 pub const LEASE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a running actor's files are snapshotted at least.
 pub const SNAPSHOT_EVERY: Duration = Duration::from_secs(60);
-/// How a forwarded request names a file its first host shipped with it (`cluster:<name>`).
-pub const SHIPPED_PREFIX: &str = "cluster:";
-/// Native actors of which one host's serves the whole world, by a lease under their id.
-pub const LED_NATIVES: [&str; 1] = [crate::schedules::SCHEDULER];
 /// Message numbers one run of a host reserves at once: `m-<n>` stays unique in the world.
 const ID_BLOCK: u64 = 1 << 32;
 
@@ -162,19 +160,19 @@ impl Cluster {
         bail!("cannot reserve message ids: the counter kept changing under 100 attempts")
     }
 
-    /// Joins `router` to the cluster: WASM actors' mailboxes become streams, message ids come
-    /// from this run's block, and this host's inbox opens.
-    pub async fn attach(&self, router: &Arc<crate::broker::router::Router>) -> Result<()> {
-        let ids = self.reserve_ids().await?;
-        router.join(self.streams.clone(), self.streams.clone(), ids);
-        self.streams.attach(router).await
+    /// The broker's ports, implemented by this host's membership (`ports.rs`).
+    pub fn ports(self: &Arc<Self>) -> Ports {
+        Ports {
+            placement: self.clone(),
+            shared: self.clone(),
+        }
     }
+}
 
-    /// Hands a request to the broker of `host`, which runs the actor it is about and answers.
-    pub fn forward_request(&self, host: &str, request: Arc<crate::message::Envelope>) {
-        use crate::broker::router::Remote;
-        self.streams.forward(host, &ActorId::broker(), &request);
-    }
+/// Whether the lease `key` is a native actor's that one host leads for the whole world, rather
+/// than a WASM actor's.
+fn is_led_native(key: &str) -> bool {
+    sausage_core::message::native(key).is_some_and(|n| n.runs == Runs::LedByOne)
 }
 
 async fn open_stores(js: &jetstream::Context) -> Result<Stores> {

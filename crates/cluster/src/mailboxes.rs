@@ -20,9 +20,9 @@ use futures_util::StreamExt;
 use rustc_hash::FxHashMap;
 use tokio::sync::{Notify, mpsc};
 
-use crate::broker::mailbox::{Arrival, MAILBOX_CAPACITY, Mailbox, MailboxStream};
-use crate::broker::router::{Remote, Router};
-use crate::message::{ActorId, Envelope};
+use sausage_core::broker::mailbox::{Arrival, MAILBOX_CAPACITY, Mailbox, MailboxStream};
+use sausage_core::broker::router::{Remote, Router};
+use sausage_core::message::{ActorId, Envelope};
 
 pub const SUBJECT_PREFIX: &str = "sausage.mailbox";
 /// The header naming the host a message was routed on.
@@ -323,7 +323,7 @@ impl Remote for Streams {
     }
 
     fn home_of(&self, native: &ActorId) -> Option<Arc<str>> {
-        if !super::LED_NATIVES.contains(&native.as_str()) {
+        if !super::is_led_native(native.as_str()) {
             return None;
         }
         let view = self.view.lock().expect("view lock");

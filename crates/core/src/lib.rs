@@ -6,10 +6,8 @@
 
 pub mod broker;
 pub mod cargo;
-pub mod cluster;
 pub mod console;
 pub mod fs;
-pub mod init;
 pub mod message;
 pub mod people;
 pub mod replace;

@@ -18,8 +18,9 @@ use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::{Cluster, HEARTBEAT, LEASE_TIMEOUT, SNAPSHOT_EVERY};
-use crate::broker::Broker;
-use crate::message::ActorId;
+use sausage_core::broker::Broker;
+use sausage_core::broker::ports::HostView;
+use sausage_core::message::ActorId;
 
 /// What one host knows of the others and of the leases.
 pub struct View {
@@ -98,13 +99,6 @@ struct Lease {
     revision: u64,
 }
 
-/// A host as `list` and `sausage cluster status` show it.
-pub struct HostView {
-    pub id: String,
-    pub alive: bool,
-    pub actors: usize,
-}
-
 /// A lease as `sausage cluster status` shows it.
 pub struct LeaseView {
     pub actor: String,
@@ -148,7 +142,7 @@ impl View {
             }
         }
         for (key, lease) in &self.leases {
-            if super::LED_NATIVES.contains(&key.as_str()) {
+            if super::is_led_native(key) {
                 continue;
             }
             if let Some(n) = load.get_mut(lease.host.as_str()) {
@@ -179,7 +173,7 @@ impl Cluster {
         let shared = broker.clone();
         tokio::spawn(follow(self.registry.clone(), move |entry| {
             let broker = shared.clone();
-            async move { broker.apply_shared(entry).await }
+            async move { super::shared::apply_registry_entry(&broker, entry).await }
         }));
         tokio::spawn(self.clone().place(broker.clone()));
         tokio::spawn(self.clone().sync_people(broker.world.clone()));
@@ -356,7 +350,7 @@ impl Cluster {
     }
 
     /// Starts consuming `id`'s mailbox into `mailbox` (this host runs it now).
-    pub fn consume(&self, id: &ActorId, mailbox: Arc<crate::broker::mailbox::Mailbox>) {
+    pub fn consume(&self, id: &ActorId, mailbox: Arc<sausage_core::broker::mailbox::Mailbox>) {
         let streams = self.streams.clone();
         let actor = id.clone();
         // Until this host stops running the actor (the task is aborted then): a consumer that
@@ -386,7 +380,11 @@ impl Cluster {
     }
 
     /// Stops consuming `id`'s mailbox: what was handed over and not read stays in the stream.
-    pub fn stop_consuming(&self, id: &ActorId, mailbox: Option<&crate::broker::mailbox::Mailbox>) {
+    pub fn stop_consuming(
+        &self,
+        id: &ActorId,
+        mailbox: Option<&sausage_core::broker::mailbox::Mailbox>,
+    ) {
         if let Some(task) = self.consumers.lock().expect("consumers lock").remove(id) {
             task.abort();
         }
@@ -475,7 +473,7 @@ impl Cluster {
                 actors: view
                     .leases
                     .iter()
-                    .filter(|(key, l)| l.host == *id && !super::LED_NATIVES.contains(&key.as_str()))
+                    .filter(|(key, l)| l.host == *id && !super::is_led_native(key))
                     .count(),
             })
             .collect();
@@ -500,7 +498,7 @@ impl Cluster {
     /// A graceful stop: every actor this host ran is snapshotted (the supervisors stopped
     /// them), its lease given up and this host's heartbeat marked leaving, so the others take
     /// them at once.
-    pub async fn leave(&self, ran: &[ActorId], world: &crate::world::World) {
+    pub async fn leave(&self, ran: &[ActorId], world: &sausage_core::world::World) {
         for id in ran {
             if let Err(e) = self.snapshot(world, id).await {
                 eprintln!("sausage: {e:#}");

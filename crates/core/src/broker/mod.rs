@@ -7,6 +7,7 @@
 mod candidate;
 pub mod journal;
 pub mod mailbox;
+pub mod ports;
 pub mod principal;
 mod requests;
 pub mod router;
@@ -23,11 +24,11 @@ use anyhow::{Context, Result};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::cluster::Cluster;
-use crate::message::{ActorId, NATIVE_ACTORS};
+use crate::message::{ActorId, NATIVES};
 use crate::runtime::{Program, Runtime};
 use crate::world::{Registry, State, Status, World};
 use mailbox::Mailbox;
+use ports::Ports;
 use router::Router;
 use supervisor::{ActorHandle, CrashLoop, Preread, Supervisor};
 
@@ -121,10 +122,7 @@ fn prepare(
 }
 
 /// An operation on one actor, waiting its turn.
-type Operation = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
-/// The native actors that run in this version of the host, with their mailboxes.
-pub const RUNNING_NATIVES: [&str; 3] = ["broker", "console", "cargo"];
+pub type Operation = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 pub struct Broker {
     pub world: World,
@@ -148,7 +146,7 @@ pub struct Broker {
     /// of the host's memory growing.
     requests_in_flight: Arc<tokio::sync::Semaphore>,
     /// The cluster this host runs its part of the world in (DESIGN §16); `None` on one host.
-    pub cluster: Option<Arc<Cluster>>,
+    pub cluster: Option<Ports>,
 }
 
 /// Requests the broker answers at once; the next waits in its mailbox until one is answered.
@@ -169,11 +167,12 @@ impl Broker {
     }
 
     /// [`Broker::start`], as one host of `cluster` when there is one: then no actor starts
-    /// here until placement gives this host its lease (`cluster::placement`).
+    /// here until placement gives this host its lease (the caller runs the cluster's placement
+    /// once this returns).
     pub async fn start_in(
         world: World,
         runtime: Arc<Runtime>,
-        cluster: Option<Arc<Cluster>>,
+        cluster: Option<Ports>,
     ) -> Result<Arc<Broker>> {
         let registry = world.load_registry()?;
         settle_swaps(&world, &registry)?;
@@ -216,11 +215,11 @@ impl Broker {
             world.load_next_message_id(),
             Arc::new(journal),
         ));
-        for native in RUNNING_NATIVES {
-            router.add(&ActorId::parse(native).expect("native ids are valid"));
+        for native in NATIVES.iter().filter(|n| n.made_at_init) {
+            router.add(&ActorId::parse(native.id).expect("native ids are valid"));
         }
         if let Some(cluster) = &cluster {
-            cluster.attach(&router).await?;
+            cluster.placement.attach(&router).await?;
         }
         let (crash_loops, reports) = mpsc::unbounded_channel();
         let broker = Arc::new(Broker {
@@ -242,13 +241,12 @@ impl Broker {
             broker.world.clone(),
         ));
 
-        if let Some(cluster) = broker.cluster.clone() {
+        if broker.cluster.is_some() {
             for id in registry.actors.keys() {
                 if let Ok(id) = ActorId::parse(id) {
                     broker.router.add(&id);
                 }
             }
-            cluster.run(broker.clone()).await?;
             cleaning.await.context("cleaning temporary files")??;
             return Ok(broker);
         }
@@ -319,14 +317,14 @@ impl Broker {
                     let body = request.body_value();
                     let operand = requests::operand(&body);
                     if let (Some(cluster), Some(id)) = (&self.cluster, &operand)
-                        && let Some(host) = cluster.runs_elsewhere(id)
+                        && let Some(host) = cluster.placement.runs_elsewhere(id)
                     {
                         // Operations on an actor run where it runs; that host answers. Files the
                         // request names go with it.
                         let (cluster, world) = (cluster.clone(), self.world.clone());
                         tokio::spawn(async move {
-                            let request = cluster.ship_files(&world, request, &body).await;
-                            cluster.forward_request(&host, request);
+                            let request = cluster.shared.ship_files(&world, request, &body).await;
+                            cluster.placement.forward_request(&host, request);
                             drop(permit);
                         });
                         continue;
@@ -366,7 +364,10 @@ impl Broker {
         }
         while stopping.join_next().await.is_some() {}
         if let Some(cluster) = &self.cluster {
-            cluster.leave(&self.local_ids(), &self.world).await;
+            cluster
+                .placement
+                .leave(&self.local_ids(), &self.world)
+                .await;
         }
         // Every instance is down and its files committed or discarded; with no operation or
         // request under way either, nothing is half-written and the next start need not walk
@@ -420,9 +421,10 @@ impl Broker {
             return Ok(());
         };
         cluster
+            .shared
             .ensure_version(&self.world, id, entry.version)
             .await?;
-        cluster.take_credentials(&self.world, id).await?;
+        cluster.shared.take_credentials(&self.world, id).await?;
         let world = self.world.clone();
         let fresh = !world.source_dir(id).is_dir();
         if fresh {
@@ -435,7 +437,7 @@ impl Broker {
             .context("installing a source")??;
         }
         if restore || fresh {
-            cluster.restore_snapshot(&self.world, id).await?;
+            cluster.shared.restore_snapshot(&self.world, id).await?;
         }
         let wasm = world.version_dir(id, entry.version).join("actor.wasm");
         let runtime = self.runtime.clone();
@@ -447,7 +449,10 @@ impl Broker {
         .await
         .context("compiling an actor")??;
         let status = self.world.read_status(id).unwrap_or_default();
-        eprintln!("sausage: host {}: runs actor {id}", cluster.host);
+        eprintln!(
+            "sausage: host {}: runs actor {id}",
+            cluster.placement.host()
+        );
         let preread = Preread::read(&self.world, id);
         self.supervise(id, entry.version, program, entry.running, status, preread);
         Ok(())
@@ -461,34 +466,15 @@ impl Broker {
             handle.stop().await;
         }
         if let Some(cluster) = &self.cluster {
-            cluster.stop_consuming(id, self.router.mailbox(id).as_deref());
-        }
-    }
-
-    /// A change of the shared registry (DESIGN §16), from a watch of it: an actor's entry or
-    /// the subscriptions.
-    pub async fn apply_shared(&self, entry: async_nats::jetstream::kv::Entry) {
-        use async_nats::jetstream::kv::Operation;
-        let put = entry.operation == Operation::Put;
-        if let Some(id) = crate::cluster::actor_key(&entry.key) {
-            let Ok(id) = ActorId::parse(id) else { return };
-            let value = if put {
-                serde_json::from_slice(&entry.value).ok()
-            } else {
-                None
-            };
-            self.apply_shared_entry(&id, value).await;
-        } else if crate::cluster::is_subscriptions_key(&entry.key)
-            && put
-            && let Ok(subscriptions) = serde_json::from_slice(&entry.value)
-        {
-            self.apply_shared_subscriptions(subscriptions).await;
+            cluster
+                .placement
+                .stop_consuming(id, self.router.mailbox(id).as_deref());
         }
     }
 
     /// Another host changed `id`'s shared registry entry (`None`: removed it): this host's
     /// registry and routing follow.
-    async fn apply_shared_entry(&self, id: &ActorId, entry: Option<crate::world::ActorEntry>) {
+    pub async fn apply_shared_entry(&self, id: &ActorId, entry: Option<crate::world::ActorEntry>) {
         let mut registry = self.registry.lock().await;
         if registry.actors.get(id.as_str()) == entry.as_ref() {
             return;
@@ -509,7 +495,7 @@ impl Broker {
     }
 
     /// Another host changed the subscriptions.
-    async fn apply_shared_subscriptions(&self, subscriptions: BTreeMap<String, Vec<String>>) {
+    pub async fn apply_shared_subscriptions(&self, subscriptions: BTreeMap<String, Vec<String>>) {
         let mut registry = self.registry.lock().await;
         if registry.subscriptions == subscriptions {
             return;
@@ -611,7 +597,9 @@ impl Broker {
             .expect("actors lock")
             .insert(id.clone(), handle);
         if let Some(cluster) = &self.cluster {
-            cluster.consume(id, self.router.mailbox(id).expect("just added"));
+            cluster
+                .placement
+                .consume(id, self.router.mailbox(id).expect("just added"));
         }
     }
 
@@ -620,7 +608,7 @@ impl Broker {
     }
 
     /// Queues an operation on `id` behind the ones already queued.
-    pub(crate) fn queue_operation(&self, id: &ActorId, operation: Operation) {
+    pub fn queue_operation(&self, id: &ActorId, operation: Operation) {
         let mut operations = self.operations.lock().expect("operations lock");
         let queue = operations.entry(id.clone()).or_insert_with(|| {
             let (queue, queued) = mpsc::unbounded_channel::<Operation>();
@@ -643,7 +631,10 @@ impl Broker {
         let result = change(&mut changed);
         if let Some(cluster) = &self.cluster {
             // The shared registry first: a change no other host can see is not made here either.
-            cluster.put_registry_changes(&registry, &changed).await?;
+            cluster
+                .shared
+                .put_registry_changes(&registry, &changed)
+                .await?;
         }
         // The save syncs the file: on the blocking pool, off the thread that routes messages.
         let (world, saved) = (self.world.clone(), changed.clone());
@@ -685,13 +676,13 @@ impl Broker {
             .keys()
             .map(|id| (id.clone(), "wasm"))
             .collect();
-        for native in NATIVE_ACTORS {
+        for native in NATIVES {
             if self
                 .router
-                .mailbox(&ActorId::parse(native).expect("valid"))
+                .mailbox(&ActorId::parse(native.id).expect("valid"))
                 .is_some()
             {
-                known.insert(native.to_string(), "native");
+                known.insert(native.id.to_string(), "native");
             }
         }
         known

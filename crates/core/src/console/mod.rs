@@ -365,7 +365,7 @@ impl Console {
             }
             Command::Help => self.out.line(&help()),
             Command::Schedules => {
-                let scheduler = ActorId::parse(crate::schedules::SCHEDULER).expect("valid id");
+                let scheduler = ActorId::parse(crate::message::SCHEDULER).expect("valid id");
                 let asked = json!({"type": "schedules"});
                 let lines = match self.ask(&scheduler, asked, LIST_PATIENCE).await {
                     Ok(reply) => render::schedule_lines(&reply),

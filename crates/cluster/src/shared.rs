@@ -15,11 +15,15 @@ use futures_util::StreamExt;
 use tokio::io::AsyncReadExt;
 
 use super::Cluster;
-use crate::message::ActorId;
-use crate::world::{ActorEntry, Registry, World};
+use sausage_core::broker::Broker;
+use sausage_core::broker::ports::SHIPPED_PREFIX;
+use sausage_core::message::ActorId;
+use sausage_core::world::{ActorEntry, Registry, World};
 
 const SEEDED: &str = "seeded";
 const SUBSCRIPTIONS: &str = "subscriptions";
+/// The scheduler's table, shared by the host that leads it for the next one.
+const SCHEDULES: &str = "schedules";
 const PEOPLE: &str = "people";
 const ACTOR_PREFIX: &str = "actor.";
 const CREDENTIALS_PREFIX: &str = "credentials.";
@@ -83,7 +87,7 @@ impl Cluster {
         let registry = self.shared_registry().await?;
         world.save_registry(&registry)?;
         if let Some(people) = self.registry.get(PEOPLE).await? {
-            crate::fs::write_atomically(&world.people_path(), &people)?;
+            sausage_core::fs::write_atomically(&world.people_path(), &people)?;
         }
         self.share_credentials(world).await?;
         eprintln!(
@@ -99,7 +103,7 @@ impl Cluster {
     /// here (`sausage people …`, the People page) is shared within a [`super::HEARTBEAT`], one
     /// made on another host is written here as it comes. The last change wins.
     pub async fn sync_people(self: std::sync::Arc<Self>, world: World) {
-        let people = crate::people::People::new(&world);
+        let people = sausage_core::people::People::new(&world);
         let mut shared = match self.registry.watch_with_history(PEOPLE).await {
             Ok(watch) => watch,
             Err(e) => {
@@ -134,17 +138,17 @@ impl Cluster {
         }
     }
 
-    /// Shares a file only one host writes at a time (the scheduler's schedules) under `key`.
-    pub async fn share_file(&self, key: &str, bytes: Vec<u8>) -> Result<()> {
-        self.registry.put(key, bytes.into()).await?;
+    /// Shares the scheduler's table: only the host that leads the scheduler writes it.
+    pub async fn share_schedules(&self, table: Vec<u8>) -> Result<()> {
+        self.registry.put(SCHEDULES, table.into()).await?;
         Ok(())
     }
 
-    /// Writes the shared copy under `key` (when there is one) to `path`, whole.
-    pub async fn take_shared_file(&self, key: &str, path: &Path) -> Result<()> {
-        if let Some(bytes) = self.registry.get(key).await? {
+    /// Writes the last shared table of schedules (when there is one) to `path`, whole.
+    pub async fn take_schedules(&self, path: &Path) -> Result<()> {
+        if let Some(bytes) = self.registry.get(SCHEDULES).await? {
             std::fs::create_dir_all(path.parent().expect("a file in a folder"))?;
-            crate::fs::write_atomically(path, &bytes)
+            sausage_core::fs::write_atomically(path, &bytes)
                 .with_context(|| format!("{}", path.display()))?;
         }
         Ok(())
@@ -157,9 +161,9 @@ impl Cluster {
     pub async fn ship_files(
         &self,
         world: &World,
-        request: std::sync::Arc<crate::message::Envelope>,
+        request: std::sync::Arc<sausage_core::message::Envelope>,
         body: &serde_json::Value,
-    ) -> std::sync::Arc<crate::message::Envelope> {
+    ) -> std::sync::Arc<sausage_core::message::Envelope> {
         let mut shipped = body.clone();
         let mut changed = false;
         for field in ["wasm", "source"] {
@@ -184,7 +188,7 @@ impl Cluster {
             };
             match stored {
                 Ok(()) => {
-                    shipped[field] = format!("{}{name}", super::SHIPPED_PREFIX).into();
+                    shipped[field] = format!("{SHIPPED_PREFIX}{name}").into();
                     changed = true;
                 }
                 Err(e) => eprintln!("sausage: {path}: cannot ship it to another host: {e:#}"),
@@ -193,13 +197,13 @@ impl Cluster {
         if !changed {
             return request;
         }
-        std::sync::Arc::new(crate::message::Envelope {
+        std::sync::Arc::new(sausage_core::message::Envelope {
             id: request.id.clone(),
             from: request.from.clone(),
             reply_to: request.reply_to.clone(),
             speaker: request.speaker.clone(),
             schedule: request.schedule.clone(),
-            body: crate::message::raw(&shipped),
+            body: sausage_core::message::raw(&shipped),
         })
     }
 
@@ -271,8 +275,9 @@ impl Cluster {
         else {
             return Ok(());
         };
-        let credentials: crate::runtime::network::Credentials = serde_json::from_slice(&bytes)
-            .with_context(|| format!("actor {id}: the cluster's credentials"))?;
+        let credentials: sausage_core::runtime::network::Credentials =
+            serde_json::from_slice(&bytes)
+                .with_context(|| format!("actor {id}: the cluster's credentials"))?;
         world.write_credentials(id, &credentials)
     }
 
@@ -377,7 +382,7 @@ impl Cluster {
         tokio::task::spawn_blocking(move || -> Result<()> {
             let parent = dir.parent().expect("inside broker/versions/<id>");
             std::fs::create_dir_all(parent)?;
-            let staged = crate::fs::create_temporary_dir(parent)?;
+            let staged = sausage_core::fs::create_temporary_dir(parent)?;
             let built = (|| -> Result<()> {
                 std::fs::write(staged.join("actor.wasm"), &wasm)?;
                 if let Some(meta) = meta {
@@ -434,7 +439,7 @@ impl Cluster {
                 return Ok(None);
             }
             std::fs::create_dir_all(&scratch)?;
-            let dir = crate::fs::create_temporary_dir(&scratch)?;
+            let dir = sausage_core::fs::create_temporary_dir(&scratch)?;
             let file = std::fs::File::create(dir.join("snapshot.tar"))?;
             pack_into(file, &[("data", &data), ("public", &public)])?;
             Ok(Some((dir, print)))
@@ -468,7 +473,7 @@ impl Cluster {
         };
         let scratch = world.scratch_dir();
         tokio::fs::create_dir_all(&scratch).await?;
-        let dir = crate::fs::create_temporary_dir(&scratch)?;
+        let dir = sausage_core::fs::create_temporary_dir(&scratch)?;
         let fetched = async {
             let mut file = tokio::fs::File::create(dir.join("snapshot.tar")).await?;
             tokio::io::copy(&mut object, &mut file).await?;
@@ -481,12 +486,12 @@ impl Cluster {
             Ok(()) => tokio::task::spawn_blocking(move || -> Result<()> {
                 let file = std::fs::File::open(unpacked.join("snapshot.tar"))?;
                 unpack_from(file, &unpacked.join("tree"))?;
-                crate::replace::Replacement::prepare(vec![
+                sausage_core::replace::Replacement::prepare(vec![
                     (unpacked.join("tree/data"), into.data_dir(&actor)),
                     (unpacked.join("tree/public"), into.public_dir(&actor)),
                 ])
-                .and_then(crate::replace::Replacement::apply)
-                .map(crate::replace::Applied::finish)?;
+                .and_then(sausage_core::replace::Replacement::apply)
+                .map(sausage_core::replace::Applied::finish)?;
                 Ok(())
             })
             .await
@@ -511,7 +516,7 @@ fn fingerprint(folders: &[&Path]) -> Result<u64> {
         let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
         entries.sort_by_key(|e| e.file_name());
         for entry in entries {
-            if crate::fs::is_temporary_name(&entry.file_name()) {
+            if sausage_core::fs::is_temporary_name(&entry.file_name()) {
                 continue;
             }
             let meta = entry.metadata()?;
@@ -564,7 +569,7 @@ fn add_tree<W: std::io::Write>(
     let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
     entries.sort_by_key(|e| e.file_name());
     for entry in entries {
-        if crate::fs::is_temporary_name(&entry.file_name()) {
+        if sausage_core::fs::is_temporary_name(&entry.file_name()) {
             continue;
         }
         let (path, inner) = (entry.path(), name.join(entry.file_name()));
@@ -596,14 +601,25 @@ fn unpack_from(tar: impl std::io::Read, into: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Whether a shared registry key is an actor's entry; its id.
-pub fn actor_key(key: &str) -> Option<&str> {
-    key.strip_prefix(ACTOR_PREFIX)
-}
-
-/// Whether a shared registry key is the subscriptions.
-pub fn is_subscriptions_key(key: &str) -> bool {
-    key == SUBSCRIPTIONS
+/// A change of the shared registry, from a watch of it, applied to `broker`: an actor's entry
+/// (put or removed) or the subscriptions; the bucket's other keys (people, the message-id
+/// counter, the schedules) are read where they are used.
+pub async fn apply_registry_entry(broker: &Broker, entry: kv::Entry) {
+    let put = entry.operation == kv::Operation::Put;
+    if let Some(id) = entry.key.strip_prefix(ACTOR_PREFIX) {
+        let Ok(id) = ActorId::parse(id) else { return };
+        let value = if put {
+            serde_json::from_slice(&entry.value).ok()
+        } else {
+            None
+        };
+        broker.apply_shared_entry(&id, value).await;
+    } else if entry.key == SUBSCRIPTIONS
+        && put
+        && let Ok(subscriptions) = serde_json::from_slice(&entry.value)
+    {
+        broker.apply_shared_subscriptions(subscriptions).await;
+    }
 }
 
 #[cfg(test)]

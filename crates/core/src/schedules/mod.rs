@@ -22,13 +22,10 @@ use serde_json::{Value, json};
 use crate::broker::Broker;
 use crate::broker::mailbox::Mailbox;
 use crate::broker::principal::Principal;
-use crate::message::{ActorId, Envelope, NATIVE_ACTORS, Outgoing, Speaker, Tier};
+use crate::message::{ActorId, Envelope, NATIVES, Outgoing, SCHEDULER, Speaker, Tier};
 use crate::people::People;
 use clock::{Clock, LOOK_AGAIN, SystemClock};
 use table::{Asker, Creator, CreatorKind, Fire, Table};
-
-/// The scheduler's actor id.
-pub const SCHEDULER: &str = "scheduler";
 
 /// The file in the scheduler's `/data` that holds every schedule.
 pub const SCHEDULES_FILE: &str = "schedules.json";
@@ -51,27 +48,28 @@ pub fn spawn_with(broker: Arc<Broker>, clock: impl Clock) -> tokio::task::JoinHa
     broker.native_mailbox(SCHEDULER);
     tokio::spawn(async move {
         loop {
-            cluster.lead(SCHEDULER).await;
+            cluster.placement.lead(SCHEDULER).await;
             if let Err(e) = cluster
-                .take_shared_file(SCHEDULES_KEY, &schedules_path(&broker))
+                .shared
+                .take_schedules(&schedules_path(&broker))
                 .await
             {
                 eprintln!("sausage: the shared schedules: {e:#}");
             }
             let scheduler = Scheduler::open(broker.clone());
-            eprintln!("sausage: host {}: runs the scheduler", cluster.host);
+            eprintln!(
+                "sausage: host {}: runs the scheduler",
+                cluster.placement.host()
+            );
             tokio::select! {
                 () = serve(scheduler, clock.clone()) => return,
-                () = cluster.lost(SCHEDULER) => {
-                    eprintln!("sausage: host {}: another host runs the scheduler now", cluster.host);
+                () = cluster.placement.lost(SCHEDULER) => {
+                    eprintln!("sausage: host {}: another host runs the scheduler now", cluster.placement.host());
                 }
             }
         }
     })
 }
-
-/// The key of the shared copy of the schedules on a cluster.
-const SCHEDULES_KEY: &str = "schedules";
 
 fn schedules_path(broker: &Broker) -> PathBuf {
     let me = ActorId::parse(SCHEDULER).expect("a valid id");
@@ -253,7 +251,7 @@ impl Scheduler {
     /// removed, even when one does not run, such as `web` with `--no-web`).
     async fn known_actors(&self) -> BTreeSet<String> {
         let mut known: BTreeSet<String> = self.broker.known_actors().await.into_keys().collect();
-        known.extend(NATIVE_ACTORS.iter().map(|n| n.to_string()));
+        known.extend(NATIVES.iter().map(|n| n.id.to_string()));
         known
     }
 
@@ -315,7 +313,8 @@ impl Scheduler {
             .map_err(|e| format!("{}: cannot save the schedules: {e}", self.path.display()))?;
         if let Some(cluster) = &self.broker.cluster {
             cluster
-                .share_file(SCHEDULES_KEY, text)
+                .shared
+                .share_schedules(text)
                 .await
                 .map_err(|e| format!("cannot share the schedules with the other hosts: {e:#}"))?;
         }

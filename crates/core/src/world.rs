@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::fs::{Mount, write_atomically};
-use crate::message::{ActorId, Envelope, NATIVE_ACTORS};
+use crate::message::{ActorId, Envelope, NATIVES};
 use crate::replace::{Applied, Replacement};
 use crate::runtime::MAX_MEMORY_MB;
 use crate::runtime::network::Credentials;
@@ -617,8 +617,8 @@ impl World {
             std::fs::create_dir_all(self.root.join(dir))
                 .with_context(|| format!("{}: cannot create {dir}", self.root.display()))?;
         }
-        for native in NATIVE_ACTORS.iter().take(3) {
-            let id = ActorId::parse(native).expect("native ids are valid");
+        for native in NATIVES.iter().filter(|n| n.made_at_init) {
+            let id = ActorId::parse(native.id).expect("native ids are valid");
             self.create_actor_dirs(&id)?;
             self.write_status(&id, &Status::default())?;
         }

@@ -204,12 +204,18 @@ impl Broker {
         .map_err(|e| format!("{e:#}"))?;
         let status = self.world.read_status(&id).unwrap_or_default();
         let host = match &self.cluster {
-            Some(cluster) => Some(cluster.place_new(&id).await.map_err(|e| format!("{e:#}"))?),
+            Some(cluster) => Some(
+                cluster
+                    .placement
+                    .place_new(&id)
+                    .await
+                    .map_err(|e| format!("{e:#}"))?,
+            ),
             None => None,
         };
         match (&host, &self.cluster) {
             // The host placement chose starts it from the shared version.
-            (Some(host), Some(cluster)) if **host != *cluster.host => {
+            (Some(host), Some(cluster)) if host != cluster.placement.host() => {
                 self.router.add(&id);
             }
             _ => {
@@ -270,7 +276,7 @@ impl Broker {
             handle.start().await;
         }
         if let Some(cluster) = &self.cluster
-            && let Err(e) = cluster.snapshot(&self.world, &id).await
+            && let Err(e) = cluster.shared.snapshot(&self.world, &id).await
         {
             eprintln!("sausage: {e:#}");
         }
@@ -471,7 +477,7 @@ impl Broker {
         .await
         .map_err(|e| format!("{e:#}"))?;
         if let Some(cluster) = &self.cluster {
-            cluster.forget_actor(&id).await;
+            cluster.placement.forget_actor(&id).await;
         }
         let archive = archive
             .strip_prefix(self.world.root())
@@ -487,13 +493,14 @@ impl Broker {
     async fn request_path(&self, request: &Envelope, path: &str) -> Result<PathBuf, String> {
         match (
             &self.cluster,
-            path.strip_prefix(crate::cluster::SHIPPED_PREFIX),
+            path.strip_prefix(super::ports::SHIPPED_PREFIX),
         ) {
             // Only the files shipped with this very request: a request names no other's.
             (Some(cluster), Some(name))
                 if name.starts_with(&format!("shipped/{}/", request.id.replace('/', "-"))) =>
             {
                 cluster
+                    .shared
                     .fetch_shipped(&self.world, name)
                     .await
                     .map_err(|e| format!("`{path}`: {e:#}"))
@@ -607,7 +614,10 @@ impl Broker {
             .await
             .unwrap_or_else(|e| Err(std::io::Error::other(format!("storing failed: {e}"))))?;
         if let Some(cluster) = &self.cluster {
-            cluster.upload_version(&self.world, id, version).await?;
+            cluster
+                .shared
+                .upload_version(&self.world, id, version)
+                .await?;
         }
         Ok(())
     }
@@ -667,11 +677,11 @@ impl Broker {
             && known.get(id.as_str()) == Some(&"wasm")
         {
             // Known to the world, run by no live host this one can reach.
-            return Err(match cluster.placement_of(id.as_str()) {
+            return Err(match cluster.placement.placement_of(id.as_str()) {
                 Some((host, _)) => format!(
                     "actor `{id}` runs on host {host}, which is not answering; another host \
                      takes it within {} s of its last heartbeat: ask again then",
-                    crate::cluster::LEASE_TIMEOUT.as_secs()
+                    cluster.placement.lease_timeout().as_secs()
                 ),
                 None => format!("actor `{id}` is being placed on a host; ask again in a moment"),
             });
@@ -741,8 +751,8 @@ impl Broker {
                 "queued": self.router.mailbox(&actor).map_or(0, |m| m.len()),
             }));
             if let (Some(cluster), Some(row)) = (&self.cluster, actors.last_mut()) {
-                let here = cluster.host.to_string();
-                let (host, state) = match cluster.placement_of(&id) {
+                let here = cluster.placement.host().to_string();
+                let (host, state) = match cluster.placement.placement_of(&id) {
                     Some((host, state)) => (Some(host), state),
                     None if kind == "native" => (Some(here.clone()), None),
                     None => (None, None),
@@ -757,7 +767,8 @@ impl Broker {
             json!({"type": "actors", "actors": actors, "subscriptions": registry.subscriptions});
         if let Some(cluster) = &self.cluster {
             list["hosts"] = cluster
-                .hosts_view()
+                .placement
+                .hosts()
                 .into_iter()
                 .map(|h| json!({"id": h.id, "alive": h.alive, "actors": h.actors}))
                 .collect();

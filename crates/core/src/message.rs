@@ -18,8 +18,60 @@ pub const MAX_ACTOR_ID_LEN: usize = 64;
 /// The broker's own id: requests are messages to it, and it signs every notice it sends.
 pub const BROKER: &str = "broker";
 
-/// Native actors run inside the host; no WASM actor may take their ids.
-pub const NATIVE_ACTORS: [&str; 5] = ["broker", "console", "cargo", "web", "scheduler"];
+/// The scheduler's id (DESIGN §15): the native actor that sends messages when they are due.
+pub const SCHEDULER: &str = "scheduler";
+
+/// Where a native actor runs when the world spans several hosts (DESIGN §16).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Runs {
+    /// Each host has its own.
+    EveryHost,
+    /// One host's serves the whole world: the one holding a lease under the actor's id.
+    LedByOne,
+}
+
+/// A native actor: it runs inside the host, and no WASM actor may take its id.
+pub struct Native {
+    pub id: &'static str,
+    pub runs: Runs,
+    /// Made with the world: `sausage init` makes its folders, each broker start its mailbox.
+    /// The others make their mailbox themselves when they start.
+    pub made_at_init: bool,
+}
+
+/// The one table of native actors.
+pub const NATIVES: [Native; 5] = [
+    Native {
+        id: BROKER,
+        runs: Runs::EveryHost,
+        made_at_init: true,
+    },
+    Native {
+        id: "console",
+        runs: Runs::EveryHost,
+        made_at_init: true,
+    },
+    Native {
+        id: "cargo",
+        runs: Runs::EveryHost,
+        made_at_init: true,
+    },
+    Native {
+        id: "web",
+        runs: Runs::EveryHost,
+        made_at_init: false,
+    },
+    Native {
+        id: SCHEDULER,
+        runs: Runs::LedByOne,
+        made_at_init: false,
+    },
+];
+
+/// The native actor `id`, if it is one.
+pub fn native(id: &str) -> Option<&'static Native> {
+    NATIVES.iter().find(|n| n.id == id)
+}
 
 /// A valid actor id: `a-z`, `0-9`, `-`, `_`, 1 to 64 characters. Cheap to clone.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -54,7 +106,7 @@ impl ActorId {
     }
 
     pub fn is_native(&self) -> bool {
-        NATIVE_ACTORS.contains(&self.as_str())
+        native(self.as_str()).is_some()
     }
 
     pub fn broker() -> ActorId {

@@ -218,8 +218,9 @@ pub async fn actors_table(app: &App) -> Value {
             }
             if let Some(cluster) = &app.broker.cluster {
                 // Another host's actor: what that host's heartbeat said of it.
-                match cluster.placement_of(&id) {
-                    Some((host, state)) if *host != *cluster.host => {
+                let here = cluster.placement.host();
+                match cluster.placement.placement_of(&id) {
+                    Some((host, state)) if host != here => {
                         row["state"] = json!(state.unwrap_or_else(|| "starting".into()));
                         row["version"] = json!(registry.actors.get(&id).map(|e| e.version));
                         row["restarts"] = json!(null);
@@ -227,7 +228,7 @@ pub async fn actors_table(app: &App) -> Value {
                         row["host"] = json!(host);
                     }
                     Some((host, _)) => row["host"] = json!(host),
-                    None if kind == "native" => row["host"] = json!(&*cluster.host),
+                    None if kind == "native" => row["host"] = json!(here),
                     None => {}
                 }
             }
@@ -1004,7 +1005,7 @@ async fn unschedule(
 
 /// Asks the scheduler for `person` and answers its reply when it is of type `expected`.
 async fn ask_scheduler(app: &App, person: &Person, request: Value, expected: &str) -> Response {
-    let scheduler = ActorId::parse(crate::schedules::SCHEDULER).expect("valid");
+    let scheduler = ActorId::parse(crate::message::SCHEDULER).expect("valid");
     match ask(app, person, &scheduler, &request, CONVERSATION_PATIENCE).await {
         Ok(reply) => {
             let body = reply.body_value();
