@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::fs::link_tree;
 use crate::fs::{create_temporary_dir, exchange, write_atomically};
-use crate::world::link_tree;
 
 /// Replacements prepared and not applied yet; dropping it removes what was built.
 #[must_use = "nothing changes until it is applied"]

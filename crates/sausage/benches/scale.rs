@@ -233,11 +233,8 @@ fn world(actors: &Path, scratch: &Path, n: usize) -> World {
         // A file has at most 65,000 links on ext4: past that, the next actor starts a new one.
         let linked = first.get(actor).is_some_and(|installed| {
             std::fs::hard_link(installed.join("actor.wasm"), version.join("actor.wasm")).is_ok()
-                && sausage_core::world::link_tree(
-                    &installed.join("source"),
-                    &version.join("source"),
-                )
-                .is_ok()
+                && sausage_core::fs::link_tree(&installed.join("source"), &version.join("source"))
+                    .is_ok()
         });
         if !linked {
             std::fs::copy(
@@ -245,7 +242,7 @@ fn world(actors: &Path, scratch: &Path, n: usize) -> World {
                 version.join("actor.wasm"),
             )
             .unwrap();
-            sausage_core::world::copy_tree(
+            sausage_core::fs::copy_tree(
                 &repo().join("actors").join(actor),
                 &version.join("source"),
             )
@@ -253,7 +250,7 @@ fn world(actors: &Path, scratch: &Path, n: usize) -> World {
             first.insert(actor, version.clone());
         }
         world.create_actor_dirs(&id).unwrap();
-        sausage_core::world::link_tree(&version.join("source"), &world.source_dir(&id)).unwrap();
+        sausage_core::fs::link_tree(&version.join("source"), &world.source_dir(&id)).unwrap();
         registry.actors.insert(
             id.to_string(),
             ActorEntry {

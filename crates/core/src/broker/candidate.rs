@@ -43,7 +43,7 @@ impl Scratch {
         ] {
             let copy = scratch.root.join(name);
             if real.is_dir() {
-                crate::world::link_tree(&real, &copy)?;
+                crate::fs::link_tree(&real, &copy)?;
             } else {
                 std::fs::create_dir_all(&copy)?;
             }

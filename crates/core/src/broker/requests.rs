@@ -599,7 +599,7 @@ impl Broker {
             let built = (|| {
                 std::fs::copy(&wasm, staged.join("actor.wasm"))?;
                 match &source {
-                    Some(source) => crate::world::copy_tree(source, &staged.join("source"))?,
+                    Some(source) => crate::fs::copy_tree(source, &staged.join("source"))?,
                     None => std::fs::create_dir_all(staged.join("source"))?,
                 }
                 crate::fs::write_atomically(&staged.join("meta.json"), &meta)?;

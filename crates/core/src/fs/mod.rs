@@ -12,6 +12,7 @@ mod dirty;
 mod file;
 #[cfg(test)]
 mod tests;
+mod tree;
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -21,6 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use dir::{Dir, Entry, Kind, MAX_GUEST_PATH_LEN, OpenOptions, Opened, SetTime, Stat};
 pub use file::{File, MAX_READ_LEN, PendingCommit};
+pub use tree::{copy_tree, link_tree};
 
 /// One folder of the host shown to a guest under a path of its own.
 #[derive(Clone, Debug)]

@@ -69,7 +69,7 @@ pub fn world(actors: &Path, installs: &[(&str, &str)]) -> (tempfile::TempDir, Wo
             version.join("actor.wasm"),
         )
         .unwrap();
-        sausage_core::world::copy_tree(&repo().join("actors").join(actor), &version.join("source"))
+        sausage_core::fs::copy_tree(&repo().join("actors").join(actor), &version.join("source"))
             .unwrap();
         world.create_actor_dirs(&id).unwrap();
         world.install_source(&id, 1).unwrap();
