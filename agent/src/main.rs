@@ -5,12 +5,13 @@
 //! actors, files), and answers the sender with the model's final text. Everything else that
 //! arrives is kept and shown to the model at the next turn.
 //!
-//! Code map: `turn` (the main loop and one turn's state machine), `host` (the trait for stdin,
-//! stdout and streaming HTTP; `wasi_host` implements it for the component), `provider`
-//! (requests and event streams of each model API), `history` (the neutral conversation format),
-//! `conversations` (one per person, room and actor; memory), `access` (what each tier may do),
-//! `fairness` (round-robin and the hourly limit), `context` (estimates and compaction), `budget`
-//! (prices and the day's spending per person), `tools`, `config`.
+//! Code map: `message` (the types every module shares: messages in and out, tiers, ids, the
+//! API shapes, HTTP request and answer), `turn` (the main loop and one turn's state machine),
+//! `host` (the trait for stdin, stdout and streaming HTTP; `wasi_host` implements it for the
+//! component), `provider` (requests and event streams of each model API), `history` (the neutral
+//! conversation format), `conversations` (one per person, room and actor; memory), `access`
+//! (what each tier may do), `fairness` (round-robin and the hourly limit), `context` (estimates
+//! and compaction), `budget` (prices and the day's spending per person), `tools`, `config`.
 //! The model's instructions are `prompt.md`.
 //!
 //! Build: `cargo build --release --target wasm32-wasip2`. Test natively: `cargo test` (the
@@ -28,6 +29,7 @@ mod fairness;
 mod goals;
 mod history;
 mod host;
+mod message;
 mod provider;
 mod tools;
 mod turn;

@@ -25,12 +25,13 @@ use crate::access::{self, Who};
 use crate::budget::{self, Payer, Spend};
 use crate::config::{self, Config};
 use crate::context;
-use crate::conversations::{self, Conversation, Room, Subscriptions, Surfaces, Tier, valid_id};
+use crate::conversations::{self, Conversation, Room, Subscriptions, Surfaces};
 use crate::fairness::{self, Starts};
 use crate::goals::{self, Goal, Goals};
 use crate::history::{self, Entry, History};
-use crate::host::{Event, Host, Incoming, Outgoing, Posted};
-use crate::provider::{self, Failure, Reply, Usage, shorten};
+use crate::host::{Event, Host, Posted};
+use crate::message::{HttpRequest, Incoming, Outgoing, Tier, shorten, valid_id};
+use crate::provider::{self, Failure, Reply, Usage};
 use crate::tools::{self, DEFAULT_WAIT_SECONDS, MAX_WAIT_SECONDS, card, cut_output, string_arg};
 
 mod calls;
@@ -1018,12 +1019,7 @@ impl<H: Host> Agent<H> {
     }
 
     /// The next step's request: the history as [`context::view`] shows it.
-    fn request(
-        &self,
-        config: &Config,
-        history: &History,
-        turn: &SavedTurn,
-    ) -> provider::HttpRequest {
+    fn request(&self, config: &Config, history: &History, turn: &SavedTurn) -> HttpRequest {
         let opening = format!("Message {} from ", turn.message.id);
         let turn_start = history
             .entries
@@ -1105,7 +1101,7 @@ impl<H: Host> Agent<H> {
     fn ask(
         &mut self,
         config: &Config,
-        request: &provider::HttpRequest,
+        request: &HttpRequest,
         turn: &mut SavedTurn,
         show: bool,
     ) -> Asked {
@@ -1157,7 +1153,7 @@ impl<H: Host> Agent<H> {
     fn post(
         &mut self,
         config: &Config,
-        request: &provider::HttpRequest,
+        request: &HttpRequest,
         turn: &SavedTurn,
         show: bool,
     ) -> Result<Reply, Option<Failure>> {
