@@ -39,9 +39,6 @@ mod wasi_host;
 #[cfg(test)]
 mod testing;
 
-/// What the model is told at every step: the whole design of the world it works in.
-pub const PROMPT: &str = include_str!("prompt.md");
-
 #[cfg(target_arch = "wasm32")]
 fn main() {
     let env = |name: &str| std::env::var(name).unwrap_or_default();

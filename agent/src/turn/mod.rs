@@ -40,6 +40,9 @@ mod rounds;
 
 use calls::{answer_words, preview};
 
+/// What the model is told at every step: the whole design of the world it works in.
+const PROMPT: &str = include_str!("../prompt.md");
+
 /// The most model steps (requests) one turn may take; then the person is told what was done, so
 /// a model that loops cannot spend without end.
 pub const MAX_STEPS: u32 = 40;
@@ -1352,7 +1355,7 @@ impl<H: Host> Agent<H> {
     /// The prompt, with the agent's notes, who the turn acts for, and (in their own
     /// conversation) what is remembered about them.
     fn system_prompt(&self, who: &Who) -> String {
-        let mut prompt = crate::PROMPT.to_string() + &card::notes_section(&self.file("notes.md"));
+        let mut prompt = PROMPT.to_string() + &card::notes_section(&self.file("notes.md"));
         prompt.push_str(&who.prompt_section(&self.data));
         if let (Conversation::Person(person), Some(_)) = (&who.conversation, &who.person) {
             prompt.push_str(&conversations::memory_section(&self.data, person));
