@@ -2,8 +2,8 @@
 //! ([`Outgoing`]), a person's [`Tier`], ids ([`valid_id`]), the model [`Api`] a configuration
 //! and a history entry name, one HTTP request and its answer, and [`shorten`], the one way text
 //! is cut for a person.
-//! **Invariant:** this is the bottom of the agent's modules: it imports none of them, and holds
-//! no state and no I/O.
+//! **Invariant:** this is the bottom of the agent's modules (`tests/layers.rs`): it imports none
+//! of them, and holds no state and no I/O.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
