@@ -22,8 +22,8 @@ use std::path::{Component, Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::conversations::{Conversation, Room, Tier};
-use crate::host::Incoming;
+use crate::conversations::{Conversation, Room};
+use crate::message::{Incoming, Tier};
 
 /// Who a turn acts for.
 #[derive(Clone, Debug, PartialEq)]

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::conversations::Tier;
+use crate::message::{Api, Tier};
 
 /// `max_tokens` when the configuration names none: enough for a long answer or a large file.
 pub const DEFAULT_MAX_TOKENS: u32 = 16_000;
@@ -104,18 +104,6 @@ pub fn known_model(model: &str) -> Option<&'static KnownModel> {
         .iter()
         .filter(|known| model.starts_with(known.name))
         .max_by_key(|known| known.name.len())
-}
-
-/// The three API shapes the agent speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Api {
-    #[serde(rename = "openai-responses")]
-    OpenaiResponses,
-    #[serde(rename = "anthropic-messages")]
-    AnthropicMessages,
-    /// `POST {base_url}/v1/chat/completions`, which llama.cpp's server, vLLM and Ollama speak.
-    #[serde(rename = "openai-chat")]
-    OpenaiChat,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -8,7 +8,7 @@
 
 use crate::config::Config;
 use crate::history::Entry;
-use crate::provider::shorten;
+use crate::message::shorten;
 
 /// A request is compacted before it would fill more than this share of the context window.
 pub const COMPACT_AT: f64 = 0.85;

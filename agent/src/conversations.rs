@@ -14,26 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::host::Incoming;
-
-/// What a person may make happen (DESIGN §13), from least to most.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Tier {
-    Guest,
-    Member,
-    Owner,
-}
-
-impl Tier {
-    /// The tier in a sentence: `a guest`, `a member`, `an owner`.
-    pub fn a(self) -> &'static str {
-        match self {
-            Tier::Guest => "a guest",
-            Tier::Member => "a member",
-            Tier::Owner => "an owner",
-        }
-    }
-}
+use crate::message::{Incoming, Tier, valid_id};
 
 /// The most members of a room: every reply of a room's turn goes to each of them.
 pub const MAX_ROOM_MEMBERS: usize = 50;
@@ -554,15 +535,6 @@ pub fn memory_section(data: &Path, person: &str) -> String {
          you as lasting facts (with `remember`, kept in /data/people/{person}/memory.md; only \
          {person}'s own conversation shows it):\n\n{kept}"
     )
-}
-
-/// Actor ids, and so people's and rooms' ids: `a-z`, `0-9`, `-`, `_`, 1 to 64 characters
-/// (DESIGN §1).
-pub fn valid_id(id: &str) -> bool {
-    (1..=64).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
 #[cfg(test)]

@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::conversations::Tier;
-use crate::host::Incoming;
+use crate::message::{Incoming, Tier};
 
 /// Turns a guest may start in an hour: enough to talk, too few to keep the model busy for
 /// everyone else.

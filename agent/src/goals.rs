@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::host::Incoming;
+use crate::message::Incoming;
 
 /// `max_rounds` when the goal names none.
 pub const DEFAULT_MAX_ROUNDS: u32 = 24;

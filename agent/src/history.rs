@@ -26,7 +26,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::config::Api;
+use crate::message::Api;
 
 /// The most entries the history keeps. Longer, it is cut from the front (see [`History::cut`]),
 /// so a request never grows past what a model can read and the file stays a few megabytes at most.

@@ -5,12 +5,14 @@
 //! actors, files), and answers the sender with the model's final text. Everything else that
 //! arrives is kept and shown to the model at the next turn.
 //!
-//! Code map: `turn` (the main loop and one turn's state machine), `host` (the trait for stdin,
-//! stdout and streaming HTTP; `wasi_host` implements it for the component), `provider`
-//! (requests and event streams of each model API), `history` (the neutral conversation format),
-//! `conversations` (one per person, room and actor; memory), `access` (what each tier may do),
-//! `fairness` (round-robin and the hourly limit), `context` (estimates and compaction), `budget`
-//! (prices and the day's spending per person), `tools`, `config`.
+//! Code map, bottom up (a module imports only those before it; `tests/layers.rs` checks it):
+//! `message` (the types every module shares: messages in and out, tiers, ids, the API shapes,
+//! HTTP request and answer), `host` (the trait for stdin, stdout and streaming HTTP), `history`
+//! (the neutral conversation format), `config`, `conversations` (one per person, room and actor;
+//! memory), `access` (what each tier may do), `fairness` (round-robin and the hourly limit),
+//! `goals`, `tools`, `provider` (requests and event streams of each model API), `budget` (prices
+//! and the day's spending per person), `context` (estimates and compaction), `turn` (the main
+//! loop and one turn's state machine), and `wasi_host`, which implements `host` for the component.
 //! The model's instructions are `prompt.md`.
 //!
 //! Build: `cargo build --release --target wasm32-wasip2`. Test natively: `cargo test` (the
@@ -28,6 +30,7 @@ mod fairness;
 mod goals;
 mod history;
 mod host;
+mod message;
 mod provider;
 mod tools;
 mod turn;
@@ -36,9 +39,6 @@ mod wasi_host;
 
 #[cfg(test)]
 mod testing;
-
-/// What the model is told at every step: the whole design of the world it works in.
-pub const PROMPT: &str = include_str!("prompt.md");
 
 #[cfg(target_arch = "wasm32")]
 fn main() {

@@ -7,9 +7,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
-use crate::config::Api;
-use crate::host::{Event, Host, Incoming, Outgoing, Posted};
-use crate::provider::{HttpRequest, HttpResponse};
+use crate::host::{Event, Host, Posted};
+use crate::message::{Api, HttpRequest, HttpResponse, Incoming, Outgoing};
 
 /// A new empty folder for one test, under the test binary's target folder (not the system's
 /// temporary folder): each run of the tests empties the folders of the run before.

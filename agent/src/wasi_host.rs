@@ -17,8 +17,8 @@ use wasi::http::types::{
 use wasi::io::poll::poll;
 use wasi::io::streams::{InputStream, StreamError};
 
-use crate::host::{Event, Host, Incoming, Outgoing, Posted, STREAM_TICK};
-use crate::provider::{HttpRequest, HttpResponse};
+use crate::host::{Event, Host, Posted, STREAM_TICK};
+use crate::message::{HttpRequest, HttpResponse, Incoming, Outgoing};
 
 /// Connecting to the provider may take this long before the call fails.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);

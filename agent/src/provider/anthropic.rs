@@ -7,9 +7,10 @@
 
 use serde_json::{Value, json};
 
-use super::{Failure, HttpRequest, Reply, Usage};
-use crate::config::{Api, Config};
+use super::{Failure, Reply, Usage};
+use crate::config::Config;
 use crate::history::Entry;
+use crate::message::{Api, HttpRequest};
 use crate::tools::ToolSpec;
 
 /// The API version the request and response shapes here follow.

@@ -8,9 +8,10 @@
 
 use serde_json::{Value, json};
 
-use super::{Failure, HttpRequest, Reply, Usage, sse};
+use super::{Failure, Reply, Usage, sse};
 use crate::config::Config;
 use crate::history::Entry;
+use crate::message::HttpRequest;
 use crate::tools::ToolSpec;
 
 pub fn request(
@@ -319,7 +320,7 @@ pub fn stream_of(completion: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Api;
+    use crate::message::Api;
     use crate::provider::{streamed, test_config};
     use crate::testing::fixture;
 

@@ -15,28 +15,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::config::{Api, Config};
+use crate::config::Config;
 use crate::history::Entry;
+use crate::message::{Api, HttpRequest, shorten};
 use crate::tools::ToolSpec;
 
 /// The most characters of a provider's error body a person is shown.
 const ERROR_DETAIL_CHARS: usize = 400;
-
-/// A request ready to send: `POST url` with these headers and body.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HttpRequest {
-    pub url: String,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
-
-/// An answer that is not a 2xx stream: its status, headers (names lowercased) and whole body.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HttpResponse {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
 
 /// Tokens one response (or a turn, summed) used, as every API reports them, in one meaning:
 /// `input_tokens` were read fresh (neither from nor into the cache), `cache_read_tokens` came from
@@ -541,14 +526,6 @@ fn parse_arguments(raw: &str) -> Value {
 /// The user turn opening a conversation whose beginning was an assistant turn (after a cut or
 /// an API switch), for the APIs that want a user turn first.
 const OPENING: &str = "(The conversation continues.)";
-
-/// Cuts `text` to at most `max` characters, marking the cut.
-pub fn shorten(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((at, _)) => format!("{} …", &text[..at]),
-        None => text.to_string(),
-    }
-}
 
 /// A whole, non-streaming answer of `api` (a Responses `response` object, a Messages `message`
 /// object, a `chat.completion` object) as the stream of events the same answer arrives in when

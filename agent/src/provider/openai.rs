@@ -6,9 +6,10 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{Failure, HttpRequest, Reply, Usage};
-use crate::config::{Api, Config};
+use super::{Failure, Reply, Usage};
+use crate::config::Config;
 use crate::history::Entry;
+use crate::message::{Api, HttpRequest};
 use crate::tools::ToolSpec;
 
 pub fn request(

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::provider::shorten;
+use crate::message::shorten;
 
 /// The most items of the to-do card: a card longer than this is a plan nobody reads.
 pub const MAX_PLAN_ITEMS: usize = 30;

@@ -25,12 +25,13 @@ use crate::access::{self, Who};
 use crate::budget::{self, Payer, Spend};
 use crate::config::{self, Config};
 use crate::context;
-use crate::conversations::{self, Conversation, Room, Subscriptions, Surfaces, Tier, valid_id};
+use crate::conversations::{self, Conversation, Room, Subscriptions, Surfaces};
 use crate::fairness::{self, Starts};
 use crate::goals::{self, Goal, Goals};
 use crate::history::{self, Entry, History};
-use crate::host::{Event, Host, Incoming, Outgoing, Posted};
-use crate::provider::{self, Failure, Reply, Usage, shorten};
+use crate::host::{Event, Host, Posted};
+use crate::message::{HttpRequest, Incoming, Outgoing, Tier, shorten, valid_id};
+use crate::provider::{self, Failure, Reply, Usage};
 use crate::tools::{self, DEFAULT_WAIT_SECONDS, MAX_WAIT_SECONDS, card, cut_output, string_arg};
 
 mod calls;
@@ -38,6 +39,9 @@ mod inbox;
 mod rounds;
 
 use calls::{answer_words, preview};
+
+/// What the model is told at every step: the whole design of the world it works in.
+const PROMPT: &str = include_str!("../prompt.md");
 
 /// The most model steps (requests) one turn may take; then the person is told what was done, so
 /// a model that loops cannot spend without end.
@@ -1018,12 +1022,7 @@ impl<H: Host> Agent<H> {
     }
 
     /// The next step's request: the history as [`context::view`] shows it.
-    fn request(
-        &self,
-        config: &Config,
-        history: &History,
-        turn: &SavedTurn,
-    ) -> provider::HttpRequest {
+    fn request(&self, config: &Config, history: &History, turn: &SavedTurn) -> HttpRequest {
         let opening = format!("Message {} from ", turn.message.id);
         let turn_start = history
             .entries
@@ -1105,7 +1104,7 @@ impl<H: Host> Agent<H> {
     fn ask(
         &mut self,
         config: &Config,
-        request: &provider::HttpRequest,
+        request: &HttpRequest,
         turn: &mut SavedTurn,
         show: bool,
     ) -> Asked {
@@ -1157,7 +1156,7 @@ impl<H: Host> Agent<H> {
     fn post(
         &mut self,
         config: &Config,
-        request: &provider::HttpRequest,
+        request: &HttpRequest,
         turn: &SavedTurn,
         show: bool,
     ) -> Result<Reply, Option<Failure>> {
@@ -1356,7 +1355,7 @@ impl<H: Host> Agent<H> {
     /// The prompt, with the agent's notes, who the turn acts for, and (in their own
     /// conversation) what is remembered about them.
     fn system_prompt(&self, who: &Who) -> String {
-        let mut prompt = crate::PROMPT.to_string() + &card::notes_section(&self.file("notes.md"));
+        let mut prompt = PROMPT.to_string() + &card::notes_section(&self.file("notes.md"));
         prompt.push_str(&who.prompt_section(&self.data));
         if let (Conversation::Person(person), Some(_)) = (&who.conversation, &who.person) {
             prompt.push_str(&conversations::memory_section(&self.data, person));

@@ -71,7 +71,7 @@ fn openai_text(text: &str) -> Answer {
     }]}))
 }
 
-fn body(request: &crate::provider::HttpRequest) -> Value {
+fn body(request: &crate::message::HttpRequest) -> Value {
     serde_json::from_slice(&request.body).unwrap()
 }
 
@@ -1073,7 +1073,7 @@ fn a_long_session_of_big_tool_outputs_keeps_within_the_window() {
     let path = data.join("big.log").display().to_string();
     let refused = std::rc::Rc::new(std::cell::Cell::new(0));
     let (counted, mut calls) = (refused.clone(), 0);
-    let respond = move |request: &crate::provider::HttpRequest| {
+    let respond = move |request: &crate::message::HttpRequest| {
         let tokens = request.body.len() / 4;
         if tokens + 2000 > WINDOW {
             counted.set(counted.get() + 1);
