@@ -6,9 +6,9 @@ mod support;
 
 use std::time::Duration;
 
+use sausage_fake_llm::{FakeLlm, TOKEN, anthropic, chat, openai};
 use serde_json::{Value, json};
 use support::agent::*;
-use support::fake_llm::{FakeLlm, TOKEN, anthropic, chat, openai};
 use support::*;
 
 /// Every text the agent sent the model in the `n`-th request, as one string.
@@ -430,7 +430,7 @@ fn a_429_with_retry_after_is_waited_out_and_the_turn_finishes() {
         &[("retry-after", "1")],
     );
     fake.push_stream_error(
-        support::fake_llm::Api::Anthropic,
+        sausage_fake_llm::Api::Anthropic,
         anthropic::error("overloaded_error", "Overloaded"),
     );
     fake.push_anthropic(anthropic::text_reply("Hello, after the wait."));

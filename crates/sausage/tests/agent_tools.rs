@@ -6,9 +6,9 @@
 
 mod support;
 
+use sausage_fake_llm::{FakeLlm, anthropic, chat, openai};
 use serde_json::{Value, json};
 use support::agent::*;
-use support::fake_llm::{FakeLlm, anthropic, chat, openai};
 use support::*;
 
 /// Whether each tool call of the turn succeeded, from the `tool` messages the console printed.

@@ -363,8 +363,8 @@ fn no_route_gets_a_principal_past_its_tier() {
 /// may not stop another's actor), never more.
 #[test]
 fn the_agent_gives_an_actors_conversation_its_owners_rights_and_no_more() {
+    use sausage_fake_llm::{FakeLlm, openai};
     use support::agent::{tool_outputs, world_with_agent};
-    use support::fake_llm::{FakeLlm, openai};
 
     let fake = FakeLlm::start();
     let world = world_with_agent(&fake, "openai-responses");

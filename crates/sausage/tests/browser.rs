@@ -8,10 +8,10 @@ mod support;
 
 use std::time::Duration;
 
+use sausage_fake_llm::{FakeLlm, openai};
 use serde_json::json;
 use support::agent::{tool_outputs, world_with_agent};
 use support::browser::{Browser, ENTER, RELEASE, SHIFT};
-use support::fake_llm::{FakeLlm, openai};
 use support::web::{WebHost, free_addr};
 use support::*;
 

@@ -515,9 +515,9 @@ fn a_mailbox_on_the_cluster_holds_its_limit_and_refuses_past_it() {
 
 #[test]
 fn the_agent_answers_a_console_on_another_host_and_again_after_its_host_is_killed() {
-    let fake = support::fake_llm::FakeLlm::start();
-    fake.push_openai(support::fake_llm::openai::text_reply("Hello from host a."));
-    fake.push_openai(support::fake_llm::openai::text_reply(
+    let fake = sausage_fake_llm::FakeLlm::start();
+    fake.push_openai(sausage_fake_llm::openai::text_reply("Hello from host a."));
+    fake.push_openai(sausage_fake_llm::openai::text_reply(
         "Still here, elsewhere.",
     ));
     let nats = Nats::start();

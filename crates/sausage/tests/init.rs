@@ -8,7 +8,7 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use support::fake_llm::{FakeLlm, TOKEN, openai};
+use sausage_fake_llm::{FakeLlm, TOKEN, openai};
 use support::*;
 
 #[test]

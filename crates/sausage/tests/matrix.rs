@@ -12,9 +12,9 @@ use std::time::Duration;
 use sausage_core::message::{ActorId, Tier};
 use sausage_core::people::People;
 use sausage_core::world::World;
+use sausage_fake_llm::{FakeLlm, openai};
 use serde_json::{Value, json};
 use support::agent::{tool_outputs, world_with_agent};
-use support::fake_llm::{FakeLlm, openai};
 use support::synapse::{
     MessageLimit, RoomKind, Synapse, User, base64_unpadded, hex, hmac_sha1, sha1,
 };

@@ -6,9 +6,9 @@ mod support;
 
 use std::process::Command;
 
+use sausage_fake_llm::{FakeLlm, openai};
 use serde_json::{Value, json};
 use support::agent::{tool_outputs, world_with_agent};
-use support::fake_llm::{FakeLlm, openai};
 use support::http::{EventStream, ServerEvent, request};
 use support::web::{Client, EVENT_PATIENCE, WebHost};
 use support::*;

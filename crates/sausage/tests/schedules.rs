@@ -516,8 +516,8 @@ fn an_owner_sees_and_ends_schedules_on_the_schedules_page() {
 
 #[test]
 fn the_agent_schedules_for_its_person_and_the_fired_text_starts_their_turn() {
+    use sausage_fake_llm::{FakeLlm, openai};
     use support::agent::{final_reply, tool_outputs, world_with_agent};
-    use support::fake_llm::{FakeLlm, openai};
     let fake = FakeLlm::start();
     let world = world_with_agent(&fake, "openai-responses");
     // What `sausage init` grants the agent: it speaks for people by their ids.

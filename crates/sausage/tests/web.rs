@@ -5,9 +5,9 @@
 
 mod support;
 
+use sausage_fake_llm::{FakeLlm, openai};
 use serde_json::{Value, json};
 use support::agent::world_with_agent;
-use support::fake_llm::{FakeLlm, openai};
 use support::http::{EventStream, request, request_from};
 use support::web::{Client, EVENT_PATIENCE, WebHost, free_addr};
 use support::*;

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
+use sausage_fake_llm::FakeLlm;
 use serde_json::{Value, json};
 
-use super::fake_llm::FakeLlm;
 use super::{Host, TestWorld};
 
 /// The agent's `/data/config.json` for `api` on the fake: without the token, which the host

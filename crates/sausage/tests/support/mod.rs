@@ -9,7 +9,6 @@
 
 pub mod agent;
 pub mod browser;
-pub mod fake_llm;
 pub mod http;
 pub mod nats;
 pub mod synapse;
@@ -21,6 +20,7 @@ use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use sausage_fake_llm::TOKEN;
 use serde_json::{Value, json};
 
 /// How long a test waits for anything before it fails.
@@ -198,8 +198,8 @@ impl TestWorld {
     /// host in the `actor.json` of its source (installed and stored).
     pub fn give_agent_credentials(&self, base_url: &str, api: &str) {
         let (header, value) = match api {
-            "anthropic-messages" => ("x-api-key", fake_llm::TOKEN.to_string()),
-            _ => ("authorization", format!("Bearer {}", fake_llm::TOKEN)),
+            "anthropic-messages" => ("x-api-key", TOKEN.to_string()),
+            _ => ("authorization", format!("Bearer {TOKEN}")),
         };
         std::fs::create_dir_all(self.path("broker/credentials")).unwrap();
         std::fs::write(

@@ -1,4 +1,4 @@
-//! The fake model provider itself (`support/fake_llm.rs`): its HTTP, its script, each of its
+//! The fake model provider itself (this crate): its HTTP, its script, each of its
 //! checks on the three APIs, the event streams it makes of whole answers, the usage it counts
 //! (prompt caches and context window included), the failures it can stage, and its streams
 //! against the real recorded ones in `../shared/llm-fixtures/` (those tests skip, saying so, when
@@ -7,17 +7,17 @@
 //! Requests go through a tiny HTTP client below, which reads chunked server-sent events and puts
 //! a stream back together into the whole answer, so what is tested is what goes over the wire.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use sausage_fake_llm::{Api, FakeLlm, TOKEN, anthropic, chat, openai};
 use serde_json::{Value, json};
-use support::fake_llm::{self, Api, FakeLlm, anthropic, chat, openai};
-use support::{PATIENCE, repo};
+
+/// How long the client below waits for the fake's next bytes before the test fails.
+const PATIENCE: Duration = Duration::from_secs(30);
 
 // ---------------------------------------------------------------------------------------------
 // A tiny HTTP client
@@ -452,8 +452,10 @@ fn assert_rejected(
     assert!(violations.last().unwrap().contains(fragment), "{what}");
 }
 
+/// The recorded fixtures, in `../shared/llm-fixtures` beside the repository (this crate is
+/// `crates/fake-llm` in it).
 fn fixtures() -> Option<PathBuf> {
-    let dir = repo().join("../shared/llm-fixtures");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/llm-fixtures");
     if dir.is_dir() {
         Some(dir)
     } else {
@@ -693,7 +695,7 @@ fn replies_come_back_in_order_and_requests_are_recorded() {
     );
     assert_eq!(
         requests[0].headers["authorization"],
-        format!("Bearer {}", fake_llm::TOKEN)
+        format!("Bearer {}", TOKEN)
     );
     assert_eq!(requests[1].headers["anthropic-version"], "2023-06-01");
     assert_eq!(requests[1].body, anthropic_request());
@@ -1251,7 +1253,7 @@ fn openai_reasoning_must_come_back_as_sent() {
 fn anthropic_tokens_and_headers_are_checked() {
     let fake = FakeLlm::start_expecting_violations();
     let json_type = ("content-type", "application/json");
-    let key = ("x-api-key", fake_llm::TOKEN);
+    let key = ("x-api-key", TOKEN);
     let version = ("anthropic-version", "2023-06-01");
     let cases = [
         (
