@@ -77,7 +77,7 @@ const fn model(name: &'static str, price: [f64; 4], context_window: u64) -> Know
 }
 
 /// Built-in prices (USD per million input, output, cache-read, cache-write tokens, as the
-/// providers published them on 2025-11-01; the README says so) and context windows. OpenAI bills no cache writes: they cost input.
+/// providers published them on 2025-11-01; `docs/agent.md` says so) and context windows. OpenAI bills no cache writes: they cost input.
 pub const KNOWN_MODELS: &[KnownModel] = &[
     model("gpt-5.1", [1.25, 10.0, 0.125, 1.25], 400_000),
     model("gpt-5", [1.25, 10.0, 0.125, 1.25], 400_000),

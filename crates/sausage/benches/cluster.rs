@@ -6,7 +6,7 @@
 //! `notes` (spawned through `a`, placed on the least loaded host). It measures round trips
 //! between `ping` (on a) and `pong` (on b), a flood from `producer` to `consumer`, what a
 //! SIGKILL of `b` costs (the time until `pong` answers again from `a`, and the notes committed
-//! on `b` since its last snapshot that are gone), and prints the markdown table for the README.
+//! on `b` since its last snapshot that are gone), and prints the markdown table for `docs/benchmarks.md`.
 
 mod common;
 use common::{Host, build_actors, repo, world};
