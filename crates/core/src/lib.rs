@@ -1,8 +1,10 @@
-//! Sausage: a host that runs a world of WebAssembly actors talking JSON through a broker.
+//! Sausage's core: a host that runs a world of WebAssembly actors talking JSON through a broker,
+//! on one host. It names no NATS type: several hosts are `sausage-cluster`'s, behind the
+//! broker's ports (`broker::ports`), and the binary wires the two.
 //!
-//! The crate is layered: `fs` (commit-on-close files, knows nothing of actors), `runtime`
-//! (wasmtime, knows nothing of routing), `world` (the on-disk layout), `broker` (routing,
-//! mailboxes, supervision, requests), and the native actors `console`, `cargo`, `web` and `scheduler` (`schedules`).
+//! Its modules are layered (DESIGN §19, checked by `tests/layers.rs`): `message`, `fs` <
+//! `replace`, `runtime` < `world` < `people` < `broker` < the native actors `console`, `cargo`,
+//! `schedules` and `web`, which never import each other.
 
 pub mod broker;
 pub mod cargo;
