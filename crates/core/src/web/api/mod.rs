@@ -36,9 +36,9 @@ const FILE_LIMIT: u64 = 1 << 20;
 /// The most files an actor's page lists per folder.
 const FILES_LISTED: usize = 500;
 
-const INDEX: &str = include_str!("assets/index.html");
-const SCRIPT: &str = include_str!("assets/app.js");
-const STYLE: &str = include_str!("assets/app.css");
+const INDEX: &str = include_str!("../assets/index.html");
+const SCRIPT: &str = include_str!("../assets/app.js");
+const STYLE: &str = include_str!("../assets/app.css");
 
 /// The page, its assets and the login link.
 pub fn pages() -> Router<Arc<App>> {
