@@ -30,7 +30,8 @@ pub use actors::actors_table;
 use super::{App, Person, Waiter, refuse};
 use crate::message::{ActorId, Envelope, Outgoing, Speaker};
 
-/// How long the agent has to tell its conversation.
+/// How long the agent or the scheduler has to answer what a page asks of it for a person (its
+/// conversation, rooms, memory, schedules); past it the call is 504.
 const CONVERSATION_PATIENCE: Duration = Duration::from_secs(15);
 
 const INDEX: &str = include_str!("../assets/index.html");
@@ -52,6 +53,8 @@ pub fn pages() -> Router<Arc<App>> {
         .route("/login", get(session::login))
 }
 
+/// Every API call, each answered in its resource's file; any other `/api/` path is a 404 with
+/// `{"error"}`.
 pub fn routes() -> Router<Arc<App>> {
     Router::new()
         .route("/api/me", get(session::me))
