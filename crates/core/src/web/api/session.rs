@@ -37,7 +37,7 @@ pub(super) async fn login(
     if let Err(wait) = app.lock_logins().begin(client, began) {
         let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
         let why = format!(
-            "too many failed logins from {client}: try again in {seconds} s, with a link              `sausage run` or `sausage people link` printed"
+            "too many failed logins from {client}: try again in {seconds} s, with a link `sausage run` or `sausage people link` printed"
         );
         let mut response = refuse(StatusCode::TOO_MANY_REQUESTS, &why);
         response
