@@ -2,6 +2,7 @@
 //! manages who may use it (DESIGN §13).
 
 mod init;
+mod logs;
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -167,6 +168,10 @@ fn parse_tier(name: &str) -> Result<Tier, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = logs::install() {
+        eprintln!("sausage: {e:#}");
+        return ExitCode::FAILURE;
+    }
     raise_file_limit();
     let result = match cli.command {
         Command::Init {
@@ -471,8 +476,8 @@ async fn run(
     if cluster.is_some() && !world.registry_path().exists() {
         // A host joining a cluster needs no world of its own: it takes the shared one.
         world.create()?;
-        eprintln!(
-            "sausage: {}: a new folder for this host of the cluster",
+        tracing::info!(
+            "{}: a new folder for this host of the cluster",
             dir.display()
         );
     }
@@ -487,8 +492,8 @@ async fn run(
         None => None,
     };
     let (broker, services) = open(&world, cluster).await?;
-    eprintln!(
-        "sausage: world `{}` is running; type /help for commands",
+    tracing::info!(
+        "world `{}` is running; type /help for commands",
         dir.display()
     );
     // The web console starts beside the console: a script's first line need not wait for it.
@@ -497,11 +502,11 @@ async fn run(
         tokio::spawn(async move {
             match sausage_core::web::start(broker, addr).await {
                 Ok(web) => {
-                    eprintln!("sausage: web console: {}", web.login_link);
+                    tracing::info!("web console: {}", web.login_link);
                     Some(web)
                 }
                 Err(e) => {
-                    eprintln!("sausage: {e:#}; running without it");
+                    tracing::error!("{e:#}; running without it");
                     None
                 }
             }
@@ -529,7 +534,7 @@ async fn run(
         }
     };
     // Each way ends the run the same way: every actor is stopped gracefully.
-    eprintln!("sausage: stopping every actor");
+    tracing::info!("stopping every actor");
     if let Some(starting) = web
         && let Ok(Some(web)) = starting.await
     {
