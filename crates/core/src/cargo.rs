@@ -129,15 +129,15 @@ pub async fn serve(broker: Arc<Broker>) {
     let shared = broker.world.cargo_target_dir();
     match tokio::task::spawn_blocking(move || retire_shared_target(&shared)).await {
         Ok(Ok(false)) => {}
-        Ok(Ok(true)) => eprintln!(
-            "sausage: cargo: removed the target folder all builds shared; each principal now \
+        Ok(Ok(true)) => tracing::info!(
+            "cargo: removed the target folder all builds shared; each principal now \
              builds in a folder of its own"
         ),
-        Ok(Err(e)) => eprintln!(
-            "sausage: cargo: cannot remove the target folder all builds shared ({e}); remove \
+        Ok(Err(e)) => tracing::warn!(
+            "cargo: cannot remove the target folder all builds shared ({e}); remove \
              what is directly in private/cargo/data/target/ by hand"
         ),
-        Err(e) => eprintln!("sausage: cargo: the removal of the shared target folder failed: {e}"),
+        Err(e) => tracing::warn!("cargo: the removal of the shared target folder failed: {e}"),
     }
     loop {
         let request = mailbox.recv().await;

@@ -156,8 +156,8 @@ impl Applied {
         if let Some(log) = &self.log
             && let Err(e) = std::fs::remove_file(log)
         {
-            eprintln!(
-                "sausage: cannot remove {} ({e}); the next start settles it again",
+            tracing::warn!(
+                "cannot remove {} ({e}); the next start settles it again",
                 log.display()
             );
         }
@@ -172,8 +172,8 @@ impl Applied {
             };
             match back {
                 Ok(()) => remove_quietly(&swap.beside),
-                Err(e) => eprintln!(
-                    "sausage: cannot put {} back as it was ({e}); the old content is in {}",
+                Err(e) => tracing::error!(
+                    "cannot put {} back as it was ({e}); the old content is in {}",
                     swap.target.display(),
                     swap.beside.display()
                 ),
@@ -212,8 +212,8 @@ fn remove_quietly(path: &Path) {
     if let Err(e) = std::fs::remove_dir_all(path)
         && e.kind() != io::ErrorKind::NotFound
     {
-        eprintln!(
-            "sausage: cannot remove {} ({e}); it goes at the next start",
+        tracing::warn!(
+            "cannot remove {} ({e}); it goes at the next start",
             path.display()
         );
     }

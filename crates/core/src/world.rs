@@ -343,8 +343,8 @@ impl World {
     fn move_back(&self, moved: &[(PathBuf, PathBuf)]) {
         for (home, archived) in moved.iter().rev() {
             if let Err(e) = std::fs::rename(archived, home) {
-                eprintln!(
-                    "sausage: cannot move {} back to {}: {e}",
+                tracing::error!(
+                    "cannot move {} back to {}: {e}",
                     archived.display(),
                     home.display()
                 );
@@ -376,7 +376,7 @@ impl World {
         match Envelope::from_line(&bytes) {
             Ok(envelope) => Some(envelope),
             Err(e) => {
-                eprintln!("sausage: {}: not a message ({e}); ignored", path.display());
+                tracing::warn!("{}: not a message ({e}); ignored", path.display());
                 None
             }
         }
@@ -387,7 +387,7 @@ impl World {
     pub fn remove_parked(&self, id: &ActorId) {
         match std::fs::remove_file(self.parked_path(id)) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                eprintln!("sausage: actor {id}: cannot forget its parked message: {e}");
+                tracing::warn!("actor {id}: cannot forget its parked message: {e}");
             }
             _ => {}
         }
@@ -712,7 +712,7 @@ impl World {
     pub fn log_note(&self, id: &ActorId, note: &str) {
         let line = format!("[sausage] {note}\n");
         if let Err(e) = ActorLog::new(self.log_path(id)).append(line.as_bytes()) {
-            eprintln!("sausage: actor {id}: cannot write a note: {e}");
+            tracing::warn!("actor {id}: cannot write a note: {e}");
         }
     }
 

@@ -407,7 +407,7 @@ impl Log {
             if let Err(e) = std::fs::remove_file(&path)
                 && e.kind() != io::ErrorKind::NotFound
             {
-                eprintln!("sausage: {}: cannot remove: {e}", path.display());
+                tracing::warn!("{}: cannot remove: {e}", path.display());
                 return;
             }
             self.disk_bytes -= entry.remove().size;
@@ -425,8 +425,8 @@ impl Log {
             return;
         };
         if let Err(e) = self.copy_forward(oldest) {
-            eprintln!(
-                "sausage: {}: cannot compact the mailbox journal: {e}",
+            tracing::warn!(
+                "{}: cannot compact the mailbox journal: {e}",
                 self.dir.display()
             );
         }
@@ -531,8 +531,8 @@ fn replay(
                 waiting.remove(&key);
                 messages.remove(&key);
             }
-            Err(e) => eprintln!(
-                "sausage: {}: the record at byte {offset} cannot be read ({e}); skipped",
+            Err(e) => tracing::error!(
+                "{}: the record at byte {offset} cannot be read ({e}); skipped",
                 path.display()
             ),
         }

@@ -281,10 +281,7 @@ impl Mailbox {
         let mut inner = self.lock();
         let pos = inner.next_front;
         if let Err(e) = self.record(pos, &envelope) {
-            eprintln!(
-                "sausage: {e}; a kill of the host would lose message {}",
-                envelope.id
-            );
+            tracing::warn!("{e}; a kill of the host would lose message {}", envelope.id);
         }
         inner.next_front -= 1;
         inner.enqueue(pos, envelope, End::Front);
@@ -353,8 +350,8 @@ impl Mailbox {
         match &self.store {
             Store::Journal { journal, actor } => {
                 if let Err(e) = journal.take(actor, queued.pos) {
-                    eprintln!(
-                        "sausage: actor {actor}: the delivery of message {} cannot be recorded \
+                    tracing::warn!(
+                        "actor {actor}: the delivery of message {} cannot be recorded \
                          on disk ({e}); after a kill of the host it may come again",
                         queued.envelope.id
                     );

@@ -113,7 +113,7 @@ fn prepare(
     if status.state == State::Running || (queued && status.state != State::Starting) {
         status.state = State::Starting;
         if let Err(e) = world.write_status(&actor.id, &status) {
-            eprintln!("sausage: {e:#}");
+            tracing::warn!("{e:#}");
         }
     }
     actor.status = status;
@@ -203,8 +203,8 @@ impl Broker {
         let waiting = journal.unclaimed();
         if !waiting.is_empty() {
             let each: Vec<String> = waiting.iter().map(|(a, n)| format!("{a}: {n}")).collect();
-            eprintln!(
-                "sausage: {} messages accepted before the last run ended are waiting ({}); \
+            tracing::info!(
+                "{} messages accepted before the last run ended are waiting ({}); \
                  each actor gets its own as it runs",
                 waiting.values().sum::<usize>(),
                 each.join(", ")
@@ -376,7 +376,7 @@ impl Broker {
         // takes snapshots and restores them in tasks of its own: its starts always walk.
         let idle = self.under_way.load(Ordering::SeqCst) == 0 && self.cluster.is_none();
         if idle && let Err(e) = self.world.mark_ended_cleanly() {
-            eprintln!("sausage: {e:#}; the next start walks the world for temporaries");
+            tracing::warn!("{e:#}; the next start walks the world for temporaries");
         }
     }
 
@@ -449,10 +449,7 @@ impl Broker {
         .await
         .context("compiling an actor")??;
         let status = self.world.read_status(id).unwrap_or_default();
-        eprintln!(
-            "sausage: host {}: runs actor {id}",
-            cluster.placement.host()
-        );
+        tracing::info!("host {}: runs actor {id}", cluster.placement.host());
         let preread = Preread::read(&self.world, id);
         self.supervise(id, entry.version, program, entry.running, status, preread);
         Ok(())
@@ -510,8 +507,8 @@ impl Broker {
         let (world, saved) = (self.world.clone(), registry.clone());
         match tokio::task::spawn_blocking(move || world.save_registry(&saved)).await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => eprintln!("sausage: {e:#}"),
-            Err(e) => eprintln!("sausage: saving the registry failed: {e}"),
+            Ok(Err(e)) => tracing::error!("{e:#}"),
+            Err(e) => tracing::error!("saving the registry failed: {e}"),
         }
     }
 
@@ -552,12 +549,12 @@ impl Broker {
                     ),
                     Err(e) => {
                         let e = format!("actor {}: {}: {e}", actor.id, actor.wasm.display());
-                        eprintln!("sausage: {e}; it cannot run until a good version is installed");
+                        tracing::error!("{e}; it cannot run until a good version is installed");
                         let mut status = actor.status;
                         status.state = State::Broken;
                         status.last_exit = Some(format!("cannot be compiled: {e}"));
                         if let Err(e) = self.world.write_status(&actor.id, &status) {
-                            eprintln!("sausage: {e:#}");
+                            tracing::warn!("{e:#}");
                         }
                     }
                 }
@@ -715,8 +712,8 @@ fn settle_swaps(world: &World, registry: &Registry) -> Result<()> {
         let installed = registry.actors.get(&id).map(|entry| entry.version);
         crate::replace::recover(&log, |note| {
             let keep = note["version"].as_u64() == installed.map(u64::from);
-            eprintln!(
-                "sausage: actor {id}: an interrupted swap to version {} was {}",
+            tracing::warn!(
+                "actor {id}: an interrupted swap to version {} was {}",
                 note["version"],
                 if keep { "completed" } else { "undone" }
             );
@@ -725,8 +722,9 @@ fn settle_swaps(world: &World, registry: &Registry) -> Result<()> {
         .unwrap_or_else(|e| {
             // The world still starts: each folder is whole, old or new, and the hidden rest
             // goes with the clean-up.
-            eprintln!(
-                "sausage: {}: cannot settle this interrupted swap ({e}); check that actor {id}'s                  source and data are the version the registry names",
+            tracing::error!(
+                "{}: cannot settle this interrupted swap ({e}); check that actor {id}'s \
+                 source and data are the version the registry names",
                 log.display()
             )
         });
@@ -788,8 +786,8 @@ impl Drop for UnderWay {
 async fn run_operations(id: ActorId, mut queued: mpsc::UnboundedReceiver<Operation>) {
     while let Some(operation) = queued.recv().await {
         if let Err(e) = tokio::spawn(operation).await {
-            eprintln!(
-                "sausage: bug: an operation on actor {id} failed ({e}); its later operations go on"
+            tracing::error!(
+                "bug: an operation on actor {id} failed ({e}); its later operations go on"
             );
         }
     }

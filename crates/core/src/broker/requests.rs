@@ -278,7 +278,7 @@ impl Broker {
         if let Some(cluster) = &self.cluster
             && let Err(e) = cluster.shared.snapshot(&self.world, &id).await
         {
-            eprintln!("sausage: {e:#}");
+            tracing::warn!("{e:#}");
         }
         Ok(json!({
             "type": "upgraded", "actor": id.as_str(), "version": version, "previous": previous,
@@ -461,7 +461,7 @@ impl Broker {
             if let Err(why) = kept {
                 self.router.restore(&id, mailbox.clone());
                 if let Err(e) = self.world.unarchive(&id, &archive) {
-                    eprintln!("sausage: {e:#}");
+                    tracing::error!("{e:#}");
                 }
                 return undo(why).await;
             }
@@ -626,8 +626,8 @@ impl Broker {
     fn discard_version(&self, id: &ActorId, version: u32) {
         let dir = self.world.version_dir(id, version);
         if let Err(e) = std::fs::remove_dir_all(&dir) {
-            eprintln!(
-                "sausage: {}: cannot remove ({e}); the next upgrade replaces it",
+            tracing::warn!(
+                "{}: cannot remove ({e}); the next upgrade replaces it",
                 dir.display()
             );
         }

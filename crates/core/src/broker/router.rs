@@ -118,8 +118,8 @@ impl Router {
         let local = Mailbox::durable(id.clone(), self.journal.clone());
         while let Some(envelope) = local.take_now() {
             if mailbox.try_push(envelope.clone()).is_err() {
-                eprintln!(
-                    "sausage: actor {id}: message {} kept from before the cluster cannot move \
+                tracing::warn!(
+                    "actor {id}: message {} kept from before the cluster cannot move \
                      into its stream now; it stays in this host's journal",
                     envelope.id
                 );
@@ -424,7 +424,7 @@ impl MessageIds {
             let end = n + MESSAGE_ID_BLOCK;
             if let Err(e) = self.world.save_next_message_id(end) {
                 // Ids stay unique within this run; only a hard kill could then reuse some.
-                eprintln!("sausage: cannot reserve message ids: {e:#}");
+                tracing::warn!("cannot reserve message ids: {e:#}");
             }
             *reserved = end;
         }

@@ -178,7 +178,7 @@ impl GuestOutput for LogOutput {
             Ok(()) => self.failed = false,
             Err(e) if !self.failed => {
                 self.failed = true;
-                eprintln!("sausage: cannot append to an actor's log: {e}");
+                tracing::warn!("cannot append to an actor's log: {e}");
             }
             Err(_) => {}
         }

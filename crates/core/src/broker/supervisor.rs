@@ -545,7 +545,7 @@ impl Task {
     fn set_state(&mut self, state: State) {
         self.status.state = state;
         if let Err(e) = self.sup.world.write_status(&self.sup.id, &self.status) {
-            eprintln!("sausage: {e:#}");
+            tracing::warn!("{e:#}");
         }
     }
 }

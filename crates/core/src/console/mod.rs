@@ -244,7 +244,7 @@ impl Console {
                 tier: person.tier,
             }),
             Err(e) => {
-                eprintln!("sausage: {e:#}; the console speaks for nobody");
+                tracing::warn!("{e:#}; the console speaks for nobody");
                 None
             }
         };

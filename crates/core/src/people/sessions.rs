@@ -54,8 +54,8 @@ impl Sessions {
     pub fn load(path: PathBuf, people: People) -> Sessions {
         let saved: Saved = match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-                eprintln!(
-                    "sausage: {}: unreadable ({e}); everyone logs in again",
+                tracing::warn!(
+                    "{}: unreadable ({e}); everyone logs in again",
                     path.display()
                 );
                 Saved::default()
@@ -83,7 +83,7 @@ impl Sessions {
     /// A token works once; an unreadable `people.json` lets nobody in (and is reported).
     pub fn log_in(&self, token: &str) -> Option<(String, Person)> {
         let person = self.people.use_link(token).unwrap_or_else(|e| {
-            eprintln!("sausage: {e:#}");
+            tracing::error!("{e:#}");
             None
         })?;
         let mut state = self.lock();
@@ -121,7 +121,7 @@ impl Sessions {
                 None
             }
             Err(e) => {
-                eprintln!("sausage: {e:#}");
+                tracing::error!("{e:#}");
                 None
             }
         }
@@ -164,8 +164,8 @@ impl Sessions {
         let written = std::fs::create_dir_all(self.path.parent().expect("in broker/web"))
             .and_then(|()| crate::fs::write_atomically(&self.path, &bytes));
         if let Err(e) = written {
-            eprintln!(
-                "sausage: {}: cannot save the web sessions ({e}); they end with this run",
+            tracing::warn!(
+                "{}: cannot save the web sessions ({e}); they end with this run",
                 self.path.display()
             );
         }

@@ -87,8 +87,8 @@ impl Cache {
                 let component = Component::new(engine, wasm)?;
                 if let Err(e) = self.store(&component, &entry) {
                     // Only the next start pays for it: it compiles again.
-                    eprintln!(
-                        "sausage: cannot cache a compiled component in {}: {e:#}",
+                    tracing::warn!(
+                        "cannot cache a compiled component in {}: {e:#}",
                         self.dir.display()
                     );
                 }
@@ -108,10 +108,7 @@ impl Cache {
         let (compiled, checksum) =
             stored.split_at_checked(stored.len().checked_sub(CHECKSUM_LEN)?)?;
         if checksum != crc32fast::hash(compiled).to_le_bytes() {
-            eprintln!(
-                "sausage: {}: corrupt cache entry; compiling again",
-                entry.display()
-            );
+            tracing::warn!("{}: corrupt cache entry; compiling again", entry.display());
             return None;
         }
         drop(stored);
@@ -122,8 +119,8 @@ impl Cache {
         match unsafe { Component::deserialize_file(engine, entry) } {
             Ok(component) => Some(component),
             Err(e) => {
-                eprintln!(
-                    "sausage: {}: stale cache entry ({e}); compiling again",
+                tracing::debug!(
+                    "{}: stale cache entry ({e}); compiling again",
                     entry.display()
                 );
                 None

@@ -206,8 +206,8 @@ impl Drop for Stack {
         // SAFETY: the first page of this mapping; `resident` has room for its one byte.
         let checked = unsafe { libc::mincore(self.0.base.as_ptr().cast(), 1, &mut resident) };
         if checked == 0 && resident & 1 == 1 {
-            eprintln!(
-                "sausage: bug: an instance's stack reached its last page; stopping, as the memory \
+            tracing::error!(
+                "bug: an instance's stack reached its last page; stopping, as the memory \
                  below it may be overwritten"
             );
             std::process::abort();

@@ -54,17 +54,14 @@ pub fn spawn_with(broker: Arc<Broker>, clock: impl Clock) -> tokio::task::JoinHa
                 .take_schedules(&schedules_path(&broker))
                 .await
             {
-                eprintln!("sausage: the shared schedules: {e:#}");
+                tracing::warn!("the shared schedules: {e:#}");
             }
             let scheduler = Scheduler::open(broker.clone());
-            eprintln!(
-                "sausage: host {}: runs the scheduler",
-                cluster.placement.host()
-            );
+            tracing::info!("host {}: runs the scheduler", cluster.placement.host());
             tokio::select! {
                 () = serve(scheduler, clock.clone()) => return,
                 () = cluster.placement.lost(SCHEDULER) => {
-                    eprintln!("sausage: host {}: another host runs the scheduler now", cluster.placement.host());
+                    tracing::info!("host {}: another host runs the scheduler now", cluster.placement.host());
                 }
             }
         }
@@ -117,26 +114,26 @@ impl Scheduler {
         let mailbox = broker.native_mailbox(SCHEDULER);
         let world = broker.world.clone();
         if let Err(e) = world.create_actor_dirs(&me) {
-            eprintln!("sausage: {e:#}");
+            tracing::error!("{e:#}");
         }
         let path = schedules_path(&broker);
         let table = match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
                 let aside = path.with_extension("json.unreadable");
-                eprintln!(
-                    "sausage: {}: {e}; kept as {}, and no schedule runs until it is fixed and \
+                tracing::error!(
+                    "{}: {e}; kept as {}, and no schedule runs until it is fixed and \
                      put back while the world is stopped",
                     path.display(),
                     aside.display()
                 );
                 if let Err(e) = std::fs::rename(&path, &aside) {
-                    eprintln!("sausage: {}: {e}", aside.display());
+                    tracing::error!("{}: {e}", aside.display());
                 }
                 Table::default()
             }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Table::default(),
             Err(e) => {
-                eprintln!("sausage: {}: {e}; no schedule runs", path.display());
+                tracing::error!("{}: {e}; no schedule runs", path.display());
                 Table::default()
             }
         };

@@ -201,7 +201,7 @@ pub async fn start(broker: Arc<Broker>, addr: SocketAddr) -> Result<Web> {
     let service = router.into_make_service_with_connect_info::<SocketAddr>();
     let server = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, service).await {
-            eprintln!("sausage: the web console stopped: {e}");
+            tracing::error!("the web console stopped: {e}");
         }
     });
     let mailbox = tokio::spawn(read_mailbox(app.clone()));
@@ -232,10 +232,7 @@ async fn keep_questions(
             tokio::task::spawn_blocking(move || crate::fs::write_atomically_unsynced(&at, &bytes))
                 .await;
         if let Ok(Err(e)) = written {
-            eprintln!(
-                "sausage: {}: cannot keep the open questions: {e}",
-                path.display()
-            );
+            tracing::warn!("{}: cannot keep the open questions: {e}", path.display());
         }
     }
 }
