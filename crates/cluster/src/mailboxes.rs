@@ -148,7 +148,7 @@ impl Streams {
                 let (Ok(to), Ok(envelope)) =
                     (ActorId::parse(&to), Envelope::from_line(&message.payload))
                 else {
-                    eprintln!("sausage: a message from another host cannot be read; dropped");
+                    tracing::error!("a message from another host cannot be read; dropped");
                     continue;
                 };
                 let envelope = Arc::new(envelope);
@@ -219,7 +219,7 @@ impl Streams {
             let message = match message {
                 Ok(message) => message,
                 Err(e) => {
-                    eprintln!("sausage: actor {actor}: reading its mailbox: {e}");
+                    tracing::warn!("actor {actor}: reading its mailbox: {e}");
                     continue;
                 }
             };
@@ -235,7 +235,7 @@ impl Streams {
             let envelope = match Envelope::from_line(&message.payload) {
                 Ok(envelope) => Arc::new(envelope),
                 Err(e) => {
-                    eprintln!("sausage: actor {actor}: message {pos} of its mailbox: {e}; dropped");
+                    tracing::error!("actor {actor}: message {pos} of its mailbox: {e}; dropped");
                     let _ = message.ack().await;
                     continue;
                 }
@@ -421,7 +421,7 @@ async fn acknowledge(
             .publish(reply, bytes::Bytes::from_static(b"+ACK"))
             .await
         {
-            eprintln!("sausage: a read message cannot be acknowledged ({e}); it may come again");
+            tracing::warn!("a read message cannot be acknowledged ({e}); it may come again");
         }
     }
 }

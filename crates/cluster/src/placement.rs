@@ -218,10 +218,7 @@ impl Cluster {
             let (_, value) = Beat::of(broker.local_states().await);
             match self.hosts.put(&*self.host, value.into()).await {
                 Ok(_) => last_beat = Instant::now(),
-                Err(e) => eprintln!(
-                    "sausage: host {}: cannot write its heartbeat: {e}",
-                    self.host
-                ),
+                Err(e) => tracing::warn!("host {}: cannot write its heartbeat: {e}", self.host),
             }
             if last_beat.elapsed() >= LEASE_TIMEOUT {
                 // The others may have taken every actor: none runs twice.
@@ -266,8 +263,8 @@ impl Cluster {
                             .is_some_and(|l| *l.host != *self.host)
                 };
                 if elsewhere {
-                    eprintln!(
-                        "sausage: host {}: actor {id} was taken over by another host; stopping it here",
+                    tracing::warn!(
+                        "host {}: actor {id} was taken over by another host; stopping it here",
                         self.host
                     );
                     self.release(&broker, id);
@@ -326,10 +323,7 @@ impl Cluster {
             &id.clone(),
             Box::pin(async move {
                 if let Err(e) = broker2.run_here(&id, restore).await {
-                    eprintln!(
-                        "sausage: host {}: actor {id} cannot start here: {e:#}",
-                        cluster.host
-                    );
+                    tracing::error!("host {}: actor {id} cannot start here: {e:#}", cluster.host);
                 }
                 cluster.view.lock().expect("view lock").busy.remove(&id);
             }),
@@ -363,8 +357,8 @@ impl Cluster {
                     .consume(actor.clone(), mailbox.clone())
                     .await
                 {
-                    Ok(()) => eprintln!("sausage: actor {actor}: its mailbox's consumer ended"),
-                    Err(e) => eprintln!("sausage: actor {actor}: {e:#}"),
+                    Ok(()) => tracing::warn!("actor {actor}: its mailbox's consumer ended"),
+                    Err(e) => tracing::warn!("actor {actor}: {e:#}"),
                 }
                 tokio::time::sleep(HEARTBEAT).await;
             }
@@ -398,7 +392,7 @@ impl Cluster {
     pub async fn forget_actor(&self, id: &ActorId) {
         self.stop_consuming(id, None);
         if let Err(e) = self.streams.remove(id).await {
-            eprintln!("sausage: actor {id}: its mailbox stays on the cluster: {e:#}");
+            tracing::warn!("actor {id}: its mailbox stays on the cluster: {e:#}");
         }
         let _ = self.leases.delete(id.as_str()).await;
         self.view
@@ -489,7 +483,7 @@ impl Cluster {
             ticks.tick().await;
             for id in broker.local_ids() {
                 if let Err(e) = self.snapshot(&broker.world, &id).await {
-                    eprintln!("sausage: {e:#}");
+                    tracing::warn!("{e:#}");
                 }
             }
         }
@@ -501,7 +495,7 @@ impl Cluster {
     pub async fn leave(&self, ran: &[ActorId], world: &sausage_core::world::World) {
         for id in ran {
             if let Err(e) = self.snapshot(world, id).await {
-                eprintln!("sausage: {e:#}");
+                tracing::warn!("{e:#}");
             }
         }
         let beat = Beat {
@@ -543,13 +537,13 @@ where
                     match entry {
                         Ok(entry) => apply(entry).await,
                         Err(e) => {
-                            eprintln!("sausage: watching the cluster's {}: {e}", store.name);
+                            tracing::warn!("watching the cluster's {}: {e}", store.name);
                             break;
                         }
                     }
                 }
             }
-            Err(e) => eprintln!("sausage: cannot watch the cluster's {}: {e}", store.name),
+            Err(e) => tracing::error!("cannot watch the cluster's {}: {e}", store.name),
         }
         tokio::time::sleep(HEARTBEAT).await;
     }

@@ -42,8 +42,8 @@ impl Cluster {
             .await
             .is_ok()
         {
-            eprintln!(
-                "sausage: host {}: the first host of the cluster; seeding it from {}",
+            tracing::info!(
+                "host {}: the first host of the cluster; seeding it from {}",
                 self.host,
                 world.root().display()
             );
@@ -90,8 +90,8 @@ impl Cluster {
             sausage_core::fs::write_atomically(&world.people_path(), &people)?;
         }
         self.share_credentials(world).await?;
-        eprintln!(
-            "sausage: host {}: joined the cluster at {} ({} actors)",
+        tracing::info!(
+            "host {}: joined the cluster at {} ({} actors)",
             self.host,
             self.url,
             registry.actors.len()
@@ -107,7 +107,7 @@ impl Cluster {
         let mut shared = match self.registry.watch_with_history(PEOPLE).await {
             Ok(watch) => watch,
             Err(e) => {
-                eprintln!("sausage: people are not shared with the other hosts: {e}");
+                tracing::error!("people are not shared with the other hosts: {e}");
                 return;
             }
         };
@@ -122,7 +122,7 @@ impl Cluster {
                     }
                     match people.replace_file(&entry.value) {
                         Ok(()) => last = entry.value.to_vec(),
-                        Err(e) => eprintln!("sausage: the cluster's people: {e:#}"),
+                        Err(e) => tracing::warn!("the cluster's people: {e:#}"),
                     }
                 }
                 _ = ticks.tick() => {
@@ -130,7 +130,7 @@ impl Cluster {
                     if now != last && !now.is_empty() {
                         match self.registry.put(PEOPLE, now.clone().into()).await {
                             Ok(_) => last = now,
-                            Err(e) => eprintln!("sausage: cannot share the people: {e}"),
+                            Err(e) => tracing::warn!("cannot share the people: {e}"),
                         }
                     }
                 }
@@ -191,7 +191,7 @@ impl Cluster {
                     shipped[field] = format!("{SHIPPED_PREFIX}{name}").into();
                     changed = true;
                 }
-                Err(e) => eprintln!("sausage: {path}: cannot ship it to another host: {e:#}"),
+                Err(e) => tracing::warn!("{path}: cannot ship it to another host: {e:#}"),
             }
         }
         if !changed {
