@@ -268,6 +268,7 @@ impl Streams {
     /// still waits in its subject go.
     pub async fn remove(&self, actor: &ActorId) -> Result<()> {
         let stream = self.js.get_stream(super::MAILBOX_STREAM).await?;
+        // A consumer left behind has nobody pulling from it, and its subject is purged next.
         let _ = stream.delete_consumer(&consumer_name(actor)).await;
         stream.purge().filter(subject(actor)).await?;
         Ok(())

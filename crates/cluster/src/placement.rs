@@ -394,13 +394,24 @@ impl Cluster {
         if let Err(e) = self.streams.remove(id).await {
             tracing::warn!("actor {id}: its mailbox stays on the cluster: {e:#}");
         }
+        // A lease left behind is harmless: placement looks only at registered actors, and a
+        // new actor of the same id overwrites it (`place_new` puts, it does not compare).
         let _ = self.leases.delete(id.as_str()).await;
         self.view
             .lock()
             .expect("view lock")
             .leases
             .remove(id.as_str());
-        let _ = self.snapshots.delete(id.as_str()).await;
+        // Not harmless: a new actor of the same id that starts on another host would restore
+        // it, so say so where an operator looks.
+        if let Err(e) = self.snapshots.delete(id.as_str()).await {
+            tracing::warn!(
+                "actor {id}: its last snapshot stays on the cluster ({e}); a new actor named \
+                 `{id}` would start from its files: remove it with `nats object del \
+                 {} {id}`",
+                super::SNAPSHOTS_BUCKET
+            );
+        }
     }
 
     /// The host whose lease `id` is under, when that is another live host.
@@ -504,6 +515,8 @@ impl Cluster {
             leaving: true,
         };
         let value = serde_json::to_vec(&beat).expect("a heartbeat serialises");
+        // Without the leaving beat the others take this host's actors after LEASE_TIMEOUT
+        // instead of at once: slower, never wrong.
         let _ = self.hosts.put(&*self.host, value.into()).await;
         let leases: Vec<(String, u64)> = {
             let view = self.view.lock().expect("view lock");
@@ -514,6 +527,8 @@ impl Cluster {
                 .collect()
         };
         for (id, revision) in leases {
+            // A lease not given up is taken over once this host's heartbeat is LEASE_TIMEOUT
+            // old; the revision keeps this from deleting one another host took meanwhile.
             let _ = self
                 .leases
                 .delete_expect_revision(&id, Some(revision))

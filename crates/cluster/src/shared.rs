@@ -394,6 +394,7 @@ impl Cluster {
                 Ok(())
             })();
             if built.is_err() {
+                // A hidden temporary: the start after this one's clean-up removes what is left.
                 let _ = std::fs::remove_dir_all(&staged);
             }
             built
@@ -455,6 +456,7 @@ impl Cluster {
             anyhow::Ok(())
         }
         .await;
+        // In the scratch folder, which every start empties: a leftover costs only disk.
         let _ = tokio::fs::remove_dir_all(&dir).await;
         stored.with_context(|| format!("actor {id}: cannot store its snapshot in the cluster"))?;
         self.fingerprints
@@ -498,6 +500,7 @@ impl Cluster {
             .context("restoring a snapshot")
             .and_then(|r| r),
         };
+        // In the scratch folder, which every start empties: a leftover costs only disk.
         let _ = tokio::fs::remove_dir_all(&dir).await;
         self.fingerprints
             .lock()
