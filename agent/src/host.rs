@@ -1,6 +1,7 @@
 //! What the agent needs from the world around it, as one small trait: messages in (with a time
-//! limit), messages out, one streaming HTTP POST, and the wall clock. The component implements it over WASI
-//! (`wasi_host.rs`); unit tests implement it with a script (`testing.rs`).
+//! limit), messages out, one streaming HTTP POST (handing over the messages that arrive
+//! meanwhile), and the wall clock. The component implements it over WASI (`wasi_host.rs`); unit
+//! tests implement it with a script (`testing.rs`).
 //! **Invariant:** nothing outside an implementation of [`Host`] touches stdin, stdout or the network.
 
 use std::time::{Duration, SystemTime};
@@ -45,18 +46,24 @@ pub trait Host {
 
     /// Sends the request. A 2xx answer's body goes to `stream` piece by piece as it arrives,
     /// and `stream(&[])` is called at least every [`STREAM_TICK`] while it is silent; any other
-    /// answer comes back whole as `Refused`. Messages that arrive meanwhile are kept for
-    /// `receive`; a shutdown among them abandons the request with `Stopped`.
-    /// Whatever `stream` returns (batched progress, one message for each person who follows
-    /// the turn) is sent at once.
+    /// answer comes back whole as `Refused`. Whatever `stream` returns (batched progress, one
+    /// message for each person who follows the turn) is sent at once.
+    /// The messages read meanwhile, and any read earlier and not yet returned, go to
+    /// `meanwhile`, in order, those of one read together, before the host waits again. They are
+    /// the caller's from then on (`receive` and `arrived` never return them): a host counts a
+    /// message delivered for good once the actor commits a file after reading it (or 5 s after
+    /// the read), so a caller that must not lose them to a kill commits them there (DESIGN §20).
+    /// A shutdown among them abandons the request with `Stopped`; `receive` says `Stop` after.
     fn post(
         &mut self,
         request: &HttpRequest,
         stream: &mut dyn FnMut(&[u8]) -> Vec<Outgoing>,
+        meanwhile: &mut dyn FnMut(Vec<Incoming>),
     ) -> Posted;
 
-    /// The messages that arrived while a request was in flight and were not taken yet, without
-    /// waiting (a shutdown among them is kept for the next `receive`).
+    /// The messages that came and were not returned yet (read together with an earlier one, or
+    /// waiting on stdin now), without waiting; a shutdown among them is kept for the next
+    /// `receive`.
     fn arrived(&mut self) -> Vec<Incoming>;
 
     /// The wall clock: the day a turn's spending counts for.

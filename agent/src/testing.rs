@@ -56,12 +56,20 @@ pub enum Answer {
     },
     /// A shutdown came while the request was in flight.
     Stopped,
+    /// The host is killed (`kill -9`) while this body streams: after it (the request's
+    /// arrivals in its middle) the fake panics with [`KILLED`], so nothing after it runs, and
+    /// what the agent committed to `/data` by then is all a restart finds.
+    Kill(Vec<u8>),
 }
 
+/// The panic of [`Answer::Kill`].
+pub const KILLED: &str = "the scripted host was killed";
+
 /// A host that plays a script: `receive` returns `events` in order (then times out, or `Stop`s
-/// a wait without a limit), `post`
-/// answers with `answers` in order (then asks `respond`); `arrivals` are messages that come while the request with
-/// the given index (0 = the first) is in flight. What the agent sends and posts is recorded.
+/// a wait without a limit), `post` answers with `answers` in order (then asks `respond`);
+/// `arrivals` are messages that come while the request with the given index (0 = the first) is
+/// in flight, handed to its `meanwhile` in the middle of a streamed answer (or before any other
+/// answer). What the agent sends and posts is recorded.
 #[derive(Default)]
 pub struct ScriptedHost {
     pub events: VecDeque<Event>,
@@ -131,7 +139,9 @@ impl Host for ScriptedHost {
         &mut self,
         request: &HttpRequest,
         stream: &mut dyn FnMut(&[u8]) -> Vec<Outgoing>,
+        meanwhile: &mut dyn FnMut(Vec<Incoming>),
     ) -> Posted {
+        let index = self.requests.len();
         self.requests.push(request.clone());
         let answer = match (self.answers.pop_front(), &mut self.respond) {
             (Some(answer), _) => answer,
@@ -141,26 +151,38 @@ impl Host for ScriptedHost {
                 retry: false,
             },
         };
-        match answer {
-            Answer::Stream(bytes) => {
-                for piece in bytes.chunks(STREAM_PIECE) {
-                    self.sent.extend(stream(piece));
-                }
-                Posted::Streamed
+        let (now, later) = std::mem::take(&mut self.arrivals)
+            .into_iter()
+            .partition(|(during, _)| *during == index);
+        self.arrivals = later;
+        let mut now: Vec<Incoming> = now.into_iter().map(|(_, message)| message).collect();
+        let body: &[u8] = match &answer {
+            Answer::Stream(bytes) | Answer::Kill(bytes) => bytes,
+            _ => &[],
+        };
+        let pieces: Vec<&[u8]> = body.chunks(STREAM_PIECE).collect();
+        for (n, piece) in pieces.iter().enumerate() {
+            if n == pieces.len() / 2 && !now.is_empty() {
+                meanwhile(std::mem::take(&mut now));
             }
+            self.sent.extend(stream(piece));
+        }
+        if !now.is_empty() {
+            meanwhile(now);
+        }
+        match answer {
+            Answer::Stream(_) => Posted::Streamed,
             Answer::Refused(response) => Posted::Refused(response),
             Answer::Failed { why, retry } => Posted::Failed { why, retry },
             Answer::Stopped => Posted::Stopped,
+            Answer::Kill(_) => panic!("{KILLED}"),
         }
     }
 
+    /// A script's messages come one at a time: through `receive`, or during a request through
+    /// `post`'s `meanwhile`. None is ever read ahead.
     fn arrived(&mut self) -> Vec<Incoming> {
-        let posted = self.requests.len();
-        let (now, later) = std::mem::take(&mut self.arrivals)
-            .into_iter()
-            .partition(|(during, _)| *during < posted);
-        self.arrivals = later;
-        now.into_iter().map(|(_, message)| message).collect()
+        Vec::new()
     }
 
     fn now(&self) -> SystemTime {

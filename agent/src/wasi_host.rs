@@ -2,7 +2,9 @@
 //! time limit and an HTTP call can notice a shutdown), stdout through std, and model calls through
 //! `wasi:http/outgoing-handler`, where the host does the connection and TLS. A 2xx answer's body
 //! is handed on piece by piece as it arrives (the model's stream), with a tick while it is silent.
-//! **Invariant:** stdin is read only here, into `queue`; no message read is ever dropped.
+//! **Invariant:** stdin is read only here, into `queue`; no message read is ever dropped: each
+//! leaves `queue` through `receive` or `arrived`, or through a `post`'s `meanwhile` in the
+//! wake-up that read it.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -41,7 +43,8 @@ pub struct WasiHost {
     stdin: InputStream,
     /// Bytes of a line not yet complete.
     partial: Vec<u8>,
-    /// Messages read but not yet returned by `receive`, in arrival order.
+    /// Messages read but not yet returned (or handed to a `post`'s `meanwhile`), in arrival
+    /// order.
     queue: VecDeque<Incoming>,
     /// A shutdown or the end of stdin was seen; `receive` returns `Stop` once `queue` is empty.
     stopped: bool,
@@ -93,6 +96,13 @@ impl WasiHost {
         }
         self.stopped |= ended;
     }
+
+    /// Hands every message read and not yet returned to a `post`'s `meanwhile`, oldest first.
+    fn hand_over(&mut self, meanwhile: &mut dyn FnMut(Vec<Incoming>)) {
+        if !self.queue.is_empty() {
+            meanwhile(self.queue.drain(..).collect());
+        }
+    }
 }
 
 impl Host for WasiHost {
@@ -136,6 +146,7 @@ impl Host for WasiHost {
         &mut self,
         request: &HttpRequest,
         stream: &mut dyn FnMut(&[u8]) -> Vec<Outgoing>,
+        meanwhile: &mut dyn FnMut(Vec<Incoming>),
     ) -> Posted {
         if self.candidate {
             return Posted::Failed {
@@ -145,7 +156,7 @@ impl Host for WasiHost {
                 retry: false,
             };
         }
-        match self.try_post(request, stream) {
+        match self.try_post(request, stream, meanwhile) {
             Ok(posted) => posted,
             Err((why, retry)) => Posted::Failed { why, retry },
         }
@@ -170,7 +181,10 @@ impl WasiHost {
         &mut self,
         request: &HttpRequest,
         stream: &mut dyn FnMut(&[u8]) -> Vec<Outgoing>,
+        meanwhile: &mut dyn FnMut(Vec<Incoming>),
     ) -> Result<Posted, PostError> {
+        // What an earlier `receive` read with its message is handed over before this long wait.
+        self.hand_over(meanwhile);
         let fatal = |why: String| (why, false);
         let (scheme, rest) = request.url.split_once("://").ok_or_else(|| {
             fatal(format!(
@@ -235,8 +249,8 @@ impl WasiHost {
         } // The stream must be dropped before its body is finished.
         OutgoingBody::finish(body, None).map_err(|e| (describe(&e), !denied(&e)))?;
 
-        // Waits for: the answer's headers (index 0), or a message on stdin (index 1), which may be
-        // a shutdown: then the request is dropped, which cancels it.
+        // Waits for: the answer's headers (index 0), or a message on stdin (index 1), handed over
+        // before the next wait; a shutdown drops the request, which cancels it.
         loop {
             let answered = future.subscribe();
             let readable = self.stdin.subscribe();
@@ -244,6 +258,7 @@ impl WasiHost {
                 break;
             }
             self.read_available();
+            self.hand_over(meanwhile);
             if self.stopped {
                 return Ok(Posted::Stopped);
             }
@@ -276,14 +291,16 @@ impl WasiHost {
                 .stream()
                 .map_err(|()| fatal("the answer's stream was already taken".into()))?;
             loop {
-                // Waits for: bytes of the answer (index 0), a message on stdin (index 1, maybe a
-                // shutdown), or the tick that lets batched progress go out (index 2).
+                // Waits for: bytes of the answer (index 0), a message on stdin (index 1, handed
+                // over at once; maybe a shutdown), or the tick that lets batched progress go out
+                // (index 2).
                 let readable = body.subscribe();
                 let stdin = self.stdin.subscribe();
                 let tick = subscribe_duration(STREAM_TICK.as_nanos() as u64);
                 let ready = poll(&[&readable, &stdin, &tick]);
                 if ready.contains(&1) {
                     self.read_available();
+                    self.hand_over(meanwhile);
                     if self.stopped {
                         return Ok(Posted::Stopped);
                     }

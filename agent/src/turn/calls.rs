@@ -293,7 +293,7 @@ impl<H: Host> Agent<H> {
                 return Awaited::Stopped;
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.host.receive(Some(left)) {
+            match self.receive(Some(left)) {
                 Event::Message(m)
                     if m.reply_to.as_deref() == Some(reply_to)
                         && match expected {
@@ -326,7 +326,7 @@ impl<H: Host> Agent<H> {
             let mut timeout = deadline.saturating_duration_since(Instant::now());
             // The first message ends the wait; whatever arrived with it is taken too.
             while !self.stop_asked {
-                match self.host.receive(Some(timeout)) {
+                match self.receive(Some(timeout)) {
                     Event::Message(m) => self.keep(m),
                     Event::TimedOut => break,
                     Event::Stop => return None,

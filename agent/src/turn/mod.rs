@@ -3,18 +3,20 @@
 //! the conversation's `history.json` (see `conversations`), `turn.json` (the turn in progress:
 //! its conversation, the message that started it, the steps so far, its usage, a reply being
 //! waited for), `inbox.json` (texts waiting for their turn, and messages not yet shown, each
-//! with its conversation) and `spend.json` (the day's spending).
+//! with its conversation), `arrived.jsonl` (messages read while the model was asked, until they
+//! are kept; see `arrived`) and `spend.json` (the day's spending).
 //! A turn acts for one person (DESIGN §13): its request holds only its conversation, its tools
 //! pass `access` first, and everything about it goes to the people of that conversation with
 //! `for` (and `room`). While a step streams, they see its text as `progress` messages; every
 //! tool call is announced as `tool` started and finished; the final reply carries the turn's
 //! `usage`.
 //! The loop and the step are here; the same `Agent` is continued in `calls` (the tools the turn
-//! runs itself), `inbox` (what arrives outside a wait) and `rounds` (goals), one file each.
+//! runs itself), `inbox` (what arrives outside a wait) and `rounds` (goals), one file each;
+//! `arrived` holds what the host read during a model request until it is kept.
 //! **Invariant:** a turn always ends with exactly one answer to the message that started it, in
 //! words even when everything failed; a shutdown ends it only by saving it for the next start.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -34,10 +36,12 @@ use crate::message::{HttpRequest, Incoming, Outgoing, Tier, shorten, valid_id};
 use crate::provider::{self, Failure, Reply, Usage};
 use crate::tools::{self, DEFAULT_WAIT_SECONDS, MAX_WAIT_SECONDS, card, cut_output, string_arg};
 
+mod arrived;
 mod calls;
 mod inbox;
 mod rounds;
 
+use arrived::Arrived;
 use calls::{answer_words, preview};
 
 /// What the model is told at every step: the whole design of the world it works in.
@@ -414,6 +418,9 @@ pub struct Agent<H: Host> {
     /// `SAUSAGE_CANDIDATE`: a test instance on a scratch copy of the running agent's `/data`.
     candidate: bool,
     inbox: Inbox,
+    /// What the host read while the model was asked: kept (and so taken by `receive`) before
+    /// anything read later, and in `arrived.jsonl` until then.
+    arrived: Arrived,
     /// The id of the message whose turn is running, if one is.
     current: Option<String>,
     /// The running turn's conversation and message, for who may stop it and where unaddressed
@@ -456,6 +463,7 @@ impl<H: Host> Agent<H> {
             version: version.to_string(),
             candidate,
             inbox: Inbox::default(),
+            arrived: Arrived::new((!candidate).then(|| data.join("arrived.jsonl"))),
             current: None,
             running: None,
             surfaces: Surfaces::load(&data),
@@ -487,6 +495,14 @@ impl<H: Host> Agent<H> {
         // what it is sent.
         if !self.candidate {
             self.inbox = read_json(&self.file("inbox.json")).unwrap_or_default();
+            // What a kill cut off before it was kept; `inbox.json` may have some of it already.
+            let kept: HashSet<String> = (self.inbox.turns.iter())
+                .chain(self.inbox.notes.iter().map(|kept| &kept.message))
+                .map(|message| message.id.clone())
+                .collect();
+            for note in self.arrived.load(kept) {
+                eprintln!("agent: {note}");
+            }
             if let Some(saved) = self.saved_turn()
                 && self.resume(saved) == Flow::Stop
             {
@@ -496,7 +512,7 @@ impl<H: Host> Agent<H> {
         // People's texts come first, round-robin by sender; a goal's rounds run when none
         // waits, so a goal never locks anyone out for longer than one round.
         loop {
-            // What came while the last turn asked the model waits in the host: people first.
+            // What came while the last turn asked the model waits in `arrived`: people first.
             self.take_arrived();
             if !self.inbox.turns.is_empty() {
                 let next = fairness::next(&self.inbox.turns, &self.served);
@@ -509,7 +525,7 @@ impl<H: Host> Agent<H> {
             }
             let goal = (!self.candidate).then(|| self.goals.active()).flatten();
             let wait = goal.as_ref().map(|_| Duration::ZERO);
-            match (self.host.receive(wait), goal) {
+            match (self.receive(wait), goal) {
                 (Event::Message(message), _) => self.keep(message),
                 (Event::TimedOut, Some(goal)) => {
                     if self.round(goal) == Flow::Stop {
@@ -1166,20 +1182,26 @@ impl<H: Host> Agent<H> {
         let room = turn.conversation.room().map(str::to_string);
         let id = turn.message.id.clone();
         let progress = &mut self.progress;
-        let posted = self.host.post(request, &mut |bytes| {
-            if broken.is_none() && !bytes.is_empty() {
-                match stream.feed(bytes) {
-                    Ok(text) if show => progress.pending.push_str(&text),
-                    Ok(_) => {}
-                    Err(failure) => broken = Some(failure),
+        let arrived = &mut self.arrived;
+        let posted = self.host.post(
+            request,
+            &mut |bytes| {
+                if broken.is_none() && !bytes.is_empty() {
+                    match stream.feed(bytes) {
+                        Ok(text) if show => progress.pending.push_str(&text),
+                        Ok(_) => {}
+                        Err(failure) => broken = Some(failure),
+                    }
                 }
-            }
-            let Some(text) = progress.due(Instant::now()) else {
-                return Vec::new();
-            };
-            let body = json!({"type": "progress", "text": text});
-            addressed(&audience, room.as_deref(), Some(&id), &body, None)
-        });
+                let Some(text) = progress.due(Instant::now()) else {
+                    return Vec::new();
+                };
+                let body = json!({"type": "progress", "text": text});
+                addressed(&audience, room.as_deref(), Some(&id), &body, None)
+            },
+            // In the file before the host waits again; kept by the next wait, or after the step.
+            &mut |messages| arrived.add(messages),
+        );
         if !self.progress.pending.is_empty() {
             // The rest of the text goes now, keeping the batching interval.
             if let Some(last) = self.progress.last {
@@ -1243,7 +1265,7 @@ impl<H: Host> Agent<H> {
             if left.is_zero() {
                 return Awaited::TimedOut;
             }
-            match self.host.receive(Some(left)) {
+            match self.receive(Some(left)) {
                 Event::Message(m) => self.keep(m),
                 Event::TimedOut => return Awaited::TimedOut,
                 Event::Stop => return Awaited::Stop,
@@ -1251,11 +1273,29 @@ impl<H: Host> Agent<H> {
         }
     }
 
-    /// Keeps the messages that arrived while the model was asked (a `stop` among them counts).
+    /// Keeps the messages that arrived while the model was asked (a `stop` among them counts),
+    /// then removes their file, then keeps those the host has read since.
     fn take_arrived(&mut self) {
+        while let Some(message) = self.arrived.next() {
+            self.keep(message);
+        }
+        let removed = self.arrived.remove_if_empty();
+        self.report(removed);
         for message in self.host.arrived() {
             self.keep(message);
         }
+    }
+
+    /// The next message: those read while the model was asked first, as they came first.
+    /// Each caller keeps (or otherwise handles) a message before it asks for the next, so
+    /// once none of them waits, their file can go.
+    fn receive(&mut self, timeout: Option<Duration>) -> Event {
+        if let Some(message) = self.arrived.next() {
+            return Event::Message(message);
+        }
+        let removed = self.arrived.remove_if_empty();
+        self.report(removed);
+        self.host.receive(timeout)
     }
 
     /// Gives every call still without a result this `output`, so the history stays whole.
@@ -1365,7 +1405,7 @@ impl<H: Host> Agent<H> {
 
     /// A shutdown came inside a turn: keep what already arrived, save, and let the agent exit.
     fn stop(&mut self, history: &History, turn: &SavedTurn) -> Flow {
-        while let Event::Message(m) = self.host.receive(Some(Duration::ZERO)) {
+        while let Event::Message(m) = self.receive(Some(Duration::ZERO)) {
             self.keep(m);
         }
         let mut history = history.clone();
@@ -1522,3 +1562,6 @@ mod people_tests;
 
 #[cfg(test)]
 mod authority_tests;
+
+#[cfg(test)]
+mod arrived_tests;

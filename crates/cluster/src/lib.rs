@@ -3,16 +3,23 @@
 //!
 //! What is shared lives in JetStream: the registry, people and the message-id counter in the
 //! key-value bucket [`REGISTRY_BUCKET`], every version (wasm, meta, source) in the object store
-//! [`VERSIONS_BUCKET`], each actor's last snapshot of `/data` and `/public` in
-//! [`SNAPSHOTS_BUCKET`], and every WASM actor's mailbox in the work-queue stream
-//! [`MAILBOX_STREAM`], one subject per actor ([`mailboxes`]). Which host runs an actor is a
-//! lease in [`LEASES_BUCKET`], taken by compare-and-set; a host's heartbeat in [`HOSTS_BUCKET`]
-//! renews all its leases at once, and a host not heard from for [`LEASE_TIMEOUT`] loses them
-//! ([`placement`]). The broker sees all this only through its ports
+//! [`VERSIONS_BUCKET`], each actor's snapshots of `/data` and `/public` in [`SNAPSHOTS_BUCKET`]
+//! and every change of its files since in the stream `SAUSAGE_COMMITS` ([`commits`]), and every
+//! WASM actor's mailbox in the work-queue stream [`MAILBOX_STREAM`], one subject per actor
+//! ([`mailboxes`]). On a NATS cluster each keeps a copy on up to three nodes ([`replicas`]),
+//! and a host given every node (`--cluster`, [`Servers`]) goes on through another when its
+//! own dies. Which host runs an actor is a lease in the registry bucket, taken by
+//! compare-and-set; a host's heartbeat in [`HOSTS_BUCKET`] renews all its leases at once, and a
+//! host not heard from for [`LEASE_TIMEOUT`] loses them ([`placement`]). A lease's revision is
+//! the fencing token of every write for its actor ([`fence`]). The broker sees all this only
+//! through its ports
 //! (`sausage_core::broker::ports`, `router::Remote`, `mailbox::MailboxStream`), implemented
 //! here; a single host without `--cluster` runs none of it.
 
+mod commits;
+mod fence;
 mod mailboxes;
+pub use mailboxes::GROUP_MAX;
 mod placement;
 mod ports;
 mod shared;
@@ -24,104 +31,293 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use async_nats::jetstream::{self, kv, object_store, stream};
+use tokio::sync::watch;
 
 use sausage_core::broker::ports::Ports;
 use sausage_core::message::{ActorId, Runs};
+use sausage_core::runtime::run_until::RunUntil;
 
 pub use placement::LeaseView;
 
-/// The registry (`actor.<id>`, `subscriptions`), `people`, `message-ids` and `seeded`.
+/// The registry (`actor.<id>`, `subscriptions`), `people`, `message-ids` and `seeded`, and
+/// everything written for one actor under its lease, in one stream so that each such write can
+/// be conditional on the lease (`fence`): the leases (`lease.<id>`: the host that runs it),
+/// which snapshot is each actor's current one (`snapshot.<id>`) and the `schedules`.
 pub const REGISTRY_BUCKET: &str = "sausage-registry";
-/// Actor id → the host that runs it.
-pub const LEASES_BUCKET: &str = "sausage-leases";
 /// Host id → its heartbeat.
 pub const HOSTS_BUCKET: &str = "sausage-hosts";
 /// `<id>/<n>/actor.wasm`, `<id>/<n>/meta.json`, `<id>/<n>/source.tar`.
 pub const VERSIONS_BUCKET: &str = "sausage-versions";
-/// `<id>`: a tar of the actor's `data/` and `public/`.
+/// `<id>/<lease revision>-<time>`: a tar of the actor's `data/` and `public/`, each under a new
+/// name; `snapshot.<id>` in the registry names the current one.
 pub const SNAPSHOTS_BUCKET: &str = "sausage-snapshots";
 /// Every WASM actor's mailbox: work-queue retention, subject `sausage.mailbox.<id>`.
 pub const MAILBOX_STREAM: &str = "SAUSAGE_MAILBOXES";
 
-/// Messages one mailbox's subject holds on the cluster (a hundred times a single host's
-/// mailbox: a reader on another host does not slow its senders down, the stream holds the
-/// backlog); past it, a message is `undeliverable`.
+/// Publications one mailbox's subject holds on the cluster (a hundred times a single host's
+/// mailbox, and a publication carries up to [`GROUP_MAX`] messages: a reader on
+/// another host does not slow its senders down, the stream holds the backlog); past it, a
+/// message is `undeliverable`.
 pub const MAILBOX_STREAM_LIMIT: i64 = 100 * sausage_core::broker::mailbox::MAILBOX_CAPACITY as i64;
-/// How often a host writes its heartbeat (and so renews its leases).
-pub const HEARTBEAT: Duration = Duration::from_secs(1);
-/// A host not heard from this long has lost its leases.
-pub const LEASE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A test knob, not a setting: `SAUSAGE_TEST_MAILBOX_STREAM_LIMIT` replaces
+/// [`MAILBOX_STREAM_LIMIT`] when a host makes the mailbox stream, so a test fills a mailbox in
+/// moments.
+const MAILBOX_LIMIT_TEST_KNOB: &str = "SAUSAGE_TEST_MAILBOX_STREAM_LIMIT";
+
+fn mailbox_stream_limit() -> i64 {
+    std::env::var(MAILBOX_LIMIT_TEST_KNOB)
+        .ok()
+        .and_then(|limit| limit.parse().ok())
+        .unwrap_or(MAILBOX_STREAM_LIMIT)
+}
+/// How often a host writes its heartbeat (and so renews its leases) and looks at placement.
+/// Half a second keeps a fail-over within [`LEASE_TIMEOUT`] plus half a second (the last
+/// heartbeat of a killed host is at most that old, and the others look that often).
+pub const HEARTBEAT: Duration = Duration::from_millis(500);
+/// A host whose last completed renewal (heartbeat written and acknowledged) was *sent* this
+/// long ago, on its monotonic clock, runs nothing more: no guest slice, no message or
+/// acknowledgement out, no write for an actor (`RunUntil`), and it stops its actors before it
+/// renews again. Measured from the send, so a slow acknowledgement only shortens it.
+pub const SELF_STOP_AFTER: Duration = Duration::from_secs(5);
+/// A host not heard from this long, on the clock of the host that looks, has lost its leases.
+/// The hosts' bucket is one stream and its watch hands entries in the stream's order, so a host
+/// that sees its own heartbeat has seen every renewal stored before it: the other host's last
+/// renewal came through no earlier than it was sent, and is judged lost at least this long
+/// after that send, while the old host stopped [`SELF_STOP_AFTER`] after it. The difference
+/// (0.5 s) is the margin for the old host's last guest slice and for the two clocks' rates. A
+/// killed host's actors are taken 5 to 6 s after the kill, then started.
+pub const LEASE_TIMEOUT: Duration = Duration::from_millis(5500);
+/// [`LEASE_TIMEOUT`] in the whole seconds of a stored entry's time stamp, rounded up.
+const LEASE_TIMEOUT_SECS: i64 = LEASE_TIMEOUT.as_millis().div_ceil(1000) as i64;
 /// How often a running actor's files are snapshotted at least.
 pub const SNAPSHOT_EVERY: Duration = Duration::from_secs(60);
+/// A test knob, not a setting: `SAUSAGE_TEST_SNAPSHOT_EVERY_MS` replaces [`SNAPSHOT_EVERY`] so
+/// a test can see a paused host try to snapshot an actor it lost.
+const SNAPSHOT_TEST_KNOB: &str = "SAUSAGE_TEST_SNAPSHOT_EVERY_MS";
 /// Message numbers one run of a host reserves at once: `m-<n>` stays unique in the world.
 const ID_BLOCK: u64 = 1 << 32;
+
+/// [`SNAPSHOT_EVERY`], or what [`SNAPSHOT_TEST_KNOB`] sets.
+fn snapshot_every() -> Duration {
+    std::env::var(SNAPSHOT_TEST_KNOB)
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map_or(SNAPSHOT_EVERY, Duration::from_millis)
+}
 
 /// A host's membership of a cluster.
 pub struct Cluster {
     pub host: Arc<str>,
     pub url: String,
+    js: jetstream::Context,
+    /// The registry, the leases and what is written under them (see [`REGISTRY_BUCKET`]).
     registry: kv::Store,
-    leases: kv::Store,
     hosts: kv::Store,
     versions: object_store::ObjectStore,
     snapshots: object_store::ObjectStore,
     streams: Arc<mailboxes::Streams>,
+    /// Every change of an actor's files, stored before it is made ([`commits`]).
+    commits: Arc<commits::Commits>,
     /// What this host knows of the others and of the leases, kept by watches.
     view: Arc<Mutex<placement::View>>,
     /// What each actor's last snapshot from this host held (`shared::fingerprint`).
     fingerprints: Mutex<HashMap<ActorId, u64>>,
     /// The consumers of the mailboxes of the actors this host runs.
     consumers: Mutex<HashMap<ActorId, tokio::task::JoinHandle<()>>>,
+    /// Until when this host may run its actors: moved forward by each renewal ([`placement`]),
+    /// checked by its runtime before every guest slice and here before anything leaves the
+    /// host for an actor.
+    run_until: Arc<RunUntil>,
+    /// Notified when this host's own heartbeat comes through the hosts' watch.
+    own_beat: tokio::sync::Notify,
 }
 
 /// The stores of a cluster, opened (and made by the first host) in one place.
 struct Stores {
     registry: kv::Store,
-    leases: kv::Store,
     hosts: kv::Store,
     versions: object_store::ObjectStore,
     snapshots: object_store::ObjectStore,
 }
 
-/// Connects to the NATS server at `url`; the error says how to get one.
-pub async fn connect(url: &str) -> Result<async_nats::Client> {
-    async_nats::ConnectOptions::new()
-        .connection_timeout(Duration::from_secs(5))
-        .name("sausage")
-        .connect(url)
+/// The NATS servers `--cluster` names: one URL, or the nodes of a NATS cluster separated by
+/// commas. The client gets them all and tries them in the order written, so hosts given the
+/// list in different orders spread over the nodes; when its node dies it goes on through the
+/// next that answers (and any other the servers name).
+#[derive(Clone, Debug)]
+pub struct Servers {
+    addresses: Vec<async_nats::ServerAddr>,
+    /// As written, for messages.
+    written: String,
+}
+
+/// How a list of NATS servers is written, for the errors that refuse one.
+const SERVERS_EXAMPLE: &str = "nats://10.0.0.1:4222,nats://10.0.0.2:4222,nats://10.0.0.3:4222";
+
+impl std::str::FromStr for Servers {
+    type Err = String;
+
+    fn from_str(list: &str) -> Result<Servers, String> {
+        let mut addresses = Vec::new();
+        for (n, entry) in list.split(',').enumerate() {
+            let entry = entry.trim();
+            if entry.is_empty() {
+                return Err(format!(
+                    "server {} of `{list}` is empty; write the NATS servers' URLs separated \
+                     by commas, as in {SERVERS_EXAMPLE}",
+                    n + 1
+                ));
+            }
+            let address: async_nats::ServerAddr = entry
+                .parse()
+                .ok()
+                .filter(|a: &async_nats::ServerAddr| !a.host().is_empty())
+                .ok_or_else(|| {
+                    format!(
+                        "`{entry}` is not a NATS server's URL; write nats://HOST:PORT, several \
+                         separated by commas, as in {SERVERS_EXAMPLE}"
+                    )
+                })?;
+            addresses.push(address);
+        }
+        Ok(Servers {
+            addresses,
+            written: list.to_string(),
+        })
+    }
+}
+
+impl std::fmt::Display for Servers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.written)
+    }
+}
+
+/// How long the first connection to a server may take before the next is tried.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the client pings its server: one that misses two pings in a row (a node that
+/// hangs rather than dies) is left for the next server of the list.
+const PING_INTERVAL: Duration = Duration::from_secs(2);
+
+/// A client of the NATS cluster.
+pub struct Connection {
+    pub client: async_nats::Client,
+    /// Counts the client's connections after the first: a change means it moved to another
+    /// node, and what was on its way through the old one (deliveries, answers) may be lost.
+    pub connections: watch::Receiver<u64>,
+}
+
+/// Connects to the first of `servers` that answers, as `name` (the name the servers' `/connz`
+/// shows); the error says how to get one.
+pub async fn connect(servers: &Servers, name: &str) -> Result<Connection> {
+    let (counter, connections) = watch::channel(0);
+    let connected_once = std::sync::atomic::AtomicBool::new(false);
+    let who = name.to_string();
+    let client = async_nats::ConnectOptions::new()
+        .connection_timeout(CONNECT_TIMEOUT)
+        .ping_interval(PING_INTERVAL)
+        .retain_servers_order()
+        .name(name)
+        .event_callback(move |event| {
+            match event {
+                // The first connection moves nothing: the guard only marks it made.
+                async_nats::Event::Connected
+                    if connected_once.swap(true, std::sync::atomic::Ordering::Relaxed) =>
+                {
+                    counter.send_modify(|n| *n += 1);
+                    tracing::info!("{who}: connected to the NATS cluster again");
+                }
+                async_nats::Event::Disconnected => {
+                    tracing::warn!("{who}: lost its NATS server; trying the others it knows");
+                }
+                _ => {}
+            }
+            std::future::ready(())
+        })
+        .connect(servers.addresses.as_slice())
         .await
         .with_context(|| {
             format!(
-                "cannot reach the NATS server at {url}; start one with JetStream \
-                 (`nats-server -js`) and give its address as --cluster nats://HOST:PORT"
+                "cannot reach any NATS server at {servers}; start one with JetStream \
+                 (`nats-server -js`) and give its address as --cluster nats://HOST:PORT \
+                 (the nodes of a NATS cluster separated by commas)"
             )
-        })
+        })?;
+    Ok(Connection {
+        client,
+        connections,
+    })
+}
+
+/// The most copies JetStream keeps of each stream and bucket: three survive the loss of any
+/// one node (two of three are still a majority).
+const MOST_REPLICAS: usize = 3;
+
+/// How many copies the cluster's stores get: `asked` (`--replicas`), else [`MOST_REPLICAS`]
+/// or fewer when the NATS cluster has fewer nodes. More than the cluster's nodes is refused.
+fn replicas(client: &async_nats::Client, asked: Option<usize>) -> Result<usize> {
+    let nodes = nodes(client);
+    match asked {
+        Some(0) => bail!("--replicas 0: a store needs at least 1 copy"),
+        Some(n) if n > nodes => bail!(
+            "--replicas {n}: the NATS cluster has {nodes} node{}, and a store cannot have more \
+             copies than nodes; give at most {nodes}, or start more nodes",
+            if nodes == 1 { "" } else { "s" }
+        ),
+        Some(n) => Ok(n),
+        None => Ok(nodes.min(MOST_REPLICAS)),
+    }
+}
+
+/// How many nodes the NATS cluster has, as its server tells clients: `connect_urls` in its
+/// INFO names every node's client address, its own included (a single server names none). A
+/// node listening on every interface of a machine with several names each of its addresses,
+/// which counts too many; `--replicas` says the right number then.
+fn nodes(client: &async_nats::Client) -> usize {
+    let info = client.server_info();
+    let urls: std::collections::HashSet<&String> = info.connect_urls.iter().collect();
+    urls.len().max(1)
 }
 
 impl Cluster {
-    /// Joins the cluster at `url` as host `host`: opens the shared stores (making them when this
-    /// is the first host) and reserves this run's message ids.
-    pub async fn join(url: &str, host: &str) -> Result<Arc<Cluster>> {
+    /// Joins the cluster at `servers` as host `host`: opens the shared stores (making them with
+    /// `replicas` copies, see [`replicas`], when this is the first host) and starts publishing.
+    pub async fn join(
+        servers: &Servers,
+        host: &str,
+        replicas: Option<usize>,
+    ) -> Result<Arc<Cluster>> {
         let host_id = ActorId::parse(host)
             .map_err(|e| anyhow::anyhow!("--host-id: {}", e.replace("actor id", "host id")))?;
-        let client = connect(url).await?;
-        let js = jetstream::new(client.clone());
-        let stores = open_stores(&js).await.with_context(|| {
-            format!("{url}: cannot open the cluster's stores; is JetStream enabled (`-js`)?")
+        let connection = connect(servers, &format!("sausage host {host_id}")).await?;
+        let replicas = self::replicas(&connection.client, replicas)?;
+        let js = jetstream::new(connection.client.clone());
+        let stores = patiently("opening the cluster's stores", || {
+            open_stores(&js, replicas)
+        })
+        .await
+        .with_context(|| {
+            format!("{servers}: cannot open the cluster's stores; is JetStream enabled (`-js`)?")
         })?;
-        refuse_a_host_id_in_use(&stores.hosts, host_id.as_str()).await?;
+        patiently("looking for another host of this id", || {
+            refuse_a_host_id_in_use(&stores.hosts, host_id.as_str())
+        })
+        .await?;
         let view = Arc::new(Mutex::default());
+        let run_until = RunUntil::until_renewed();
         let streams = mailboxes::Streams::start(
             Arc::from(host_id.as_str()),
-            client,
-            js.clone(),
+            connection,
             Arc::clone(&view),
+            run_until.clone(),
         );
         Ok(Arc::new(Cluster {
             host: Arc::from(host_id.as_str()),
-            url: url.to_string(),
+            url: servers.to_string(),
+            commits: Arc::new(commits::Commits::new(js.clone())),
+            js,
             registry: stores.registry,
-            leases: stores.leases,
             hosts: stores.hosts,
             versions: stores.versions,
             snapshots: stores.snapshots,
@@ -129,7 +325,14 @@ impl Cluster {
             view,
             fingerprints: Mutex::default(),
             consumers: Mutex::default(),
+            run_until,
+            own_beat: tokio::sync::Notify::new(),
         }))
+    }
+
+    /// The deadline this host's runtime must run its guests by (`Runtime::bounded`).
+    pub fn run_until(&self) -> Arc<RunUntil> {
+        self.run_until.clone()
     }
 
     /// Reserves [`ID_BLOCK`] message numbers for this run, by compare-and-set on the counter.
@@ -175,11 +378,15 @@ fn is_led_native(key: &str) -> bool {
     sausage_core::message::native(key).is_some_and(|n| n.runs == Runs::LedByOne)
 }
 
-async fn open_stores(js: &jetstream::Context) -> Result<Stores> {
+/// Opens the cluster's stores, making those missing with `replicas` copies; a store made
+/// with fewer copies than that (by a first host on a smaller NATS cluster) is used as it is,
+/// and said.
+async fn open_stores(js: &jetstream::Context, replicas: usize) -> Result<Stores> {
     let bucket = |name: &str, history: i64| kv::Config {
         bucket: name.to_string(),
         history,
         storage: stream::StorageType::File,
+        num_replicas: replicas,
         ..Default::default()
     };
     let objects = |name: &'static str| async move {
@@ -189,6 +396,7 @@ async fn open_stores(js: &jetstream::Context) -> Result<Stores> {
                 .create_object_store(object_store::Config {
                     bucket: name.to_string(),
                     storage: stream::StorageType::File,
+                    num_replicas: replicas,
                     ..Default::default()
                 })
                 .await
@@ -200,23 +408,77 @@ async fn open_stores(js: &jetstream::Context) -> Result<Stores> {
         subjects: vec![format!("{}.*", mailboxes::SUBJECT_PREFIX)],
         retention: stream::RetentionPolicy::WorkQueue,
         storage: stream::StorageType::File,
+        num_replicas: replicas,
         // A message is a line of at most 1 MiB, with its envelope and headers.
         max_message_size: 2 * 1024 * 1024,
         // One mailbox holds at most this many: past it, a message is undeliverable.
-        max_messages_per_subject: MAILBOX_STREAM_LIMIT,
+        max_messages_per_subject: mailbox_stream_limit(),
         discard: stream::DiscardPolicy::New,
         discard_new_per_subject: true,
+        duplicate_window: mailboxes::DUPLICATE_WINDOW,
         ..Default::default()
     })
     .await
     .context(MAILBOX_STREAM)?;
-    Ok(Stores {
+    js.get_or_create_stream(commits::stream_config(replicas))
+        .await
+        .context(commits::COMMITS_STREAM)?;
+    let stores = Stores {
         registry: key_value(js, bucket(REGISTRY_BUCKET, 1)).await?,
-        leases: key_value(js, bucket(LEASES_BUCKET, 1)).await?,
         hosts: key_value(js, bucket(HOSTS_BUCKET, 1)).await?,
         versions: objects(VERSIONS_BUCKET).await?,
         snapshots: objects(SNAPSHOTS_BUCKET).await?,
-    })
+    };
+    let streams = [
+        MAILBOX_STREAM.to_string(),
+        commits::COMMITS_STREAM.to_string(),
+        format!("KV_{REGISTRY_BUCKET}"),
+        format!("KV_{HOSTS_BUCKET}"),
+        format!("OBJ_{VERSIONS_BUCKET}"),
+        format!("OBJ_{SNAPSHOTS_BUCKET}"),
+    ];
+    for name in streams {
+        let stream = wait_for_leader(js, &name).await?;
+        let copies = stream.cached_info().config.num_replicas;
+        if copies < replicas {
+            tracing::warn!(
+                "the cluster's stream {name} keeps {copies} cop{} of its data, fewer than the \
+                 {replicas} this NATS cluster allows, so losing one node can lose it or stop \
+                 it; raise it with `nats stream edit {name} --replicas {replicas}`",
+                if copies == 1 { "y" } else { "ies" }
+            );
+        }
+    }
+    Ok(stores)
+}
+
+/// How long a host waits for a stream of the cluster to have a leader before it goes on
+/// regardless (its writes are then retried where they matter).
+const LEADER_PATIENCE: Duration = Duration::from_secs(30);
+
+/// The stream `name` once it has a leader: one just made on a NATS cluster (or whose leader's
+/// node died) takes a moment to elect one, and until then nobody answers what is written to it.
+async fn wait_for_leader(js: &jetstream::Context, name: &str) -> Result<stream::Stream> {
+    let deadline = tokio::time::Instant::now() + LEADER_PATIENCE;
+    loop {
+        let mut stream = js.get_stream(name).await.context(name.to_string())?;
+        let led = stream
+            .info()
+            .await
+            .map(|info| info.cluster.as_ref().is_none_or(|c| c.leader.is_some()))
+            .unwrap_or(false);
+        if led {
+            return Ok(stream);
+        }
+        if tokio::time::Instant::now() > deadline {
+            tracing::warn!(
+                "the cluster's stream {name} has no leader after {} s; going on",
+                LEADER_PATIENCE.as_secs()
+            );
+            return Ok(stream);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The bucket `config` names, made when it does not exist yet (by this host or, in a race, by
@@ -235,6 +497,48 @@ async fn key_value(js: &jetstream::Context, config: kv::Config) -> Result<kv::St
     }
 }
 
+/// How long a host joining keeps trying what JetStream does not answer yet: a NATS cluster just
+/// formed, or one whose node just died, elects the leaders of its streams for seconds, and
+/// meanwhile a request gets no responder or times out.
+const JOIN_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Runs `attempt` until it succeeds, fails for good, or [`JOIN_PATIENCE`] passes while it fails
+/// only for want of an answer ([`unanswered`]); each such failure is logged.
+pub async fn patiently<T, F, Fut>(what: &str, mut attempt: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let deadline = tokio::time::Instant::now() + JOIN_PATIENCE;
+    loop {
+        match attempt().await {
+            Ok(done) => return Ok(done),
+            Err(e) if unanswered(&e) && tokio::time::Instant::now() < deadline => {
+                tracing::warn!("{what}: {e:#}; trying again");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Whether `e` says only that JetStream did not answer (no responder, a timeout, no leader
+/// yet), which passes once the cluster has elected its leaders; not that it refused.
+fn unanswered(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        let said = cause.to_string().to_lowercase();
+        [
+            "no responders",
+            "timed out",
+            "timeout",
+            "temporarily unavailable",
+            "no leader",
+        ]
+        .iter()
+        .any(|sign| said.contains(sign))
+    })
+}
+
 /// Refuses to join as `host` while another process is that host: its heartbeat still changes.
 /// A host killed a moment ago is not refused; it only waits to see no heartbeat come.
 async fn refuse_a_host_id_in_use(hosts: &kv::Store, host: &str) -> Result<()> {
@@ -245,7 +549,7 @@ async fn refuse_a_host_id_in_use(hosts: &kv::Store, host: &str) -> Result<()> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
-    if beat.leaving || now - last.created.unix_timestamp() > LEASE_TIMEOUT.as_secs() as i64 {
+    if beat.leaving || now - last.created.unix_timestamp() > LEASE_TIMEOUT_SECS {
         return Ok(());
     }
     tokio::time::sleep(HEARTBEAT * 5 / 2).await;
@@ -255,5 +559,36 @@ async fn refuse_a_host_id_in_use(hosts: &kv::Store, host: &str) -> Result<()> {
              --host-id"
         ),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_of_nats_servers_keeps_its_order_and_a_bad_one_says_how_to_write_it() {
+        let servers: Servers = "nats://10.0.0.1:4222, nats://10.0.0.2:4223,10.0.0.3"
+            .parse()
+            .unwrap();
+        let hosts: Vec<(&str, u16)> = servers
+            .addresses
+            .iter()
+            .map(|a| (a.host(), a.port()))
+            .collect();
+        assert_eq!(
+            hosts,
+            [("10.0.0.1", 4222), ("10.0.0.2", 4223), ("10.0.0.3", 4222)]
+        );
+        for bad in [
+            "",
+            "nats://a:1,,nats://b:2",
+            "nats://a:1,",
+            "http://a:1",
+            "nats://",
+        ] {
+            let e = bad.parse::<Servers>().unwrap_err();
+            assert!(e.contains(SERVERS_EXAMPLE), "{bad}: {e}");
+        }
     }
 }

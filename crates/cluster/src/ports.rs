@@ -117,6 +117,23 @@ impl SharedStore for Cluster {
         Box::pin(Cluster::snapshot(self, world, id))
     }
 
+    fn replica(
+        &self,
+        world: &World,
+        id: &ActorId,
+        mailbox: Arc<Mailbox>,
+    ) -> Option<Arc<dyn sausage_core::runtime::Replica>> {
+        Some(Arc::new(crate::commits::ActorReplica {
+            commits: self.commits.clone(),
+            world: world.clone(),
+            id: id.clone(),
+            mailbox,
+            runtime: tokio::runtime::Handle::current(),
+            run_until: self.run_until.clone(),
+            term: self.run_until.term(),
+        }))
+    }
+
     fn restore_snapshot<'a>(
         &'a self,
         world: &'a World,

@@ -4,7 +4,8 @@
 //! The first host to join seeds the stores from its folder; a later host takes the registry and
 //! people from them into its own folder, and each version when it first runs it. Each host's
 //! folder stays a whole world (its `sausage.json` mirrors the shared registry), so the broker's
-//! own code reads it as on a single host.
+//! own code reads it as on a single host. What is written for one actor (its registry entry,
+//! which snapshot is current) and the scheduler's table are written under the lease (`fence`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,6 +22,8 @@ use sausage_core::message::ActorId;
 use sausage_core::world::{ActorEntry, Registry, World};
 
 const SEEDED: &str = "seeded";
+/// `snapshot.<id>`: the name of `id`'s current snapshot in [`super::SNAPSHOTS_BUCKET`].
+const SNAPSHOT_PREFIX: &str = "snapshot.";
 const SUBSCRIPTIONS: &str = "subscriptions";
 /// The scheduler's table, shared by the host that leads it for the next one.
 const SCHEDULES: &str = "schedules";
@@ -29,6 +32,8 @@ const ACTOR_PREFIX: &str = "actor.";
 const CREDENTIALS_PREFIX: &str = "credentials.";
 /// How long a joining host waits for the first host to finish seeding.
 const SEEDING_LIMIT: Duration = Duration::from_secs(120);
+/// How long a version's file is tried again while the store does not answer.
+const PUT_PATIENCE: Duration = Duration::from_secs(15);
 
 impl Cluster {
     /// At join, before the broker opens `world`: the first host to join seeds the shared
@@ -47,25 +52,7 @@ impl Cluster {
                 self.host,
                 world.root().display()
             );
-            let registry = world.load_registry()?;
-            self.put_registry_changes(&Registry::default(), &registry)
-                .await?;
-            for id in registry.actors.keys() {
-                let id = ActorId::parse(id).map_err(anyhow::Error::msg)?;
-                for version in world.versions(&id) {
-                    self.upload_version(world, &id, version).await?;
-                }
-                if world.data_dir(&id).is_dir() {
-                    self.snapshot(world, &id).await?;
-                }
-            }
-            if let Ok(people) = std::fs::read(world.people_path()) {
-                self.registry.put(PEOPLE, people.into()).await?;
-            }
-            self.share_credentials(world).await?;
-            self.registry
-                .put(SEEDED, format!("seeded by {}", self.host).into())
-                .await?;
+            self.seed(world).await?;
             return Ok(());
         }
         let deadline = tokio::time::Instant::now() + SEEDING_LIMIT;
@@ -73,6 +60,12 @@ impl Cluster {
             let value = self.registry.get(SEEDED).await?.unwrap_or_default();
             if value.starts_with(b"seeded") {
                 break;
+            }
+            if value == seeding.as_bytes() {
+                // This host began seeding and was interrupted (JetStream did not answer): it
+                // seeds again, every step of which replaces what it stored.
+                self.seed(world).await?;
+                return Ok(());
             }
             if tokio::time::Instant::now() > deadline {
                 bail!(
@@ -99,48 +92,86 @@ impl Cluster {
         Ok(())
     }
 
+    /// Stores this host's world as the cluster's: the registry, every version, a snapshot of
+    /// each actor's files, the people and the credentials, then marks the cluster seeded.
+    async fn seed(&self, world: &World) -> Result<()> {
+        let registry = world.load_registry()?;
+        self.put_registry_changes(&Registry::default(), &registry)
+            .await?;
+        for id in registry.actors.keys() {
+            let id = ActorId::parse(id).map_err(anyhow::Error::msg)?;
+            for version in world.versions(&id) {
+                self.upload_version(world, &id, version).await?;
+            }
+            if world.data_dir(&id).is_dir() {
+                self.snapshot(world, &id).await?;
+            }
+        }
+        if let Ok(people) = std::fs::read(world.people_path()) {
+            self.registry.put(PEOPLE, people.into()).await?;
+        }
+        self.share_credentials(world).await?;
+        self.registry
+            .put(SEEDED, format!("seeded by {}", self.host).into())
+            .await?;
+        Ok(())
+    }
+
     /// Keeps this host's `people.json` and the shared copy the same, both ways: a change made
     /// here (`sausage people …`, the People page) is shared within a [`super::HEARTBEAT`], one
     /// made on another host is written here as it comes. The last change wins.
     pub async fn sync_people(self: std::sync::Arc<Self>, world: World) {
         let people = sausage_core::people::People::new(&world);
-        let mut shared = match self.registry.watch_with_history(PEOPLE).await {
-            Ok(watch) => watch,
-            Err(e) => {
-                tracing::error!("people are not shared with the other hosts: {e}");
-                return;
-            }
-        };
         let mut last = people.file_bytes();
         let mut ticks = tokio::time::interval(super::HEARTBEAT);
         loop {
-            tokio::select! {
-                entry = shared.next() => {
-                    let Some(Ok(entry)) = entry else { return };
-                    if entry.operation != kv::Operation::Put || entry.value[..] == last[..] {
-                        continue;
-                    }
-                    match people.replace_file(&entry.value) {
-                        Ok(()) => last = entry.value.to_vec(),
-                        Err(e) => tracing::warn!("the cluster's people: {e:#}"),
-                    }
+            // Made again, from the last value, a moment after it fails (its node died, say).
+            let mut shared = match self.registry.watch_with_history(PEOPLE).await {
+                Ok(watch) => watch,
+                Err(e) => {
+                    tracing::warn!("people are not shared with the other hosts for now: {e}");
+                    tokio::time::sleep(super::HEARTBEAT).await;
+                    continue;
                 }
-                _ = ticks.tick() => {
-                    let now = people.file_bytes();
-                    if now != last && !now.is_empty() {
-                        match self.registry.put(PEOPLE, now.clone().into()).await {
-                            Ok(_) => last = now,
-                            Err(e) => tracing::warn!("cannot share the people: {e}"),
+            };
+            loop {
+                tokio::select! {
+                    entry = shared.next() => {
+                        let Some(Ok(entry)) = entry else { break };
+                        if entry.operation != kv::Operation::Put || entry.value[..] == last[..] {
+                            continue;
+                        }
+                        match people.replace_file(&entry.value) {
+                            Ok(()) => last = entry.value.to_vec(),
+                            Err(e) => tracing::warn!("the cluster's people: {e:#}"),
+                        }
+                    }
+                    _ = ticks.tick() => {
+                        let now = people.file_bytes();
+                        if now != last && !now.is_empty() {
+                            match self.registry.put(PEOPLE, now.clone().into()).await {
+                                Ok(_) => last = now,
+                                Err(e) => tracing::warn!("cannot share the people: {e}"),
+                            }
                         }
                     }
                 }
             }
+            tokio::time::sleep(super::HEARTBEAT).await;
         }
     }
 
-    /// Shares the scheduler's table: only the host that leads the scheduler writes it.
+    /// Shares the scheduler's table: only the host that leads the scheduler writes it, under
+    /// the scheduler's lease.
     pub async fn share_schedules(&self, table: Vec<u8>) -> Result<()> {
-        self.registry.put(SCHEDULES, table.into()).await?;
+        let scheduler = sausage_core::message::SCHEDULER;
+        self.fenced_write(
+            scheduler,
+            SCHEDULES,
+            Some(table.into()),
+            "table of schedules",
+        )
+        .await?;
         Ok(())
     }
 
@@ -304,21 +335,21 @@ impl Cluster {
     }
 
     /// Writes what changed from `old` to `new` into the shared registry: each actor's entry is
-    /// its own key, the subscriptions one more.
+    /// its own key, written under the actor's lease; the subscriptions one more.
     pub async fn put_registry_changes(&self, old: &Registry, new: &Registry) -> Result<()> {
         for (id, entry) in &new.actors {
             if old.actors.get(id) != Some(entry) {
                 let value = serde_json::to_vec(entry).expect("an entry serialises");
-                self.registry
-                    .put(format!("{ACTOR_PREFIX}{id}"), value.into())
+                let key = format!("{ACTOR_PREFIX}{id}");
+                self.fenced_write(id, &key, Some(value.into()), "registry entry")
                     .await
                     .with_context(|| format!("cannot share the registry entry of `{id}`"))?;
             }
         }
         for id in old.actors.keys() {
             if !new.actors.contains_key(id) {
-                self.registry
-                    .delete(format!("{ACTOR_PREFIX}{id}"))
+                let key = format!("{ACTOR_PREFIX}{id}");
+                self.fenced_write(id, &key, None, "registry entry")
                     .await
                     .with_context(|| format!("cannot remove `{id}` from the shared registry"))?;
             }
@@ -353,12 +384,23 @@ impl Cluster {
         self.put_object(&format!("{prefix}/source.tar"), tar).await
     }
 
+    /// Stores `bytes` as `name` among the versions, tried again for [`PUT_PATIENCE`] while the
+    /// store does not answer (its stream elects a leader: just made, or its node died).
     async fn put_object(&self, name: &str, bytes: Vec<u8>) -> Result<()> {
-        self.versions
-            .put(name, &mut bytes.as_slice())
-            .await
-            .with_context(|| format!("cannot store {name} in the cluster"))?;
-        Ok(())
+        let deadline = tokio::time::Instant::now() + PUT_PATIENCE;
+        loop {
+            match self.versions.put(name, &mut bytes.as_slice()).await {
+                Ok(_) => return Ok(()),
+                Err(e) if tokio::time::Instant::now() < deadline => {
+                    tracing::debug!("cannot store {name} in the cluster yet ({e}); trying again");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => {
+                    return Err(anyhow::Error::from(e))
+                        .with_context(|| format!("cannot store {name} in the cluster"));
+                }
+            }
+        }
     }
 
     /// Makes sure this host's folder holds version `version` of `id`, fetching it from the
@@ -425,6 +467,10 @@ impl Cluster {
     /// snapshot, which the next host to run it starts from. Packed into a file of the scratch
     /// folder and streamed from there, so a big `/data` takes no memory; skipped when no file
     /// changed since the last snapshot (same names, sizes, times and inodes).
+    ///
+    /// Stored under a name of its own, then made current by writing that name at
+    /// `snapshot.<id>` under the actor's lease: a host that lost the lease stores an object
+    /// nobody reads (and removes it), never the one the next owner restores.
     pub async fn snapshot(&self, world: &World, id: &ActorId) -> Result<()> {
         let (data, public) = (world.data_dir(id), world.public_dir(id));
         let scratch = world.scratch_dir();
@@ -434,6 +480,9 @@ impl Cluster {
             .expect("fingerprints lock")
             .get(id)
             .copied();
+        // Taken before the files are read: the commits after it are replayed over the snapshot
+        // (a commit made while packing is in both, and applying it again changes nothing).
+        let through = self.commits.last_known(id).unwrap_or(0);
         let packed = tokio::task::spawn_blocking(move || -> Result<Option<(PathBuf, u64)>> {
             let print = fingerprint(&[&data, &public])?;
             if last == Some(print) {
@@ -442,7 +491,12 @@ impl Cluster {
             std::fs::create_dir_all(&scratch)?;
             let dir = sausage_core::fs::create_temporary_dir(&scratch)?;
             let file = std::fs::File::create(dir.join("snapshot.tar"))?;
-            pack_into(file, &[("data", &data), ("public", &public)])?;
+            let covers = serde_json::to_vec(&serde_json::json!({"through": through}))?;
+            pack_into(
+                file,
+                &[("data", &data), ("public", &public)],
+                &[(COVERS, &covers)],
+            )?;
             Ok(Some((dir, print)))
         })
         .await
@@ -450,19 +504,63 @@ impl Cluster {
         let Some((dir, print)) = packed else {
             return Ok(());
         };
+        let token = self.token(id.as_str());
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let name = format!("{id}/{}-{nanos}", token.revision);
         let stored = async {
             let mut file = tokio::fs::File::open(dir.join("snapshot.tar")).await?;
-            self.snapshots.put(id.as_str(), &mut file).await?;
+            self.snapshots.put(name.as_str(), &mut file).await?;
             anyhow::Ok(())
         }
         .await;
         // In the scratch folder, which every start empties: a leftover costs only disk.
         let _ = tokio::fs::remove_dir_all(&dir).await;
         stored.with_context(|| format!("actor {id}: cannot store its snapshot in the cluster"))?;
+        let pointer = format!("{SNAPSHOT_PREFIX}{id}");
+        let replaced = self.registry.get(&pointer).await.ok().flatten();
+        let current = self
+            .write_under(
+                id.as_str(),
+                token,
+                &pointer,
+                Some(name.clone().into()),
+                "snapshot",
+            )
+            .await;
+        let gone = match current {
+            Ok(_) => replaced.map(|r| String::from_utf8_lossy(&r).into_owned()),
+            Err(_) => Some(name),
+        };
+        if let Some(gone) = gone
+            && let Err(e) = self.snapshots.delete(&gone).await
+        {
+            // Named by no pointer, so never restored: it costs only the store's space.
+            tracing::warn!("actor {id}: an old snapshot stays in the cluster ({gone}): {e}");
+        }
+        current?;
         self.fingerprints
             .lock()
             .expect("fingerprints lock")
             .insert(id.clone(), print);
+        // Snapshots compact the commits (DESIGN §20).
+        self.commits.compact(id, through).await
+    }
+
+    /// Removes `id`'s current snapshot (the actor was removed), under its lease.
+    pub async fn forget_snapshot(&self, id: &ActorId) -> Result<()> {
+        let pointer = format!("{SNAPSHOT_PREFIX}{id}");
+        let Some(name) = self.registry.get(&pointer).await? else {
+            return Ok(());
+        };
+        self.fenced_write(id.as_str(), &pointer, None, "snapshot")
+            .await?;
+        let name = String::from_utf8_lossy(&name).into_owned();
+        self.snapshots
+            .delete(&name)
+            .await
+            .with_context(|| format!("actor {id}: its last snapshot stays in the cluster"))?;
         Ok(())
     }
 
@@ -470,9 +568,37 @@ impl Cluster {
     /// the stores, whole or not at all (fetched into a file, unpacked beside, swapped in).
     /// False when it has none.
     pub async fn restore_snapshot(&self, world: &World, id: &ActorId) -> Result<bool> {
-        let Ok(mut object) = self.snapshots.get(id.as_str()).await else {
-            return Ok(false);
+        let pointer = format!("{SNAPSHOT_PREFIX}{id}");
+        let (restored, through) = match self.registry.get(&pointer).await? {
+            Some(name) => {
+                let name = String::from_utf8_lossy(&name).into_owned();
+                let object = self
+                    .snapshots
+                    .get(&name)
+                    .await
+                    .with_context(|| format!("actor {id}: its snapshot {name} is missing"))?;
+                (true, self.unpack_snapshot(world, id, object).await?)
+            }
+            None => (false, 0),
         };
+        // Every change committed since the snapshot, then this host's `take`: the actor goes
+        // on from its last commit, and a message that commit had read is not given again.
+        let replayed = self.commits.replay(world, id, through).await?;
+        if let Some(read) = replayed.read
+            && let Some(mailbox) = self.streams.router().and_then(|r| r.mailbox(id))
+        {
+            mailbox.read_through(read);
+        }
+        Ok(restored)
+    }
+
+    /// Replaces `id`'s files with the snapshot `object`; returns the last commit it covers.
+    async fn unpack_snapshot(
+        &self,
+        world: &World,
+        id: &ActorId,
+        mut object: async_nats::jetstream::object_store::Object,
+    ) -> Result<u64> {
         let scratch = world.scratch_dir();
         tokio::fs::create_dir_all(&scratch).await?;
         let dir = sausage_core::fs::create_temporary_dir(&scratch)?;
@@ -485,16 +611,22 @@ impl Cluster {
         let (into, actor, unpacked) = (world.clone(), id.clone(), dir.clone());
         let restored = match fetched {
             Err(e) => Err(e.context(format!("actor {id}: cannot fetch its snapshot"))),
-            Ok(()) => tokio::task::spawn_blocking(move || -> Result<()> {
+            Ok(()) => tokio::task::spawn_blocking(move || -> Result<u64> {
                 let file = std::fs::File::open(unpacked.join("snapshot.tar"))?;
                 unpack_from(file, &unpacked.join("tree"))?;
+                // A snapshot from before commits were replicated covers none.
+                let through = std::fs::read(unpacked.join("tree").join(COVERS))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                    .and_then(|v| v["through"].as_u64())
+                    .unwrap_or(0);
                 sausage_core::replace::Replacement::prepare(vec![
                     (unpacked.join("tree/data"), into.data_dir(&actor)),
                     (unpacked.join("tree/public"), into.public_dir(&actor)),
                 ])
                 .and_then(sausage_core::replace::Replacement::apply)
                 .map(sausage_core::replace::Applied::finish)?;
-                Ok(())
+                Ok(through)
             })
             .await
             .context("restoring a snapshot")
@@ -506,9 +638,12 @@ impl Cluster {
             .lock()
             .expect("fingerprints lock")
             .remove(id);
-        restored.map(|()| true)
+        restored
     }
 }
+
+/// The entry of a snapshot's tar that says which commits it covers: `{"through": <sequence>}`.
+const COVERS: &str = "commits.json";
 
 /// What a snapshot of `folders` would hold, as one number: every committed file's path, size,
 /// modification time and inode (a commit replaces the inode).
@@ -549,10 +684,15 @@ fn fingerprint(folders: &[&Path]) -> Result<u64> {
 
 /// A tar of each `(name, folder)`, committed files only (no temporary of a writer).
 fn pack(folders: &[(&str, &Path)]) -> Result<Vec<u8>> {
-    pack_into(Vec::new(), folders)
+    pack_into(Vec::new(), folders, &[])
 }
 
-fn pack_into<W: std::io::Write>(out: W, folders: &[(&str, &Path)]) -> Result<W> {
+/// A tar of each `(name, folder)` and each `(name, bytes)` of `files`, written to `out`.
+fn pack_into<W: std::io::Write>(
+    out: W,
+    folders: &[(&str, &Path)],
+    files: &[(&str, &[u8])],
+) -> Result<W> {
     let mut builder = tar::Builder::new(out);
     builder.follow_symlinks(false);
     for (name, folder) in folders {
@@ -560,6 +700,13 @@ fn pack_into<W: std::io::Write>(out: W, folders: &[(&str, &Path)]) -> Result<W> 
         if folder.is_dir() {
             add_tree(&mut builder, folder, Path::new(name))?;
         }
+    }
+    for (name, bytes) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        builder.append_data(&mut header, name, *bytes)?;
     }
     Ok(builder.into_inner()?)
 }

@@ -71,14 +71,19 @@ enum Command {
         /// Do not serve the web console.
         #[arg(long)]
         no_web: bool,
-        /// Run this world together with other hosts on the NATS JetStream server at this
-        /// address (nats://HOST:PORT), as `--host-id`.
-        #[arg(long, value_name = "NATS_URL", requires = "host_id")]
-        cluster: Option<String>,
+        /// Run this world together with other hosts on NATS JetStream, as `--host-id`: the
+        /// server's address (nats://HOST:PORT), or a NATS cluster's nodes separated by commas,
+        /// tried in that order.
+        #[arg(long, value_name = "NATS_URLS", requires = "host_id")]
+        cluster: Option<sausage_cluster::Servers>,
         /// This host's id in the cluster (a-z, 0-9, -, _); the same id on a restart takes
         /// back its leases.
         #[arg(long, value_name = "ID", requires = "cluster")]
         host_id: Option<String>,
+        /// How many copies of the cluster's streams and buckets JetStream keeps, when this host
+        /// makes them (default: 3, or the NATS cluster's node count when smaller).
+        #[arg(long, value_name = "N", requires = "cluster")]
+        replicas: Option<usize>,
     },
     /// A world spread over several hosts: `sausage cluster status`.
     Cluster {
@@ -138,9 +143,10 @@ enum ClusterCommand {
     /// Print the cluster's hosts, its leases (which host runs each actor) and how many messages
     /// wait in each mailbox.
     Status {
-        /// The NATS server's address (nats://HOST:PORT).
-        #[arg(long, value_name = "NATS_URL")]
-        cluster: String,
+        /// The NATS server's address (nats://HOST:PORT), or a NATS cluster's nodes separated
+        /// by commas.
+        #[arg(long, value_name = "NATS_URLS")]
+        cluster: sausage_cluster::Servers,
     },
 }
 
@@ -217,8 +223,13 @@ fn main() -> ExitCode {
             no_web,
             cluster,
             host_id,
+            replicas,
         } => {
-            let cluster = cluster.zip(host_id);
+            let cluster = cluster.zip(host_id).map(|(servers, host)| Joining {
+                servers,
+                host,
+                replicas,
+            });
             block_on(run(dir, (!no_web).then_some(web), cluster))
         }
         Command::Cluster {
@@ -443,7 +454,11 @@ async fn open(
     world: &World,
     cluster: Option<Arc<sausage_cluster::Cluster>>,
 ) -> Result<(Arc<Broker>, [tokio::task::JoinHandle<()>; 3])> {
-    let runtime = Runtime::new(Some(world.cache_dir()))?;
+    // A host of a cluster runs its guests only while its leases are renewed (DESIGN §20).
+    let runtime = match &cluster {
+        Some(cluster) => Runtime::bounded(Some(world.cache_dir()), cluster.run_until())?,
+        None => Runtime::new(Some(world.cache_dir()))?,
+    };
     let ports = cluster.as_ref().map(|cluster| cluster.ports());
     let broker = Broker::start_in(world.clone(), runtime, ports).await?;
     if let Some(cluster) = cluster {
@@ -467,11 +482,14 @@ async fn close(broker: &Broker, services: [tokio::task::JoinHandle<()>; 3]) {
     }
 }
 
-async fn run(
-    dir: PathBuf,
-    web: Option<SocketAddr>,
-    cluster: Option<(String, String)>,
-) -> Result<ExitCode> {
+/// What `run --cluster` asks: to join the cluster at `servers` as host `host`.
+struct Joining {
+    servers: sausage_cluster::Servers,
+    host: String,
+    replicas: Option<usize>,
+}
+
+async fn run(dir: PathBuf, web: Option<SocketAddr>, cluster: Option<Joining>) -> Result<ExitCode> {
     let world = World::new(&dir);
     if cluster.is_some() && !world.registry_path().exists() {
         // A host joining a cluster needs no world of its own: it takes the shared one.
@@ -484,9 +502,16 @@ async fn run(
     world.load_registry()?;
     let _lock = world.lock()?;
     let cluster = match cluster {
-        Some((url, host)) => {
-            let cluster = sausage_cluster::Cluster::join(&url, &host).await?;
-            cluster.seed_or_take(&world).await?;
+        Some(Joining {
+            servers,
+            host,
+            replicas,
+        }) => {
+            let cluster = sausage_cluster::Cluster::join(&servers, &host, replicas).await?;
+            sausage_cluster::patiently("seeding the cluster or taking its world", || {
+                cluster.seed_or_take(&world)
+            })
+            .await?;
             Some(cluster)
         }
         None => None,

@@ -1,6 +1,7 @@
-//! A world over several hosts (DESIGN §16) runs on a real NATS server with JetStream, which
-//! each test starts on free ports of its own (`support::nats`), with three hosts on this machine,
-//! each with its own world folder, driven through their consoles.
+//! A world over several hosts (DESIGN §16, §20) runs on a real NATS server with JetStream, or a
+//! real three-node NATS cluster, which each test starts on free ports of its own
+//! (`support::nats`), with up to three hosts on this machine, each with its own world folder,
+//! driven through their consoles.
 
 mod support;
 
@@ -8,12 +9,22 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use support::nats::Nats;
+use support::nats::{Nats, NatsCluster};
 use support::web::WebHost;
 use support::{Host, TestWorld};
 
-/// Longer than a fail-over takes by design (10 s without a heartbeat, then a start).
+/// Longer than a fail-over takes by design (5.5 s without a heartbeat, then a start).
 const FAILOVER_PATIENCE: Duration = Duration::from_secs(20);
+
+/// What a fail-over after a `kill -9` may take in these tests: the lease timeout (5.5 s), half
+/// a heartbeat for the next look, the start, and slack for a machine shared with builds (the
+/// target is 6 s).
+const FAILOVER_LIMIT: Duration = Duration::from_secs(8);
+
+/// How long the world may stall when a NATS node dies: the streams and consumers it led elect
+/// new leaders, which nats-server does 4 to 9 s after it last heard the old one, and then what
+/// was in flight is sent again.
+const NODE_DEATH_PATIENCE: Duration = Duration::from_secs(15);
 
 /// `sausage run` of `world` as host `id` of the cluster at `nats`.
 fn host(world: &TestWorld, nats: &Nats, id: &str) -> Host {
@@ -22,10 +33,25 @@ fn host(world: &TestWorld, nats: &Nats, id: &str) -> Host {
 
 /// [`host`] on a folder that need not hold a world yet.
 fn host_at(folder: &std::path::Path, nats: &Nats, id: &str) -> Host {
+    host_with(folder, nats, id, &[])
+}
+
+/// [`host_at`] with these variables added to the host's environment.
+fn host_with(folder: &std::path::Path, nats: &Nats, id: &str, vars: &[(&str, &str)]) -> Host {
+    host_on_with(folder, &nats.url(), id, vars)
+}
+
+/// `sausage run` of the world in `folder` as host `id` of the cluster whose NATS servers
+/// `--cluster` lists as `servers`.
+fn host_on(folder: &std::path::Path, servers: &str, id: &str) -> Host {
+    host_on_with(folder, servers, id, &[])
+}
+
+fn host_on_with(folder: &std::path::Path, servers: &str, id: &str, vars: &[(&str, &str)]) -> Host {
     Host::start_with(
         folder,
-        &["--no-web", "--cluster", &nats.url(), "--host-id", id],
-        &[],
+        &["--no-web", "--cluster", servers, "--host-id", id],
+        vars,
     )
 }
 
@@ -187,6 +213,93 @@ fn actors_spread_over_three_hosts_answer_each_other_and_a_killed_host_loses_no_m
         !back.stderr().contains("runs actor echo"),
         "{}",
         back.stderr()
+    );
+}
+
+/// The ticks notes committed in `world`'s folder, in file order.
+fn committed_ticks(world: &std::path::Path) -> Vec<u64> {
+    let text =
+        std::fs::read_to_string(world.join("private/notes/data/notes.jsonl")).unwrap_or_default();
+    text.lines()
+        .map(|line| {
+            serde_json::from_str::<Value>(line).unwrap()["n"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// Replicated commits (DESIGN §20): notes commits each tick on host a, which is killed in the
+/// middle of the flow. On b, notes goes on from every tick a had committed (a commit returns
+/// only once the cluster stored it), no tick it had handled comes again (each commit records
+/// the last message it had read), and the ticks accepted but not handled yet follow: whole,
+/// in order, none twice.
+#[test]
+fn a_killed_host_loses_no_committed_file_and_no_handled_message_comes_again() {
+    let nats = Nats::start();
+    let one = TestWorld::new();
+    one.install("ticker", "ticker");
+    one.install("notes", "notes");
+    let mut a = host(&one, &nats, "a");
+    list_until(&mut a, "both run on a", |l| {
+        actor(l, "notes")["state"] == "running" && actor(l, "ticker")["state"] == "running"
+    });
+    let empty = tempfile::tempdir().unwrap();
+    let folder = empty.path().join("b");
+    let mut b = host_at(&folder, &nats, "b");
+    list_until(&mut b, "two hosts", |l| alive_hosts(l).len() == 2);
+
+    // The ticker records each tick it sent (so its start is handled for good, and a recorded
+    // tick was accepted: output before commit) and sends 600, 5 ms apart; the kill comes once
+    // notes committed 150 of them.
+    const TICKS: u64 = 600;
+    a.tell(
+        "ticker",
+        json!({"type": "start", "to": "notes", "count": TICKS, "interval_ms": 5,
+               "record_every": 1}),
+    );
+    support::eventually("notes to commit 150 ticks on a", || {
+        committed_ticks(&one.root).len() >= 150
+    });
+    a.kill();
+    let on_a = committed_ticks(&one.root);
+    let sent = std::fs::read_to_string(one.path("private/ticker/data/sent.jsonl")).unwrap();
+    let sent = sent.lines().count() as u64 - 1;
+
+    list_until(&mut b, "notes running on b", |l| {
+        actor(l, "notes")["host"] == "b" && actor(l, "notes")["state"] == "running"
+    });
+    // Every tick the ticker recorded as sent was accepted: notes on b stores it, after those a
+    // committed.
+    let deadline = std::time::Instant::now() + FAILOVER_PATIENCE;
+    let stored = loop {
+        b.tell("notes", json!({"type": "list"}));
+        let stored = support::ticks(&b.wait_type("notes", "notes"));
+        if stored.len() as u64 >= sent || std::time::Instant::now() > deadline {
+            break stored;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        stored.starts_with(&on_a),
+        "every tick committed on a is on b: {} on a, {} on b",
+        on_a.len(),
+        stored.len()
+    );
+    assert_eq!(
+        stored,
+        (1..=stored.len() as u64).collect::<Vec<_>>(),
+        "whole, in order, none twice"
+    );
+    assert!(
+        stored.len() as u64 >= sent,
+        "the {sent} ticks recorded as sent all arrived: {}",
+        stored.len()
+    );
+    eprintln!(
+        "replicated commits: {} ticks committed on a before its kill, {} stored on b after",
+        on_a.len(),
+        stored.len()
     );
 }
 
@@ -457,17 +570,26 @@ fn a_mailbox_on_the_cluster_holds_its_limit_and_refuses_past_it() {
     let nats = Nats::start();
     let world = TestWorld::new();
     world.install("producer", "pingpong");
-    world.install("sink", "echo");
-    let mut a = host(&world, &nats, "a");
+    world.install("sink", "pingpong");
+    // A limit of 20 publications (the test knob), each of up to GROUP_MAX messages: a flood
+    // of more than 20 full publications fills it, however the messages are grouped.
+    const LIMIT: u64 = 20;
+    let limit = LIMIT.to_string();
+    let mut a = host_with(
+        &world.root,
+        &nats,
+        "a",
+        &[("SAUSAGE_TEST_MAILBOX_STREAM_LIMIT", &limit)],
+    );
     list_until(&mut a, "both running", |l| {
         actor(l, "producer")["state"] == "running" && actor(l, "sink")["state"] == "running"
     });
     let stopped = a.request(json!({"type": "stop", "actor": "sink"}));
     assert_eq!(stopped["type"], "stopped", "{stopped}");
-    let limit = sausage_cluster::MAILBOX_STREAM_LIMIT as u64;
+    let sent = LIMIT * sausage_cluster::GROUP_MAX as u64 + 500;
     a.tell(
         "producer",
-        json!({"type": "flood", "to": "sink", "count": limit + 500}),
+        json!({"type": "flood", "to": "sink", "count": sent}),
     );
     a.wait_for_within(Duration::from_secs(120), "the flood sent", |m| {
         m.from == "producer" && m.body["type"] == "flooded"
@@ -479,38 +601,47 @@ fn a_mailbox_on_the_cluster_holds_its_limit_and_refuses_past_it() {
             .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    let deadline = std::time::Instant::now() + FAILOVER_PATIENCE;
-    loop {
-        let report = status();
-        let waiting = report
+    let waiting = |report: &str| {
+        report
             .lines()
             .find(|l| l.trim_start().starts_with("sink "))
             .and_then(|l| l.split_whitespace().last())
-            .and_then(|n| n.parse::<u64>().ok());
-        if waiting == Some(limit) {
+            .and_then(|n| n.parse::<u64>().ok())
+    };
+    let deadline = std::time::Instant::now() + FAILOVER_PATIENCE;
+    loop {
+        let report = status();
+        if waiting(&report) == Some(LIMIT) {
             break;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "sink should hold {limit}:\n{report}"
+            "sink should hold {LIMIT} publications:\n{report}"
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    // Started again, it reads every one the stream kept.
+    // Started again, it reads every message the stream kept: the first ones sent, whole and in
+    // order; the rest were refused (their sender told so).
     let started = a.request(json!({"type": "start", "actor": "sink"}));
     assert_eq!(started["type"], "started", "{started}");
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     loop {
         let report = status();
-        if report
-            .lines()
-            .any(|l| l.trim_start().starts_with("sink ") && l.ends_with(" 0"))
-        {
+        if waiting(&report) == Some(0) {
             break;
         }
         assert!(std::time::Instant::now() < deadline, "{report}");
         std::thread::sleep(Duration::from_millis(500));
     }
+    a.tell("sink", json!({"type": "report"}));
+    let report = a.wait_type("sink", "report");
+    let received = report["received"].as_u64().unwrap();
+    assert_eq!(report["in_order"], true, "{report}");
+    assert_eq!(report["last"], received, "the first ones sent: {report}");
+    assert!(
+        (LIMIT..sent).contains(&received),
+        "{LIMIT} publications of one message or more were kept, not all {sent}: {report}"
+    );
 }
 
 #[test]
@@ -547,4 +678,475 @@ fn the_agent_answers_a_console_on_another_host_and_again_after_its_host_is_kille
         "Still here, elsewhere."
     );
     assert_eq!(fake.requests().len(), 2);
+}
+
+/// One step of the `counter` actor asked through `console`: the committed count and the run
+/// (the instance) that committed it.
+fn step(console: &mut Host) -> (u64, String) {
+    console.tell("counter", json!({"type": "step"}));
+    let reply = console.wait_for_within(FAILOVER_PATIENCE, "a step of counter", |m| {
+        m.from == "counter" && m.body["type"] == "count"
+    });
+    let n = reply.body["n"].as_u64().expect("a count");
+    (n, reply.body["run"].as_str().expect("a run").to_string())
+}
+
+#[test]
+fn a_paused_host_that_resumes_never_runs_or_writes_for_the_actor_another_host_took() {
+    let nats = Nats::start();
+    let (zw, aw, bw) = (TestWorld::new(), TestWorld::new(), TestWorld::new());
+    zw.install("counter", "counter");
+    // Every host snapshots its actors every 200 ms: the paused one has a snapshot to try the
+    // moment it resumes.
+    let often = [("SAUSAGE_TEST_SNAPSHOT_EVERY_MS", "200")];
+    let mut z = host_with(&zw.root, &nats, "z", &often);
+    list_until(&mut z, "counter runs on z", |l| {
+        actor(l, "counter")["host"] == "z" && actor(l, "counter")["state"] == "running"
+    });
+    let a = host_with(&aw.root, &nats, "a", &often);
+    // b's console drives the counter throughout.
+    let mut b = host_with(&bw.root, &nats, "b", &often);
+    list_until(&mut b, "three hosts", |l| alive_hosts(l).len() == 3);
+    // The counter steps on its own on z, every 300 ms, each step committed then said to b.
+    b.tell("counter", json!({"type": "run", "every_ms": 300}));
+    let ticked = |b: &mut Host| {
+        let m = b.wait_for("a step of counter on its own", |m| {
+            m.from == "counter" && m.body["type"] == "ticked"
+        });
+        m.body["run"].as_str().expect("a run").to_string()
+    };
+    let on_z = ticked(&mut b);
+    assert_eq!(ticked(&mut b), on_z, "one instance, on z");
+
+    // z stops (SIGSTOP) just after a step, in its sleep before the next: the next step asked
+    // waits for another host to take the counter over, from z's last snapshot.
+    z.signal("STOP");
+    let paused = std::time::Instant::now();
+    let (n, taken_over) = step(&mut b);
+    assert_ne!(taken_over, on_z, "z is paused: another host answered");
+    eprintln!(
+        "take-over: the counter answered on another host {:?} after z was paused",
+        paused.elapsed()
+    );
+    let list = list_until(&mut b, "counter on a", |l| {
+        actor(l, "counter")["host"] == "a" && actor(l, "counter")["state"] == "running"
+    });
+    assert!(!alive_hosts(&list).contains(&"z".to_string()), "{list}");
+    let mut last = n;
+    for _ in 0..10 {
+        let (n, run) = step(&mut b);
+        assert_eq!((n, run.as_str()), (last + 1, taken_over.as_str()));
+        last = n;
+    }
+
+    // z resumes, 5 s past its deadline and more, its counter due to step at once: it stops the
+    // counter without letting it run again, writes nothing for it (no message, no snapshot),
+    // renews, and shows it on a.
+    let before: Vec<_> = b.take_all();
+    assert!(
+        before.iter().all(|m| m.body["type"] != "count"),
+        "every step asked was answered once: {before:?}"
+    );
+    z.signal("CONT");
+    support::eventually("z to say it stopped its actors before renewing", || {
+        z.stderr().contains("no lease renewal completed")
+    });
+    list_until(&mut z, "z sees the counter on a", |l| {
+        actor(l, "counter")["host"] == "a" && actor(l, "counter")["state"] == "running"
+    });
+    for _ in 0..5 {
+        let (n, run) = step(&mut b);
+        assert_eq!(
+            (n, run.as_str()),
+            (last + 1, taken_over.as_str()),
+            "no step by z"
+        );
+        last = n;
+    }
+    let stale: Vec<_> = b
+        .take_all()
+        .into_iter()
+        .filter(|m| m.from == "counter")
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "z's instance ran after the take-over: {stale:?}"
+    );
+    let said = z.stderr();
+    if said.contains("was not written") {
+        assert!(
+            said.contains("(host a does)"),
+            "a refusal names the owner:\n{said}"
+        );
+    }
+
+    // a leaves; b takes the counter from the last snapshot, which is a's (z's stale files
+    // never replaced it): the count goes on from a's last step.
+    assert!(a.quit().success());
+    let (n, run) = step(&mut b);
+    assert_eq!(n, last + 1, "the count continues from a's last commit");
+    assert!(run != on_z && run != taken_over, "a new instance, on b");
+    let list = list_until(&mut b, "counter on b", |l| {
+        actor(l, "counter")["host"] == "b"
+    });
+    assert_eq!(actor(&list, "counter")["state"], "running", "{list}");
+    let said = z.stderr();
+    assert_eq!(
+        said.matches("runs actor counter").count(),
+        1,
+        "z started the counter once, before its pause:\n{said}"
+    );
+}
+
+#[test]
+fn a_killed_hosts_actor_answers_on_another_host_within_the_fail_over_limit() {
+    let nats = Nats::start();
+    let (one, two) = (TestWorld::new(), TestWorld::new());
+    one.install("echo", "echo");
+    let mut a = host(&one, &nats, "a");
+    list_until(&mut a, "echo runs on a", |l| {
+        actor(l, "echo")["host"] == "a" && actor(l, "echo")["state"] == "running"
+    });
+    let mut b = host(&two, &nats, "b");
+    list_until(&mut b, "two hosts", |l| alive_hosts(l).len() == 2);
+    b.tell("echo", json!({"type": "before"}));
+    b.wait_type("echo", "before");
+
+    a.kill();
+    let killed = std::time::Instant::now();
+    b.tell("echo", json!({"type": "after"}));
+    support::eventually("b to take echo", || {
+        b.stderr().contains("host b: took the lease of actor echo")
+    });
+    let taken = killed.elapsed();
+    support::eventually("b to start echo", || {
+        b.stderr().contains("host b: runs actor echo")
+    });
+    let started = killed.elapsed();
+    b.wait_for_within(FAILOVER_PATIENCE, "echo's answer from b", |m| {
+        m.from == "echo" && m.body["type"] == "after"
+    });
+    let failover = killed.elapsed();
+    eprintln!(
+        "fail-over: echo's lease taken by b {taken:?}, echo started {started:?} and answered \
+         {failover:?} after its host was killed (kill -9)"
+    );
+    assert!(
+        failover < FAILOVER_LIMIT,
+        "{failover:?}\nstderr of b:\n{}",
+        b.stderr()
+    );
+}
+/// The streams of a cluster: the mailboxes, then the buckets and object stores.
+const STREAMS: [&str; 6] = [
+    "SAUSAGE_MAILBOXES",
+    "SAUSAGE_COMMITS",
+    "KV_sausage-registry",
+    "KV_sausage-hosts",
+    "OBJ_sausage-versions",
+    "OBJ_sausage-snapshots",
+];
+
+/// Each stream's report as node `n` of `nats` gives it (`/jsz?streams=true&config=true`), by
+/// name.
+fn streams_on(nats: &NatsCluster, n: usize) -> std::collections::BTreeMap<String, Value> {
+    let report = nats.monitoring(n, "/jsz?streams=true&config=true");
+    report["account_details"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|account| {
+            account["stream_detail"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .map(|stream| (stream["name"].as_str().unwrap().to_string(), stream))
+        .collect()
+}
+
+/// The names of the clients connected to node `n` of `nats` (`/connz`).
+fn clients_of(nats: &NatsCluster, n: usize) -> Vec<String> {
+    nats.monitoring(n, "/connz")["connections"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn two_hosts_on_a_three_node_nats_cluster_each_through_its_own_node_keep_three_copies_of_all() {
+    let nats = NatsCluster::start();
+    let (one, two) = (TestWorld::new(), TestWorld::new());
+    one.install("echo", "echo");
+    // Each host is given every node, its own first.
+    let mut a = host_on(&one.root, &nats.urls_from(0), "a");
+    list_until(&mut a, "echo runs on a", |l| {
+        actor(l, "echo")["state"] == "running"
+    });
+    let mut b = host_on(&two.root, &nats.urls_from(1), "b");
+    list_until(&mut b, "two hosts", |l| alive_hosts(l).len() == 2);
+    b.tell("echo", json!({"type": "hello"}));
+    b.wait_type("echo", "hello");
+
+    assert!(
+        clients_of(&nats, 0).contains(&"sausage host a".to_string()),
+        "a on node 0: {:?}",
+        clients_of(&nats, 0)
+    );
+    assert!(
+        clients_of(&nats, 1).contains(&"sausage host b".to_string()),
+        "b on node 1: {:?}",
+        clients_of(&nats, 1)
+    );
+    // The first host made every stream and bucket with three copies, one on each node.
+    for n in 0..NatsCluster::SIZE {
+        let streams = streams_on(&nats, n);
+        for name in STREAMS {
+            let stream = streams
+                .get(name)
+                .unwrap_or_else(|| panic!("node {n} has no {name}: {streams:?}"));
+            assert_eq!(stream["config"]["num_replicas"], 3, "{name}: {stream}");
+            let others = stream["cluster"]["replicas"].as_array().map_or(0, Vec::len);
+            assert_eq!(
+                others, 2,
+                "{name} has two copies besides node {n}'s: {stream}"
+            );
+        }
+    }
+    assert!(
+        !b.stderr().contains("fewer than"),
+        "stores with three copies are not said to have too few:\n{}",
+        b.stderr()
+    );
+}
+
+#[test]
+fn a_host_finding_stores_with_fewer_copies_than_the_nats_cluster_allows_says_so_and_runs() {
+    let nats = NatsCluster::start();
+    let (one, two) = (TestWorld::new(), TestWorld::new());
+    one.install("echo", "echo");
+    // The first host asks for one copy; the one after it, with no `--replicas`, would make three.
+    let mut a = Host::start_with(
+        &one.root,
+        &[
+            "--no-web",
+            "--cluster",
+            &nats.urls(),
+            "--host-id",
+            "a",
+            "--replicas",
+            "1",
+        ],
+        &[],
+    );
+    list_until(&mut a, "echo runs", |l| {
+        actor(l, "echo")["state"] == "running"
+    });
+    // A stream of one copy lives on one node, whichever.
+    let mailboxes: Vec<Value> = (0..NatsCluster::SIZE)
+        .filter_map(|n| streams_on(&nats, n).remove("SAUSAGE_MAILBOXES"))
+        .collect();
+    assert_eq!(mailboxes.len(), 1, "{mailboxes:?}");
+    assert_eq!(mailboxes[0]["config"]["num_replicas"], 1);
+    let mut b = host_on(&two.root, &nats.urls_from(2), "b");
+    list_until(&mut b, "two hosts", |l| alive_hosts(l).len() == 2);
+    b.tell("echo", json!({"type": "hello"}));
+    b.wait_type("echo", "hello");
+    support::eventually("b to warn of the single copies", || {
+        b.stderr().contains("KV_sausage-hosts keeps 1 copy")
+    });
+    let warned = b.stderr();
+    assert!(
+        warned.contains("nats stream edit SAUSAGE_MAILBOXES --replicas 3"),
+        "{warned}"
+    );
+
+    // More copies than nodes is refused, saying how many there can be.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sausage"))
+        .arg("run")
+        .arg(&TestWorld::new().root)
+        .args(["--no-web", "--cluster", &nats.urls(), "--host-id", "c"])
+        .args(["--replicas", "4"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--replicas 4: the NATS cluster has 3 nodes")
+            && stderr.contains("at most 3"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_bad_list_of_nats_servers_is_refused_saying_how_to_write_one() {
+    let world = TestWorld::new();
+    for list in [
+        "nats://127.0.0.1:4222,,nats://127.0.0.1:4223",
+        "nats://127.0.0.1:4222,",
+        "nats://127.0.0.1:4222,http://127.0.0.1:4223",
+        "nats://",
+    ] {
+        for args in [
+            vec![
+                "run",
+                world.root.to_str().unwrap(),
+                "--no-web",
+                "--host-id",
+                "a",
+            ],
+            vec!["cluster", "status"],
+        ] {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_sausage"))
+                .args(&args)
+                .args(["--cluster", list])
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{list} {args:?}");
+            assert!(
+                stderr.contains("--cluster") && stderr.contains("by commas, as in nats://"),
+                "{list} {args:?}: {stderr}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_nats_node_dying_under_traffic_between_hosts_loses_and_repeats_nothing_and_catches_up() {
+    let mut nats = NatsCluster::start();
+    let (one, two) = (TestWorld::new(), TestWorld::new());
+    one.install("ticker", "ticker");
+    one.install("echo", "echo");
+    let mut a = host_on(&one.root, &nats.urls_from(0), "a");
+    list_until(&mut a, "ticker and echo run on a", |l| {
+        ["ticker", "echo"]
+            .iter()
+            .all(|id| actor(l, id)["state"] == "running")
+    });
+    // b goes through the node that dies: the one that leads the mailboxes' stream, whose death
+    // costs the most (the stream elects a new leader while b moves to another node), unless it
+    // also leads the hosts' bucket. Then no host could renew its leases until the bucket had a
+    // new leader, longer than `SELF_STOP_AFTER`, and every host would stop its actors: a limit
+    // of this version (docs/internals.md), not what this test is about.
+    let leader_of = |stream: &str| {
+        streams_on(&nats, 0)[stream]["cluster"]["leader"]
+            .as_str()
+            .and_then(|name| name.strip_prefix("node-"))
+            .and_then(|n| n.parse::<usize>().ok())
+            .unwrap_or_else(|| panic!("{stream} has a leader"))
+    };
+    let (mailboxes, hosts) = (
+        leader_of("SAUSAGE_MAILBOXES"),
+        leader_of("KV_sausage-hosts"),
+    );
+    let victim = if mailboxes != hosts {
+        mailboxes
+    } else {
+        (hosts + 1) % NatsCluster::SIZE
+    };
+    let survivor = (victim + 1) % NatsCluster::SIZE;
+    let mut b = host_on(&two.root, &nats.urls_from(victim), "b");
+    list_until(&mut a, "two hosts", |l| alive_hosts(l).len() == 2);
+    spawn(&mut a, "notes", "notes");
+    list_until(&mut b, "notes runs on b", |l| {
+        actor(l, "notes")["host"] == "b" && actor(l, "notes")["state"] == "running"
+    });
+    assert!(clients_of(&nats, victim).contains(&"sausage host b".to_string()));
+
+    // The ticker on a sends to notes on b, steadily; b's node dies while it does.
+    const TICKS: u64 = 4000;
+    a.tell(
+        "ticker",
+        json!({"type": "start", "to": "notes", "count": TICKS, "interval_ms": 2}),
+    );
+    b.tell("notes", json!({"type": "count"}));
+    b.wait_type("notes", "count");
+    let led: Vec<&str> = STREAMS
+        .iter()
+        .copied()
+        .filter(|name| {
+            streams_on(&nats, survivor)
+                .get(*name)
+                .is_some_and(|s| s["cluster"]["leader"] == format!("node-{victim}"))
+        })
+        .collect();
+    nats.kill(victim);
+    let killed = std::time::Instant::now();
+    assert!(
+        a.take_all().iter().all(|m| m.from != "ticker"),
+        "the ticker was still sending when the node died"
+    );
+
+    // The world stalls for as long as a round trip takes, from b's console to echo on a and
+    // back: measured until the survivors say the mailboxes' stream has a new leader, and a
+    // while after.
+    let (mut stall, mut elected, mut k) = (Duration::ZERO, None, 0);
+    while elected.is_none_or(|at: Duration| killed.elapsed() < at + Duration::from_secs(2)) {
+        assert!(killed.elapsed() < FAILOVER_PATIENCE, "no new leader");
+        k += 1;
+        let sent = std::time::Instant::now();
+        b.tell("echo", json!({"type": "ping", "k": k}));
+        b.wait_for(&format!("echo's answer to ping {k}"), |m| {
+            m.from == "echo" && m.body["k"] == k
+        });
+        stall = stall.max(sent.elapsed());
+        let now = &streams_on(&nats, survivor)["SAUSAGE_MAILBOXES"]["cluster"]["leader"];
+        if elected.is_none() && now.is_string() && *now != json!(format!("node-{victim}")) {
+            elected = Some(killed.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let elected = elected.expect("measured until then");
+    eprintln!(
+        "a NATS node died under traffic: the world stalled {stall:?} at most; the mailboxes' \
+         stream had a new leader after at most {elected:?} (the node led {})",
+        led.join(", ")
+    );
+    assert!(
+        stall < NODE_DEATH_PATIENCE,
+        "stalled {stall:?}\na:\n{}\nb:\n{}",
+        a.stderr(),
+        b.stderr()
+    );
+
+    // Every tick arrives, once and in order.
+    a.wait_for_within(FAILOVER_PATIENCE, "the ticks sent", |m| {
+        m.from == "ticker" && m.body["type"] == "done"
+    });
+    let deadline = std::time::Instant::now() + FAILOVER_PATIENCE;
+    let notes = loop {
+        b.tell("notes", json!({"type": "list"}));
+        let notes = b.wait_type("notes", "notes");
+        if support::ticks(&notes).len() as u64 >= TICKS || std::time::Instant::now() > deadline {
+            break notes;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(
+        support::ticks(&notes),
+        (1..=TICKS).collect::<Vec<_>>(),
+        "every tick once, in order"
+    );
+
+    // The node comes back and catches up: it holds at least what the others held as it came.
+    let others = streams_on(&nats, survivor);
+    nats.restart(victim);
+    support::eventually("the node to catch up", || {
+        let back = streams_on(&nats, victim);
+        STREAMS.iter().all(|name| {
+            let seq = |streams: &std::collections::BTreeMap<String, Value>| {
+                streams
+                    .get(*name)
+                    .and_then(|s| s["state"]["last_seq"].as_u64())
+            };
+            seq(&back) >= seq(&others)
+        })
+    });
+    b.tell("notes", json!({"type": "count"}));
+    assert_eq!(b.wait_type("notes", "count")["count"], TICKS);
 }

@@ -97,6 +97,7 @@ impl Guest {
             stdout: InstanceConfig::output(Output(out)),
             stderr: InstanceConfig::output(Output(err)),
             network: Default::default(),
+            replica: None,
         };
         let (runtime, program) = (runtime.clone(), program.clone());
         let run = tokio::task::spawn_local(async move { runtime.run(&program, config).await });

@@ -160,6 +160,66 @@ fn a_fast_producer_is_slowed_down_not_dropped() {
     assert_eq!(ns, (1..=1500).collect::<Vec<_>>(), "every tick, in order");
 }
 
+/// Output before commit (DESIGN §20): the ticker records each tick in `/data/sent.jsonl` after
+/// sending it, to notes, which is stopped. Once notes' mailbox is full the ticker's next tick
+/// waits for a place, and so does the record of it: a kill of the host then, however often,
+/// loses no tick the ticker recorded as sent.
+#[test]
+fn a_send_recorded_after_it_was_written_survives_a_kill_of_the_host() {
+    let world = TestWorld::new();
+    world.install("ticker", "ticker");
+    world.install("notes", "notes");
+    let sent = |world: &TestWorld| -> Vec<u64> {
+        let text = std::fs::read_to_string(world.path("private/ticker/data/sent.jsonl"))
+            .unwrap_or_default();
+        let lines = text.lines().map(|line| {
+            let record: serde_json::Value = serde_json::from_str(line).unwrap();
+            record["n"].as_u64().unwrap()
+        });
+        lines.collect()
+    };
+    let mut host = world.run();
+    host.request(json!({"type": "stop", "actor": "notes"}));
+    host.tell(
+        "ticker",
+        json!({"type": "start", "to": "notes", "count": 1500, "record_every": 1}),
+    );
+    // The mailbox is full, and tick 1,000 was recorded after it went in; tick 1,001 waits,
+    // and its record with it.
+    eventually("notes' mailbox to fill", || {
+        queued_for(&mut host, "notes") == 1000
+    });
+    eventually("the ticker to record tick 1,000", || {
+        sent(&world).last() == Some(&1000)
+    });
+    for _ in 0..20 {
+        queued_for(&mut host, "notes");
+    }
+    host.kill();
+
+    let recorded = sent(&world);
+    let mut host = world.run();
+    host.request(json!({"type": "start", "actor": "notes"}));
+    let last = *recorded.last().unwrap();
+    let mut count = 0;
+    while count < last {
+        host.tell("notes", json!({"type": "count"}));
+        count = host.wait_type("notes", "count")["count"].as_u64().unwrap();
+    }
+    host.tell("notes", json!({"type": "list"}));
+    let stored = support::ticks(&host.wait_type("notes", "notes"));
+    assert_eq!(
+        recorded,
+        (0..=last).collect::<Vec<_>>(),
+        "the ticker recorded each tick once, up to where it waited"
+    );
+    assert_eq!(
+        stored,
+        (1..=last).collect::<Vec<_>>(),
+        "every tick recorded as sent arrived, once, in order"
+    );
+}
+
 /// The messages waiting in an actor's mailbox, as `list` reports them.
 fn queued_for(host: &mut Host, id: &str) -> u64 {
     let list = host.request(json!({"type": "list"}));

@@ -142,8 +142,9 @@ impl Instance {
                 sent,
             }),
             stderr: InstanceConfig::output(stderr.clone()),
-            // Candidates under test reach no network.
+            // Candidates under test reach no network, and their scratch files stay here.
             network: Network::default(),
+            replica: None,
         };
         let (runtime, program) = (runtime.clone(), program.clone());
         let run =

@@ -20,6 +20,7 @@ use memmap2::{Advice, Mmap, MmapRaw};
 use rustc_hash::FxHashMap;
 use serde_json::value::RawValue;
 
+use crate::fs::Change;
 use crate::message::{ActorId, Envelope, Speaker, Tier};
 
 /// Bytes of one segment file. Only the segment being written is mapped, so this bounds the
@@ -54,6 +55,17 @@ const HEADER: usize = 8;
 const PUT: u8 = 1;
 const TAKE: u8 = 2;
 const PUT_TAGGED: u8 = 3;
+/// An intent (the key's position is 0): the actor is about to change its files, and the
+/// messages at the listed positions, read by it, count as taken exactly when that change
+/// happened. It goes on with the count of positions (`u32`), each `i64`, then the change: a
+/// kind byte ([`CHANGE_HOLDS`], [`CHANGE_ABSENT`], [`CHANGE_PRESENT`]), the host path (`u32`
+/// length), and for `CHANGE_HOLDS` the device and inode (`u64` each). The takes follow once
+/// the change is made; an intent without them is settled at the next open by looking at the
+/// disk (DESIGN §20: a commit records the last message its actor had read).
+const INTENT: u8 = 4;
+const CHANGE_HOLDS: u8 = 1;
+const CHANGE_ABSENT: u8 = 2;
+const CHANGE_PRESENT: u8 = 3;
 const TAG_SPEAKER: u8 = 1;
 const TAG_SCHEDULE: u8 = 2;
 
@@ -131,6 +143,7 @@ impl Journal {
 
         let mut waiting = FxHashMap::default();
         let mut messages = HashMap::new();
+        let mut intents = HashMap::new();
         let mut sealed = BTreeMap::new();
         for &number in &numbers {
             let path = segment_path(dir, number);
@@ -143,7 +156,14 @@ impl Journal {
                 // Only the written head of a segment is read; read-ahead would fetch (and, for
                 // allocated but unwritten blocks, zero) megabytes nobody reads.
                 map.advise(Advice::Random)?;
-                replay(number, &map, &mut waiting, &mut messages, &path);
+                replay(
+                    number,
+                    &map,
+                    &mut waiting,
+                    &mut messages,
+                    &mut intents,
+                    &path,
+                );
             }
             sealed.insert(
                 number,
@@ -152,6 +172,21 @@ impl Journal {
                     waiting_bytes: 0,
                 },
             );
+        }
+        // An intent whose takes did not follow: its change either happened (the reads are
+        // handled, taken now and recorded so, before the disk can change again) or not (the
+        // messages come again).
+        let mut settled: Vec<Key> = Vec::new();
+        for (actor, intent) in intents {
+            if intent.positions.is_empty() || !intent.change.happened() {
+                continue;
+            }
+            for pos in intent.positions {
+                let key = (actor.clone(), pos);
+                if messages.remove(&key).is_some() {
+                    settled.push(key);
+                }
+            }
         }
         let mut waiting_bytes = 0;
         for place in waiting.values() {
@@ -192,10 +227,14 @@ impl Journal {
         for queue in recovered.values_mut() {
             queue.sort_unstable_by_key(|(pos, _)| *pos);
         }
-        Ok(Journal {
+        let journal = Journal {
             log: Mutex::new(log),
             recovered: Mutex::new(recovered),
-        })
+        };
+        for (actor, pos) in settled {
+            journal.take(&actor, pos)?;
+        }
+        Ok(journal)
     }
 
     fn log(&self) -> MutexGuard<'_, Log> {
@@ -275,6 +314,38 @@ impl Journal {
         })?;
         log.wait(actor.clone(), pos, place);
         log.compact_if_wasteful();
+        Ok(())
+    }
+
+    /// Records that `actor` is about to make `change`, having read the messages at
+    /// `positions`: should no take of them follow, they are taken at the next open exactly
+    /// when the disk shows the change happened.
+    pub fn intend(&self, actor: &ActorId, positions: &[i64], change: &Change) -> io::Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        let (kind, path, inode) = match change {
+            Change::Holds { path, dev, ino } => (CHANGE_HOLDS, path, Some((*dev, *ino))),
+            Change::Absent { path } => (CHANGE_ABSENT, path, None),
+            Change::Present { path } => (CHANGE_PRESENT, path, None),
+        };
+        let path = path.as_os_str().as_bytes();
+        let len =
+            key_len(actor) + 4 + 8 * positions.len() + 1 + 4 + path.len() + inode.map_or(0, |_| 16);
+        let mut log = self.log();
+        log.append(len, |out| {
+            let mut out = Writer(out);
+            out.key(INTENT, actor, 0);
+            out.u32(positions.len() as u32);
+            for pos in positions {
+                out.bytes(&pos.to_le_bytes());
+            }
+            out.u8(kind);
+            out.u32(path.len() as u32);
+            out.bytes(path);
+            if let Some((dev, ino)) = inode {
+                out.bytes(&dev.to_le_bytes());
+                out.bytes(&ino.to_le_bytes());
+            }
+        })?;
         Ok(())
     }
 
@@ -497,11 +568,18 @@ impl Current {
 /// Applies a segment's records, in order, to the waiting messages. Reading stops at the end of
 /// the records or at a torn one; a record with a good checksum that cannot be decoded (a bug)
 /// is skipped with a note.
+/// The last intent of an actor found in the log, with the positions no take followed yet.
+struct Intent {
+    positions: Vec<i64>,
+    change: Change,
+}
+
 fn replay(
     number: u64,
     map: &[u8],
     waiting: &mut FxHashMap<Key, Place>,
     messages: &mut HashMap<Key, Arc<Envelope>>,
+    intents: &mut HashMap<ActorId, Intent>,
     path: &Path,
 ) {
     if !map.starts_with(MAGIC) {
@@ -528,8 +606,16 @@ fn replay(
                 messages.insert(key, Arc::new(envelope));
             }
             Ok(Record::Take(key)) => {
+                if let Some(intent) = intents.get_mut(&key.0) {
+                    intent.positions.retain(|pos| *pos != key.1);
+                }
                 waiting.remove(&key);
                 messages.remove(&key);
+            }
+            Ok(Record::Intent(actor, intent)) => {
+                // A later change of the actor means the one before was made: only the last
+                // intent can be unfinished.
+                intents.insert(actor, intent);
             }
             Err(e) => tracing::error!(
                 "{}: the record at byte {offset} cannot be read ({e}); skipped",
@@ -543,6 +629,7 @@ fn replay(
 enum Record {
     Put(Key, Envelope),
     Take(Key),
+    Intent(ActorId, Intent),
 }
 
 fn decode(payload: &[u8]) -> Result<Record, String> {
@@ -553,6 +640,28 @@ fn decode(payload: &[u8]) -> Result<Record, String> {
     let pos = i64::from_le_bytes(r.bytes(8)?.try_into().expect("8 bytes"));
     if kind == TAKE {
         return Ok(Record::Take((actor, pos)));
+    }
+    if kind == INTENT {
+        use std::os::unix::ffi::OsStrExt;
+        let count = r.u32()? as usize;
+        let mut positions = Vec::with_capacity(count.min(r.0.len() / 8));
+        for _ in 0..count {
+            positions.push(r.i64()?);
+        }
+        let change_kind = r.u8()?;
+        let len = r.u32()? as usize;
+        let path = PathBuf::from(std::ffi::OsStr::from_bytes(r.bytes(len)?));
+        let change = match change_kind {
+            CHANGE_HOLDS => Change::Holds {
+                path,
+                dev: r.u64()?,
+                ino: r.u64()?,
+            },
+            CHANGE_ABSENT => Change::Absent { path },
+            CHANGE_PRESENT => Change::Present { path },
+            other => return Err(format!("unknown change kind {other}")),
+        };
+        return Ok(Record::Intent(actor, Intent { positions, change }));
     }
     if kind != PUT && kind != PUT_TAGGED {
         return Err(format!("unknown record kind {kind}"));
@@ -660,6 +769,18 @@ impl<'a> Reader<'a> {
 
     fn u8(&mut self) -> Result<u8, String> {
         Ok(self.bytes(1)?[0])
+    }
+
+    fn i64(&mut self) -> Result<i64, String> {
+        Ok(i64::from_le_bytes(
+            self.bytes(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(
+            self.bytes(8)?.try_into().expect("8 bytes"),
+        ))
     }
 
     fn u32(&mut self) -> Result<u32, String> {
@@ -782,6 +903,85 @@ mod tests {
         assert_eq!(back.to_line(), original.to_line(), "every field comes back");
         assert!(journal.claim(&actor("a")).is_empty(), "claimed once");
         assert_eq!(journal.claim(&actor("b"))[0].1.id, "m-9");
+    }
+
+    /// The change a test commits: `file` holds what the temporary `temp` held.
+    fn landing(temp: &Path, file: &Path) -> Change {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(temp).unwrap();
+        Change::Holds {
+            path: file.to_path_buf(),
+            dev: meta.dev(),
+            ino: meta.ino(),
+        }
+    }
+
+    /// DESIGN §20: reads settled by a change that a kill interrupted count as taken exactly
+    /// when the disk shows the change happened, and that verdict is kept by the next open.
+    #[test]
+    fn reads_noted_before_a_change_are_taken_exactly_when_the_change_happened() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = tempfile::tempdir().unwrap();
+        let (temp, file) = (files.path().join(".tmp"), files.path().join("state"));
+        std::fs::write(&temp, "new").unwrap();
+        std::fs::write(&file, "old").unwrap();
+        let change = landing(&temp, &file);
+        {
+            let journal = Journal::open(dir.path()).unwrap();
+            for pos in 0..4 {
+                journal
+                    .put(&actor("a"), pos, &envelope(pos as usize, 0))
+                    .unwrap();
+            }
+            journal.take(&actor("a"), 0).unwrap();
+            // Read 1 and 2, about to commit: the kill comes before the rename.
+            journal.intend(&actor("a"), &[1, 2], &change).unwrap();
+        }
+        let ids = |waiting: Vec<(i64, String)>| -> Vec<i64> {
+            waiting.into_iter().map(|(pos, _)| pos).collect()
+        };
+        assert_eq!(
+            ids(reopened(dir.path(), "a")),
+            [1, 2, 3],
+            "not committed: they come again"
+        );
+
+        {
+            let journal = Journal::open(dir.path()).unwrap();
+            journal.claim(&actor("a"));
+            journal.intend(&actor("a"), &[1, 2], &change).unwrap();
+        }
+        // The rename happened; the takes after it did not.
+        std::fs::rename(&temp, &file).unwrap();
+        assert_eq!(
+            ids(reopened(dir.path(), "a")),
+            [3],
+            "committed: handled once"
+        );
+        // The next commit replaces the file: the verdict was recorded, 1 and 2 stay taken.
+        std::fs::write(&temp, "newer").unwrap();
+        std::fs::rename(&temp, &file).unwrap();
+        assert_eq!(ids(reopened(dir.path(), "a")), [3]);
+
+        // Takes that followed the intent leave nothing for it to decide; a later intent
+        // replaces an earlier one.
+        {
+            let journal = Journal::open(dir.path()).unwrap();
+            journal.claim(&actor("a"));
+            journal.put(&actor("a"), 4, &envelope(4, 0)).unwrap();
+            journal
+                .intend(&actor("a"), &[3], &Change::Absent { path: file.clone() })
+                .unwrap();
+            journal.take(&actor("a"), 3).unwrap();
+            journal
+                .intend(&actor("a"), &[4], &Change::Present { path: file.clone() })
+                .unwrap();
+        }
+        assert_eq!(
+            ids(reopened(dir.path(), "a")),
+            Vec::<i64>::new(),
+            "the file is present"
+        );
     }
 
     #[test]

@@ -45,6 +45,21 @@ pub const STDIN_PIPE_BYTES: usize = 64 * 1024;
 /// idle for an hour that then gets a burst loses nothing (DESIGN §11).
 pub const STDIN_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// A message an instance read settles (is not given again after a kill of the host) at the
+/// guest's next change of its files, when it next waits for input with nothing left to read,
+/// when the instance ends, or this long after the read, whichever comes first. An actor that
+/// keeps its state in files handles each message once across kills (DESIGN §20); one that
+/// keeps none and never waits (under a flood) may see the messages of its last seconds again,
+/// as a Kafka consumer with its default auto-commit does.
+pub const READ_SETTLES_AFTER: Duration = Duration::from_secs(5);
+
+/// At most this many reads of one instance wait to settle: past it, the oldest settles. A
+/// flood into an actor that neither commits nor waits keeps its journal (or its stream's
+/// unacknowledged messages, which the stream stops delivering past the mailbox's capacity)
+/// from growing; an actor that commits once per batch handles each message once across a kill
+/// for batches up to this size.
+pub const MAX_UNSETTLED: usize = 256;
+
 /// A test knob, not a setting: `SAUSAGE_TEST_STDIN_STALL_MS` replaces [`STDIN_WRITE_TIMEOUT`]
 /// so a test can wait out a stall in seconds rather than minutes. Read once, at the first use.
 const STDIN_STALL_TEST_KNOB: &str = "SAUSAGE_TEST_STDIN_STALL_MS";
@@ -98,6 +113,11 @@ pub trait MailboxStream: Send + Sync {
     fn ack(&self, actor: &ActorId, pos: i64);
     /// Notified when publications are acknowledged.
     fn space(&self) -> &Notify;
+    /// Resolves once every message published before the call is stored in its stream (or was
+    /// refused and reported): what output before commit waits for on a cluster (DESIGN §20).
+    fn stored(&self) -> BoxFuture<'_> {
+        Box::pin(async {})
+    }
 }
 
 struct Inner {
@@ -117,6 +137,14 @@ struct Inner {
     partial: Option<Bytes>,
     /// The message the instance took last: it is parked if the instance crashes.
     last_taken: Option<Arc<Envelope>>,
+    /// Messages the instance read that still count as waiting on disk, oldest first: a kill
+    /// of the host gives them again. They settle at the guest's next change of its files,
+    /// when it next waits for input with nothing left to read, when the instance ends,
+    /// [`READ_SETTLES_AFTER`] after the read, or past [`MAX_UNSETTLED`] of them.
+    unsettled: VecDeque<Unsettled>,
+    /// The position of the last message an instance read (for a streamed mailbox, its stream
+    /// sequence): what a replicated commit records (DESIGN §20).
+    last_read_pos: Option<i64>,
     /// When the instance last took bytes, was attached, or had a stalled message dropped: the
     /// latest moment the stall clock of [`STDIN_WRITE_TIMEOUT`] can start from.
     last_read: Instant,
@@ -130,6 +158,12 @@ enum Input {
     Open,
     /// A graceful stop: the instance reads this shutdown line, then end of input.
     Closing(Option<Bytes>),
+}
+
+/// A message read by the instance and not settled yet: its position, and when it was read.
+struct Unsettled {
+    pos: i64,
+    read_at: Instant,
 }
 
 struct Queued {
@@ -146,7 +180,8 @@ struct Queued {
 pub enum Arrival {
     /// Queued for the guest.
     New,
-    /// Handed over before and still waiting.
+    /// Handed over before and still waiting, or read and not settled yet: acknowledged when
+    /// its read settles.
     Held,
     /// Handed over before and read already.
     Read,
@@ -208,6 +243,8 @@ impl Mailbox {
                 input: Input::Detached,
                 partial: None,
                 last_taken: None,
+                unsettled: VecDeque::new(),
+                last_read_pos: None,
                 last_read: Instant::now(),
             }),
             arrived: Notify::new(),
@@ -295,17 +332,29 @@ impl Mailbox {
     pub fn arrive(&self, pos: i64, envelope: Arc<Envelope>) -> Arrival {
         let mut inner = self.lock();
         if pos < inner.next_back {
-            return if inner.queue.iter().any(|q| q.pos == pos) {
-                Arrival::Held
-            } else {
-                Arrival::Read
-            };
+            let waits = inner.queue.iter().any(|q| q.pos == pos)
+                || inner.unsettled.iter().any(|read| read.pos == pos);
+            return if waits { Arrival::Held } else { Arrival::Read };
         }
         inner.next_back = pos + 1;
         inner.accept(pos, envelope);
         drop(inner);
         self.arrived.notify_one();
         Arrival::New
+    }
+
+    /// The position of the last message the actor's instances read on this host, if any.
+    pub fn last_read_pos(&self) -> Option<i64> {
+        self.lock().last_read_pos
+    }
+
+    /// The actor's last replicated commit said it had read up to stream sequence `pos`: a
+    /// message at or before it that the stream gives again is not given to the actor, it was
+    /// handled (DESIGN §20, effectively once after a fail-over).
+    pub fn read_through(&self, pos: i64) {
+        let mut inner = self.lock();
+        inner.next_back = inner.next_back.max(pos + 1);
+        inner.last_read_pos = Some(pos);
     }
 
     /// Forgets what the stream's consumer handed over and nobody read (this host no longer runs
@@ -347,18 +396,66 @@ impl Mailbox {
 
     /// Records that a message left the queue for good.
     fn forget(&self, queued: &Queued) {
+        self.forget_at(queued.pos);
+    }
+
+    /// Records that the message at `pos` left the queue for good.
+    fn forget_at(&self, pos: i64) {
         match &self.store {
             Store::Journal { journal, actor } => {
-                if let Err(e) = journal.take(actor, queued.pos) {
+                if let Err(e) = journal.take(actor, pos) {
                     tracing::warn!(
-                        "actor {actor}: the delivery of message {} cannot be recorded \
-                         on disk ({e}); after a kill of the host it may come again",
-                        queued.envelope.id
+                        "actor {actor}: the delivery of the message at position {pos} cannot be \
+                         recorded on disk ({e}); after a kill of the host it may come again"
                     );
                 }
             }
-            Store::Stream { stream, actor } if queued.pos > 0 => stream.ack(actor, queued.pos),
+            Store::Stream { stream, actor } if pos > 0 => stream.ack(actor, pos),
             Store::Stream { .. } | Store::Memory => {}
+        }
+    }
+
+    /// The instance is about to make `change`: should the host die before its reads settle,
+    /// they count as handled exactly when `change` happened (the journal records it).
+    pub fn intend(&self, change: &crate::fs::Change) {
+        let inner = self.lock();
+        let Store::Journal { journal, actor } = &self.store else {
+            return;
+        };
+        if inner.unsettled.is_empty() {
+            return;
+        }
+        let positions: Vec<i64> = inner.unsettled.iter().map(|read| read.pos).collect();
+        if let Err(e) = journal.intend(actor, &positions, change) {
+            tracing::warn!(
+                "actor {actor}: which change settles its reads cannot be recorded on disk ({e}); \
+                 after a kill of the host they may come again"
+            );
+        }
+    }
+
+    /// Every message the instance read counts as handled from now on: it is not given again.
+    pub fn settle_reads(&self) {
+        let mut inner = self.lock();
+        for read in std::mem::take(&mut inner.unsettled) {
+            self.forget_at(read.pos);
+        }
+    }
+
+    /// Settles the reads made before `now` less [`READ_SETTLES_AFTER`]: an actor that never
+    /// changes a file is not given a message again after hours.
+    pub fn settle_old_reads(&self, now: Instant) {
+        let mut inner = self.lock();
+        self.settle_old(&mut inner, now);
+    }
+
+    fn settle_old(&self, inner: &mut Inner, now: Instant) {
+        while let Some(read) = inner.unsettled.front() {
+            if now.duration_since(read.read_at) < READ_SETTLES_AFTER {
+                break;
+            }
+            let read = inner.unsettled.pop_front().expect("front exists");
+            self.forget_at(read.pos);
         }
     }
 
@@ -419,9 +516,10 @@ impl Mailbox {
         self.arrived.notify_one();
     }
 
-    /// Ends the instance's stdin after it exited. Returns the message it took last, which the
-    /// supervisor parks if the instance crashed.
+    /// Ends the instance's stdin after it exited, settling what it read. Returns the message
+    /// it took last, which the supervisor parks if the instance crashed.
     pub fn detach(&self) -> Option<Arc<Envelope>> {
+        self.settle_reads();
         let mut inner = self.lock();
         inner.input = Input::Detached;
         inner.partial = None;
@@ -508,8 +606,19 @@ impl GuestInput for MailboxInput {
                 Input::Closing(shutdown) => Some(shutdown.take()?),
                 Input::Detached => None,
                 Input::Open => inner.dequeue(0).map(|queued| {
-                    // Read means delivered: from here on the message is never given again.
-                    mailbox.forget(&queued);
+                    // Read, but on disk it still waits until it settles: a kill of the host
+                    // before the guest commits gives it again.
+                    let now = Instant::now();
+                    mailbox.settle_old(&mut inner, now);
+                    while inner.unsettled.len() >= MAX_UNSETTLED {
+                        let oldest = inner.unsettled.pop_front().expect("not empty");
+                        mailbox.forget_at(oldest.pos);
+                    }
+                    inner.unsettled.push_back(Unsettled {
+                        pos: queued.pos,
+                        read_at: now,
+                    });
+                    inner.last_read_pos = Some(queued.pos);
                     let line = Bytes::from(queued.envelope.to_line());
                     inner.last_taken = Some(queued.envelope);
                     mailbox.space.notify_waiters();
@@ -527,6 +636,15 @@ impl GuestInput for MailboxInput {
         }
         inner.last_read = Instant::now();
         Some(chunk)
+    }
+
+    fn before_change(&self, change: &crate::fs::Change) {
+        self.0.intend(change);
+    }
+
+    fn settle(&self) -> BoxFuture<'_> {
+        self.0.settle_reads();
+        Box::pin(async {})
     }
 
     fn readable(&self) -> BoxFuture<'_> {
@@ -547,6 +665,9 @@ impl GuestInput for MailboxInput {
                         return;
                     }
                 }
+                // The guest waits for input with nothing left unread: it is done with what it
+                // read.
+                self.0.settle_reads();
                 arrived.await;
             }
         })
@@ -581,6 +702,32 @@ mod tests {
                 return Some(String::from_utf8(line).unwrap());
             }
         }
+    }
+
+    /// Reads that never settle by a commit or a wait: past [`MAX_UNSETTLED`] the oldest settle,
+    /// so a kill gives back only the last ones read, and those in order before the rest.
+    #[test]
+    fn a_flood_read_without_a_commit_keeps_only_the_last_reads_unsettled() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = ActorId::parse("a").unwrap();
+        {
+            let journal = Arc::new(Journal::open(dir.path()).unwrap());
+            let mailbox = Arc::new(Mailbox::durable(id.clone(), journal));
+            for n in 0..MAX_UNSETTLED + 50 {
+                assert!(mailbox.try_push(message(n)).is_ok());
+            }
+            let input = mailbox.attach();
+            for _ in 0..MAX_UNSETTLED + 40 {
+                read_line(&*input).unwrap();
+            }
+            // The host dies here: nothing settles the reads still waiting to.
+        }
+        let journal = Arc::new(Journal::open(dir.path()).unwrap());
+        let ids: Vec<String> = (journal.claim(&id).into_iter())
+            .map(|(_, e)| e.id.clone())
+            .collect();
+        let want: Vec<String> = (40..MAX_UNSETTLED + 50).map(|n| format!("m-{n}")).collect();
+        assert_eq!(ids, want);
     }
 
     #[test]
@@ -646,13 +793,31 @@ mod tests {
         assert_eq!(mailbox.arrive(6, message(6)), Arrival::New);
         let input = mailbox.attach();
         assert!(read_line(&*input).unwrap().contains("\"m-5\""));
-        assert_eq!(*stream.acked.lock().unwrap(), [5], "acknowledged when read");
+        assert!(
+            stream.acked.lock().unwrap().is_empty(),
+            "a read is acknowledged when it settles, not before"
+        );
+        mailbox.settle_reads();
+        assert_eq!(
+            *stream.acked.lock().unwrap(),
+            [5],
+            "acknowledged when settled"
+        );
         // A consumer made again offers both once more: 5 was read, 6 still waits.
         assert_eq!(mailbox.arrive(5, message(5)), Arrival::Read);
         assert_eq!(mailbox.arrive(6, message(6)), Arrival::Held);
         assert_eq!(mailbox.len(), 1);
         assert!(read_line(&*input).unwrap().contains("\"m-6\""));
-        assert_eq!(*stream.acked.lock().unwrap(), [5, 6]);
+        // Read and not settled: offered again, it is held, acknowledged only when it settles
+        // (a host dying before then gives it again).
+        assert_eq!(mailbox.arrive(6, message(6)), Arrival::Held);
+        assert_eq!(*stream.acked.lock().unwrap(), [5]);
+        mailbox.detach();
+        assert_eq!(
+            *stream.acked.lock().unwrap(),
+            [5, 6],
+            "the instance's end settles"
+        );
         // Another host runs it now: nothing handed over stays here, nothing is acknowledged.
         assert_eq!(mailbox.arrive(7, message(7)), Arrival::New);
         mailbox.release_arrived();
@@ -817,18 +982,25 @@ mod tests {
         assert!(mailbox.drop_stalled_write(after).is_some());
     }
 
-    /// Durable mailboxes against a model: any sequence of pushes (back and front), reads,
-    /// drops and reopenings of the journal leaves each mailbox holding what the model holds.
+    /// Durable mailboxes against a model: any sequence of pushes (back and front), reads
+    /// settled or not, and reopenings of the journal (a kill of the host) leaves each mailbox
+    /// holding what the model holds: a read settles at its instance's end, and a read not
+    /// settled when the host dies comes back in its place.
     mod durable {
         use super::*;
         use proptest::prelude::*;
-        use std::collections::HashMap;
+        use std::collections::{BTreeMap, BTreeSet};
 
         #[derive(Debug, Clone)]
         enum Op {
             Push(usize, usize),
             Front(usize, usize),
+            /// A read by an instance that then ends: settled.
             Read(usize),
+            /// A read by an instance that goes on running: not settled yet.
+            ReadOn(usize),
+            /// The instance changes a file: its reads settle.
+            Commit(usize),
             Reopen,
         }
 
@@ -836,9 +1008,60 @@ mod tests {
             prop_oneof![
                 6 => (0..2usize, 0..3000usize).prop_map(|(a, pad)| Op::Push(a, pad)),
                 1 => (0..2usize, 0..10usize).prop_map(|(a, pad)| Op::Front(a, pad)),
-                4 => (0..2usize).prop_map(Op::Read),
+                2 => (0..2usize).prop_map(Op::Read),
+                3 => (0..2usize).prop_map(Op::ReadOn),
+                1 => (0..2usize).prop_map(Op::Commit),
                 1 => Just(Op::Reopen),
             ]
+        }
+
+        /// One mailbox as the model sees it: every message on disk by position, which of them
+        /// were read and not settled, and the positions the next pushes get.
+        #[derive(Default)]
+        struct Model {
+            on_disk: BTreeMap<i64, String>,
+            unsettled: BTreeSet<i64>,
+            next_back: i64,
+            next_front: i64,
+        }
+
+        impl Model {
+            fn new() -> Model {
+                Model {
+                    next_front: -1,
+                    ..Model::default()
+                }
+            }
+
+            fn queue(&self) -> Vec<String> {
+                (self.on_disk.iter())
+                    .filter(|(pos, _)| !self.unsettled.contains(pos))
+                    .map(|(_, id)| id.clone())
+                    .collect()
+            }
+
+            fn read(&mut self) -> Option<String> {
+                let (&pos, id) =
+                    (self.on_disk.iter()).find(|(pos, _)| !self.unsettled.contains(pos))?;
+                let id = id.clone();
+                self.unsettled.insert(pos);
+                Some(id)
+            }
+
+            fn settle(&mut self) {
+                for pos in std::mem::take(&mut self.unsettled) {
+                    self.on_disk.remove(&pos);
+                }
+            }
+
+            fn reopen(&mut self) {
+                self.unsettled.clear();
+                self.next_back = self.on_disk.last_key_value().map_or(0, |(pos, _)| pos + 1);
+                self.next_front = self
+                    .on_disk
+                    .first_key_value()
+                    .map_or(-1, |(pos, _)| pos - 1);
+            }
         }
 
         fn open(dir: &std::path::Path) -> Vec<Arc<Mailbox>> {
@@ -857,12 +1080,13 @@ mod tests {
         }
 
         proptest! {
-            #![proptest_config(ProptestConfig::with_cases(32))]
+            #![proptest_config(ProptestConfig::with_cases(48))]
             #[test]
             fn reopened_mailboxes_hold_what_the_model_holds(ops in proptest::collection::vec(op(), 1..120)) {
                 let dir = tempfile::tempdir().unwrap();
                 let mut boxes = open(dir.path());
-                let mut model: HashMap<usize, VecDeque<String>> = HashMap::new();
+                let mut inputs: Vec<Option<Arc<dyn GuestInput>>> = vec![None, None];
+                let mut model = [Model::new(), Model::new()];
                 for (n, op) in ops.into_iter().enumerate() {
                     let padded = |pad: usize| Arc::new(Envelope {
                         id: format!("m-{n}"),
@@ -875,35 +1099,63 @@ mod tests {
                     match op {
                         Op::Push(a, pad) => {
                             prop_assert!(boxes[a].try_push(padded(pad)).is_ok());
-                            model.entry(a).or_default().push_back(format!("m-{n}"));
+                            let pos = model[a].next_back;
+                            model[a].next_back += 1;
+                            model[a].on_disk.insert(pos, format!("m-{n}"));
                         }
                         Op::Front(a, pad) => {
                             boxes[a].push_front(padded(pad));
-                            model.entry(a).or_default().push_front(format!("m-{n}"));
+                            let pos = model[a].next_front;
+                            model[a].next_front -= 1;
+                            model[a].on_disk.insert(pos, format!("m-{n}"));
                         }
-                        Op::Read(a) => {
-                            let input = boxes[a].attach();
+                        Op::Read(a) | Op::ReadOn(a) => {
+                            let input = inputs[a].get_or_insert_with(|| boxes[a].attach()).clone();
                             let got = input.read(1 << 20).filter(|line| !line.is_empty());
                             let got = got.map(|line| String::from_utf8_lossy(&line).into_owned());
-                            boxes[a].detach();
-                            let want = model.entry(a).or_default().pop_front();
+                            let want = model[a].read();
                             prop_assert_eq!(got.is_some(), want.is_some());
                             if let (Some(got), Some(want)) = (got, want) {
                                 let quoted = format!("\"{}\"", want);
                                 prop_assert!(got.contains(&quoted), "{} in {}", want, got);
                             }
+                            if matches!(op, Op::Read(_)) {
+                                inputs[a] = None;
+                                boxes[a].detach();
+                                model[a].settle();
+                            }
+                        }
+                        Op::Commit(a) => {
+                            if let Some(input) = &inputs[a] {
+                                ready_now(input.settle());
+                                model[a].settle();
+                            }
                         }
                         Op::Reopen => {
+                            inputs = vec![None, None];
                             drop(boxes);
                             boxes = open(dir.path());
+                            for m in &mut model {
+                                m.reopen();
+                            }
                         }
                     }
                     for (a, mailbox) in boxes.iter().enumerate() {
-                        let want: Vec<String> = model.get(&a).map(|q| q.iter().cloned().collect()).unwrap_or_default();
-                        prop_assert_eq!(ids(mailbox), want);
+                        prop_assert_eq!(ids(mailbox), model[a].queue());
                     }
                 }
             }
+        }
+
+        /// Runs a future that is ready at once (settling a journal's reads does not wait).
+        fn ready_now(future: BoxFuture<'_>) {
+            let waker = std::task::Waker::noop();
+            let mut cx = std::task::Context::from_waker(waker);
+            let mut future = future;
+            assert!(
+                future.as_mut().poll(&mut cx).is_ready(),
+                "settling waits for nothing here"
+            );
         }
     }
 }

@@ -410,9 +410,11 @@ impl Broker {
     }
 
     /// Starts `id` on this host (the cluster gave it the lease): its version fetched when this
-    /// host's folder lacks it, its files restored from its last snapshot when it ran elsewhere
-    /// (`restore`), then supervised as at a start, its stream consumed.
-    pub async fn run_here(&self, id: &ActorId, restore: bool) -> Result<()> {
+    /// host's folder lacks it, its files restored from its last snapshot and every change
+    /// committed since (the cluster's files are the truth, even when it last ran here: a
+    /// change stored there may not have been made here before a kill), then supervised as at a
+    /// start, its stream consumed.
+    pub async fn run_here(&self, id: &ActorId) -> Result<()> {
         let cluster = self.cluster.as_ref().context("not in a cluster")?;
         if self.handle(id).is_some() {
             return Ok(());
@@ -436,9 +438,7 @@ impl Broker {
             .await
             .context("installing a source")??;
         }
-        if restore || fresh {
-            cluster.shared.restore_snapshot(&self.world, id).await?;
-        }
+        cluster.shared.restore_snapshot(&self.world, id).await?;
         let wasm = world.version_dir(id, entry.version).join("actor.wasm");
         let runtime = self.runtime.clone();
         let program = tokio::task::spawn_blocking(move || {
@@ -585,6 +585,8 @@ impl Broker {
             runtime: self.runtime.clone(),
             router: self.router.clone(),
             world: self.world.clone(),
+            replica: (self.cluster.as_ref())
+                .and_then(|cluster| cluster.shared.replica(&self.world, id, mailbox.clone())),
             mailbox,
             crash_loops: self.crash_loops.clone(),
         }

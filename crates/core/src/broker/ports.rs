@@ -123,6 +123,19 @@ pub trait SharedStore: Send + Sync {
     /// Shares a snapshot of `id`'s `/data` and `/public` (unless nothing changed since the last).
     fn snapshot<'a>(&'a self, world: &'a World, id: &'a ActorId) -> BoxFuture<'a, Result<()>>;
 
+    /// Where each change of `id`'s files goes before this host makes it (DESIGN §20,
+    /// replicated commits), its `mailbox` telling what the actor had read; `None` when changes
+    /// are not copied.
+    fn replica(
+        &self,
+        world: &World,
+        id: &ActorId,
+        mailbox: Arc<Mailbox>,
+    ) -> Option<Arc<dyn crate::runtime::Replica>> {
+        let _ = (world, id, mailbox);
+        None
+    }
+
     /// Replaces `id`'s files with its last shared snapshot; false when it has none.
     fn restore_snapshot<'a>(
         &'a self,

@@ -680,8 +680,8 @@ impl Broker {
             return Err(match cluster.placement.placement_of(id.as_str()) {
                 Some((host, _)) => format!(
                     "actor `{id}` runs on host {host}, which is not answering; another host \
-                     takes it within {} s of its last heartbeat: ask again then",
-                    cluster.placement.lease_timeout().as_secs()
+                     takes it within {:.1} s of its last heartbeat: ask again then",
+                    cluster.placement.lease_timeout().as_secs_f64()
                 ),
                 None => format!("actor `{id}` is being placed on a host; ask again in a moment"),
             });

@@ -93,6 +93,14 @@ impl Router {
         self.ids.reserved_elsewhere(ids);
     }
 
+    /// Resolves once every message this host published before the call is stored in its
+    /// stream; at once on a single host, whose journal stores a message as it is accepted.
+    pub async fn stored(&self) {
+        if let Some(joined) = self.remote.get() {
+            joined.streams.stored().await;
+        }
+    }
+
     /// Whether the world spans several hosts.
     pub fn is_joined(&self) -> bool {
         self.remote.get().is_some()
@@ -193,12 +201,16 @@ impl Router {
 
     /// Drops every stdin write stalled past its timeout, in one pass over the mailboxes (see
     /// [`Mailbox::drop_stalled_write`]), and returns whose message was dropped. Only mailboxes
-    /// read by a running instance can stall.
+    /// read by a running instance can stall. The same pass settles reads older than
+    /// [`READ_SETTLES_AFTER`](super::mailbox::READ_SETTLES_AFTER).
     pub fn drop_stalled_writes(&self, now: std::time::Instant) -> Vec<(ActorId, Arc<Envelope>)> {
         let mailboxes = self.mailboxes.read().expect("router lock");
         mailboxes
             .iter()
-            .filter_map(|(id, mailbox)| Some((id.clone(), mailbox.drop_stalled_write(now)?)))
+            .filter_map(|(id, mailbox)| {
+                mailbox.settle_old_reads(now);
+                Some((id.clone(), mailbox.drop_stalled_write(now)?))
+            })
             .collect()
     }
 

@@ -3,7 +3,8 @@
 //!
 //! A stdout line is routed as soon as its newline arrives. When a recipient's mailbox is full
 //! the stdout stops taking bytes (capacity 0) until the message is in, so a fast producer is
-//! slowed down, never dropped, and its later lines keep their order.
+//! slowed down, never dropped, and its later lines keep their order; a commit of the guest's
+//! files waits for it too (output before commit).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -140,6 +141,18 @@ impl GuestOutput for RoutedStdout {
             while let Some(delivery) = self.blocked.pop_front() {
                 self.router.deliver(delivery).await;
             }
+        })
+    }
+
+    /// Every line waiting for a full mailbox goes in first, and on a cluster every line is
+    /// stored in its stream: a line the guest wrote before a commit is accepted before the
+    /// commit (DESIGN §20).
+    fn settled(&mut self) -> BoxFuture<'_> {
+        Box::pin(async move {
+            while let Some(delivery) = self.blocked.pop_front() {
+                self.router.deliver(delivery).await;
+            }
+            self.router.stored().await;
         })
     }
 }

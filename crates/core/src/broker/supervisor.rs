@@ -16,7 +16,9 @@ use super::router::Router;
 use super::stdio::{LogOutput, RoutedStdout};
 use crate::message::{ActorId, Envelope, raw};
 use crate::runtime::network::{Credentials, Network};
-use crate::runtime::{DEFAULT_MEMORY_MB, Exit, InstanceConfig, MAX_MEMORY_MB, Program, Runtime};
+use crate::runtime::{
+    DEFAULT_MEMORY_MB, Exit, InstanceConfig, MAX_MEMORY_MB, Program, Replica, Runtime,
+};
 use crate::world::{MANIFEST, Manifest, State, Status, World};
 
 /// First restart delay; each further crash in a row doubles it.
@@ -155,6 +157,8 @@ pub struct Supervisor {
     pub router: Arc<Router>,
     pub world: World,
     pub mailbox: Arc<Mailbox>,
+    /// On a host of a cluster, where each change of the actor's files is copied first.
+    pub replica: Option<Arc<dyn Replica>>,
     /// To the broker: crash loops after upgrades. The broker's receiver lives as long as the
     /// host; a failed send means the host is shutting down.
     pub crash_loops: mpsc::UnboundedSender<CrashLoop>,
@@ -393,6 +397,7 @@ impl Task {
             )),
             stderr: InstanceConfig::output(LogOutput::append_to(&sup.world.log_path(&sup.id))),
             network: network(&sup.world, &sup.id, files),
+            replica: sup.replica.clone(),
         };
         // The instance task says when its code starts to run; dropping the sender unsent
         // means it was never created.
@@ -495,19 +500,26 @@ impl Task {
             body: raw(&json!({"type": "shutdown"})),
         };
         self.sup.mailbox.close_input(shutdown.to_line());
-        match tokio::time::timeout(STOP_GRACE, &mut *instance).await {
+        // A host whose lease lapsed runs no guest (`runtime::run_until`): none could take
+        // the shutdown, so none is waited for.
+        let run_until = self.sup.runtime.run_until();
+        let grace = if run_until.allows(run_until.term()) {
+            STOP_GRACE
+        } else {
+            Duration::ZERO
+        };
+        match tokio::time::timeout(grace, &mut *instance).await {
             Ok(exit) => joined(exit),
             Err(_) => {
                 instance.abort();
                 // The task ends at its next await (within an epoch tick); its result is moot.
                 let _ = instance.await;
-                self.sup.world.log_note(
-                    &self.sup.id,
-                    &format!(
-                        "killed: still running {} s after shutdown",
-                        STOP_GRACE.as_secs()
-                    ),
-                );
+                let why = if grace.is_zero() {
+                    "killed: this host's leases lapsed".to_string()
+                } else {
+                    format!("killed: still running {} s after shutdown", grace.as_secs())
+                };
+                self.sup.world.log_note(&self.sup.id, &why);
                 Exit::Killed
             }
         }

@@ -11,6 +11,7 @@ use std::ffi::CString;
 use std::io::{self, Seek, SeekFrom};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
 
 /// An uncommitted write: the temporary and its target, both named in their folder, and what a sync
 /// needs to make the next temporary cheaply.
@@ -56,6 +57,21 @@ impl Pending {
             base,
             dirty: Dirty::default(),
         }
+    }
+
+    /// The target's path (where its folder is now), and what it will be once `file`, the
+    /// temporary, is committed: the temporary's inode there.
+    pub(super) fn landing(&self, file: &std::fs::File) -> io::Result<(PathBuf, super::Change)> {
+        use std::os::unix::ffi::OsStrExt;
+        let meta = file.metadata()?;
+        let folder = std::fs::read_link(format!("/proc/self/fd/{}", self.folder.as_raw_fd()))?;
+        let path = folder.join(std::ffi::OsStr::from_bytes(self.target.as_bytes()));
+        let change = super::Change::Holds {
+            path: path.clone(),
+            dev: meta.dev(),
+            ino: meta.ino(),
+        };
+        Ok((path, change))
     }
 
     /// Bytes `start..end` of the temporary were written.

@@ -4,7 +4,7 @@
 //! symlink on the way and no temporary name in it.
 
 use super::file::File;
-use super::{ErrorCode, FsResult, Mount, is_temporary_name};
+use super::{BeforeChange, Change, Changing, Edit, ErrorCode, FsResult, Mount, is_temporary_name};
 use std::ffi::OsString;
 use std::fs::{FileTimes, Metadata};
 use std::io;
@@ -310,24 +310,51 @@ impl Dir {
 
     /// `create-directory-at`: takes effect at once.
     pub fn create_dir(&self, path: &str) -> FsResult<()> {
+        self.create_dir_noting(path, &|_| Ok(()))
+    }
+
+    /// [`Dir::create_dir`], calling `before` just before the folder is made.
+    pub fn create_dir_noting(&self, path: &str, before: BeforeChange<'_>) -> FsResult<()> {
         self.deny_read_only()?;
         let target = self.resolve(path, Want::New)?;
         if target.rel.is_empty() {
             return Err(ErrorCode::Exist);
         }
+        before(&Changing {
+            landing: Change::Present {
+                path: target.host.clone(),
+            },
+            edit: Edit::MakeDir { path: &target.host },
+        })?;
         Ok(std::fs::create_dir(&target.host)?)
     }
 
     /// `remove-directory-at`: takes effect at once; fails with `not-empty` while it holds
     /// anything, temporaries of open writers included.
     pub fn remove_dir(&self, path: &str) -> FsResult<()> {
+        self.remove_dir_noting(path, &|_| Ok(()))
+    }
+
+    /// [`Dir::remove_dir`], calling `before` just before the folder is removed.
+    pub fn remove_dir_noting(&self, path: &str, before: BeforeChange<'_>) -> FsResult<()> {
         self.deny_read_only()?;
         let target = self.resolve_entry(path, Want::Existing)?;
+        before(&Changing {
+            landing: Change::Absent {
+                path: target.host.clone(),
+            },
+            edit: Edit::Remove { path: &target.host },
+        })?;
         Ok(std::fs::remove_dir(&target.host)?)
     }
 
     /// `unlink-file-at`: takes effect at once. Open writers of the file still commit on close.
     pub fn unlink(&self, path: &str) -> FsResult<()> {
+        self.unlink_noting(path, &|_| Ok(()))
+    }
+
+    /// [`Dir::unlink`], calling `before` just before the file is removed.
+    pub fn unlink_noting(&self, path: &str, before: BeforeChange<'_>) -> FsResult<()> {
         self.deny_read_only()?;
         let target = self.resolve_entry(path, Want::Existing)?;
         let meta = std::fs::symlink_metadata(&target.host)?;
@@ -337,12 +364,29 @@ impl Dir {
         if target.dir_only {
             return Err(ErrorCode::NotDirectory);
         }
+        before(&Changing {
+            landing: Change::Absent {
+                path: target.host.clone(),
+            },
+            edit: Edit::Remove { path: &target.host },
+        })?;
         Ok(std::fs::remove_file(&target.host)?)
     }
 
     /// `rename-at`: takes effect at once, within one mount (`cross-device` between mounts, so
     /// a guest copies instead, as it would between two disks).
     pub fn rename(&self, old: &str, new_dir: &Dir, new: &str) -> FsResult<()> {
+        self.rename_noting(old, new_dir, new, &|_| Ok(()))
+    }
+
+    /// [`Dir::rename`], calling `before` just before the rename.
+    pub fn rename_noting(
+        &self,
+        old: &str,
+        new_dir: &Dir,
+        new: &str,
+        before: BeforeChange<'_>,
+    ) -> FsResult<()> {
         self.deny_read_only()?;
         new_dir.deny_read_only()?;
         if !Arc::ptr_eq(&self.root, &new_dir.root) {
@@ -351,7 +395,18 @@ impl Dir {
         let from = self.resolve_entry(old, Want::Existing)?;
         let to = new_dir.resolve_entry(new, Want::New)?;
         // Checked first so a missing source says `no-entry` whatever the target.
-        std::fs::symlink_metadata(&from.host)?;
+        let meta = std::fs::symlink_metadata(&from.host)?;
+        before(&Changing {
+            landing: Change::Holds {
+                path: to.host.clone(),
+                dev: meta.dev(),
+                ino: meta.ino(),
+            },
+            edit: Edit::Rename {
+                from: &from.host,
+                to: &to.host,
+            },
+        })?;
         Ok(std::fs::rename(&from.host, &to.host)?)
     }
 

@@ -6,7 +6,7 @@
 
 use super::commit::{Pending, SyncFailed};
 use super::dir::{SetTime, Stat, set_file_times};
-use super::{ErrorCode, FsResult, create_temporary};
+use super::{BeforeChange, Changing, Edit, ErrorCode, FsResult, create_temporary};
 use std::ffi::{CString, OsStr};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -158,6 +158,34 @@ impl File {
         self.inner.closed_by_guest.store(true, Ordering::Relaxed);
     }
 
+    /// [`File::close`], calling `before` just before the commit when this handle is the last
+    /// of a writer (with other handles left, the commit comes later, unannounced). When `before`
+    /// refuses, the write is discarded, as after a crash: the guest's close has no way to hear
+    /// of it (wasi-libc ignores a close's errors).
+    pub fn close_noting(self, before: BeforeChange<'_>) {
+        if Arc::strong_count(&self.inner) == 1 && self.announce(before).is_err() {
+            // Dropped without the guest's close: the temporary goes.
+            return;
+        }
+        self.close();
+    }
+
+    /// Calls `before` with the commit this writer is about to make, if it has one to make.
+    fn announce(&self, before: BeforeChange<'_>) -> FsResult<()> {
+        let state = self.lock();
+        let Some(pending) = state.pending.as_ref() else {
+            return Ok(());
+        };
+        let (path, landing) = pending.landing(&state.file)?;
+        before(&Changing {
+            landing,
+            edit: Edit::Write {
+                path: &path,
+                file: &state.file,
+            },
+        })
+    }
+
     /// The handle the host keeps to commit this file at a normal exit; `None` for readers.
     pub fn pending_commit(&self) -> Option<PendingCommit> {
         self.lock().pending.is_some().then(|| PendingCommit {
@@ -275,9 +303,16 @@ impl File {
     /// new temporary could be made (a full disk), the error is returned and the writer can no
     /// longer write, as after a close.
     pub fn sync(&self) -> FsResult<()> {
+        self.sync_noting(&|_| Ok(()))
+    }
+
+    /// [`File::sync`], calling `before` just before the commit; when it refuses, nothing is
+    /// committed and its error comes back.
+    pub fn sync_noting(&self, before: BeforeChange<'_>) -> FsResult<()> {
         if !self.writable() {
             return Ok(());
         }
+        self.announce(before)?;
         let mut state = self.lock();
         let State { file, pending } = &mut *state;
         let Some(writer) = pending else {

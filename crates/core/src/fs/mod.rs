@@ -24,6 +24,63 @@ pub use dir::{Dir, Entry, Kind, MAX_GUEST_PATH_LEN, OpenOptions, Opened, SetTime
 pub use file::{File, MAX_READ_LEN, PendingCommit};
 pub use tree::{copy_tree, link_tree};
 
+/// What a change of a guest's files leaves behind once it happened, so that after a kill of the
+/// host one can tell whether it did (DESIGN §20: the messages a change settles are settled only
+/// if it happened). Each change is one rename, unlink or mkdir: either it happened or not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// `path` is the file (or folder) `ino` of device `dev`: a commit, a sync, a rename.
+    Holds { path: PathBuf, dev: u64, ino: u64 },
+    /// Nothing is at `path`: an unlink or a rmdir.
+    Absent { path: PathBuf },
+    /// Something is at `path`: a mkdir.
+    Present { path: PathBuf },
+}
+
+impl Change {
+    /// Whether the change happened, judged by what is on disk now. Only meaningful for the last
+    /// change of its folder: a later one may have replaced the file again.
+    pub fn happened(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        match self {
+            Change::Holds { path, dev, ino } => std::fs::symlink_metadata(path)
+                .is_ok_and(|meta| (meta.dev(), meta.ino()) == (*dev, *ino)),
+            Change::Absent { path } => {
+                std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
+            }
+            Change::Present { path } => std::fs::symlink_metadata(path).is_ok(),
+        }
+    }
+}
+
+/// A change of a guest's files about to be made, as [`BeforeChange`] sees it: how to tell later
+/// whether it happened (`landing`), and what it does, for a copy of the files elsewhere
+/// (`edit`; DESIGN §20, commits replicated on a cluster). Paths are the host's.
+pub struct Changing<'a> {
+    pub landing: Change,
+    pub edit: Edit<'a>,
+}
+
+/// What a change does.
+pub enum Edit<'a> {
+    /// `path` gets the content of `file` (a writer's commit at close or sync), read from its
+    /// start.
+    Write {
+        path: &'a Path,
+        file: &'a std::fs::File,
+    },
+    /// A rename of a file or folder.
+    Rename { from: &'a Path, to: &'a Path },
+    /// An unlink of a file or a rmdir of an empty folder.
+    Remove { path: &'a Path },
+    /// A mkdir.
+    MakeDir { path: &'a Path },
+}
+
+/// Called just before a change is made (on the blocking pool; it may block). An error refuses
+/// the change: it is not made, and the guest gets the error.
+pub type BeforeChange<'a> = &'a (dyn Fn(&Changing<'_>) -> FsResult<()> + Sync);
+
 /// One folder of the host shown to a guest under a path of its own.
 #[derive(Clone, Debug)]
 pub struct Mount {

@@ -8,6 +8,7 @@ pub mod cache;
 pub mod hibernate;
 pub mod memory;
 pub mod network;
+pub mod run_until;
 pub mod stdio;
 pub mod ticks;
 pub mod wasi_fs;
@@ -27,9 +28,12 @@ use crate::fs::Mount;
 use cache::Cache;
 use hibernate::{Awake, Hibernated, Image, Sleepers};
 use network::{HttpHooks, Network};
+use run_until::RunUntil;
 use stdio::{GuestInput, GuestOutput, Stdin, Stdout};
 pub use ticks::EPOCH_TICK;
 use ticks::{Ticker, Ticking, slices};
+use wasi_fs::Hooks;
+pub use wasi_fs::Replica;
 use wasi_fs::{FsState, FsView};
 
 /// An instance's linear memory when its manifest does not say (DESIGN §11): enough for most
@@ -58,6 +62,8 @@ pub struct InstanceConfig {
     /// Outgoing `wasi:http`: the hosts it may reach and the credentials the host adds.
     /// `Network::default()` reaches nothing.
     pub network: Network,
+    /// On a host of a cluster, where each change of the actor's files is copied first.
+    pub replica: Option<Arc<dyn Replica>>,
 }
 
 impl InstanceConfig {
@@ -110,12 +116,20 @@ pub struct Runtime {
     sleepers: Arc<Sleepers>,
     /// Ticks the epoch while guests run.
     ticker: Arc<Ticker>,
+    /// Until when guests may run: forever on a single host, until the next lease renewal's
+    /// deadline on a host of a cluster (which moves it).
+    run_until: Arc<RunUntil>,
 }
 
 impl Runtime {
     /// Builds the engine and starts the thread that ticks its epoch while guests run.
     /// Compiled components are kept in `cache_dir` when one is given.
     pub fn new(cache_dir: Option<PathBuf>) -> Result<Arc<Runtime>> {
+        Runtime::bounded(cache_dir, RunUntil::forever())
+    }
+
+    /// [`Runtime::new`] whose guests run only while `run_until` allows (a host of a cluster).
+    pub fn bounded(cache_dir: Option<PathBuf>, run_until: Arc<RunUntil>) -> Result<Arc<Runtime>> {
         let mut config = Config::new();
         config.wasm_component_model(true);
         config.epoch_interruption(true);
@@ -143,7 +157,13 @@ impl Runtime {
             cache,
             sleepers,
             ticker,
+            run_until,
         }))
+    }
+
+    /// Until when this host's guests may run.
+    pub fn run_until(&self) -> &Arc<RunUntil> {
+        &self.run_until
     }
 
     /// Compiles and links a component. The error says why the bytes cannot run as an actor.
@@ -206,6 +226,11 @@ impl Runtime {
         on_running: impl FnOnce(),
     ) -> Exit {
         let mut wasi = WasiCtxBuilder::new();
+        let hooks = Hooks {
+            stdin: config.stdin.clone(),
+            stdout: config.stdout.clone(),
+            replica: config.replica.clone(),
+        };
         wasi.stdin(Stdin(config.stdin))
             .stdout(config.stdout)
             .stderr(config.stderr)
@@ -220,7 +245,7 @@ impl Runtime {
             hooks: HttpHooks {
                 network: config.network,
             },
-            fs: FsState::new(config.mounts),
+            fs: FsState::new(config.mounts, Some(hooks)),
             memory: MemoryLimit {
                 bytes: memory_mb as usize * MIB,
                 reached: false,
@@ -230,7 +255,9 @@ impl Runtime {
         store.limiter(|guest| &mut guest.memory);
         // Between polls an idle instance may be packed; `Awake` unpacks it before each.
         let sleeper = self.sleepers.new_sleeper();
-        store.epoch_deadline_callback(slices(sleeper.clone()));
+        // An instance lives in the term it was made in: after a lapse it never runs again.
+        let term = self.run_until.term();
+        store.epoch_deadline_callback(slices(sleeper.clone(), self.run_until.clone(), term));
         let instance = sleeper.clone();
         let run = async {
             let command = program.pre.instantiate_async(&mut store).await?;
@@ -238,7 +265,13 @@ impl Runtime {
             on_running();
             command.wasi_cli_run().call_run(&mut store).await
         };
-        let result = Ticking::new(self.ticker.clone(), Awake::new(sleeper, run)).await;
+        let ticking = Ticking::new(
+            self.ticker.clone(),
+            self.run_until.clone(),
+            term,
+            Awake::new(sleeper, run),
+        );
+        let result = ticking.await;
         let exit = match result {
             Err(_) if store.data().memory.reached => Exit::MemoryLimit(memory_mb),
             Ok(Ok(())) => Exit::Clean,
@@ -251,8 +284,9 @@ impl Runtime {
         };
         if matches!(exit, Exit::Clean | Exit::Code(_)) {
             // Process exit closes files: a normal exit commits what is still open.
-            store.data_mut().fs.commit_open_files();
+            store.data_mut().fs.commit_open_files().await;
         }
+        store.data().fs.settle_output().await;
         exit
     }
 }

@@ -22,6 +22,17 @@ pub trait GuestInput: Send + Sync + 'static {
     fn read(&self, max: usize) -> Option<Bytes>;
     /// Resolves when `read` would return bytes or end of input.
     fn readable(&self) -> BoxFuture<'_>;
+    /// Called on the blocking pool just before the guest changes its files by `change`: should
+    /// the host die before [`GuestInput::settle`], what the guest read so far counts as
+    /// handled exactly when `change` happened (DESIGN §20).
+    fn before_change(&self, change: &crate::fs::Change) {
+        let _ = change;
+    }
+    /// The guest changed its files (or waits, or ended): what it read so far counts as handled
+    /// from now on, and is not given again after a kill of the host.
+    fn settle(&self) -> BoxFuture<'_> {
+        Box::pin(async {})
+    }
 }
 
 /// Where a guest's stdout or stderr goes.
@@ -32,6 +43,12 @@ pub trait GuestOutput: Send + 'static {
     fn write(&mut self, bytes: &[u8]);
     /// Resolves once `capacity` may be non-zero again.
     fn writable(&mut self) -> BoxFuture<'_>;
+    /// Resolves once everything written so far is accepted where it goes: the guest is about to
+    /// change its files, and "send, then record that it was sent" must not lose the send
+    /// (DESIGN §20, output before commit).
+    fn settled(&mut self) -> BoxFuture<'_> {
+        Box::pin(async {})
+    }
 }
 
 /// Stdin for `WasiCtxBuilder::stdin`.
@@ -76,6 +93,11 @@ pub struct Stdout(pub Arc<tokio::sync::Mutex<dyn GuestOutput>>);
 impl Stdout {
     pub fn new(output: impl GuestOutput) -> Stdout {
         Stdout(Arc::new(tokio::sync::Mutex::new(output)))
+    }
+
+    /// Waits until everything the guest wrote is accepted ([`GuestOutput::settled`]).
+    pub async fn settled(&self) {
+        self.0.lock().await.settled().await;
     }
 
     fn locked(&self) -> StreamResult<tokio::sync::MutexGuard<'_, dyn GuestOutput>> {

@@ -5,6 +5,10 @@
 //! last tick, and sleeps when none has for [`IDLE_TICKS`] ticks (an idle world wakes no thread a
 //! thousand times a second); the next poll of a guest wakes it ([`Ticking`]). At each tick a
 //! running guest reaches, [`slices`] decides whether it yields ([`Slice`]).
+//!
+//! No slice begins once the host's [`RunUntil`] stops allowing the instance's term: its poll
+//! stays pending until a renewal (or until the instance is dropped), and a guest that is running
+//! when the deadline passes yields at its next tick.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -19,6 +23,7 @@ use wasmtime::{Engine, StoreContextMut, UpdateDeadline};
 
 use super::Guest;
 use super::hibernate::Sleeper;
+use super::run_until::{RunUntil, Term};
 
 /// How often a running guest is interrupted so that it yields to the others: one busy actor
 /// holds the world's thread for at most two ticks at a time (see [`Slice`]). With 10 ms ticks
@@ -112,15 +117,23 @@ impl Ticker {
     }
 }
 
-/// An instance's future, which wakes the ticker whenever the guest may run.
+/// An instance's future, which wakes the ticker whenever the guest may run, and runs it only
+/// while the host's deadline allows the term it was created in.
 pub struct Ticking<F> {
     ticker: Arc<Ticker>,
+    run_until: Arc<RunUntil>,
+    term: Term,
     inner: F,
 }
 
 impl<F: Future + Unpin> Ticking<F> {
-    pub fn new(ticker: Arc<Ticker>, inner: F) -> Ticking<F> {
-        Ticking { ticker, inner }
+    pub fn new(ticker: Arc<Ticker>, run_until: Arc<RunUntil>, term: Term, inner: F) -> Ticking<F> {
+        Ticking {
+            ticker,
+            run_until,
+            term,
+            inner,
+        }
     }
 }
 
@@ -129,6 +142,13 @@ impl<F: Future + Unpin> Future for Ticking<F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = &mut *self;
+        if !this.run_until.allows(this.term) {
+            // Registered before the second look, so a renewal in between still wakes it.
+            this.run_until.wake_on_change(cx.waker());
+            if !this.run_until.allows(this.term) {
+                return Poll::Pending;
+            }
+        }
         this.ticker.poll_begins();
         let result = Pin::new(&mut this.inner).poll(cx);
         this.ticker.poll_ends();
@@ -139,18 +159,23 @@ impl<F: Future + Unpin> Future for Ticking<F> {
 /// The epoch callback of an instance: when its slice is over, the guest waits until the
 /// scheduler next looks at I/O (tokio defers `yield_now` until then), so the tasks that are
 /// ready, a message passing from actor to actor, go before a busy guest's next slice rather
-/// than one step of theirs per slice.
+/// than one step of theirs per slice. A guest whose term the host's deadline no longer allows
+/// yields at once, and [`Ticking`] begins no slice after that.
 pub fn slices(
     sleeper: Arc<Sleeper>,
+    run_until: Arc<RunUntil>,
+    term: Term,
 ) -> impl FnMut(StoreContextMut<'_, Guest>) -> wasmtime::Result<UpdateDeadline> + Send + Sync + 'static
 {
     let mut slice = Slice::default();
     move |_| {
-        Ok(if slice.is_over(sleeper.polls()) {
-            UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now()))
-        } else {
-            UpdateDeadline::Continue(1)
-        })
+        Ok(
+            if slice.is_over(sleeper.polls()) || !run_until.allows(term) {
+                UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now()))
+            } else {
+                UpdateDeadline::Continue(1)
+            },
+        )
     }
 }
 

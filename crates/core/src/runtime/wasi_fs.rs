@@ -7,8 +7,10 @@
 //! file, read, write, sync, set-size, directory changes, the commit at close) runs on tokio's
 //! blocking pool while the guest waits: never on the thread that routes messages (DESIGN §11).
 
+use super::stdio::{GuestInput, Stdout};
 use crate::fs::{self, Mount, PendingCommit, SetTime};
 use std::mem;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::task::JoinHandle;
 use wasmtime::component::{HasData, Linker, Resource, ResourceTable, ResourceTableError};
@@ -55,10 +57,52 @@ pub struct FsState {
     /// Every writer opened by the guest, to commit at a normal exit; dead entries are pruned
     /// on each open.
     writers: Vec<PendingCommit>,
+    /// What each change of the guest's files waits for and tells: [`FsState::before_change`].
+    hooks: Option<Hooks>,
+}
+
+/// Where a host of a cluster copies each change of an actor's files before making it (DESIGN
+/// §20, replicated commits). Called on the blocking pool; it may block until the copy is
+/// stored. An error refuses the change: it is not made (the host lost the actor, or the
+/// cluster cannot be reached), and the guest gets the error.
+pub trait Replica: Send + Sync {
+    fn record(&self, changing: &fs::Changing<'_>) -> fs::FsResult<()>;
+}
+
+/// Tells, just before a change of the guest's files, the replica (which may refuse it) and
+/// stdin (which change settles what the guest read, [`GuestInput::before_change`]); called
+/// on the blocking pool.
+#[derive(Clone, Default)]
+pub struct Noting {
+    stdin: Option<Arc<dyn GuestInput>>,
+    replica: Option<Arc<dyn Replica>>,
+}
+
+impl Noting {
+    fn note(&self, changing: &fs::Changing<'_>) -> fs::FsResult<()> {
+        if let Some(replica) = &self.replica {
+            replica.record(changing)?;
+        }
+        if let Some(stdin) = &self.stdin {
+            stdin.before_change(&changing.landing);
+        }
+        Ok(())
+    }
+}
+
+/// What a change of the guest's files waits for and tells (DESIGN §20): every line written on
+/// `stdout` accepted first, the change copied to the `replica` on a cluster, and every message
+/// read on `stdin` settled as handled.
+pub struct Hooks {
+    pub stdin: Arc<dyn GuestInput>,
+    pub stdout: Stdout,
+    pub replica: Option<Arc<dyn Replica>>,
 }
 
 impl FsState {
-    pub fn new(mounts: Vec<Mount>) -> Self {
+    /// The filesystem of an instance over `mounts`; with `hooks`, every change of a file waits
+    /// for them first.
+    pub fn new(mounts: Vec<Mount>, hooks: Option<Hooks>) -> Self {
         let preopens = mounts
             .into_iter()
             .map(|mount| (fs::Dir::root(&mount), mount.guest))
@@ -66,13 +110,54 @@ impl FsState {
         FsState {
             preopens,
             writers: Vec::new(),
+            hooks,
         }
     }
 
-    /// Normal exit: commit every file the guest still has open for writing.
+    /// Output before commit: the guest is about to commit a file (or rename, remove or make
+    /// one), so the lines it wrote before are accepted first. The [`Noting`] it returns tells
+    /// stdin, just before the change, which change settles what the guest read; after the
+    /// change, [`FsState::after_change`] settles it. "Send, then record that it was sent" never
+    /// loses the send across a kill, and a message whose handling committed is not given again.
+    pub async fn before_change(&self) -> Noting {
+        if let Some(hooks) = &self.hooks {
+            hooks.stdout.settled().await;
+        }
+        match &self.hooks {
+            Some(hooks) => Noting {
+                stdin: Some(hooks.stdin.clone()),
+                replica: hooks.replica.clone(),
+            },
+            None => Noting::default(),
+        }
+    }
+
+    /// The change is made (or failed): what the guest read is handled.
+    pub async fn after_change(&self) {
+        if let Some(hooks) = &self.hooks {
+            hooks.stdin.settle().await;
+        }
+    }
+
+    /// The guest ended (however): the lines it wrote are delivered all the same, as a process's
+    /// output is read after it exits.
+    pub async fn settle_output(&self) {
+        if let Some(hooks) = &self.hooks {
+            hooks.stdout.settled().await;
+        }
+    }
+
+    /// Normal exit: commit every file the guest still has open for writing, once what it
+    /// wrote and read has settled ([`FsState::before_change`]).
     /// A commit that fails (the folder was removed meanwhile) leaves the old file whole, as a
     /// crash would; there is no guest left to tell.
-    pub fn commit_open_files(&mut self) {
+    pub async fn commit_open_files(&mut self) {
+        self.writers.retain(PendingCommit::is_open);
+        if self.writers.is_empty() {
+            return;
+        }
+        // What the guest read settles when its instance ends, just after.
+        self.before_change().await;
         for writer in self.writers.drain(..) {
             let _ = writer.commit();
         }
@@ -133,6 +218,21 @@ impl From<fs::ErrorCode> for FsError {
 impl From<ResourceTableError> for FsError {
     fn from(error: ResourceTableError) -> Self {
         FsError::Trap(error.into())
+    }
+}
+
+impl FsState {
+    /// Makes a change of the guest's files: `change` runs on the blocking pool with the
+    /// [`Noting`] it calls just before the disk changes, after what a change waits for and
+    /// before what settles once it is made (DESIGN §20).
+    async fn change<T: Send + 'static>(
+        &self,
+        change: impl FnOnce(&Noting) -> fs::FsResult<T> + Send + 'static,
+    ) -> FsResult<T> {
+        let noting = self.before_change().await;
+        let changed = off_thread(move || change(&noting)).await;
+        self.after_change().await;
+        changed
     }
 }
 
@@ -434,7 +534,12 @@ impl types::HostDescriptor for FsView<'_> {
     async fn sync(&mut self, fd: Resource<Descriptor>) -> FsResult<()> {
         if let Descriptor::File(file) = self.descriptor(&fd)? {
             let file = file.clone();
-            off_thread(move || file.sync()).await?;
+            if !file.writable() {
+                return off_thread(move || file.sync()).await;
+            }
+            self.state
+                .change(move |noting| file.sync_noting(&|changing| noting.note(changing)))
+                .await?;
         }
         Ok(())
     }
@@ -445,7 +550,9 @@ impl types::HostDescriptor for FsView<'_> {
         path: String,
     ) -> FsResult<()> {
         let dir = self.dir(&fd)?.clone();
-        off_thread(move || dir.create_dir(&path)).await
+        self.state
+            .change(move |noting| dir.create_dir_noting(&path, &|changing| noting.note(changing)))
+            .await
     }
 
     async fn stat(&mut self, fd: Resource<Descriptor>) -> FsResult<types::DescriptorStat> {
@@ -537,7 +644,9 @@ impl types::HostDescriptor for FsView<'_> {
         path: String,
     ) -> FsResult<()> {
         let dir = self.dir(&fd)?.clone();
-        off_thread(move || dir.remove_dir(&path)).await
+        self.state
+            .change(move |noting| dir.remove_dir_noting(&path, &|changing| noting.note(changing)))
+            .await
     }
 
     async fn rename_at(
@@ -548,7 +657,13 @@ impl types::HostDescriptor for FsView<'_> {
         new_path: String,
     ) -> FsResult<()> {
         let (dir, new_dir) = (self.dir(&fd)?.clone(), self.dir(&new_fd)?.clone());
-        off_thread(move || dir.rename(&old_path, &new_dir, &new_path)).await
+        self.state
+            .change(move |noting| {
+                dir.rename_noting(&old_path, &new_dir, &new_path, &|changing| {
+                    noting.note(changing)
+                })
+            })
+            .await
     }
 
     async fn symlink_at(
@@ -563,7 +678,9 @@ impl types::HostDescriptor for FsView<'_> {
 
     async fn unlink_file_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
         let dir = self.dir(&fd)?.clone();
-        off_thread(move || dir.unlink(&path)).await
+        self.state
+            .change(move |noting| dir.unlink_noting(&path, &|changing| noting.note(changing)))
+            .await
     }
 
     async fn is_same_object(
@@ -604,11 +721,21 @@ impl types::HostDescriptor for FsView<'_> {
     /// its table never comes here, which is what discards on a trap or a kill.
     async fn drop(&mut self, fd: Resource<Descriptor>) -> wasmtime::Result<()> {
         if let Descriptor::File(file) = self.table.delete(fd)? {
-            let closed = off_thread(move || {
-                file.close();
-                Ok(())
-            });
-            match closed.await {
+            let closed = if file.writable() {
+                self.state
+                    .change(move |noting| {
+                        file.close_noting(&|changing| noting.note(changing));
+                        Ok(())
+                    })
+                    .await
+            } else {
+                off_thread(move || {
+                    file.close();
+                    Ok(())
+                })
+                .await
+            };
+            match closed {
                 Ok(()) | Err(FsError::Code(_)) => {}
                 Err(FsError::Trap(trap)) => return Err(trap),
             }
@@ -869,6 +996,11 @@ mod tests {
 
     impl Host {
         fn new() -> Host {
+            Host::with_hooks(None)
+        }
+
+        /// A host whose file changes wait for `stdio` ([`FsState::before_change`]).
+        fn with_hooks(hooks: Option<Hooks>) -> Host {
             static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
             let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let root =
@@ -891,7 +1023,7 @@ mod tests {
             ];
             Host {
                 table: ResourceTable::new(),
-                state: FsState::new(mounts),
+                state: FsState::new(mounts, hooks),
                 root,
             }
         }
@@ -923,6 +1055,151 @@ mod tests {
             names.sort();
             names
         }
+    }
+
+    /// Stdio whose output settles only when `accepted` is notified, counting the settlements
+    /// of what was read.
+    struct Held {
+        accepted: Arc<tokio::sync::Notify>,
+        settled: Arc<std::sync::atomic::AtomicUsize>,
+        noted: Arc<std::sync::Mutex<Vec<fs::Change>>>,
+    }
+
+    impl super::super::stdio::GuestOutput for Held {
+        fn capacity(&mut self) -> usize {
+            1
+        }
+
+        fn write(&mut self, _: &[u8]) {}
+
+        fn writable(&mut self) -> super::super::stdio::BoxFuture<'_> {
+            Box::pin(async {})
+        }
+
+        fn settled(&mut self) -> super::super::stdio::BoxFuture<'_> {
+            Box::pin(self.accepted.notified())
+        }
+    }
+
+    impl GuestInput for Held {
+        fn read(&self, _: usize) -> Option<Bytes> {
+            None
+        }
+
+        fn readable(&self) -> super::super::stdio::BoxFuture<'_> {
+            Box::pin(std::future::pending())
+        }
+
+        fn before_change(&self, change: &fs::Change) {
+            self.noted.lock().unwrap().push(change.clone());
+        }
+
+        fn settle(&self) -> super::super::stdio::BoxFuture<'_> {
+            self.settled
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(async {})
+        }
+    }
+
+    /// Output before commit (DESIGN §20): a close of a written file, a sync, a rename and an
+    /// unlink each wait until the guest's output is accepted, and settle what it read, before
+    /// the disk changes; a close of a file only read waits for nothing.
+    #[tokio::test]
+    async fn a_change_of_a_file_waits_for_the_output_before_it_and_settles_the_reads() {
+        let accepted = Arc::new(tokio::sync::Notify::new());
+        let settled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let noted = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let held = || Held {
+            accepted: accepted.clone(),
+            settled: settled.clone(),
+            noted: noted.clone(),
+        };
+        let mut host = Host::with_hooks(Some(Hooks {
+            stdin: Arc::new(held()),
+            stdout: Stdout::new(held()),
+            replica: None,
+        }));
+        let data = host.preopen("/data").await;
+        let fd = open(&mut host, &data, "sent.txt", write_flags())
+            .await
+            .ok()
+            .unwrap();
+        host.view()
+            .write(Resource::new_borrow(fd.rep()), b"sent".to_vec(), 0)
+            .await
+            .ok()
+            .unwrap();
+        let committed = host.root.join("data/sent.txt");
+        {
+            let mut view = host.view();
+            let close = HostDescriptor::drop(&mut view, fd);
+            tokio::pin!(close);
+            for _ in 0..10 {
+                tokio::select! {
+                    _ = &mut close => panic!("the file committed before the output was accepted"),
+                    _ = tokio::task::yield_now() => {}
+                }
+            }
+            assert!(!committed.exists());
+            assert_eq!(settled.load(std::sync::atomic::Ordering::SeqCst), 0);
+            accepted.notify_one();
+            close.await.unwrap();
+        }
+        assert_eq!(host.on_disk("data/sent.txt").as_deref(), Some("sent"));
+        assert_eq!(settled.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+        // A reader's close changes nothing: it does not wait.
+        let read = open(
+            &mut host,
+            &data,
+            "sent.txt",
+            (OpenFlags::empty(), DescriptorFlags::READ),
+        )
+        .await
+        .ok()
+        .unwrap();
+        HostDescriptor::drop(&mut host.view(), read).await.unwrap();
+        assert_eq!(settled.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+        // A rename and an unlink wait too.
+        accepted.notify_one();
+        let renamed = host
+            .view()
+            .rename_at(
+                Resource::new_borrow(data.rep()),
+                "sent.txt".into(),
+                Resource::new_borrow(data.rep()),
+                "kept.txt".into(),
+            )
+            .await;
+        assert!(renamed.is_ok());
+        accepted.notify_one();
+        let unlinked = host
+            .view()
+            .unlink_file_at(Resource::new_borrow(data.rep()), "kept.txt".into())
+            .await;
+        assert!(unlinked.is_ok());
+        assert_eq!(settled.load(std::sync::atomic::Ordering::SeqCst), 3);
+        assert_eq!(host.names_on_disk("data"), Vec::<String>::new());
+        // Each change was named just before it was made, as the disk shows it once made.
+        let noted = noted.lock().unwrap().clone();
+        let kinds: Vec<(&str, std::path::PathBuf)> = noted
+            .iter()
+            .map(|change| match change {
+                fs::Change::Holds { path, .. } => ("holds", path.clone()),
+                fs::Change::Absent { path } => ("absent", path.clone()),
+                fs::Change::Present { path } => ("present", path.clone()),
+            })
+            .collect();
+        let data = std::fs::canonicalize(host.root.join("data")).unwrap();
+        assert_eq!(
+            kinds,
+            [
+                ("holds", data.join("sent.txt")),
+                ("holds", host.root.join("data/kept.txt")),
+                ("absent", host.root.join("data/kept.txt")),
+            ]
+        );
     }
 
     impl Drop for Host {
@@ -1000,7 +1277,7 @@ mod tests {
         write_stream(&mut host, &fd, "lost").await;
         let Host { table, state, .. } = &mut host;
         drop(std::mem::take(table));
-        drop(std::mem::replace(state, FsState::new(Vec::new())));
+        drop(std::mem::replace(state, FsState::new(Vec::new(), None)));
         assert_eq!(host.on_disk("data/kept.txt").as_deref(), Some("old"));
         assert_eq!(host.names_on_disk("data"), ["kept.txt", "new.txt"]);
     }
@@ -1019,7 +1296,7 @@ mod tests {
             .await
             .ok()
             .unwrap();
-        host.state.commit_open_files();
+        host.state.commit_open_files().await;
         assert_eq!(host.on_disk("data/left-open.txt").as_deref(), Some("kept"));
     }
 

@@ -11,6 +11,7 @@ pub mod agent;
 pub mod browser;
 pub mod http;
 pub mod nats;
+pub mod random;
 pub mod synapse;
 pub mod web;
 

@@ -1,9 +1,10 @@
-//! A real NATS server with JetStream for the tests of a world spread over several hosts
-//! (DESIGN §16): `scripts/install-nats` puts the binary in `target/nats-venv`; each [`Nats`]
-//! runs its own on free loopback ports with its own store, and is stopped when dropped.
+//! Real NATS servers with JetStream for the tests of a world spread over several hosts
+//! (DESIGN §16, §20): `scripts/install-nats` puts the binary in `target/nats-venv`. A [`Nats`] is
+//! one server; a [`NatsCluster`] is three joined by cluster routes, whose nodes a test can kill
+//! and restart. Each runs on free loopback ports with its own store and is stopped when dropped.
 
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -12,8 +13,9 @@ use serde_json::Value;
 use super::http::try_request;
 use super::repo;
 
-/// How long a server may take to answer its health check.
-const START_PATIENCE: Duration = Duration::from_secs(20);
+/// How long a server (or a cluster, with its JetStream meta leader elected) may take to say it
+/// is healthy.
+const START_PATIENCE: Duration = Duration::from_secs(30);
 
 pub struct Nats {
     child: Child,
@@ -21,45 +23,25 @@ pub struct Nats {
     pub port: u16,
     /// The HTTP monitoring port (`/healthz`, `/jsz`).
     pub monitor: u16,
-    _store: tempfile::TempDir,
+    /// Its store and its log.
+    _folder: tempfile::TempDir,
 }
 
 impl Nats {
     /// Starts a server with JetStream and waits until it says it is healthy.
     pub fn start() -> Nats {
-        let binary = server_binary();
-        let store = tempfile::tempdir().unwrap();
-        let (port, monitor) = (free_port(), free_port());
-        let child = Command::new(&binary)
-            .args([
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-m",
-                &monitor.to_string(),
-            ])
-            .args(["-js", "-sd"])
-            .arg(store.path())
-            .args(["--server_name", &format!("test-{port}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{}: {e}", binary.display()));
+        let folder = tempfile::tempdir().unwrap();
+        let store = folder.path().join("store");
+        let ports = free_ports(2);
+        let (port, monitor) = (ports[0], ports[1]);
+        let child = spawn_server(port, monitor, &store, &format!("test-{port}"), &[]);
         let nats = Nats {
             child,
             port,
             monitor,
-            _store: store,
+            _folder: folder,
         };
-        let deadline = Instant::now() + START_PATIENCE;
-        while !nats.healthy() {
-            assert!(
-                Instant::now() < deadline,
-                "nats-server on port {port} did not become healthy"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_healthy(&[(monitor, &store)], "/healthz?js-enabled-only=true");
         nats
     }
 
@@ -69,15 +51,12 @@ impl Nats {
 
     /// Whether the server answers its health check with JetStream on.
     pub fn healthy(&self) -> bool {
-        let addr = format!("127.0.0.1:{}", self.monitor);
-        try_request(&addr, "GET", "/healthz?js-enabled-only=true", &[], b"")
-            .is_ok_and(|r| r.status == 200)
+        healthy(self.monitor, "/healthz?js-enabled-only=true")
     }
 
     /// The server's JetStream report (`/jsz`).
     pub fn jetstream(&self) -> Value {
-        let addr = format!("127.0.0.1:{}", self.monitor);
-        try_request(&addr, "GET", "/jsz", &[], b"").unwrap().json()
+        monitoring(self.monitor, "/jsz")
     }
 }
 
@@ -87,6 +66,197 @@ impl Drop for Nats {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Three NATS servers with JetStream joined into one cluster by routes, as the README shows
+/// one: each has its own client, monitoring and route port and its own store folder. A node
+/// killed with [`NatsCluster::kill`] comes back with [`NatsCluster::restart`], on the same ports
+/// and store, and catches up from the others.
+pub struct NatsCluster {
+    nodes: Vec<Node>,
+    /// Every node's store and log.
+    _stores: tempfile::TempDir,
+}
+
+struct Node {
+    name: String,
+    port: u16,
+    monitor: u16,
+    route: u16,
+    store: PathBuf,
+    /// `None` while killed.
+    child: Option<Child>,
+}
+
+impl NatsCluster {
+    /// The number of nodes.
+    pub const SIZE: usize = 3;
+
+    /// Starts the three nodes and waits until every one is healthy: routes up, a JetStream meta
+    /// leader elected and known to all.
+    pub fn start() -> NatsCluster {
+        let stores = tempfile::tempdir().unwrap();
+        let mut ports = free_ports(3 * Self::SIZE).into_iter();
+        let mut port = || ports.next().expect("a port for each");
+        let nodes: Vec<Node> = (0..Self::SIZE)
+            .map(|n| Node {
+                name: format!("node-{n}"),
+                port: port(),
+                monitor: port(),
+                route: port(),
+                store: stores.path().join(format!("node-{n}")),
+                child: None,
+            })
+            .collect();
+        let mut cluster = NatsCluster {
+            nodes,
+            _stores: stores,
+        };
+        for n in 0..Self::SIZE {
+            cluster.spawn(n);
+        }
+        cluster.wait_healthy();
+        cluster
+    }
+
+    /// Every node's client URL, separated by commas, starting at node `first`: what a host
+    /// given `--cluster` with it tries first.
+    pub fn urls_from(&self, first: usize) -> String {
+        (0..Self::SIZE)
+            .map(|i| self.url((first + i) % Self::SIZE))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Every node's client URL, separated by commas, in node order.
+    pub fn urls(&self) -> String {
+        self.urls_from(0)
+    }
+
+    pub fn url(&self, n: usize) -> String {
+        format!("nats://127.0.0.1:{}", self.nodes[n].port)
+    }
+
+    /// Kills node `n` at once (`SIGKILL`): its clients lose their connection mid-flight.
+    pub fn kill(&mut self, n: usize) {
+        let mut child = self.nodes[n].child.take().expect("the node runs");
+        // The server is this test's own: killing it cannot hurt anyone else.
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Starts node `n` again with its store and waits until it is healthy, which it says only
+    /// once it has caught up with the others' streams.
+    pub fn restart(&mut self, n: usize) {
+        assert!(self.nodes[n].child.is_none(), "node {n} runs already");
+        self.spawn(n);
+        let node = &self.nodes[n];
+        wait_healthy(&[(node.monitor, &node.store)], "/healthz");
+    }
+
+    /// A monitoring report of node `n`: `/jsz?streams=true`, `/connz`, ….
+    pub fn monitoring(&self, n: usize, path: &str) -> Value {
+        monitoring(self.nodes[n].monitor, path)
+    }
+
+    fn spawn(&mut self, n: usize) {
+        let routes: Vec<String> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != n)
+            .map(|(_, node)| format!("nats://127.0.0.1:{}", node.route))
+            .collect();
+        let node = &self.nodes[n];
+        let cluster = [
+            "--cluster_name",
+            "sausage-test",
+            "--cluster",
+            &format!("nats://127.0.0.1:{}", node.route),
+            "--routes",
+            &routes.join(","),
+        ];
+        let child = spawn_server(node.port, node.monitor, &node.store, &node.name, &cluster);
+        self.nodes[n].child = Some(child);
+    }
+
+    fn wait_healthy(&self) {
+        let servers: Vec<(u16, &Path)> = self
+            .nodes
+            .iter()
+            .map(|n| (n.monitor, n.store.as_path()))
+            .collect();
+        wait_healthy(&servers, "/healthz");
+    }
+}
+
+impl Drop for NatsCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(mut child) = node.child.take() {
+                // The servers are this test's own: killing them cannot hurt anyone else.
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+/// Starts `nats-server` with JetStream on loopback ports, its store in `store` and its log
+/// beside it ([`log_of`]).
+fn spawn_server(port: u16, monitor: u16, store: &Path, name: &str, extra: &[&str]) -> Child {
+    let binary = server_binary();
+    std::fs::create_dir_all(store).unwrap();
+    let log = std::fs::File::create(log_of(store)).unwrap();
+    Command::new(&binary)
+        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-m", &monitor.to_string()])
+        .args(["-js", "-sd"])
+        .arg(store)
+        .args(["--server_name", name])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", binary.display()))
+}
+
+/// The file a server's output goes to: beside its store.
+fn log_of(store: &Path) -> PathBuf {
+    store.with_extension("log")
+}
+
+/// Waits until every server, monitored on its port with the store given, answers `check` with
+/// 200 (`/healthz` says 503 until JetStream has a meta leader and its streams are current); the
+/// failure shows the server's log.
+fn wait_healthy(servers: &[(u16, &Path)], check: &str) {
+    let deadline = Instant::now() + START_PATIENCE;
+    for &(monitor, store) in servers {
+        while !healthy(monitor, check) {
+            if Instant::now() >= deadline {
+                let log = std::fs::read_to_string(log_of(store)).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(30).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                panic!(
+                    "the nats-server monitored on port {monitor} did not become healthy \
+                     ({check}); the end of its log:\n{}",
+                    tail.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn healthy(monitor: u16, check: &str) -> bool {
+    try_request(&format!("127.0.0.1:{monitor}"), "GET", check, &[], b"")
+        .is_ok_and(|r| r.status == 200)
+}
+
+fn monitoring(monitor: u16, path: &str) -> Value {
+    try_request(&format!("127.0.0.1:{monitor}"), "GET", path, &[], b"")
+        .unwrap_or_else(|e| panic!("monitoring port {monitor}, {path}: {e}"))
+        .json()
 }
 
 /// `target/nats-venv/bin/nats-server`, installed by `scripts/install-nats` (which `scripts/test`
@@ -101,10 +271,12 @@ fn server_binary() -> PathBuf {
     binary
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// `count` different free loopback ports: each is held until all are found.
+fn free_ports(count: usize) -> Vec<u16> {
+    let held: Vec<TcpListener> = (0..count)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    held.iter()
+        .map(|listener| listener.local_addr().unwrap().port())
+        .collect()
 }

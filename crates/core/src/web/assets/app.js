@@ -538,6 +538,11 @@ async function loadConversation() {
     return;
   }
   const log = chatLog();
+  // What was sent while the history loaded (a message typed as the view opened) and the
+  // history does not hold yet stays: its turn's events and answer come to it.
+  const known = new Set(entries.map((entry) => entry.id).filter(Boolean));
+  const live = [...turns.values()].filter((t) => t.el.dataset.done !== 'true' && !known.has(t.id));
+  const pending = [...log.querySelectorAll('.bubble.user.pending')];
   log.replaceChildren();
   turns.clear();
   let current = null;
@@ -583,7 +588,12 @@ async function loadConversation() {
     const answers = turn.el.querySelectorAll('.bubble.assistant');
     if (answers.length) answers[answers.length - 1].classList.add('turn-answer');
   }
-  if (!entries.length) {
+  for (const turn of live) {
+    turns.set(turn.id, turn);
+    log.append(turn.el);
+  }
+  log.append(...pending);
+  if (!entries.length && !live.length && !pending.length) {
     log.append(el('p', { class: 'chat-empty' }, 'Ask the agent anything: to build an actor, to look at the world, to explain.'));
   }
   $('#chat-stop').hidden = true;
