@@ -86,6 +86,14 @@ fn main() {
         value: format!("{:.0}", stats["per_sec"].as_f64().unwrap_or(0.0)),
     });
 
+    // The floor under that round trip: the same two hops over JetStream alone, one client
+    // for each side, no Sausage in between (each way published, stored, pulled, acknowledged).
+    let (p50, p99) = jetstream_round_trip(&url, 3000);
+    figures.push(Figure {
+        what: "the same round trip over JetStream alone (two clients, no host), p50 / p99".into(),
+        value: format!("{} µs / {} µs", p50.as_micros(), p99.as_micros()),
+    });
+
     // A flood across hosts, whole and in order.
     const COUNT: u64 = 100_000;
     a.tell("consumer", json!({"type": "report"}));
@@ -163,6 +171,69 @@ fn main() {
     for f in figures {
         println!("| {} | {} |", f.what, f.value);
     }
+}
+
+/// The round trip of `rounds` messages between two JetStream clients, each reading its own
+/// subject of one file-backed stream through a pull consumer (as a host reads a mailbox) and the
+/// far one answering each message by publishing to the near one's: p50 and p99.
+fn jetstream_round_trip(url: &str, rounds: usize) -> (Duration, Duration) {
+    use async_nats::jetstream::{self, consumer, stream};
+    use futures_util::StreamExt;
+
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    runtime.block_on(async {
+        let near = jetstream::new(async_nats::connect(url).await.expect("a connection"));
+        let far = jetstream::new(async_nats::connect(url).await.expect("a connection"));
+        let floor = near
+            .create_stream(stream::Config {
+                name: "FLOOR".into(),
+                subjects: vec!["floor.>".into()],
+                storage: stream::StorageType::File,
+                ..Default::default()
+            })
+            .await
+            .expect("the stream");
+        let reader = |name: &str| consumer::pull::Config {
+            durable_name: Some(name.into()),
+            filter_subject: format!("floor.{name}"),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ..Default::default()
+        };
+        let ping = floor
+            .create_consumer(reader("ping"))
+            .await
+            .expect("a consumer");
+        let pong = floor
+            .create_consumer(reader("pong"))
+            .await
+            .expect("a consumer");
+        let mut answers = ping.messages().await.expect("ping's reading");
+        let mut asks = pong.messages().await.expect("pong's reading");
+        let echo = tokio::spawn(async move {
+            while let Some(Ok(ask)) = asks.next().await {
+                let _ = ask.ack().await;
+                let stored = far.publish("floor.ping", ask.payload.clone()).await;
+                tokio::spawn(async move { stored.expect("sent").await.expect("stored") });
+            }
+        });
+        let mut times = Vec::with_capacity(rounds);
+        for round in 0..rounds + 200 {
+            let started = Instant::now();
+            let stored = near
+                .publish("floor.pong", format!("{round}").into())
+                .await
+                .expect("sent");
+            let answer = answers.next().await.expect("an answer").expect("an answer");
+            if round >= 200 {
+                times.push(started.elapsed());
+            }
+            let _ = answer.ack().await;
+            stored.await.expect("stored");
+        }
+        echo.abort();
+        times.sort();
+        (times[times.len() / 2], times[times.len() * 99 / 100])
+    })
 }
 
 /// Adds `n` notes through `host`'s console, one at a time; the median round trip.
