@@ -51,6 +51,8 @@ const OWNED_REQUESTS: &[&str] = &[
     "remove",
     "subscribe",
     "unsubscribe",
+    "fork",
+    "window",
 ];
 
 /// The agent's files that hold every conversation's messages: no tool reads or writes them.

@@ -529,6 +529,38 @@ impl World {
         self.root.join("broker/scratch")
     }
 
+    /// `broker/window/<id>/`: the snapshots of an actor's files its window replays from
+    /// (DESIGN §21); emptied at start, as a window lives as long as its host.
+    pub fn window_dir(&self, id: &ActorId) -> PathBuf {
+        self.windows_dir().join(id.as_str())
+    }
+
+    /// `broker/window/`: every actor's [`World::window_dir`].
+    pub fn windows_dir(&self) -> PathBuf {
+        self.root.join("broker/window")
+    }
+
+    /// `broker/checkpoints/`: what agent turns changed, kept so that a turn can be rewound
+    /// (DESIGN §21).
+    pub fn checkpoints_dir(&self) -> PathBuf {
+        self.root.join("broker/checkpoints")
+    }
+
+    /// `broker/checkpoints/<turn>/<id>/`: `id` as it was before the turn `turn` first changed
+    /// it. The turn's id is kept to letters, digits, `.`, `_` and `-`; every other byte is
+    /// written `%XX`, so no id names another folder.
+    pub fn checkpoint_dir(&self, turn: &str, id: &ActorId) -> PathBuf {
+        let mut folder = String::new();
+        for byte in turn.bytes() {
+            match byte {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'-' => folder.push(byte as char),
+                b'.' if !folder.is_empty() => folder.push('.'),
+                _ => folder.push_str(&format!("%{byte:02X}")),
+            }
+        }
+        self.checkpoints_dir().join(folder).join(id.as_str())
+    }
+
     pub fn archive_dir(&self) -> PathBuf {
         self.root.join("archive")
     }
@@ -748,7 +780,15 @@ pub struct Manifest {
     /// `"memory_mb"`: its instances' memory limit in MiB, if it sets one (1 to
     /// [`MAX_MEMORY_MB`]).
     pub memory_mb: Result<Option<u32>, String>,
+    /// `"window"`: how many of the messages it read last the broker keeps for shadow runs and
+    /// forks (DESIGN §21), if it sets it (0 to [`MAX_WINDOW`]; 0 keeps none).
+    pub window: Result<Option<usize>, String>,
 }
+
+/// The messages an actor's window keeps when its manifest does not say (DESIGN §21).
+pub const DEFAULT_WINDOW: usize = 256;
+/// The most messages a window may keep (`"window"` in `actor.json`).
+pub const MAX_WINDOW: usize = 4096;
 
 /// The manifest in the source folder `source`: none there is an empty one.
 pub fn read_manifest(source: &Path) -> Manifest {
@@ -794,14 +834,29 @@ pub fn parse_manifest(text: &[u8]) -> Manifest {
             )),
         },
     };
-    Manifest { network, memory_mb }
+    let window = match &manifest["window"] {
+        serde_json::Value::Null => Ok(None),
+        value => match value.as_u64() {
+            Some(n) if n <= MAX_WINDOW as u64 => Ok(Some(n as usize)),
+            _ => Err(format!(
+                "{MANIFEST}: \"window\" is {value}, not a number of messages from 0 (none kept) \
+                 to {MAX_WINDOW}"
+            )),
+        },
+    };
+    Manifest {
+        network,
+        memory_mb,
+        window,
+    }
 }
 
 impl Manifest {
     fn broken(problem: String) -> Manifest {
         Manifest {
             network: Err(problem.clone()),
-            memory_mb: Err(problem),
+            memory_mb: Err(problem.clone()),
+            window: Err(problem),
         }
     }
 }
@@ -928,6 +983,18 @@ mod tests {
             Ok(Some(64)),
             "one bad field leaves the other"
         );
+    }
+
+    #[test]
+    fn a_manifest_sets_the_window_within_bounds() {
+        let window = |text: &str| parse_manifest(text.as_bytes()).window;
+        assert_eq!(window("{}"), Ok(None));
+        assert_eq!(window(r#"{"window": 0}"#), Ok(Some(0)));
+        assert_eq!(window(r#"{"window": 4096}"#), Ok(Some(MAX_WINDOW)));
+        for bad in ["4097", "-1", "2.5", "\"all\""] {
+            let err = window(&format!(r#"{{"window": {bad}}}"#)).unwrap_err();
+            assert!(err.contains("\"window\"") && err.contains("4096"), "{err}");
+        }
     }
 
     #[test]

@@ -98,6 +98,7 @@ impl Guest {
             stderr: InstanceConfig::output(Output(err)),
             network: Default::default(),
             replica: None,
+            replay: None,
         };
         let (runtime, program) = (runtime.clone(), program.clone());
         let run = tokio::task::spawn_local(async move { runtime.run(&program, config).await });

@@ -145,6 +145,7 @@ impl Instance {
             // Candidates under test reach no network, and their scratch files stay here.
             network: Network::default(),
             replica: None,
+            replay: None,
         };
         let (runtime, program) = (runtime.clone(), program.clone());
         let run =

@@ -19,6 +19,7 @@ use rustc_hash::FxHashMap;
 use tokio::sync::Notify;
 
 use super::journal::{Journal, Waiting};
+use super::window::Window;
 use crate::message::{ActorId, Envelope};
 use crate::runtime::stdio::{BoxFuture, GuestInput};
 
@@ -84,6 +85,9 @@ pub struct Mailbox {
     space: Notify,
     /// Where the queue is recorded.
     store: Store,
+    /// The messages a WASM actor read last, for shadow runs and forks (DESIGN §21); made at
+    /// its first start.
+    window: OnceLock<Arc<Window>>,
 }
 
 enum Store {
@@ -250,6 +254,7 @@ impl Mailbox {
             arrived: Notify::new(),
             space: Notify::new(),
             store,
+            window: OnceLock::new(),
         }
     }
 
@@ -498,6 +503,17 @@ impl Mailbox {
         Some(queued.envelope)
     }
 
+    /// The actor's window, made by `make` if it has none yet: from then on every message an
+    /// instance reads is kept in it.
+    pub fn keep_window(&self, make: impl FnOnce() -> Window) -> &Arc<Window> {
+        self.window.get_or_init(|| Arc::new(make()))
+    }
+
+    /// The actor's window, if it has one.
+    pub fn window(&self) -> Option<&Arc<Window>> {
+        self.window.get()
+    }
+
     /// Opens the mailbox as the stdin of a new instance.
     pub fn attach(self: &Arc<Self>) -> Arc<dyn GuestInput> {
         let mut inner = self.lock();
@@ -619,6 +635,9 @@ impl GuestInput for MailboxInput {
                         read_at: now,
                     });
                     inner.last_read_pos = Some(queued.pos);
+                    if let Some(window) = mailbox.window.get() {
+                        window.read(&queued.envelope);
+                    }
                     let line = Bytes::from(queued.envelope.to_line());
                     inner.last_taken = Some(queued.envelope);
                     mailbox.space.notify_waiters();
@@ -639,6 +658,9 @@ impl GuestInput for MailboxInput {
     }
 
     fn before_change(&self, change: &crate::fs::Change) {
+        if let Some(window) = self.0.window.get() {
+            window.before_change();
+        }
         self.0.intend(change);
     }
 

@@ -10,10 +10,13 @@ pub mod mailbox;
 pub mod ports;
 pub mod principal;
 mod requests;
+mod rewind;
 pub mod router;
+mod shadow;
 pub mod stdio;
 pub mod supervisor;
 pub mod transcript;
+pub mod window;
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::MetadataExt;
@@ -178,6 +181,7 @@ impl Broker {
         settle_swaps(&world, &registry)?;
         // Emptied before the walk starts, so that the two never remove the same files.
         clear_dir(&world.scratch_dir())?;
+        clear_dir(&world.windows_dir())?;
         // After a graceful stop there is nothing to walk for (100,000 actors' folders take
         // seconds of a core to walk).
         let ended_cleanly = world.take_ended_cleanly()?;

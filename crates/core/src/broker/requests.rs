@@ -12,11 +12,11 @@ use std::path::PathBuf;
 
 use super::principal::Principal;
 use super::supervisor::{CRASH_LOOP_CRASHES, CRASH_LOOP_WINDOW, CrashLoop, Install, Upgraded};
-use super::{Broker, candidate};
+use super::{Broker, candidate, shadow};
 use crate::message::{ActorId, Envelope, Outgoing, Speaker};
 use crate::replace::Replacement;
-use crate::runtime::Program;
-use crate::world::ActorEntry;
+use crate::runtime::{DEFAULT_MEMORY_MB, Program};
+use crate::world::{ActorEntry, read_manifest};
 
 /// A version that passed its tests, ready to store and run.
 struct Candidate {
@@ -29,7 +29,18 @@ struct Candidate {
 
 /// The requests that operate on one actor: they run on that actor's operation queue, one
 /// after another, in the order they arrived.
-const OPERATIONS: [&str; 6] = ["spawn", "upgrade", "rollback", "stop", "start", "remove"];
+const OPERATIONS: [&str; 10] = [
+    "spawn",
+    "upgrade",
+    "rollback",
+    "stop",
+    "start",
+    "remove",
+    "fork",
+    "window",
+    "checkpoint",
+    "restore",
+];
 
 /// The actor a request operates on, when it is an operation with a valid `actor`.
 pub(super) fn operand(body: &Value) -> Option<ActorId> {
@@ -41,13 +52,17 @@ pub(super) fn operand(body: &Value) -> Option<ActorId> {
 }
 
 /// The request types, as an unknown type's error lists them.
-pub const REQUESTS: [&str; 10] = [
+pub const REQUESTS: [&str; 14] = [
     "spawn",
     "upgrade",
     "rollback",
     "stop",
     "start",
     "remove",
+    "fork",
+    "window",
+    "checkpoint",
+    "restore",
     "subscribe",
     "unsubscribe",
     "list",
@@ -137,6 +152,10 @@ impl Broker {
             "remove" => self.remove(body).await,
             "stop" => self.stop(body).await,
             "start" => self.start_actor(body).await,
+            "fork" => self.fork(request, principal, body).await,
+            "window" => self.window(body).await,
+            "checkpoint" => self.checkpoint(body).await,
+            "restore" => self.restore(body).await,
             "subscribe" => self.subscribe(request, body, true).await,
             "unsubscribe" => self.subscribe(request, body, false).await,
             "list" => Ok(self.list().await),
@@ -189,6 +208,22 @@ impl Broker {
             .and_then(|()| self.world.create_actor_dirs(&id))
             .and_then(|()| self.world.install_source(&id, version))
             .map_err(|e| format!("cannot install `{id}`: {e:#}"))?;
+        self.start_new(&id, version, owner, candidate.program)
+            .await?;
+        Ok(json!({
+            "type": "spawned", "actor": id.as_str(), "version": version, "tests": candidate.report,
+        }))
+    }
+
+    /// Records a new actor, installed as `version`, in the registry and starts it (on a
+    /// cluster, where placement puts it).
+    async fn start_new(
+        &self,
+        id: &ActorId,
+        version: u32,
+        owner: String,
+        program: Program,
+    ) -> Result<(), String> {
         self.update_registry(|registry| {
             registry.actors.insert(
                 id.to_string(),
@@ -202,12 +237,12 @@ impl Broker {
         })
         .await
         .map_err(|e| format!("{e:#}"))?;
-        let status = self.world.read_status(&id).unwrap_or_default();
+        let status = self.world.read_status(id).unwrap_or_default();
         let host = match &self.cluster {
             Some(cluster) => Some(
                 cluster
                     .placement
-                    .place_new(&id)
+                    .place_new(id)
                     .await
                     .map_err(|e| format!("{e:#}"))?,
             ),
@@ -216,15 +251,159 @@ impl Broker {
         match (&host, &self.cluster) {
             // The host placement chose starts it from the shared version.
             (Some(host), Some(cluster)) if host != cluster.placement.host() => {
-                self.router.add(&id);
+                self.router.add(id);
             }
             _ => {
-                let preread = super::supervisor::Preread::read(&self.world, &id);
-                self.supervise(&id, version, candidate.program, true, status, preread)
+                let preread = super::supervisor::Preread::read(&self.world, id);
+                self.supervise(id, version, program, true, status, preread)
             }
         }
+        Ok(())
+    }
+
+    /// `window`: the messages `actor` read last, as its window keeps them (DESIGN §21), with
+    /// their ids, for a `fork`.
+    async fn window(&self, body: &Value) -> Answer {
+        let id = actor_field(body)?;
+        self.known_wasm_actor(&id).await?;
+        let reads = self
+            .router
+            .mailbox(&id)
+            .and_then(|m| m.window().map(|w| w.reads()))
+            .unwrap_or_default();
+        let messages: Vec<Value> = reads
+            .iter()
+            .map(|read| {
+                json!({
+                    "id": read.envelope.id, "from": read.envelope.from.as_str(),
+                    "at": chrono::DateTime::<chrono::Utc>::from(read.at)
+                        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                    "body": read.envelope.body_value(),
+                })
+            })
+            .collect();
+        Ok(json!({"type": "window", "actor": id.as_str(), "messages": messages}))
+    }
+
+    /// `fork`: a new actor `as`, running `actor`'s version on `actor`'s files as they were just
+    /// before the message `before` of its window: the window's snapshot, with the running
+    /// version fed the messages before that one (DESIGN §21).
+    async fn fork(&self, request: &Envelope, principal: &Principal, body: &Value) -> Answer {
+        let from = actor_field(body)?;
+        let before = string_field(body, "before")?;
+        let fork = ActorId::parse(string_field(body, "as")?).map_err(|e| format!("`as`: {e}"))?;
+        if fork.is_native() {
+            return Err(format!(
+                "`{fork}` is a native actor's id; choose another name"
+            ));
+        }
+        if self.registry().await.actors.contains_key(fork.as_str()) {
+            return Err(format!(
+                "actor `{fork}` already exists; choose another name for the fork (`as`)"
+            ));
+        }
+        self.known_wasm_actor(&from).await?;
+        let owner = self.owner_of_spawn(principal, body).await?;
+        let version = self.registry().await.actors[from.as_str()].version;
+        let window = self
+            .router
+            .mailbox(&from)
+            .and_then(|m| m.window().cloned())
+            .ok_or_else(|| no_window(&from))?;
+        let wasm = self.world.version_dir(&from, version).join("actor.wasm");
+        let program = self
+            .compile_file(&wasm)
+            .await
+            .map_err(|e| format!("version {version} of `{from}` cannot run: {e}"))?;
+        let scratch = self.world.scratch_dir().join(format!("{fork}-fork"));
+        let copied = {
+            let (window, scratch) = (window.clone(), scratch.clone());
+            tokio::task::spawn_blocking(move || {
+                window.copy(&scratch.join("data"), &scratch.join("public"))
+            })
+            .await
+            .map_err(|e| format!("host bug: copying the window failed: {e}"))?
+        };
+        let forked = async {
+            let reads = copied
+                .map_err(|e| format!("cannot copy `{from}`'s files: {e}"))?
+                .ok_or_else(|| no_window(&from))?
+                .reads;
+            let Some(index) = reads.iter().position(|r| r.envelope.id == before) else {
+                let (first, last) = (&reads[0].envelope.id, &reads[reads.len() - 1].envelope.id);
+                return Err(format!(
+                    "`{before}` is not a message of `{from}`'s window, which holds the {} it \
+                     read last ({first} to {last}); `{{\"type\":\"window\",\"actor\":\"{from}\"}}` \
+                     lists them",
+                    reads.len()
+                ));
+            };
+            let memory_mb = self
+                .world
+                .manifest(&from)
+                .memory_mb
+                .ok()
+                .flatten()
+                .unwrap_or(DEFAULT_MEMORY_MB);
+            let running = shadow::Version {
+                number: version,
+                program: &program,
+                memory_mb,
+            };
+            shadow::replay(
+                &self.runtime,
+                &self.world,
+                &from,
+                running,
+                &scratch,
+                &reads[..index],
+            )
+            .await;
+            let candidate = Candidate {
+                program: program.clone(),
+                report: Value::Null,
+                wasm_file: wasm.clone(),
+                source: Some(self.world.version_dir(&from, version).join("source")),
+                meta: json!({
+                    "version": 1,
+                    "wasm": wasm,
+                    "forked_from": {"actor": from.as_str(), "version": version, "before": before},
+                    "requested_by": request.from.as_str(),
+                    "requested_for": principal.person().map(|p| p.person.as_str()),
+                    "time": now_rfc3339(),
+                }),
+            };
+            self.store_version(&fork, 1, &candidate)
+                .await
+                .and_then(|()| self.world.create_actor_dirs(&fork))
+                .and_then(|()| self.world.install_source(&fork, 1))
+                .and_then(|()| {
+                    for (part, target) in [
+                        ("data", self.world.data_dir(&fork)),
+                        ("public", self.world.public_dir(&fork)),
+                    ] {
+                        std::fs::remove_dir_all(&target)?;
+                        std::fs::rename(scratch.join(part), &target)?;
+                    }
+                    Ok(())
+                })
+                .map_err(|e| format!("cannot install `{fork}`: {e:#}"))?;
+            if let Some(cluster) = &self.cluster {
+                cluster
+                    .shared
+                    .snapshot(&self.world, &fork)
+                    .await
+                    .map_err(|e| format!("cannot share `{fork}`'s files: {e:#}"))?;
+            }
+            Ok(index)
+        }
+        .await;
+        let _ = std::fs::remove_dir_all(&scratch);
+        let replayed = forked?;
+        self.start_new(&fork, 1, owner, program).await?;
         Ok(json!({
-            "type": "spawned", "actor": id.as_str(), "version": version, "tests": candidate.report,
+            "type": "forked", "actor": fork.as_str(), "from": from.as_str(), "version": version,
+            "before": before, "replayed": replayed,
         }))
     }
 
@@ -232,12 +411,31 @@ impl Broker {
     /// swapped in: hold the mailbox, stop gracefully, snapshot, install the source, start.
     async fn upgrade(&self, request: &Envelope, principal: &Principal, body: &Value) -> Answer {
         let id = actor_field(body)?;
+        let mode = shadow::Mode::of(body)?;
         let handle = self.known_wasm_actor(&id).await?;
         let entry = self.registry().await.actors[id.as_str()].clone();
         let (previous, version) = (entry.version, entry.next_version);
-        let candidate = self
+        let mut candidate = self
             .candidate(request, principal, body, &id, version)
             .await?;
+        let shadow = match mode {
+            shadow::Mode::Off => None,
+            mode => {
+                let outcome = self
+                    .shadow(&id, previous, &candidate, version, mode)
+                    .await?;
+                if let Some(reason) = outcome.refusal {
+                    // Refused, with the report beside the reason; nothing was stored.
+                    return Ok(json!({
+                        "type": "error", "request": "upgrade", "reason": reason,
+                        "shadow": outcome.report,
+                    }));
+                }
+                // Kept with the version, for the web page to show beside it.
+                candidate.meta["shadow"] = outcome.report.clone();
+                Some(outcome.report)
+            }
+        };
         self.store_version(&id, version, &candidate)
             .await
             .map_err(|e| format!("cannot store version {version} of `{id}`: {e:#}"))?;
@@ -280,10 +478,66 @@ impl Broker {
         {
             tracing::warn!("{e:#}");
         }
-        Ok(json!({
+        let mut reply = json!({
             "type": "upgraded", "actor": id.as_str(), "version": version, "previous": previous,
             "tests": candidate.report,
-        }))
+        });
+        if let Some(shadow) = shadow {
+            reply["shadow"] = shadow;
+        }
+        Ok(reply)
+    }
+
+    /// The shadow run of an upgrade (DESIGN §21): `candidate` (to be `version`) and the running
+    /// `previous`, each fed the actor's window on copies of its files, compared.
+    async fn shadow(
+        &self,
+        id: &ActorId,
+        previous: u32,
+        candidate: &Candidate,
+        version: u32,
+        mode: shadow::Mode,
+    ) -> Result<shadow::Outcome, String> {
+        let running = self
+            .compile_file(&self.world.version_dir(id, previous).join("actor.wasm"))
+            .await
+            .map_err(|e| {
+                format!(
+                    "the running version {previous} of `{id}` cannot run for the shadow run \
+                     ({e}); upgrade with \"shadow\": \"off\" to skip it"
+                )
+            })?;
+        let memory = |manifest: crate::world::Manifest| {
+            manifest
+                .memory_mb
+                .ok()
+                .flatten()
+                .unwrap_or(DEFAULT_MEMORY_MB)
+        };
+        let old = shadow::Version {
+            number: previous,
+            program: &running,
+            memory_mb: memory(self.world.manifest(id)),
+        };
+        let new = shadow::Version {
+            number: version,
+            program: &candidate.program,
+            memory_mb: candidate
+                .source
+                .as_deref()
+                .map_or(DEFAULT_MEMORY_MB, |source| memory(read_manifest(source))),
+        };
+        let window = self.router.mailbox(id).and_then(|m| m.window().cloned());
+        shadow::run(
+            &self.runtime,
+            &self.world,
+            id,
+            window.as_ref(),
+            old,
+            new,
+            mode,
+        )
+        .await
     }
 
     /// `rollback`: to `version`, or to the highest older version.
@@ -297,19 +551,26 @@ impl Broker {
                     .ok_or_else(|| format!("`version` must be a version number, not {v}"))?,
             ),
         };
-        self.roll_back(&id, target).await
+        self.roll_back(&id, target, None).await
     }
 
     /// Rolls `id` back (or forward) to `target`: snapshots the current state into the current
     /// version first, so the move can be undone, then restores the target's snapshot. Runs on
     /// the actor's operation queue.
-    async fn roll_back(&self, id: &ActorId, target: Option<u32>) -> Answer {
+    /// With `files`, the `data` and `public` there are restored instead of the target's
+    /// snapshot, and the target may be the current version (a rewind's checkpoint).
+    pub(super) async fn roll_back(
+        &self,
+        id: &ActorId,
+        target: Option<u32>,
+        files: Option<&Path>,
+    ) -> Answer {
         let handle = self.known_wasm_actor(id).await?;
         let entry = self.registry().await.actors[id.as_str()].clone();
         let current = entry.version;
         let stored = self.world.versions(id);
         let target = match target {
-            Some(target) if target == current => {
+            Some(target) if target == current && files.is_none() => {
                 return Err(format!("`{id}` already runs version {current}"));
             }
             Some(target) if stored.contains(&target) => target,
@@ -333,7 +594,13 @@ impl Broker {
         // its source: all of it, or none.
         handle.stop().await;
         let mut parts = self.world.snapshot_parts(id, current);
-        let restore = self.world.restore_parts(id, target);
+        let restore = match files {
+            Some(files) => Some(vec![
+                (files.join("data"), self.world.data_dir(id)),
+                (files.join("public"), self.world.public_dir(id)),
+            ]),
+            None => self.world.restore_parts(id, target),
+        };
         let restored = restore.is_some();
         parts.extend(restore.into_iter().flatten());
         parts.extend(self.world.source_parts(id, target));
@@ -342,6 +609,10 @@ impl Broker {
                 handle.start().await;
             }
             return Err(format!("{e}; version {current} keeps running"));
+        }
+        // The window's messages no longer lead to the files restored.
+        if let Some(window) = self.router.mailbox(id).and_then(|m| m.window().cloned()) {
+            window.forget();
         }
         handle
             .install(Install {
@@ -409,7 +680,10 @@ impl Broker {
             CRASH_LOOP_WINDOW.as_secs(),
             report.last_exit
         );
-        let body = match self.roll_back(&id, Some(report.upgrade.previous)).await {
+        let body = match self
+            .roll_back(&id, Some(report.upgrade.previous), None)
+            .await
+        {
             Ok(mut body) => {
                 body["reason"] = json!(reason);
                 body
@@ -427,7 +701,7 @@ impl Broker {
 
     /// `remove`: stops the actor and moves every folder of it into `archive/`, with the
     /// messages still in its mailbox. Nothing is deleted.
-    async fn remove(&self, body: &Value) -> Answer {
+    pub(super) async fn remove(&self, body: &Value) -> Answer {
         let id = actor_field(body)?;
         let handle = self.known_wasm_actor(&id).await?;
         let was_running = handle.stop().await.is_some();
@@ -663,7 +937,10 @@ impl Broker {
         .map_err(|e| format!("{e:#}"))
     }
 
-    async fn known_wasm_actor(&self, id: &ActorId) -> Result<super::ActorHandle, String> {
+    pub(super) async fn known_wasm_actor(
+        &self,
+        id: &ActorId,
+    ) -> Result<super::ActorHandle, String> {
         if let Some(handle) = self.handle(id) {
             return Ok(handle);
         }
@@ -806,7 +1083,15 @@ impl Broker {
     }
 }
 
-fn string_field<'a>(body: &'a Value, name: &str) -> Result<&'a str, String> {
+/// Why `actor` has no window to fork from.
+fn no_window(actor: &ActorId) -> String {
+    format!(
+        "`{actor}` keeps no messages to fork from: it read none since this host started, or \
+         its actor.json sets \"window\" to 0"
+    )
+}
+
+pub(super) fn string_field<'a>(body: &'a Value, name: &str) -> Result<&'a str, String> {
     match body.get(name) {
         Some(Value::String(s)) => Ok(s),
         None | Some(Value::Null) => Err(format!("missing field `{name}` (a string)")),
@@ -830,7 +1115,7 @@ fn list_numbers(numbers: &[u32]) -> String {
     }
 }
 
-fn actor_field(body: &Value) -> Result<ActorId, String> {
+pub(super) fn actor_field(body: &Value) -> Result<ActorId, String> {
     ActorId::parse(string_field(body, "actor")?)
 }
 

@@ -14,12 +14,13 @@ use tokio::task::JoinHandle;
 use super::mailbox::Mailbox;
 use super::router::Router;
 use super::stdio::{LogOutput, RoutedStdout};
+use super::window::Window;
 use crate::message::{ActorId, Envelope, raw};
 use crate::runtime::network::{Credentials, Network};
 use crate::runtime::{
     DEFAULT_MEMORY_MB, Exit, InstanceConfig, MAX_MEMORY_MB, Program, Replica, Runtime,
 };
-use crate::world::{MANIFEST, Manifest, State, Status, World};
+use crate::world::{DEFAULT_WINDOW, MANIFEST, Manifest, State, Status, World};
 
 /// First restart delay; each further crash in a row doubles it.
 pub const RESTART_BASE_DELAY: Duration = Duration::from_millis(500);
@@ -383,6 +384,12 @@ impl Task {
             .take()
             .unwrap_or_else(|| StartFiles::read(&sup.world, &sup.id));
         let memory_mb = memory_mb(&sup.world, &sup.id, &files.manifest);
+        let window = window_limit(&sup.world, &sup.id, &files.manifest);
+        if window > 0 || sup.mailbox.window().is_some() {
+            sup.mailbox
+                .keep_window(|| Window::new(sup.world.clone(), sup.id.clone(), window))
+                .set_limit(window);
+        }
         let config = InstanceConfig {
             env: vec![
                 ("SAUSAGE_ACTOR".into(), sup.id.to_string()),
@@ -398,6 +405,7 @@ impl Task {
             stderr: InstanceConfig::output(LogOutput::append_to(&sup.world.log_path(&sup.id))),
             network: network(&sup.world, &sup.id, files),
             replica: sup.replica.clone(),
+            replay: None,
         };
         // The instance task says when its code starts to run; dropping the sender unsent
         // means it was never created.
@@ -601,6 +609,21 @@ fn memory_mb(world: &World, id: &ActorId, manifest: &Manifest) -> u32 {
                 &format!("{problem}; running with the default of {DEFAULT_MEMORY_MB} MiB"),
             );
             DEFAULT_MEMORY_MB
+        }
+    }
+}
+
+/// How many messages the window of `id` keeps (DESIGN §21): its manifest's `"window"`, or
+/// [`DEFAULT_WINDOW`] with a note in its log when that is not a valid length.
+fn window_limit(world: &World, id: &ActorId, manifest: &Manifest) -> usize {
+    match &manifest.window {
+        Ok(n) => n.unwrap_or(DEFAULT_WINDOW),
+        Err(problem) => {
+            world.log_note(
+                id,
+                &format!("{problem}; keeping the default window of {DEFAULT_WINDOW} messages"),
+            );
+            DEFAULT_WINDOW
         }
     }
 }

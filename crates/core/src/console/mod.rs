@@ -40,8 +40,10 @@ struct CommandInfo {
 const COMMANDS: [CommandInfo; 7] = [
     CommandInfo {
         name: "deploy",
-        args: "<actor> <dir>",
-        does: "build the crate in <dir> with cargo, then spawn or upgrade <actor>",
+        args: "<actor> <dir> [same|off]",
+        does: "build the crate in <dir> with cargo, then spawn or upgrade <actor>\n\
+               (upgrades are tried on its recent messages: same refuses any difference,\n\
+               off skips the try)",
     },
     CommandInfo {
         name: "list",
@@ -389,8 +391,8 @@ impl Console {
                     }
                 }
             }
-            Command::Deploy { actor, dir } => {
-                if !self.deploy(&actor, &dir).await && script {
+            Command::Deploy { actor, dir, shadow } => {
+                if !self.deploy(&actor, &dir, shadow).await && script {
                     return Some(End::Failed);
                 }
             }
@@ -449,9 +451,9 @@ impl Console {
         }
     }
 
-    /// `/deploy <actor> <dir>`: build with `cargo`, then `spawn` or `upgrade`, showing each
-    /// step and the outcome. Returns whether the actor runs the new version.
-    async fn deploy(&self, actor: &ActorId, dir: &str) -> bool {
+    /// `/deploy <actor> <dir> [shadow]`: build with `cargo`, then `spawn` or `upgrade`, showing
+    /// each step and the outcome. Returns whether the actor runs the new version.
+    async fn deploy(&self, actor: &ActorId, dir: &str, shadow: Option<&str>) -> bool {
         let dir = match std::path::absolute(dir) {
             Ok(dir) => dir.display().to_string(),
             Err(e) => {
@@ -459,7 +461,7 @@ impl Console {
                 return false;
             }
         };
-        match self.try_deploy(actor, &dir).await {
+        match self.try_deploy(actor, &dir, shadow).await {
             Ok(()) => true,
             Err(reason) => {
                 self.out
@@ -469,7 +471,12 @@ impl Console {
         }
     }
 
-    async fn try_deploy(&self, actor: &ActorId, dir: &str) -> Result<(), String> {
+    async fn try_deploy(
+        &self,
+        actor: &ActorId,
+        dir: &str,
+        shadow: Option<&str>,
+    ) -> Result<(), String> {
         let cargo = ActorId::parse("cargo").expect("valid id");
         self.out.line(&format!("deploy: building {dir} …"));
         let build = json!({"type": "build", "source": dir});
@@ -499,16 +506,22 @@ impl Console {
             .is_some_and(|actors| actors.iter().any(|a| a["id"] == actor.as_str()));
         let kind = if exists { "upgrade" } else { "spawn" };
         self.out.line(&format!("deploy: {kind} {actor} …"));
-        let request = json!({
+        let mut request = json!({
             "type": kind, "actor": actor.as_str(), "wasm": built["wasm"],
             "source": dir, "built_by": "cargo",
         });
+        if let (true, Some(shadow)) = (exists, shadow) {
+            request["shadow"] = json!(shadow);
+        }
         let reply = self
             .ask(&ActorId::broker(), request, DEPLOY_STEP_LIMIT)
             .await?;
         self.out.line(&script_line("broker", true, reply.clone()));
         match reply["type"].as_str() {
             Some("spawned" | "upgraded") => {
+                if let Some(summary) = shadow_summary(&reply["shadow"]) {
+                    self.out.line(&format!("deploy: shadow run: {summary}"));
+                }
                 self.out.line(&format!(
                     "deploy: {actor} runs version {}",
                     reply["version"]
@@ -518,6 +531,24 @@ impl Console {
             _ => Err(format!("the {kind} failed")),
         }
     }
+}
+
+/// One line about an upgrade's shadow run report (DESIGN §21), if it ran one.
+fn shadow_summary(shadow: &Value) -> Option<String> {
+    let messages = shadow.get("messages")?.as_u64()?;
+    if messages == 0 {
+        return Some("no recent messages to try it on".into());
+    }
+    let count = |field: &str| shadow[field].as_array().map_or(0, Vec::len);
+    Some(format!(
+        "of the actor's last {messages} messages {} answered the same, {} differently \
+         (the first {} in the reply), {} noisy; {} files differ",
+        shadow["same"],
+        count("different"),
+        count("different"),
+        shadow["noisy"],
+        count("files"),
+    ))
 }
 
 /// Where the console's lines go.
@@ -666,6 +697,8 @@ enum Command {
     Deploy {
         actor: ActorId,
         dir: String,
+        /// The upgrade's `"shadow"`, when given.
+        shadow: Option<&'static str>,
     },
     Error(String),
 }
@@ -724,13 +757,27 @@ fn command(line: &str, question: Option<&str>) -> Command {
             (Ok(from), Ok(time)) => Command::Await { from, time },
             (Err(e), _) | (_, Err(e)) => Command::Error(format!("/await: {e}")),
         },
-        ("deploy", [actor, dir]) => match ActorId::parse(actor) {
-            Ok(actor) => Command::Deploy {
-                actor,
-                dir: dir.to_string(),
-            },
-            Err(e) => Command::Error(format!("/deploy: {e}")),
-        },
+        ("deploy", [actor, dir, rest @ ..]) if rest.len() <= 1 => {
+            let shadow = match rest.first().copied() {
+                None => Ok(None),
+                Some("report") => Ok(Some("report")),
+                Some("same") => Ok(Some("same")),
+                Some("off") => Ok(Some("off")),
+                Some(other) => Err(format!(
+                    "/deploy: `{other}` is not a shadow run; give same (refuse any difference), \
+                     off (skip it) or report (the default)"
+                )),
+            };
+            match (ActorId::parse(actor), shadow) {
+                (Ok(actor), Ok(shadow)) => Command::Deploy {
+                    actor,
+                    dir: dir.to_string(),
+                    shadow,
+                },
+                (Err(e), _) => Command::Error(format!("/deploy: {e}")),
+                (_, Err(e)) => Command::Error(e),
+            }
+        }
         _ if COMMANDS.iter().any(|c| c.name == name) => {
             Command::Error(format!("/{name}: wrong arguments; usage:\n{}", help()))
         }
@@ -806,6 +853,22 @@ mod tests {
                 time: Duration::from_secs(3)
             }
         );
+        assert_eq!(
+            command("/deploy c ./counter same"),
+            Command::Deploy {
+                actor: to("c"),
+                dir: "./counter".into(),
+                shadow: Some("same")
+            }
+        );
+        assert_eq!(
+            command("/deploy c ./counter"),
+            Command::Deploy {
+                actor: to("c"),
+                dir: "./counter".into(),
+                shadow: None
+            }
+        );
         assert_eq!(command("  "), Command::Nothing);
         assert_eq!(command("/quit"), Command::Quit);
     }
@@ -852,6 +915,8 @@ mod tests {
             ),
             ("/deploy x", "usage"),
             ("/deploy X dir", "character"),
+            ("/deploy x dir maybe", "not a shadow run; give same"),
+            ("/deploy x dir same more", "usage"),
         ] {
             match command(line, None) {
                 Command::Error(e) => assert!(e.contains(expect), "{line}: {e}"),
@@ -865,7 +930,7 @@ mod tests {
         let help = help();
         assert!(
             help.contains(
-                "/deploy <actor> <dir>\n                    build the crate in <dir> with cargo"
+                "/deploy <actor> <dir> [same|off]\n                    build the crate in <dir> with cargo"
             ),
             "{help}"
         );

@@ -7,7 +7,8 @@
 //! | --- | --- | --- | --- |
 //! | `list`, `principal` | yes | yes | yes |
 //! | `spawn` | no | yes, owned by the member; never a surface's id | yes |
-//! | `upgrade`, `rollback`, `stop`, `start`, `remove`, `subscribe`, `unsubscribe` | no | only actors the member owns, never a surface | yes |
+//! | `checkpoint`, `restore` | no | only actors the member owns (`checkpoint` also one not made yet), never a surface | yes |
+//! | `upgrade`, `rollback`, `stop`, `start`, `remove`, `subscribe`, `unsubscribe`, `fork`, `window` | no | only actors the member owns, never a surface | yes |
 //!
 //! A **surface** is an actor that speaks for people: `agent`, `matrix` and any actor an owner
 //! granted a kind of handle. Changing one changes what every person's conversation can do.
@@ -46,6 +47,8 @@ pub fn may_ask(
              member"
         )),
         _ if kind == "spawn" => Ok(()),
+        // What a turn is about to make (a spawn's or a fork's actor) is kept as "absent".
+        Some(_) if kind == "checkpoint" && owner.is_none() => Ok(()),
         Some(_) if owner == Some(person) => Ok(()),
         Some(actor) => Err(format!(
             "actor `{actor}` belongs to {}; a member may `{kind}` only the actors they created",
@@ -84,6 +87,21 @@ mod tests {
             (&ann, "upgrade", Some("mine"), Some("ann"), false, true),
             (&ann, "remove", Some("mine"), Some("ann"), false, true),
             (&ann, "upgrade", Some("theirs"), Some("bob"), false, false),
+            (&ann, "fork", Some("mine"), Some("ann"), false, true),
+            (&ann, "checkpoint", Some("new"), None, false, true),
+            (
+                &ann,
+                "checkpoint",
+                Some("theirs"),
+                Some("bob"),
+                false,
+                false,
+            ),
+            (&ann, "restore", Some("mine"), Some("ann"), false, true),
+            (&ann, "restore", Some("theirs"), Some("bob"), false, false),
+            (&ann, "window", Some("theirs"), Some("bob"), false, false),
+            (&ann, "fork", Some("agent"), Some("olga"), true, false),
+            (&gus, "window", Some("x"), Some("gus"), false, false),
             (&ann, "stop", Some("old"), None, false, false),
             (&ann, "upgrade", Some("agent"), Some("ann"), true, false),
             (&ann, "stop", Some("relay"), Some("ann"), true, false),

@@ -8,6 +8,7 @@ pub mod cache;
 pub mod hibernate;
 pub mod memory;
 pub mod network;
+pub mod replay;
 pub mod run_until;
 pub mod stdio;
 pub mod ticks;
@@ -64,6 +65,9 @@ pub struct InstanceConfig {
     pub network: Network,
     /// On a host of a cluster, where each change of the actor's files is copied first.
     pub replica: Option<Arc<dyn Replica>>,
+    /// A shadow run's clock and seed (DESIGN §21); `None` runs on the host's clocks and
+    /// random numbers.
+    pub replay: Option<replay::Replay>,
 }
 
 impl InstanceConfig {
@@ -238,6 +242,9 @@ impl Runtime {
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false);
+        if let Some(replay) = &config.replay {
+            replay.apply(&mut wasi);
+        }
         let guest = Guest {
             wasi: wasi.build(),
             table: ResourceTable::new(),

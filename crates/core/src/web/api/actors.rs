@@ -113,7 +113,7 @@ pub(super) async fn known(app: &App, id: &str) -> Result<(ActorId, &'static str)
 }
 
 /// `GET /api/actors/{id}`: `owner` (who created it), `status`, `versions` (each version's
-/// `meta.json` with `current`),
+/// `meta.json` with `current`, and the report of the shadow run that let it in),
 /// the files of `public` and `source` (paths), and `log_size`.
 pub(super) async fn actor(State(app): State<Arc<App>>, UrlPath(id): UrlPath<String>) -> Response {
     let (actor, kind) = match known(&app, &id).await {
@@ -144,7 +144,7 @@ pub(super) async fn actor(State(app): State<Arc<App>>, UrlPath(id): UrlPath<Stri
                     "version": v, "current": Some(v) == current,
                     "built_by": meta["built_by"], "requested_by": meta["requested_by"],
                     "requested_for": meta["requested_for"],
-                    "time": meta["time"],
+                    "time": meta["time"], "shadow": meta["shadow"],
                 })
             })
             .collect();

@@ -800,6 +800,7 @@ function openActor(id) {
     $('#actor-id').textContent = id;
     $('#actor-log').textContent = '';
     $('#file-view').hidden = true;
+    $('#shadow-view').hidden = true;
     for (const part of ['#actor-status', '#versions tbody', '#files-public', '#files-source']) {
       $(part).replaceChildren();
     }
@@ -876,7 +877,8 @@ function renderActor(detail) {
     }
     return el('tr', { 'data-version': v.version, class: v.current ? 'is-current' : null },
       el('td', { class: 'num' }, v.version), el('td', {}, v.built_by || '—'),
-      el('td', {}, requester(v)), el('td', {}, when(v.time)), el('td', {}, action));
+      el('td', {}, requester(v)), el('td', {}, when(v.time)), el('td', {}, shadowCell(v)),
+      el('td', {}, action));
   }));
   for (const folder of ['public', 'source']) {
     const files = detail[folder] || [];
@@ -889,6 +891,60 @@ function renderActor(detail) {
       return el('li', {}, link);
     }) : [el('li', { class: 'empty' }, 'no files')]));
   }
+}
+
+// The shadow run that let a version in (DESIGN §21): a summary in its row, and the messages on
+// which it answered differently side by side with what the version before it wrote.
+function shadowCell(version) {
+  const shadow = version.shadow;
+  if (!shadow || typeof shadow !== 'object') return '—';
+  const different = (shadow.different || []).length;
+  const files = (shadow.files || []).length;
+  const text = shadow.messages
+    ? `${shadow.same} of ${shadow.messages} same` + (different ? `, ${different} different` : '') +
+      (files ? `, ${files} files` : '') + (shadow.noisy ? `, ${shadow.noisy} noisy` : '')
+    : 'no recent messages';
+  if (!shadow.messages) return text;
+  const link = el('a', { href: '#', class: 'shadow-report', 'data-version': version.version }, text);
+  link.addEventListener('click', (event) => {
+    event.preventDefault();
+    showShadow(version);
+  });
+  return link;
+}
+
+function json(value) {
+  return JSON.stringify(value, null, 2);
+}
+
+function showShadow(version) {
+  const shadow = version.shadow;
+  const before = version.version - 1;
+  $('#shadow-name').textContent = `Shadow run of version ${version.version}`;
+  $('#shadow-summary').textContent =
+    `Both versions read the actor's last ${shadow.messages} messages on a copy of its files: ` +
+    `${shadow.same} answered the same, ${(shadow.different || []).length} differently` +
+    (shadow.noisy ? `, ${shadow.noisy} were noisy (the old version disagreed with itself)` : '') + '.';
+  $('#shadow-old').textContent = `Version ${before} wrote`;
+  $('#shadow-new').textContent = `Version ${version.version} wrote`;
+  const rows = (shadow.different || []).map((d) => el('tr', { class: 'difference' },
+    el('td', {}, el('pre', { class: 'code' }, json(d.message && d.message.body))),
+    el('td', {}, el('pre', { class: 'code old' }, json(d.old))),
+    el('td', {}, el('pre', { class: 'code new' }, json(d.new)))));
+  for (const file of shadow.files || []) {
+    const side = (f) => (f ? `${f.size} bytes, sha256 ${String(f.sha256).slice(0, 12)}…` : 'absent');
+    rows.push(el('tr', { class: 'file-difference' }, el('td', {}, file.path),
+      el('td', {}, side(file.old)), el('td', {}, side(file.new))));
+  }
+  if (shadow.crashed) {
+    rows.push(el('tr', { class: 'crash' },
+      el('td', {}, el('pre', { class: 'code' }, json(shadow.crashed.message && shadow.crashed.message.body))),
+      el('td', {}, 'handled it'), el('td', {}, `crashed: ${shadow.crashed.exit}`)));
+  }
+  if (!rows.length) rows.push(el('tr', {}, el('td', { colSpan: 3 }, 'No difference.')));
+  $('#shadow-table tbody').replaceChildren(...rows);
+  $('#shadow-view').hidden = false;
+  $('#shadow-view').scrollIntoView({ block: 'nearest' });
 }
 
 async function showFile(folder, path) {
@@ -977,6 +1033,7 @@ function setUpActor() {
   $('#actor-rollback').addEventListener('click', () => act('rollback', {},
     `Roll ${actorPage.id} back to its previous version?`));
   $('#file-close').addEventListener('click', () => ($('#file-view').hidden = true));
+  $('#shadow-close').addEventListener('click', () => ($('#shadow-view').hidden = true));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,0 +1,398 @@
+//! An actor's window (DESIGN §21): the last messages it read, as delivered and when, and its
+//! files as they were before the first of them, so that a shadow run can feed a candidate
+//! version the actor's own recent traffic on its own data, and a fork can rebuild a past state.
+//!
+//! The files are kept as hard-linked snapshots (no file under `/data` or `/public` is ever
+//! changed in place), one per *generation*: every quarter of the window's length a new
+//! generation starts at the message read then, and the oldest goes once the next one alone
+//! still covers the window's length. So the window holds between `limit` and `limit + limit/4`
+//! messages, and a snapshot costs a link per file once per `limit/4` messages.
+//!
+//! A generation's snapshot is taken lazily, and still exactly "before its first message": the
+//! files cannot change between that read and the guest's next change of them, and every such
+//! change calls [`Window::before_change`] first (on the blocking pool), which takes the
+//! snapshots still owed. The read path itself does no I/O: it appends to a queue under a lock
+//! only the blocking pool's snapshot work also takes, briefly.
+//!
+//! Invariant: `reads` starts at the first message of the oldest generation, whose snapshot (once
+//! taken) holds the files as they were before it; snapshots are only linked or removed while
+//! `io` is held.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use crate::message::{ActorId, Envelope};
+use crate::world::World;
+
+/// The most bytes of messages a window keeps, whatever its length: past it, the oldest
+/// generation goes while a younger one remains.
+pub const WINDOW_BYTES: usize = 16 << 20;
+
+/// One message the actor read: as it was delivered, and when.
+#[derive(Clone)]
+pub struct Read {
+    pub envelope: Arc<Envelope>,
+    pub at: SystemTime,
+}
+
+/// What a window holds at one moment, for a shadow run or a fork: the messages in the order
+/// they were read, and a copy of the files from before the first (made by [`Window::copy`]).
+pub struct Recent {
+    pub reads: Vec<Read>,
+}
+
+pub struct Window {
+    world: World,
+    id: ActorId,
+    state: Mutex<State>,
+    /// Held while snapshots are linked, copied from or removed.
+    io: Mutex<()>,
+    /// Whether a generation's snapshot is owed: the one thing a change of files looks at.
+    owed: AtomicBool,
+}
+
+struct State {
+    /// How many messages the window keeps; 0 keeps none.
+    limit: usize,
+    reads: VecDeque<Read>,
+    /// The stdin bytes of `reads`.
+    bytes: usize,
+    /// The number the next read gets (counted since the window began).
+    next_read: u64,
+    /// The number the next generation's folder gets.
+    next_generation: u64,
+    generations: VecDeque<Generation>,
+    /// Snapshots of generations gone, to remove at the next snapshot work.
+    doomed: Vec<PathBuf>,
+}
+
+struct Generation {
+    /// The number of its first read.
+    first: u64,
+    dir: PathBuf,
+    taken: bool,
+}
+
+impl Window {
+    pub fn new(world: World, id: ActorId, limit: usize) -> Window {
+        Window {
+            world,
+            id,
+            state: Mutex::new(State {
+                limit,
+                reads: VecDeque::new(),
+                bytes: 0,
+                next_read: 0,
+                next_generation: 0,
+                generations: VecDeque::new(),
+                doomed: Vec::new(),
+            }),
+            io: Mutex::new(()),
+            owed: AtomicBool::new(false),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets how many messages the window keeps (from the manifest, at each start). A shorter
+    /// window drops what it no longer needs at the next read; 0 forgets everything.
+    pub fn set_limit(&self, limit: usize) {
+        let mut state = self.lock();
+        state.limit = limit;
+        if limit == 0 {
+            state.forget();
+        }
+    }
+
+    /// The actor read `envelope`: called on the read path, under its mailbox's lock. No I/O.
+    pub fn read(&self, envelope: &Arc<Envelope>) {
+        let mut state = self.lock();
+        if state.limit == 0 {
+            return;
+        }
+        let number = state.next_read;
+        state.next_read += 1;
+        state.bytes += envelope.line_len();
+        state.reads.push_back(Read {
+            envelope: envelope.clone(),
+            at: SystemTime::now(),
+        });
+        let step = (state.limit / 4).max(1) as u64;
+        if state
+            .generations
+            .back()
+            .is_none_or(|newest| number - newest.first >= step)
+        {
+            let dir = self
+                .world
+                .window_dir(&self.id)
+                .join(state.next_generation.to_string());
+            state.next_generation += 1;
+            state.generations.push_back(Generation {
+                first: number,
+                dir,
+                taken: false,
+            });
+            self.owed.store(true, Ordering::Release);
+        }
+        state.trim();
+    }
+
+    /// The guest is about to change its files (on the blocking pool): the snapshots owed are
+    /// taken first, while the files are still as they were before those generations began.
+    pub fn before_change(&self) {
+        if self.owed.load(Ordering::Acquire) {
+            let io = self.io.lock().unwrap_or_else(|e| e.into_inner());
+            self.settle_snapshots(&io);
+        }
+    }
+
+    /// Forgets every message and snapshot (the host replaced the actor's files: what the
+    /// window holds no longer leads to them).
+    pub fn forget(&self) {
+        self.lock().forget();
+        self.owed.store(true, Ordering::Release);
+    }
+
+    /// What the window holds now, with a copy of its files from before the first message
+    /// linked into `data` and `public` (on the blocking pool). `None` when it holds nothing.
+    pub fn copy(&self, data: &Path, public: &Path) -> std::io::Result<Option<Recent>> {
+        let io = self.io.lock().unwrap_or_else(|e| e.into_inner());
+        self.settle_snapshots(&io);
+        let (dir, reads) = {
+            let state = self.lock();
+            let Some(oldest) = state.generations.front() else {
+                return Ok(None);
+            };
+            if !oldest.taken {
+                return Ok(None);
+            }
+            (oldest.dir.clone(), state.reads.iter().cloned().collect())
+        };
+        crate::fs::link_tree(&dir.join("data"), data)?;
+        crate::fs::link_tree(&dir.join("public"), public)?;
+        Ok(Some(Recent { reads }))
+    }
+
+    /// The messages the window holds now, oldest first.
+    pub fn reads(&self) -> Vec<Read> {
+        self.lock().reads.iter().cloned().collect()
+    }
+
+    /// How many messages the window holds now.
+    pub fn len(&self) -> usize {
+        self.lock().reads.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Takes every snapshot owed and removes those of generations gone; `io` is held.
+    fn settle_snapshots(&self, _io: &MutexGuard<'_, ()>) {
+        self.owed.store(false, Ordering::Release);
+        let (owed, doomed) = {
+            let mut state = self.lock();
+            let owed: Vec<PathBuf> = state
+                .generations
+                .iter()
+                .filter(|g| !g.taken)
+                .map(|g| g.dir.clone())
+                .collect();
+            (owed, std::mem::take(&mut state.doomed))
+        };
+        for dir in doomed {
+            remove(&dir);
+        }
+        let data = self.world.data_dir(&self.id);
+        let public = self.world.public_dir(&self.id);
+        for dir in owed {
+            let linked = link_or_empty(&data, &dir.join("data"))
+                .and_then(|()| link_or_empty(&public, &dir.join("public")));
+            let mut state = self.lock();
+            match linked {
+                Ok(()) => match state.generations.iter_mut().find(|g| g.dir == dir) {
+                    Some(generation) => generation.taken = true,
+                    // Gone meanwhile (a read trimmed it): nobody needs it.
+                    None => state.doomed.push(dir),
+                },
+                Err(e) => {
+                    tracing::warn!(
+                        "actor {}: cannot snapshot its files for its window ({e}); the window \
+                         starts again",
+                        self.id
+                    );
+                    state.forget();
+                    drop(state);
+                    remove(&dir);
+                }
+            }
+        }
+    }
+}
+
+impl State {
+    /// Drops the oldest generation while the next alone still covers the window's length, or
+    /// the window holds more than [`WINDOW_BYTES`] and a younger generation remains.
+    fn trim(&mut self) {
+        while self.generations.len() >= 2 {
+            let next = self.generations[1].first;
+            let covered = self.next_read - next >= self.limit as u64;
+            if !covered && self.bytes <= WINDOW_BYTES {
+                break;
+            }
+            let oldest = self.generations.pop_front().expect("two or more");
+            self.doomed.push(oldest.dir);
+            while let Some(read) = self.reads.front() {
+                let number = self.next_read - self.reads.len() as u64;
+                if number >= next {
+                    break;
+                }
+                self.bytes -= read.envelope.line_len();
+                self.reads.pop_front();
+            }
+        }
+    }
+
+    fn forget(&mut self) {
+        self.reads.clear();
+        self.bytes = 0;
+        let gone = self.generations.drain(..).map(|g| g.dir);
+        self.doomed.extend(gone);
+    }
+}
+
+/// Links the tree at `from` into `to`, made anew; a missing `from` makes `to` empty.
+fn link_or_empty(from: &Path, to: &Path) -> std::io::Result<()> {
+    remove(to);
+    if from.is_dir() {
+        crate::fs::link_tree(from, to)
+    } else {
+        std::fs::create_dir_all(to)
+    }
+}
+
+fn remove(dir: &Path) {
+    if let Err(e) = std::fs::remove_dir_all(dir)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!("{}: cannot remove ({e})", dir.display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::raw;
+
+    fn message(n: usize) -> Arc<Envelope> {
+        Arc::new(Envelope {
+            id: format!("m-{n}"),
+            from: ActorId::parse("test").unwrap(),
+            reply_to: None,
+            speaker: None,
+            schedule: None,
+            body: raw(&serde_json::json!({"type": "n", "n": n})),
+        })
+    }
+
+    fn ids(recent: &Recent) -> Vec<String> {
+        recent.reads.iter().map(|r| r.envelope.id.clone()).collect()
+    }
+
+    /// The guest's pattern: read a message, then write `/data/n` with its number.
+    fn handle(world: &World, id: &ActorId, window: &Window, n: usize) {
+        window.read(&message(n));
+        window.before_change();
+        let data = world.data_dir(id);
+        std::fs::create_dir_all(&data).unwrap();
+        // Committed by rename, as every guest write is.
+        std::fs::write(data.join(".tmp"), n.to_string()).unwrap();
+        std::fs::rename(data.join(".tmp"), data.join("n")).unwrap();
+    }
+
+    #[test]
+    fn the_window_keeps_its_length_and_the_files_from_before_its_first_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let world = World::new(dir.path());
+        let id = ActorId::parse("a").unwrap();
+        let window = Window::new(world.clone(), id.clone(), 8);
+        for n in 0..30 {
+            handle(&world, &id, &window, n);
+            let held = window.len();
+            assert!(
+                held >= (n + 1).min(8) && held <= 10,
+                "after {n}: {held} held"
+            );
+        }
+        let copy = dir.path().join("copy");
+        let recent = window
+            .copy(&copy.join("data"), &copy.join("public"))
+            .unwrap()
+            .unwrap();
+        let first: usize = ids(&recent)[0][2..].parse().unwrap();
+        assert_eq!(ids(&recent).last().unwrap(), "m-29");
+        // The files as they were before the first message: the one before it had written them.
+        let before = std::fs::read_to_string(copy.join("data/n")).unwrap();
+        assert_eq!(before, (first - 1).to_string());
+        // Only the generations still needed keep a snapshot.
+        let snapshots = std::fs::read_dir(world.window_dir(&id)).unwrap().count();
+        assert!(snapshots <= 5, "{snapshots} snapshots kept");
+    }
+
+    #[test]
+    fn a_window_that_never_saw_a_change_snapshots_when_copied() {
+        let dir = tempfile::tempdir().unwrap();
+        let world = World::new(dir.path());
+        let id = ActorId::parse("a").unwrap();
+        std::fs::create_dir_all(world.data_dir(&id)).unwrap();
+        std::fs::write(world.data_dir(&id).join("f"), "kept").unwrap();
+        let window = Window::new(world.clone(), id, 256);
+        for n in 0..3 {
+            window.read(&message(n));
+        }
+        let copy = dir.path().join("copy");
+        let recent = window
+            .copy(&copy.join("data"), &copy.join("public"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(ids(&recent), ["m-0", "m-1", "m-2"]);
+        assert_eq!(
+            std::fs::read_to_string(copy.join("data/f")).unwrap(),
+            "kept"
+        );
+        assert!(copy.join("public").is_dir());
+    }
+
+    #[test]
+    fn a_window_of_zero_keeps_nothing_and_forgetting_empties_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let world = World::new(dir.path());
+        let id = ActorId::parse("a").unwrap();
+        let window = Window::new(world.clone(), id.clone(), 0);
+        window.read(&message(1));
+        assert!(window.is_empty());
+        window.set_limit(4);
+        handle(&world, &id, &window, 2);
+        assert_eq!(window.len(), 1);
+        window.forget();
+        assert!(window.is_empty());
+        let copy = dir.path().join("copy");
+        assert!(
+            window
+                .copy(&copy.join("data"), &copy.join("public"))
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(
+            std::fs::read_dir(world.window_dir(&id)).unwrap().count(),
+            0,
+            "its snapshots are gone"
+        );
+    }
+}
