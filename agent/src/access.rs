@@ -66,6 +66,7 @@ const STATE_FILES: &[&str] = &[
     "subscriptions.json",
     "rate.json",
     "goals",
+    "checkpoints",
 ];
 
 /// The agent's files that only owners read: its configuration and the world's spending.

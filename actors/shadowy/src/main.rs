@@ -61,7 +61,10 @@ fn main() {
                 let lucky = std::collections::hash_map::RandomState::new()
                     .build_hasher()
                     .finish();
-                proto::reply(&msg, json!({"type": "noise", "at_ms": at_ms, "lucky": lucky}));
+                proto::reply(
+                    &msg,
+                    json!({"type": "noise", "at_ms": at_ms, "lucky": lucky}),
+                );
             }
             other => proto::reply_error(
                 &msg,

@@ -7,7 +7,8 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use super::people_tests::{
-    CONFIG, call, finals_text, replies_of, reply, run, says, text, tool_results, tool_sends, world,
+    CONFIG, call, checkpointed, finals_text, replies_of, reply, run, says, text, tool_results,
+    tool_sends, world,
 };
 use super::*;
 use crate::testing::{Answer, ScriptedHost};
@@ -88,6 +89,7 @@ fn an_actors_conversation_acts_for_its_owner_and_is_paid_by_them() {
                 json!({"type": "principal", "actor": "echo", "person": "boss", "tier": "owner"}),
             ),
             echo_acts_for("mia", "member"),
+            checkpointed("agent/actor.echo.k2", "x"),
         ],
         vec![
             call("write_file", json!({"path": target, "content": "x"})),

@@ -30,6 +30,17 @@ impl<H: Host> Agent<H> {
         if let Err(refusal) = who.file_tool(&self.data, name, arguments) {
             return Some(refusal);
         }
+        // The first change of a path in this turn keeps it for a rewind (DESIGN §21).
+        let changed = match name {
+            "write_file" | "edit_file" | "remove_path" => arguments["path"].as_str(),
+            "copy_dir" => arguments["to"].as_str(),
+            _ => None,
+        };
+        if let Some(path) = changed.filter(|p| p.starts_with('/'))
+            && let Err(refusal) = self.keep_path(turn, std::path::Path::new(path))
+        {
+            return Some(refusal);
+        }
         match name {
             "send_message" => self.send_message(history, turn, id, arguments),
             "wait_for_messages" => self.wait_for_messages(&turn.conversation, arguments),
@@ -200,6 +211,13 @@ impl<H: Host> Agent<H> {
                     return Some(refusal);
                 }
             }
+        }
+        // A change of the world is kept first, so the turn can be rewound (DESIGN §21).
+        if let Err(refusal) = self.keep_before_send(history, turn, to, &body) {
+            if refusal == "stopped" {
+                return None;
+            }
+            return Some(refusal);
         }
         let seconds = arguments["wait_seconds"]
             .as_u64()

@@ -39,6 +39,7 @@ impl<H: Host> Agent<H> {
         self.report(heard);
         match message.kind() {
             "stop" => return self.obey_stop(message),
+            "rewind" => return self.rewind(message),
             "goal" => return self.new_goal(message),
             "goal_stop" => return self.stop_goal(message),
             "conversation" => return self.tell_conversation(&message),

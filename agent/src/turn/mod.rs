@@ -39,6 +39,7 @@ use crate::tools::{self, DEFAULT_WAIT_SECONDS, MAX_WAIT_SECONDS, card, cut_outpu
 mod arrived;
 mod calls;
 mod inbox;
+mod rewind;
 mod rounds;
 
 use arrived::Arrived;
@@ -446,6 +447,10 @@ pub struct Agent<H: Host> {
     round_of: Option<String>,
     /// The question waiting for its answer now: the id an answer names, and its conversation.
     asking: Option<(String, Conversation)>,
+    /// A rewind is putting things back: another waits until it is done.
+    rewinding: bool,
+    /// The broker requests a rewind has sent, for their ids.
+    rewind_asks: u64,
 }
 
 impl<H: Host> Agent<H> {
@@ -481,6 +486,8 @@ impl<H: Host> Agent<H> {
             },
             round_of: None,
             asking: None,
+            rewinding: false,
+            rewind_asks: 0,
         }
     }
 
@@ -1565,3 +1572,6 @@ mod authority_tests;
 
 #[cfg(test)]
 mod arrived_tests;
+
+#[cfg(test)]
+mod rewind_tests;

@@ -58,6 +58,17 @@ pub(super) fn reply(id: &str, from: &str, reply_to: &str, body: Value) -> Event 
     })
 }
 
+/// The broker's answer to the checkpoint a turn asks before it first changes `actor` (DESIGN
+/// §21), replying to the agent's message `reply_to`.
+pub(super) fn checkpointed(reply_to: &str, actor: &str) -> Event {
+    reply(
+        "m-k",
+        "broker",
+        reply_to,
+        json!({"type": "checkpointed", "turn": "t", "actor": actor, "existed": true}),
+    )
+}
+
 pub(super) fn call(name: &str, arguments: Value) -> Answer {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -313,6 +324,10 @@ fn a_member_changes_only_actors_the_list_says_they_own_and_owns_what_they_spawn(
             ),
             list_reply("m-2", "agent/person.mia.t1"),
             list_reply("m-3", "agent/person.mia.t2"),
+            checkpointed("agent/person.mia.k3", "notes"),
+            // Nobody answers the third list: its owner cannot be checked.
+            Event::TimedOut,
+            checkpointed("agent/person.mia.k6", "mine"),
         ],
         vec![
             call("send_message", upgrade("echo")),
@@ -339,14 +354,21 @@ fn a_member_changes_only_actors_the_list_says_they_own_and_owns_what_they_spawn(
         [
             ("broker", "list"),
             ("broker", "list"),
+            ("broker", "checkpoint"),
             ("broker", "upgrade"),
             ("broker", "list"),
+            ("broker", "checkpoint"),
             ("broker", "spawn")
         ]
     );
-    assert_eq!(sends[2].1["actor"], "notes");
+    assert_eq!(sends[3].1["actor"], "notes");
     assert_eq!(
-        sends[4].1["owner"], "mia",
+        (&sends[2].1["actor"], &sends[5].1["actor"]),
+        (&json!("notes"), &json!("mine")),
+        "each change is kept first, for a rewind"
+    );
+    assert_eq!(
+        sends[6].1["owner"], "mia",
         "the agent names the person it acts for"
     );
     assert!(
@@ -361,7 +383,7 @@ fn a_member_changes_only_actors_the_list_says_they_own_and_owns_what_they_spawn(
         "{results:?}"
     );
     assert!(
-        results[1].starts_with("sent as agent/person.mia.t3"),
+        results[1].starts_with("sent as agent/person.mia.t4"),
         "{results:?}"
     );
     assert!(

@@ -343,9 +343,14 @@ fn a_text_arriving_during_a_turn_gets_its_own_turn_after_it() {
 fn a_shutdown_while_waiting_saves_the_turn_and_the_next_start_finishes_it() {
     let data = world(Some(OPENAI));
     let upgrade = json!({"type": "upgrade", "actor": "agent", "wasm": "/actor/cargo/public/builds/1/agent.wasm"});
+    let checkpointed = json!({"type": "checkpointed", "turn": "m-1", "actor": "agent"});
     let host = run(
         &data,
-        vec![text("m-1", "upgrade yourself"), Event::Stop],
+        vec![
+            text("m-1", "upgrade yourself"),
+            message("m-2", "broker", Some("agent/person.owner.k1"), checkpointed),
+            Event::Stop,
+        ],
         vec![openai_call(
             "c1",
             "send_message",
@@ -353,14 +358,19 @@ fn a_shutdown_while_waiting_saves_the_turn_and_the_next_start_finishes_it() {
         )],
     );
     assert!(answers(&host).is_empty(), "no answer yet");
-    assert_eq!(tool_sends(&host)[0].id.as_deref(), Some("person.owner.t1"));
+    let sends = tool_sends(&host);
+    assert_eq!(
+        sends[0].body["type"], "checkpoint",
+        "kept first, for a rewind"
+    );
+    assert_eq!(sends[1].id.as_deref(), Some("person.owner.t2"));
     let saved: SavedTurn = read_json(&data.join("turn.json")).expect("turn.json");
     assert_eq!((saved.message.id.as_str(), saved.steps), ("m-1", 1));
     assert_eq!(
         saved.waiting,
         Some(Waiting {
             call_id: "c1".into(),
-            reply_to: "agent/person.owner.t1".into(),
+            reply_to: "agent/person.owner.t2".into(),
             seconds: 60,
             question: false,
             until: None,
@@ -375,7 +385,7 @@ fn a_shutdown_while_waiting_saves_the_turn_and_the_next_start_finishes_it() {
         vec![message(
             "m-9",
             "broker",
-            Some("agent/person.owner.t1"),
+            Some("agent/person.owner.t2"),
             upgraded,
         )],
         vec![openai_text("I upgraded myself to version 2.")],
@@ -407,8 +417,8 @@ fn a_shutdown_while_waiting_saves_the_turn_and_the_next_start_finishes_it() {
         "{note}"
     );
     assert!(!data.join("turn.json").exists());
-    // The id counter survived the restart: the next message would be t2.
-    assert_eq!(history(&data).sent, 1);
+    // The id counter survived the restart (the checkpoint was 1, the upgrade 2).
+    assert_eq!(history(&data).sent, 2);
 }
 
 #[test]

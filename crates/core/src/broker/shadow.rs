@@ -136,6 +136,13 @@ pub async fn run(
         run(&old, second).feed(&reads),
         run(&new, third).feed(&reads),
     );
+    let (one, two, candidate) = tokio::task::spawn_blocking(move || {
+        let (mut one, mut two, mut candidate) = (one, two, candidate);
+        hash_differences([&mut one, &mut two, &mut candidate]);
+        (one, two, candidate)
+    })
+    .await
+    .map_err(|e| format!("host bug: comparing the shadow runs' files failed: {e}"))?;
     Ok(compare(
         &reads,
         [&one, &two, &candidate],
@@ -216,7 +223,8 @@ struct Ran {
     wrote: Vec<Vec<Value>>,
     /// Where it crashed first: the message's index, how it ended, and its stderr's tail.
     crashed: Option<(usize, String)>,
-    /// Every file it left: path (as the guest sees it) → size and SHA-256.
+    /// Every file it left: path (as the guest sees it) → size and SHA-256 (once
+    /// [`hash_differences`] ran).
     files: BTreeMap<String, (u64, String)>,
 }
 
@@ -466,7 +474,8 @@ impl GuestOutput for Written {
 }
 
 /// Every regular file under `root`'s `data` and `public`, as `/data/...` and `/public/...`,
-/// with its size and SHA-256 (hidden temporaries left out).
+/// with its size and where it is (hidden temporaries left out); the third field, its hash, is
+/// filled by [`hash_differences`].
 fn digest(root: &Path) -> BTreeMap<String, (u64, String)> {
     fn walk(dir: &Path, shown: &str, into: &mut BTreeMap<String, (u64, String)>) {
         let Ok(entries) = std::fs::read_dir(dir) else {
@@ -481,9 +490,10 @@ fn digest(root: &Path) -> BTreeMap<String, (u64, String)> {
             match entry.file_type() {
                 Ok(kind) if kind.is_dir() => walk(&path, &shown, into),
                 Ok(kind) if kind.is_file() => {
-                    if let Ok(bytes) = std::fs::read(&path) {
-                        let hash = format!("{:x}", Sha256::digest(&bytes));
-                        into.insert(shown, (bytes.len() as u64, hash));
+                    if let Ok(meta) = entry.metadata() {
+                        use std::os::unix::fs::MetadataExt;
+                        let at = format!("{}:{}:{}", meta.dev(), meta.ino(), path.display());
+                        into.insert(shown, (meta.len(), at));
                     }
                 }
                 _ => {}
@@ -494,6 +504,53 @@ fn digest(root: &Path) -> BTreeMap<String, (u64, String)> {
     walk(&root.join("data"), "/data", &mut files);
     walk(&root.join("public"), "/public", &mut files);
     files
+}
+
+/// Makes the three runs' files comparable by content, reading as little as it can: a file no
+/// run rewrote is one inode (hard links of the one snapshot) in all three, the same without
+/// reading it; the others are hashed (SHA-256), each inode once.
+fn hash_differences(runs: [&mut Ran; 3]) {
+    let paths: std::collections::BTreeSet<String> = runs
+        .iter()
+        .flat_map(|run| run.files.keys().cloned())
+        .collect();
+    let inode = |at: &str| at.splitn(3, ':').take(2).collect::<Vec<_>>().join(":");
+    let mut hashes: std::collections::HashMap<String, String> = Default::default();
+    let [one, two, three] = runs;
+    for path in paths {
+        let ats: Vec<Option<String>> = [&*one, &*two, &*three]
+            .iter()
+            .map(|run| run.files.get(&path).map(|(_, at)| at.clone()))
+            .collect();
+        let shared = ats.iter().all(Option::is_some)
+            && ats
+                .iter()
+                .flatten()
+                .map(|at| inode(at))
+                .collect::<std::collections::HashSet<_>>()
+                .len()
+                == 1;
+        for run in [&mut *one, &mut *two, &mut *three] {
+            let Some((_, at)) = run.files.get_mut(&path) else {
+                continue;
+            };
+            let key = inode(at);
+            *at = if shared {
+                format!("unchanged {key}")
+            } else {
+                hashes
+                    .entry(key)
+                    .or_insert_with(|| {
+                        let file = at.splitn(3, ':').nth(2).unwrap_or_default();
+                        std::fs::read(file).map_or_else(
+                            |e| format!("unreadable ({e})"),
+                            |bytes| format!("{:x}", Sha256::digest(&bytes)),
+                        )
+                    })
+                    .clone()
+            };
+        }
+    }
 }
 
 /// The report, and the refusal `mode` makes of it.

@@ -37,13 +37,19 @@ struct CommandInfo {
     does: &'static str,
 }
 
-const COMMANDS: [CommandInfo; 7] = [
+const COMMANDS: [CommandInfo; 8] = [
     CommandInfo {
         name: "deploy",
         args: "<actor> <dir> [same|off]",
         does: "build the crate in <dir> with cargo, then spawn or upgrade <actor>\n\
                (upgrades are tried on its recent messages: same refuses any difference,\n\
                off skips the try)",
+    },
+    CommandInfo {
+        name: "rewind",
+        args: "[<turn>]",
+        does: "undo what the agent's turn changed (the last one of this console without an id):\n\
+               the actors it upgraded, spawned or removed, the files it wrote, the conversation",
     },
     CommandInfo {
         name: "list",
@@ -364,6 +370,20 @@ impl Console {
                 let agent = ActorId::parse(AGENT).expect("valid id");
                 let body = json!({"type": "answer", "text": text});
                 self.send(&agent, &body, Some(&question)).await;
+            }
+            Command::Rewind(turn) => {
+                let turn = turn.or_else(|| self.turns(|t| t.last().map(str::to_string)));
+                match turn {
+                    Some(turn) => {
+                        let agent = ActorId::parse(AGENT).expect("valid id");
+                        let body = json!({"type": "rewind", "turn": turn});
+                        self.send(&agent, &body, None).await;
+                    }
+                    None => self.out.line(
+                        "rewind: this console started no turn yet; give the id of the turn to \
+                         undo (/rewind <turn>)",
+                    ),
+                }
             }
             Command::Help => self.out.line(&help()),
             Command::Schedules => {
@@ -700,6 +720,8 @@ enum Command {
         /// The upgrade's `"shadow"`, when given.
         shadow: Option<&'static str>,
     },
+    /// `/rewind [<turn>]`: the turn to undo, or the last one this console started.
+    Rewind(Option<String>),
     Error(String),
 }
 
@@ -757,6 +779,8 @@ fn command(line: &str, question: Option<&str>) -> Command {
             (Ok(from), Ok(time)) => Command::Await { from, time },
             (Err(e), _) | (_, Err(e)) => Command::Error(format!("/await: {e}")),
         },
+        ("rewind", []) => Command::Rewind(None),
+        ("rewind", [turn]) => Command::Rewind(Some(turn.to_string())),
         ("deploy", [actor, dir, rest @ ..]) if rest.len() <= 1 => {
             let shadow = match rest.first().copied() {
                 None => Ok(None),
@@ -869,6 +893,8 @@ mod tests {
                 shadow: None
             }
         );
+        assert_eq!(command("/rewind"), Command::Rewind(None));
+        assert_eq!(command("/rewind m-7"), Command::Rewind(Some("m-7".into())));
         assert_eq!(command("  "), Command::Nothing);
         assert_eq!(command("/quit"), Command::Quit);
     }
@@ -911,11 +937,12 @@ mod tests {
             ("/await ../x 1", "character"),
             (
                 "/frobnicate",
-                "unknown command `/frobnicate`; commands: /deploy, /list, /schedules, /sleep, /await, /help, /quit",
+                "unknown command `/frobnicate`; commands: /deploy, /rewind, /list, /schedules, /sleep, /await, /help, /quit",
             ),
             ("/deploy x", "usage"),
             ("/deploy X dir", "character"),
             ("/deploy x dir maybe", "not a shadow run; give same"),
+            ("/rewind m-1 m-2", "usage"),
             ("/deploy x dir same more", "usage"),
         ] {
             match command(line, None) {

@@ -20,6 +20,8 @@ pub struct Turns {
     stopping: Vec<String>,
     /// The agent's question waiting for the person's next plain line.
     question: Option<Question>,
+    /// The last turn this console started, which `/rewind` without an id undoes.
+    last: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -44,6 +46,12 @@ impl Turns {
     /// The console sent the text `id` to the agent: a turn for it runs until its final reply.
     pub fn started(&mut self, id: &str) {
         self.running.push(id.to_string());
+        self.last = Some(id.to_string());
+    }
+
+    /// The last turn this console started, if any.
+    pub fn last(&self) -> Option<&str> {
+        self.last.as_deref()
     }
 
     /// Takes note of a message to the console. Returns whether it ended a turn.

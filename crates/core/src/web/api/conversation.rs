@@ -1,5 +1,5 @@
 //! The person's conversation with the agent: `POST /api/chat` (a turn, or the answer to the
-//! agent's open question), `POST /api/chat/stop`, and what the agent tells of it (`GET
+//! agent's open question), `POST /api/chat/stop`, `POST /api/chat/rewind`, and what the agent tells of it (`GET
 //! /api/conversation`, `GET /api/rooms`, `GET /api/memory`, `POST /api/memory/forget`).
 //! Invariant: every message names the session's person as the speaker, and an answer counts
 //! only for an open question the agent put to that person (`App::answer_question`).
@@ -93,6 +93,51 @@ pub(super) async fn stop_turn(
     let stop = json!({"type": "stop", "turn": turn});
     let id = tell(&app, &person, &agent, &stop, None).await;
     Json(json!({ "id": id })).into_response()
+}
+
+/// How long a rewind may take: the broker puts back each actor the turn changed.
+const REWIND_PATIENCE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// `POST /api/chat/rewind` `{"turn"}`: asks the agent to undo what that turn changed (DESIGN
+/// §21); answers the agent's `rewound` (what was put back and what cannot be recalled), or the
+/// agent's refusal as 409.
+pub(super) async fn rewind_turn(
+    State(app): State<Arc<App>>,
+    Extension(person): Extension<Person>,
+    body: Bytes,
+) -> Response {
+    let fields = match object(&body) {
+        Ok(fields) => fields,
+        Err(refused) => return refused.into_response(),
+    };
+    let Some(turn) = fields.get("turn").and_then(Value::as_str) else {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "`turn` must be the id of the message that started the turn",
+        );
+    };
+    let agent = ActorId::parse("agent").expect("valid");
+    if app.broker.router.mailbox(&agent).is_none() {
+        return refuse(
+            StatusCode::NOT_FOUND,
+            "there is no agent in this world (`sausage init` makes one)",
+        );
+    }
+    let request = json!({"type": "rewind", "turn": turn});
+    match ask(&app, &person, &agent, &request, REWIND_PATIENCE).await {
+        Ok(reply) => {
+            let body = reply.body_value();
+            if body["type"] == "rewound" {
+                Json(body).into_response()
+            } else {
+                let why = body["reason"]
+                    .as_str()
+                    .unwrap_or("the agent did not say why");
+                refuse(StatusCode::CONFLICT, why)
+            }
+        }
+        Err(refused) => refused.into_response(),
+    }
 }
 
 #[derive(Deserialize)]

@@ -67,6 +67,7 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/api/send", post(messages::send))
         .route("/api/chat", post(conversation::chat))
         .route("/api/chat/stop", post(conversation::stop_turn))
+        .route("/api/chat/rewind", post(conversation::rewind_turn))
         .route("/api/conversation", get(conversation::conversation))
         .route("/api/rooms", get(conversation::rooms))
         .route("/api/memory", get(conversation::memory))

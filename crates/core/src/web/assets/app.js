@@ -333,8 +333,35 @@ function setRunning(turn, running) {
   } else if (!running) {
     stop?.remove();
     working?.remove();
+    if (!$('.turn-rewind', turn.footer)) {
+      const rewind = el('button', { type: 'button', class: 'turn-rewind', title: 'Undo what this turn changed: actors, files and this conversation' }, 'Rewind');
+      rewind.addEventListener('click', () => rewindTurn(turn, rewind));
+      turn.footer.append(rewind);
+    }
   }
   $('#chat-stop').hidden = ![...turns.values()].some((t) => t.running);
+}
+
+// Rewind (DESIGN §21): the agent puts back the actors and files the turn changed and cuts the
+// conversation before it; what it cannot recall is listed under the turn.
+async function rewindTurn(turn, button) {
+  const question = 'Rewind this turn? The actors it upgraded, spawned or removed and the files it ' +
+    'wrote go back to how they were before it, and the conversation is cut before it.';
+  if (!(await confirmDialog(question, 'Rewind'))) return;
+  button.disabled = true;
+  button.textContent = 'Rewinding…';
+  try {
+    const done = await api('POST', '/api/chat/rewind', { turn: turn.id });
+    const lines = [`Rewound: ${(done.actors || []).length} actors and ${(done.files || []).length} files put back; ${done.conversation}.`];
+    for (const left of done.not_recalled || []) lines.push(`Not recalled: ${left}`);
+    addToTurn(turn, el('div', { class: 'note rewound' }, lines.join('\n')));
+    turn.el.classList.add('is-rewound');
+    button.remove();
+  } catch (error) {
+    button.disabled = false;
+    button.textContent = 'Rewind';
+    showError($('#chat-error'), `rewind: ${error.message}`);
+  }
 }
 
 async function stopTurns(list) {
