@@ -3,7 +3,7 @@
 //! Builds its own actors, then measures each figure of the speed issue and prints a table with
 //! the machine's core count. Figures, not pass/fail: the targets are printed beside them.
 //! `cargo bench -- WORD…` measures only the groups whose name contains a word (`round_trips`,
-//! `flood`, `start_up`, `memory`, `upgrade`, `compile`).
+//! `flood`, `start_up`, `memory`, `upgrade`, `shadow`, `window`, `compile`).
 
 mod common;
 use common::{Host, build_actors, build_agent, repo, world};
@@ -50,6 +50,12 @@ fn main() {
         for megabytes in [1, 1024] {
             upgrade(&actors, megabytes, &mut figures);
         }
+    }
+    if wanted("shadow") {
+        shadow(&actors, &mut figures);
+    }
+    if wanted("window") {
+        window(&actors, &mut figures);
     }
     if wanted("compile") {
         compile(
@@ -289,7 +295,7 @@ fn upgrade(actors: &Path, megabytes: u64, figures: &mut Vec<Figure>) {
     let started = Instant::now();
     host.tell(
         "broker",
-        json!({"type": "upgrade", "actor": "notes", "wasm": wasm, "source": source}),
+        json!({"type": "upgrade", "actor": "notes", "wasm": wasm, "source": source, "shadow": "off"}),
     );
     let reply = host.wait("broker", "upgraded");
     let took = started.elapsed();
@@ -303,8 +309,8 @@ fn upgrade(actors: &Path, megabytes: u64, figures: &mut Vec<Figure>) {
     let compile = compiling.elapsed();
     figures.push(Figure {
         what: format!(
-            "upgrade to another build until `upgraded`, /data of 1,000 files and {megabytes} MB: \
-             all / without its compile ({})",
+            "upgrade to another build until `upgraded` (no shadow run), /data of 1,000 files \
+             and {megabytes} MB: all / without its compile ({})",
             ms(compile)
         ),
         value: format!("{} / {}", ms(took), ms(took.saturating_sub(compile))),
@@ -314,6 +320,108 @@ fn upgrade(actors: &Path, megabytes: u64, figures: &mut Vec<Figure>) {
             ""
         },
     });
+}
+
+/// What a shadow run adds to an upgrade (DESIGN §21): `echo` reads 256 messages, then is
+/// upgraded (to the same build, its transcript passing) three times with `"shadow": "off"` and
+/// three times with `"report"`, alternately; the medians until `upgraded`.
+fn shadow(actors: &Path, figures: &mut Vec<Figure>) {
+    const MESSAGES: u64 = 256;
+    let (_dir, world) = world(actors, &[("e", "echo")]);
+    let mut host = Host::start(&world);
+    for n in 0..MESSAGES {
+        host.tell("e", json!({"type": "n", "n": n}));
+        host.wait("e", "n");
+    }
+    let wasm = actors.join("echo.wasm");
+    let source = repo().join("actors/echo");
+    let (mut off, mut report) = (Vec::new(), Vec::new());
+    let mut compared = Value::Null;
+    for round in 0..6 {
+        let mode = if round % 2 == 0 { "off" } else { "report" };
+        let started = Instant::now();
+        host.tell(
+            "broker",
+            json!({"type": "upgrade", "actor": "e", "wasm": wasm, "source": source, "shadow": mode}),
+        );
+        let reply = host.wait("broker", "upgraded");
+        let took = started.elapsed();
+        if mode == "off" {
+            off.push(took);
+        } else {
+            compared = reply["shadow"]["messages"].clone();
+            report.push(took);
+        }
+    }
+    host.quit();
+    let (off, report) = (median(off), median(report));
+    figures.push(Figure {
+        what: format!(
+            "upgrade of a small actor (echo) after {MESSAGES} messages, until `upgraded`: \
+             shadow off / shadow run of its last {compared} messages (three runs) / the difference"
+        ),
+        value: format!(
+            "{} / {} / {}",
+            ms(off),
+            ms(report),
+            ms(report.saturating_sub(off))
+        ),
+        target: "the shadow run adds ≤ 300 ms",
+    });
+}
+
+/// What keeping the window costs a round trip: `ping` and `pong` with their windows (the
+/// default 256) and without (`"window": 0` in their manifests), alternately, twice each.
+fn window(actors: &Path, figures: &mut Vec<Figure>) {
+    let mut runs: [Vec<Value>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..4 {
+        let kept = round % 2 == 0;
+        let (_dir, world) = world(actors, &[("ping", "pingpong"), ("pong", "pingpong")]);
+        if !kept {
+            for id in ["ping", "pong"] {
+                let id = ActorId::parse(id).expect("valid");
+                std::fs::write(world.source_dir(&id).join("actor.json"), r#"{"window": 0}"#)
+                    .unwrap();
+            }
+        }
+        let mut host = Host::start(&world);
+        host.tell(
+            "ping",
+            json!({"type": "run", "peer": "pong", "rounds": 2000}),
+        );
+        host.wait("ping", "stats");
+        host.tell(
+            "ping",
+            json!({"type": "run", "peer": "pong", "rounds": 50000}),
+        );
+        runs[usize::from(!kept)].push(host.wait("ping", "stats"));
+        host.quit();
+    }
+    let shown = |stats: &[Value]| {
+        let field = |name: &str| {
+            let mut values: Vec<f64> = stats.iter().filter_map(|s| s[name].as_f64()).collect();
+            values.sort_by(f64::total_cmp);
+            values[values.len() / 2]
+        };
+        format!(
+            "{:.0} / {:.0} µs, {:.0}/s",
+            field("p50_us"),
+            field("p99_us"),
+            field("per_sec")
+        )
+    };
+    figures.push(Figure {
+        what: "round trip with each actor's window kept (256) / without (`\"window\": 0`): \
+               p50 / p99, round trips a second"
+            .into(),
+        value: format!("{} / {}", shown(&runs[0]), shown(&runs[1])),
+        target: "no measurable difference",
+    });
+}
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
 }
 
 /// `wasm` with a custom section appended: a valid component that hashes differently.

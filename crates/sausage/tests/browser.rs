@@ -1,6 +1,7 @@
 //! The web console's page in a real browser (headless chromium over WebDriver): logging in, the
 //! chat with the agent on the fake model provider (streaming, tool lines, a plan, a question
-//! answered by a button, the stop button), actions on an actor with their confirmation, a rollback, the graph, reconnecting
+//! answered by a button, the stop button, a turn rewound), actions on an actor with their
+//! confirmation, a rollback, an upgrade's shadow run side by side, the graph, reconnecting
 //! after the world restarts, and a phone's screen. Each test leaves a screenshot in
 //! `target/browser/`.
 
@@ -519,4 +520,98 @@ fn a_member_talks_in_a_shared_room_and_reads_and_clears_their_memory() {
         .unwrap_or_default();
     assert!(!stored.contains("tea"), "{stored}");
     fake.assert_clean();
+}
+
+#[test]
+fn an_upgrades_shadow_run_shows_the_one_different_answer_side_by_side() {
+    let world = TestWorld::new();
+    world.install("s", "shadowy");
+    let web = WebHost::start(&world);
+    let browser = logged_in(&web);
+    let client = browser.client(&web.addr);
+    for n in 1..=12 {
+        let double = json!({"to": "s", "body": {"type": "double", "n": n}});
+        assert_eq!(client.post("/api/send", &double).status, 200);
+    }
+    let last = json!({"to": "s", "body": {"type": "record", "text": "last"}});
+    assert_eq!(client.post("/api/send", &last).status, 200);
+    eventually("s to read all thirteen", || {
+        std::fs::read_to_string(world.path("private/s/data/records.jsonl"))
+            .is_ok_and(|records| records.contains("last"))
+    });
+    // The page speaks for a person, who names files under `/actor`.
+    std::fs::copy(wasm("shadowy"), world.path("actor/s/public/next.wasm")).unwrap();
+    let tests = world.path("actor/s/public/next/tests");
+    std::fs::create_dir_all(&tests).unwrap();
+    std::fs::write(
+        tests.join("double.jsonl"),
+        "{\"send\": {\"type\": \"double\", \"n\": 2}}\n{\"expect\": {\"result\": 4}}\n",
+    )
+    .unwrap();
+    let upgrade = json!({"to": "broker", "body": {
+        "type": "upgrade", "actor": "s",
+        "wasm": "/actor/s/public/next.wasm", "source": "/actor/s/public/next",
+    }});
+    assert_eq!(client.post("/api/send", &upgrade).status, 200);
+    browser.goto(&format!("http://{}/#/actor/s", web.addr));
+    browser.wait_text(
+        "#versions tr[data-version='2'] .shadow-report",
+        "12 of 13 same, 1 different",
+    );
+    browser.click("#versions tr[data-version='2'] .shadow-report");
+    browser.wait_shown("#shadow-view");
+    browser.wait_text("#shadow-old", "Version 1 wrote");
+    browser.wait_text("#shadow-new", "Version 2 wrote");
+    let row = browser.wait_text("#shadow-table tr.difference", "\"n\": 7");
+    assert!(
+        row.contains("\"result\": 14") && row.contains("\"result\": 15"),
+        "{row}"
+    );
+    assert_eq!(
+        browser.eval(
+            "return document.querySelectorAll('#shadow-table tr.difference').length",
+            json!([])
+        ),
+        1
+    );
+    browser.screenshot("shadow_report").unwrap();
+}
+
+#[test]
+fn the_rewind_button_undoes_a_turns_upgrade() {
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    world.install("echo", "echo");
+    std::fs::copy(wasm("echo"), world.path("actor/echo/public/next.wasm")).unwrap();
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "send_message",
+        json!({"to": "broker", "wait_seconds": 60, "body": {
+            "type": "upgrade", "actor": "echo",
+            "wasm": "/actor/echo/public/next.wasm", "source": "/actor/echo/source",
+        }}),
+    )]));
+    fake.push_openai(openai::text_reply("Upgraded echo to version 2."));
+    let web = WebHost::start(&world);
+    let browser = logged_in(&web);
+    browser.type_into("#chat-input", &format!("upgrade echo{ENTER}"));
+    browser.wait_text(
+        ".turn[data-done=true] .turn-answer",
+        "Upgraded echo to version 2.",
+    );
+    assert_eq!(world.json("sausage.json")["actors"]["echo"]["version"], 2);
+
+    browser.click(".turn[data-done=true] .turn-rewind");
+    browser.wait_text("#confirm-text", "Rewind this turn?");
+    browser.click("#confirm-yes");
+    let note = browser.wait_text(
+        ".turn .note.rewound",
+        "Rewound: 1 actor and 0 files put back",
+    );
+    assert!(note.contains("cut before message"), "{note}");
+    assert_eq!(world.json("sausage.json")["actors"]["echo"]["version"], 1);
+    assert!(
+        !browser.is_shown(".turn .turn-rewind"),
+        "a turn is rewound once"
+    );
+    browser.screenshot("rewound_turn").unwrap();
 }

@@ -120,7 +120,7 @@ impl Window {
         state.bytes += envelope.line_len();
         state.reads.push_back(Read {
             envelope: envelope.clone(),
-            at: SystemTime::now(),
+            at: coarse_now(),
         });
         let step = (state.limit / 4).max(1) as u64;
         if state
@@ -247,7 +247,10 @@ impl State {
                 break;
             }
             let oldest = self.generations.pop_front().expect("two or more");
-            self.doomed.push(oldest.dir);
+            // A snapshot never taken left nothing on disk.
+            if oldest.taken {
+                self.doomed.push(oldest.dir);
+            }
             while let Some(read) = self.reads.front() {
                 let number = self.next_read - self.reads.len() as u64;
                 if number >= next {
@@ -262,9 +265,32 @@ impl State {
     fn forget(&mut self) {
         self.reads.clear();
         self.bytes = 0;
-        let gone = self.generations.drain(..).map(|g| g.dir);
+        let gone = self
+            .generations
+            .drain(..)
+            .filter(|g| g.taken)
+            .map(|g| g.dir);
         self.doomed.extend(gone);
     }
+}
+
+/// The wall clock to the last tick of the kernel (a few milliseconds): what a read records, as
+/// cheaply as a clock can be read (`CLOCK_REALTIME_COARSE` reads no hardware counter).
+fn coarse_now() -> SystemTime {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec for the call to fill.
+    let read = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut now) };
+    if read != 0 {
+        return SystemTime::now();
+    }
+    std::time::UNIX_EPOCH
+        + std::time::Duration::new(
+            now.tv_sec.max(0) as u64,
+            now.tv_nsec.clamp(0, 999_999_999) as u32,
+        )
 }
 
 /// Links the tree at `from` into `to`, made anew; a missing `from` makes `to` empty.

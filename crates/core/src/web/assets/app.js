@@ -333,13 +333,20 @@ function setRunning(turn, running) {
   } else if (!running) {
     stop?.remove();
     working?.remove();
-    if (!$('.turn-rewind', turn.footer)) {
-      const rewind = el('button', { type: 'button', class: 'turn-rewind', title: 'Undo what this turn changed: actors, files and this conversation' }, 'Rewind');
-      rewind.addEventListener('click', () => rewindTurn(turn, rewind));
-      turn.footer.append(rewind);
-    }
+    offerRewind(turn);
   }
   $('#chat-stop').hidden = ![...turns.values()].some((t) => t.running);
+}
+
+/** A finished turn's Rewind button, once. */
+function offerRewind(turn) {
+  if ($('.turn-rewind', turn.footer) || turn.el.classList.contains('is-rewound')) return;
+  const rewind = el('button', {
+    type: 'button', class: 'turn-rewind',
+    title: 'Undo what this turn changed: actors, files and this conversation',
+  }, 'Rewind');
+  rewind.addEventListener('click', () => rewindTurn(turn, rewind));
+  turn.footer.append(rewind);
 }
 
 // Rewind (DESIGN §21): the agent puts back the actors and files the turn changed and cuts the
@@ -352,7 +359,9 @@ async function rewindTurn(turn, button) {
   button.textContent = 'Rewinding…';
   try {
     const done = await api('POST', '/api/chat/rewind', { turn: turn.id });
-    const lines = [`Rewound: ${(done.actors || []).length} actors and ${(done.files || []).length} files put back; ${done.conversation}.`];
+    const count = (n, what) => `${n} ${what}${n === 1 ? '' : 's'}`;
+    const lines = [`Rewound: ${count((done.actors || []).length, 'actor')} and ` +
+      `${count((done.files || []).length, 'file')} put back; ${done.conversation}.`];
     for (const left of done.not_recalled || []) lines.push(`Not recalled: ${left}`);
     addToTurn(turn, el('div', { class: 'note rewound' }, lines.join('\n')));
     turn.el.classList.add('is-rewound');
@@ -508,6 +517,7 @@ function finalAnswer(turn, body) {
     el('span', { class: 'tokens' }, tokens),
     body.stopped ? el('span', { class: 'stopped' }, `stopped (${body.stopped})`) : null,
   ]);
+  offerRewind(turn);
 }
 
 function note(text, className = 'note', turn = null) {
@@ -582,6 +592,7 @@ async function loadConversation() {
         current = turnOf(entry.id || `h${turns.size}`, null);
         current.el.prepend(bubble);
         current.el.dataset.done = 'true';
+        if (entry.id) offerRewind(current);
         break;
       }
       case 'assistant': {
