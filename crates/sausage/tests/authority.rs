@@ -8,7 +8,8 @@
 //!
 //! | route | action | where |
 //! | --- | --- | --- |
-//! | terminal, web, actor of a member or a guest, schedule | host path, credentials, agent, another's actor, tier | here |
+//! | terminal, web, actor of a member or a guest, schedule | host path, credentials, agent, another's actor (upgrade, fork, window, checkpoint, restore), tier | here |
+//! | web, agent | rewinding another's turn, or a turn that changed another's actor | `agent/src/turn/rewind_tests.rs` |
 //! | actor of a guest or a member through the agent | write files, send, stop another's actor | here |
 //! | web | garbage logins in a loop beside round trips (429, nothing written), another's question (400), another's events | `tests/web.rs` |
 //! | web, agent's tools | another's conversation or memory, the agent's state | `tests/people.rs` |
@@ -215,6 +216,41 @@ fn no_route_gets_a_principal_past_its_tier() {
             "only for themselves",
         ),
         (
+            "a member's actor forks the owner's actor (its files of then)",
+            "ann-bot",
+            "broker",
+            json!({"type": "fork", "actor": "echo", "before": "m-1", "as": "leak"}),
+            "belongs to owner",
+        ),
+        (
+            "a member's actor reads the window of the owner's actor",
+            "ann-bot",
+            "broker",
+            json!({"type": "window", "actor": "echo"}),
+            "belongs to owner",
+        ),
+        (
+            "a member's actor restores the owner's actor to a checkpoint",
+            "ann-bot",
+            "broker",
+            json!({"type": "restore", "turn": "m-1", "actor": "echo"}),
+            "belongs to owner",
+        ),
+        (
+            "a member's actor keeps a checkpoint of the agent",
+            "ann-bot",
+            "broker",
+            json!({"type": "checkpoint", "turn": "m-1", "actor": "agent"}),
+            "only owners may `checkpoint` `agent`",
+        ),
+        (
+            "a guest's actor forks its own actor",
+            "gus-bot",
+            "broker",
+            json!({"type": "fork", "actor": "gus-bot", "before": "m-1", "as": "leak"}),
+            "gus is a guest",
+        ),
+        (
             "a guest's actor spawns",
             "gus-bot",
             "broker",
@@ -273,6 +309,16 @@ fn no_route_gets_a_principal_past_its_tier() {
             "a member upgrades the agent from the web",
             upgrade_agent.clone(),
             "only owners may `upgrade` `agent`",
+        ),
+        (
+            "a member forks the agent from the web (every conversation in its window)",
+            json!({"type": "fork", "actor": "agent", "before": "m-1", "as": "leak"}),
+            "only owners may `fork` `agent`",
+        ),
+        (
+            "a member reads the agent's window from the web",
+            json!({"type": "window", "actor": "agent"}),
+            "only owners may `window` `agent`",
         ),
         (
             "a member stops the owner's actor from the web",

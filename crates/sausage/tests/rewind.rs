@@ -150,3 +150,79 @@ fn a_rewind_puts_back_both_versions_and_the_files_and_cuts_the_conversation() {
     );
     host.quit();
 }
+
+#[test]
+fn the_brokers_checkpoint_and_restore_put_back_a_version_and_files_and_remove_what_came_after() {
+    let world = TestWorld::new();
+    world.install("s", "shadowy");
+    let mut host = world.run();
+    host.tell("s", json!({"type": "record", "text": "kept"}));
+    host.wait_type("s", "recorded");
+    for actor in ["s", "later"] {
+        let kept = host.request(json!({"type": "checkpoint", "turn": "web/t.1", "actor": actor}));
+        assert_eq!(kept["type"], "checkpointed", "{kept}");
+        assert_eq!(kept["existed"], actor == "s", "{kept}");
+    }
+    // A second checkpoint of the same turn keeps the first.
+    let again = host.request(json!({"type": "checkpoint", "turn": "web/t.1", "actor": "s"}));
+    assert_eq!(again["version"], 1, "{again}");
+    host.tell("s", json!({"type": "record", "text": "lost"}));
+    host.wait_type("s", "recorded");
+    let upgraded = host.request(json!({
+        "type": "upgrade", "actor": "s", "wasm": wasm("shadowy"), "shadow": "off",
+    }));
+    assert_eq!(upgraded["type"], "upgraded", "{upgraded}");
+    let spawned = host.request(json!({"type": "spawn", "actor": "later", "wasm": wasm("echo")}));
+    assert_eq!(spawned["type"], "spawned", "{spawned}");
+
+    let restored = host.request(json!({"type": "restore", "turn": "web/t.1", "actor": "s"}));
+    assert_eq!(restored["type"], "restored", "{restored}");
+    assert_eq!(
+        (&restored["version"], &restored["from"]),
+        (&json!(1), &json!(2))
+    );
+    assert_eq!(records(&world), [json!({"text": "kept"})]);
+    assert_eq!(world.json("sausage.json")["actors"]["s"]["version"], 1);
+    host.tell("s", json!({"type": "count"}));
+    assert_eq!(host.wait_type("s", "count")["count"], 1);
+    let removed = host.request(json!({"type": "restore", "turn": "web/t.1", "actor": "later"}));
+    assert_eq!(removed["removed"], true, "{removed}");
+    assert!(world.json("sausage.json")["actors"].get("later").is_none());
+
+    // Wrong requests say what to do and change nothing.
+    for (request, says) in [
+        (json!({"type": "checkpoint", "actor": "s"}), "`turn`"),
+        (
+            json!({"type": "checkpoint", "turn": "", "actor": "s"}),
+            "`turn` must be the id",
+        ),
+        (
+            json!({"type": "checkpoint", "turn": "x".repeat(201), "actor": "s"}),
+            "1 to 200",
+        ),
+        (
+            json!({"type": "checkpoint", "turn": 7, "actor": "s"}),
+            "`turn`",
+        ),
+        (
+            json!({"type": "checkpoint", "turn": "t", "actor": "cargo"}),
+            "native",
+        ),
+        (json!({"type": "checkpoint", "turn": "t"}), "`actor`"),
+        (
+            json!({"type": "restore", "turn": "never", "actor": "s"}),
+            "no checkpoint of `s` for turn `never`",
+        ),
+        (
+            json!({"type": "restore", "turn": "web/t.1", "actor": "nobody"}),
+            "no checkpoint",
+        ),
+    ] {
+        let reply = host.request(request.clone());
+        assert_eq!(reply["type"], "error", "{request}: {reply}");
+        let reason = reply["reason"].as_str().unwrap();
+        assert!(reason.contains(says), "{request}: {reason}");
+    }
+    assert_eq!(world.json("sausage.json")["actors"]["s"]["version"], 1);
+    host.quit();
+}
