@@ -635,10 +635,11 @@ impl GuestInput for MailboxInput {
                         read_at: now,
                     });
                     inner.last_read_pos = Some(queued.pos);
+                    let line = queued.envelope.to_line();
                     if let Some(window) = mailbox.window.get() {
-                        window.read(&queued.envelope);
+                        window.read(&line);
                     }
-                    let line = Bytes::from(queued.envelope.to_line());
+                    let line = Bytes::from(line);
                     inner.last_taken = Some(queued.envelope);
                     mailbox.space.notify_waiters();
                     line
