@@ -1150,3 +1150,59 @@ fn a_nats_node_dying_under_traffic_between_hosts_loses_and_repeats_nothing_and_c
     b.tell("notes", json!({"type": "count"}));
     assert_eq!(b.wait_type("notes", "count")["count"], TICKS);
 }
+
+/// Shadow runs and forks on a cluster (DESIGN §21): the window lives on the host that runs the
+/// actor, and an upgrade or a fork asked on another host is answered there.
+#[test]
+fn an_upgrade_asked_on_another_host_is_tried_on_the_actors_window_where_it_runs() {
+    let nats = Nats::start();
+    let (one, two) = (TestWorld::new(), TestWorld::new());
+    one.install("s", "shadowy");
+    let mut a = host(&one, &nats, "a");
+    list_until(&mut a, "s runs on a", |l| {
+        actor(l, "s")["state"] == "running" && actor(l, "s")["host"] == "a"
+    });
+    let mut b = host(&two, &nats, "b");
+    list_until(&mut b, "two hosts", |l| alive_hosts(l).len() == 2);
+    for n in [3, 7, 9] {
+        b.tell("s", json!({"type": "double", "n": n}));
+        b.wait_type("s", "doubled");
+    }
+    let source = two.path("private/console/data/v2");
+    std::fs::create_dir_all(source.join("tests")).unwrap();
+    std::fs::write(
+        source.join("tests/double.jsonl"),
+        "{\"send\": {\"type\": \"double\", \"n\": 2}}\n{\"expect\": {\"result\": 4}}\n",
+    )
+    .unwrap();
+    let upgrade = |shadow: &str| {
+        json!({
+            "type": "upgrade", "actor": "s", "wasm": support::wasm("shadowy").to_str().unwrap(),
+            "source": source.to_str().unwrap(), "shadow": shadow,
+        })
+    };
+    let refused = b.request(upgrade("same"));
+    assert_eq!(refused["type"], "error", "{refused}");
+    assert_eq!(
+        refused["shadow"]["different"][0]["message"]["body"],
+        json!({"type": "double", "n": 7}),
+        "{refused}"
+    );
+    let upgraded = b.request(upgrade("report"));
+    assert_eq!(upgraded["type"], "upgraded", "{upgraded}");
+    assert_eq!(upgraded["shadow"]["messages"], 3, "{upgraded}");
+    assert_eq!(upgraded["shadow"]["same"], 2, "{upgraded}");
+
+    let window = b.request(json!({"type": "window", "actor": "s"}));
+    let messages = window["messages"].as_array().expect("the window, from a");
+    assert_eq!(messages.len(), 3, "{window}");
+    let second = messages[1]["id"].as_str().unwrap();
+    let forked = b.request(json!({"type": "fork", "actor": "s", "before": second, "as": "t"}));
+    assert_eq!(forked["type"], "forked", "{forked}");
+    assert_eq!(forked["replayed"], 1);
+    list_until(&mut b, "the fork runs", |l| {
+        actor(l, "t")["state"] == "running"
+    });
+    b.tell("t", json!({"type": "double", "n": 4}));
+    assert_eq!(b.wait_type("t", "doubled")["result"], 8);
+}
