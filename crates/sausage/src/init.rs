@@ -443,7 +443,9 @@ pub fn write_agent_source(world: &World, config: &AgentConfig) -> Result<PathBuf
 }
 
 /// Writes a carried source into the console's `/data/<folder>` (the console deploys it), with
-/// a manifest that lets it reach `host` only, and returns its folder.
+/// a manifest that lets it reach `host` only and keeps no window (DESIGN §21): the agent and
+/// `matrix` live on the network, which a shadow run does not reach, and their messages are
+/// people's conversations, not to be kept twice. Returns its folder.
 fn write_source(
     world: &World,
     files: &[(&str, &[u8])],
@@ -460,7 +462,7 @@ fn write_source(
         std::fs::create_dir_all(path.parent().unwrap_or(&dir))?;
         std::fs::write(&path, bytes).with_context(|| format!("{}", path.display()))?;
     }
-    let manifest = json!({ "network": [host] });
+    let manifest = json!({ "network": [host], "window": 0 });
     let path = dir.join(MANIFEST);
     std::fs::write(
         &path,

@@ -76,7 +76,8 @@ fn init_builds_and_registers_the_agent_and_the_world_answers() {
     let host = fake.base_url().replace("http://", "");
     assert_eq!(
         world.json("actor/agent/source/actor.json"),
-        serde_json::json!({ "network": [host] })
+        serde_json::json!({ "network": [host], "window": 0 }),
+        "the agent keeps no window: its messages are people's conversations"
     );
     assert!(world.path("actor/agent/source/src/main.rs").is_file());
     assert_eq!(
@@ -153,7 +154,7 @@ fn a_local_openai_chat_server_needs_no_token() {
     );
     assert_eq!(
         world.json("actor/agent/source/actor.json"),
-        serde_json::json!({ "network": ["127.0.0.1:8080"] })
+        serde_json::json!({ "network": ["127.0.0.1:8080"], "window": 0 })
     );
 }
 
