@@ -1,11 +1,13 @@
 //! Embeds the sources of the actors the binary ships (the `agent/` and `matrix/` crates):
 //! `sausage init` (and `sausage matrix setup`) write them into a world, which builds them like
-//! any actor.
+//! any actor. Also gives the binary the commit it was built from, for `sausage --version`.
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 fn main() {
+    commit();
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let mut code = String::new();
     for (constant, folder, what) in [
@@ -65,4 +67,43 @@ fn collect(root: &Path, dir: &Path, files: &mut Vec<(String, String)>) {
             files.push((relative, absolute));
         }
     }
+}
+
+/// `SAUSAGE_COMMIT`: `git rev-parse` of the checkout, with `-dirty` when tracked files differ
+/// from it; `unknown` outside a git checkout.
+fn commit() {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let commit = match git(&["rev-parse", "--short=12", "HEAD"]) {
+        Some(commit) => {
+            let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
+                .is_some_and(|changes| !changes.is_empty());
+            if dirty {
+                format!("{commit}-dirty")
+            } else {
+                commit
+            }
+        }
+        None => "unknown".to_string(),
+    };
+    println!("cargo:rustc-env=SAUSAGE_COMMIT={commit}");
+    // Run again when the checkout moves to another commit or its index changes.
+    if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
+        println!("cargo:rerun-if-changed={dir}/HEAD");
+        println!("cargo:rerun-if-changed={dir}/index");
+    }
+    if let (Some(common), Some(head)) = (
+        git(&["rev-parse", "--path-format=absolute", "--git-common-dir"]),
+        git(&["symbolic-ref", "-q", "HEAD"]),
+    ) {
+        println!("cargo:rerun-if-changed={common}/{head}");
+    }
+    println!("cargo:rerun-if-changed=build.rs");
 }

@@ -1,6 +1,7 @@
 //! The `sausage` command line (DESIGN §6): `init` creates a world, `run` runs it, `people`
 //! manages who may use it (DESIGN §13).
 
+mod actor_logs;
 mod init;
 mod logs;
 
@@ -22,9 +23,17 @@ use sausage_core::people::People;
 use sausage_core::runtime::Runtime;
 use sausage_core::world::World;
 
+/// `sausage --version`: the version and the commit it was built from (`build.rs`).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SAUSAGE_COMMIT"),
+    ")"
+);
+
 #[derive(Parser)]
 #[command(
-    version,
+    version = VERSION,
     about = "Runs a world of WebAssembly actors that talk in JSON messages"
 )]
 struct Cli {
@@ -84,6 +93,17 @@ enum Command {
         /// makes them (default: 3, or the NATS cluster's node count when smaller).
         #[arg(long, value_name = "N", requires = "cluster")]
         replicas: Option<usize>,
+    },
+    /// Print an actor's stderr.log (the host's notes about it included); `-f` follows it.
+    Logs {
+        /// The actor's id.
+        actor: String,
+        /// The world's folder.
+        #[arg(long, value_name = "DIR", default_value = "world")]
+        world: PathBuf,
+        /// Keep printing what is appended, across rotations, until interrupted.
+        #[arg(short, long)]
+        follow: bool,
     },
     /// A world spread over several hosts: `sausage cluster status`.
     Cluster {
@@ -239,6 +259,11 @@ fn main() -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }),
         Command::People { command, world } => people(&World::new(world), command),
+        Command::Logs {
+            actor,
+            world,
+            follow,
+        } => actor_logs::print(&World::new(world), &actor, follow),
     };
     match result {
         Ok(code) => code,

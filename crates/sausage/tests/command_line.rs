@@ -1,0 +1,119 @@
+//! The command line's ways of seeing inside (DESIGN §22): `sausage --version` with the commit,
+//! and `sausage logs ACTOR [-f]`, on worlds whose logs the test writes itself.
+
+mod support;
+
+use std::io::Read;
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+fn sausage(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sausage"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_version_names_the_commit_it_was_built_from() {
+    let out = sausage(&["--version"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    let head = String::from_utf8(head.stdout).unwrap();
+    assert!(
+        text.starts_with(&format!("sausage 0.1.0 (commit {}", head.trim())),
+        "{text}"
+    );
+}
+
+#[test]
+fn logs_prints_the_rotated_log_then_the_current_one_and_says_what_is_wrong() {
+    let world = TestWorld::new();
+    world.install("x", "echo");
+    std::fs::write(world.path("actor/x/stderr.log.1"), "older\n").unwrap();
+    std::fs::write(world.path("actor/x/stderr.log"), "newer\n").unwrap();
+    let root = world.root.to_str().unwrap();
+    let out = sausage(&["logs", "x", "--world", root]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "older\nnewer\n");
+
+    for (args, says) in [
+        (vec!["logs", "nobody", "--world", root], "no actor `nobody`"),
+        (vec!["logs", "Bad Id", "--world", root], "`Bad Id`"),
+        (
+            vec!["logs", "x", "--world", "/nonexistent/w"],
+            "is not a world",
+        ),
+    ] {
+        let out = sausage(&args);
+        assert!(!out.status.success(), "{args:?}: {out:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let out = sausage(&["logs", "nobody", "--world", root]);
+    assert!(
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .contains("its actors: x"),
+        "the error lists the actors"
+    );
+}
+
+#[test]
+fn logs_follow_goes_on_across_a_rotation() {
+    let world = TestWorld::new();
+    world.install("x", "echo");
+    let log = world.path("actor/x/stderr.log");
+    std::fs::write(&log, "one\n").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sausage"))
+        .args(["logs", "x", "-f", "--world", world.root.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let (sent, printed) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buffer = [0u8; 4096];
+        while let Ok(n @ 1..) = stdout.read(&mut buffer) {
+            if sent.send(buffer[..n].to_vec()).is_err() {
+                return;
+            }
+        }
+    });
+    let mut text = String::new();
+    let mut until = |needle: &str| {
+        let deadline = Instant::now() + PATIENCE;
+        while !text.contains(needle) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let chunk = printed
+                .recv_timeout(left.max(Duration::from_millis(1)))
+                .unwrap_or_else(|_| panic!("`{needle}` never came; printed: {text:?}"));
+            text.push_str(&String::from_utf8(chunk).unwrap());
+        }
+        text.clone()
+    };
+    until("one\n");
+    let append = |line: &str| {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        file.write_all(line.as_bytes()).unwrap();
+    };
+    append("two\n");
+    until("two\n");
+    // The host's rotation: stderr.log becomes stderr.log.1 and a new one starts.
+    append("three\n");
+    std::fs::rename(&log, world.path("actor/x/stderr.log.1")).unwrap();
+    std::fs::write(&log, "four\n").unwrap();
+    let all = until("four\n");
+    assert_eq!(all, "one\ntwo\nthree\nfour\n", "nothing lost or twice");
+    child.kill().unwrap();
+    let _ = child.wait();
+}
