@@ -54,7 +54,8 @@ const COMMANDS: [CommandInfo; 8] = [
     CommandInfo {
         name: "list",
         args: "",
-        does: "list the actors (asks the broker)",
+        does: "list the actors (asks the broker): at a terminal a table of each actor's\n\
+               state, version, owner, host, waiting messages and restarts",
     },
     CommandInfo {
         name: "schedules",
@@ -962,7 +963,7 @@ mod tests {
             "{help}"
         );
         assert!(
-            help.contains("/list               list the actors (asks the broker)\n"),
+            help.contains("/list               list the actors (asks the broker): at a terminal"),
             "{help}"
         );
         assert!(

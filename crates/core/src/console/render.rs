@@ -156,6 +156,11 @@ impl Renderer {
                 lines
             }
             (Some("text"), Some(turn)) => self.final_reply(from, reply, &turn, body),
+            (Some("actors"), _) if from == "broker" && body["actors"].is_array() => {
+                let mut lines = self.end_block();
+                lines.extend(actors_table(&body));
+                lines
+            }
             _ => {
                 let mut lines = self.end_block();
                 lines.push(script_line(from, reply, body));
@@ -353,6 +358,66 @@ fn thousands(n: u64) -> String {
     out
 }
 
+/// The broker's `list` as a table for a person (DESIGN §22): one row per actor, by id, with its
+/// state, version, owner, host (on a cluster), waiting messages and restarts.
+pub fn actors_table(list: &Value) -> Vec<String> {
+    const HEADS: [&str; 7] = [
+        "id", "state", "version", "owner", "host", "queued", "restarts",
+    ];
+    let cell = |value: &Value| match value {
+        Value::Null => "—".to_string(),
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    let mut rows: Vec<Vec<String>> = list["actors"]
+        .as_array()
+        .map(|actors| {
+            actors
+                .iter()
+                .map(|actor| {
+                    let state = match (actor["kind"].as_str(), actor["state"].as_str()) {
+                        (Some("native"), _) => "native".to_string(),
+                        (_, Some(state)) => state.to_string(),
+                        _ => "—".to_string(),
+                    };
+                    vec![
+                        cell(&actor["id"]),
+                        state,
+                        cell(&actor["version"]),
+                        cell(&actor["owner"]),
+                        cell(&actor["host"]),
+                        cell(&actor["queued"]),
+                        cell(&actor["restarts"]),
+                    ]
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    rows.sort();
+    let mut widths: Vec<usize> = HEADS.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        padded.join("  ").trim_end().to_string()
+    };
+    let mut lines = vec![line(HEADS.iter().map(|h| h.to_string()).collect())];
+    let count = rows.len();
+    lines.extend(rows.into_iter().map(line));
+    lines.push(format!(
+        "{count} actor{}",
+        if count == 1 { "" } else { "s" }
+    ));
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -534,5 +599,32 @@ mod tests {
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(1000), "1,000");
         assert_eq!(thousands(1234567), "1,234,567");
+    }
+
+    #[test]
+    fn a_list_from_the_broker_is_a_table_for_a_person() {
+        let list = json!({"type": "actors", "actors": [
+            {"id": "notes", "kind": "wasm", "version": 3, "owner": "ann", "state": "running",
+             "restarts": 1, "queued": 12},
+            {"id": "broker", "kind": "native", "version": null, "owner": null, "state": "running",
+             "restarts": 0, "queued": 0},
+            {"id": "counter", "kind": "wasm", "version": 1, "owner": "owner", "state": "broken",
+             "restarts": 4, "queued": 0, "host": "b"},
+        ]});
+        let mut renderer = Renderer::new(100);
+        let lines = renderer.message("broker", true, list);
+        assert_eq!(
+            lines,
+            [
+                "id       state    version  owner  host  queued  restarts",
+                "broker   native   —        —      —     0       0",
+                "counter  broken   1        owner  b     0       4",
+                "notes    running  3        ann    —     12      1",
+                "3 actors",
+            ]
+        );
+        // What is not a list stays one line.
+        let other = renderer.message("broker", true, json!({"type": "actors", "actors": 3}));
+        assert_eq!(other.len(), 1);
     }
 }
