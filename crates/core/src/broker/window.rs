@@ -21,8 +21,9 @@
 //! `io` is held.
 
 use std::collections::VecDeque;
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
@@ -49,16 +50,18 @@ pub struct Recent {
 pub struct Window {
     world: World,
     id: ActorId,
-    state: Mutex<State>,
+    /// How many messages the window keeps; 0 keeps none.
+    limit: AtomicUsize,
+    /// Made at the first read: an actor that reads nothing costs no more than this struct.
+    state: Mutex<Option<Box<State>>>,
     /// Held while snapshots are linked, copied from or removed.
     io: Mutex<()>,
     /// Whether a generation's snapshot is owed: the one thing a change of files looks at.
     owed: AtomicBool,
 }
 
+#[derive(Default)]
 struct State {
-    /// How many messages the window keeps; 0 keeps none.
-    limit: usize,
     /// Each message's line (as the guest read it), one after another.
     lines: VecDeque<u8>,
     /// Each message's length in `lines` and when it was read, oldest first.
@@ -86,48 +89,50 @@ impl Window {
         Window {
             world,
             id,
-            state: Mutex::new(State {
-                limit,
-                lines: VecDeque::new(),
-                reads: VecDeque::new(),
-                bytes: 0,
-                next_read: 0,
-                next_generation: 0,
-                generations: VecDeque::new(),
-                doomed: Vec::new(),
-            }),
+            limit: AtomicUsize::new(limit),
+            state: Mutex::new(None),
             io: Mutex::new(()),
             owed: AtomicBool::new(false),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    /// The window's state, made if it was not yet.
+    fn lock(&self) -> Locked<'_> {
+        let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        guard.get_or_insert_with(Box::default);
+        Locked(guard)
+    }
+
+    fn limit(&self) -> usize {
+        self.limit.load(Ordering::Acquire)
     }
 
     /// Sets how many messages the window keeps (from the manifest, at each start). A shorter
     /// window drops what it no longer needs at the next read; 0 forgets everything.
     pub fn set_limit(&self, limit: usize) {
-        let mut state = self.lock();
-        state.limit = limit;
+        self.limit.store(limit, Ordering::Release);
         if limit == 0 {
-            state.forget();
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(state) = state.as_mut() {
+                state.forget();
+            }
         }
     }
 
     /// The actor read `line` (a message as its stdin gave it): called on the read path, under
     /// its mailbox's lock. No I/O.
     pub fn read(&self, line: &[u8]) {
-        let mut state = self.lock();
-        if state.limit == 0 {
+        let limit = self.limit();
+        if limit == 0 {
             return;
         }
+        let mut state = self.lock();
         let number = state.next_read;
         state.next_read += 1;
         state.bytes += line.len();
         state.lines.extend(line);
         state.reads.push_back((line.len(), coarse_now()));
-        let step = (state.limit / 4).max(1) as u64;
+        let step = (limit / 4).max(1) as u64;
         if state
             .generations
             .back()
@@ -145,7 +150,7 @@ impl Window {
             });
             self.owed.store(true, Ordering::Release);
         }
-        state.trim();
+        state.trim(limit);
     }
 
     /// The guest is about to change its files (on the blocking pool): the snapshots owed are
@@ -241,13 +246,30 @@ impl Window {
     }
 }
 
+/// The lock on a window's state, which [`Window::lock`] made sure exists.
+struct Locked<'a>(MutexGuard<'a, Option<Box<State>>>);
+
+impl Deref for Locked<'_> {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        self.0.as_deref().expect("made by Window::lock")
+    }
+}
+
+impl DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        self.0.as_deref_mut().expect("made by Window::lock")
+    }
+}
+
 impl State {
     /// Drops the oldest generation while the next alone still covers the window's length, or
     /// the window holds more than [`WINDOW_BYTES`] and a younger generation remains.
-    fn trim(&mut self) {
+    fn trim(&mut self, limit: usize) {
         while self.generations.len() >= 2 {
             let next = self.generations[1].first;
-            let covered = self.next_read - next >= self.limit as u64;
+            let covered = self.next_read - next >= limit as u64;
             if !covered && self.bytes <= WINDOW_BYTES {
                 break;
             }
