@@ -254,10 +254,23 @@ pub async fn connect(servers: &Servers, name: &str) -> Result<Connection> {
 /// one node (two of three are still a majority).
 const MOST_REPLICAS: usize = 3;
 
+/// How long a host waits to hear of a NATS cluster's other nodes before it counts them: a node
+/// names its peers to clients as their routes come up, one by one, so right after a cluster
+/// starts it may name fewer than it has.
+const NODES_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How many copies the cluster's stores get: `asked` (`--replicas`), else [`MOST_REPLICAS`]
 /// or fewer when the NATS cluster has fewer nodes. More than the cluster's nodes is refused.
-fn replicas(client: &async_nats::Client, asked: Option<usize>) -> Result<usize> {
-    let nodes = nodes(client);
+/// A node that names some peers but fewer than [`MOST_REPLICAS`] is listened to for up to
+/// [`NODES_PATIENCE`] for more: stores made with two copies on a cluster of three stop when one
+/// of the two dies (two copies have no majority without both).
+async fn replicas(client: &async_nats::Client, asked: Option<usize>) -> Result<usize> {
+    let mut nodes = nodes(client);
+    let deadline = tokio::time::Instant::now() + NODES_PATIENCE;
+    while (2..MOST_REPLICAS).contains(&nodes) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        nodes = self::nodes(client);
+    }
     match asked {
         Some(0) => bail!("--replicas 0: a store needs at least 1 copy"),
         Some(n) if n > nodes => bail!(
@@ -291,7 +304,7 @@ impl Cluster {
         let host_id = ActorId::parse(host)
             .map_err(|e| anyhow::anyhow!("--host-id: {}", e.replace("actor id", "host id")))?;
         let connection = connect(servers, &format!("sausage host {host_id}")).await?;
-        let replicas = self::replicas(&connection.client, replicas)?;
+        let replicas = self::replicas(&connection.client, replicas).await?;
         let js = jetstream::new(connection.client.clone());
         let stores = patiently("opening the cluster's stores", || {
             open_stores(&js, replicas)

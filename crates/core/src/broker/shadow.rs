@@ -121,16 +121,8 @@ pub async fn run(
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     let [first, second, third] = scratch.roots();
-    let run = |version: &Version<'_>, root: PathBuf| Run {
-        runtime,
-        world,
-        id,
-        number: version.number,
-        program: version.program.clone(),
-        memory_mb: version.memory_mb,
-        root,
-        seed,
-    };
+    let run =
+        |version: &Version<'_>, root: PathBuf| Run::of(runtime, world, id, version, root, seed);
     let (one, two, candidate) = tokio::join!(
         run(&old, first).feed(&reads),
         run(&old, second).feed(&reads),
@@ -162,17 +154,9 @@ pub async fn replay(
     root: &Path,
     reads: &[Read],
 ) {
-    let run = Run {
-        runtime,
-        world,
-        id,
-        number: version.number,
-        program: version.program.clone(),
-        memory_mb: version.memory_mb,
-        root: root.to_owned(),
-        seed: 0,
-    };
-    run.feed(reads).await;
+    Run::of(runtime, world, id, &version, root.to_owned(), 0)
+        .feed(reads)
+        .await;
 }
 
 fn empty_report() -> Value {
@@ -228,7 +212,27 @@ struct Ran {
     files: BTreeMap<String, (u64, String)>,
 }
 
-impl Run<'_> {
+impl<'a> Run<'a> {
+    fn of(
+        runtime: &'a Arc<Runtime>,
+        world: &'a World,
+        id: &'a ActorId,
+        version: &Version<'_>,
+        root: PathBuf,
+        seed: u64,
+    ) -> Run<'a> {
+        Run {
+            runtime,
+            world,
+            id,
+            number: version.number,
+            program: version.program.clone(),
+            memory_mb: version.memory_mb,
+            root,
+            seed,
+        }
+    }
+
     async fn feed(self, reads: &[Read]) -> Ran {
         let clock = ReplayClock::new();
         if let Some(first) = reads.first() {

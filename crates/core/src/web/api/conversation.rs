@@ -79,20 +79,26 @@ pub(super) async fn stop_turn(
     Extension(person): Extension<Person>,
     body: Bytes,
 ) -> Response {
-    let fields = match object(&body) {
-        Ok(fields) => fields,
-        Err(refused) => return refused.into_response(),
-    };
-    let Some(turn) = fields.get("turn").and_then(Value::as_str) else {
-        return refuse(
-            StatusCode::BAD_REQUEST,
-            "`turn` must be the id of the message that started the turn",
-        );
+    let turn = match turn_field(&body) {
+        Ok(turn) => turn,
+        Err(refused) => return refused,
     };
     let agent = ActorId::parse("agent").expect("valid");
     let stop = json!({"type": "stop", "turn": turn});
     let id = tell(&app, &person, &agent, &stop, None).await;
     Json(json!({ "id": id })).into_response()
+}
+
+/// The `turn` of a body `{"turn"}`: the id of the message that started the turn.
+fn turn_field(body: &Bytes) -> Result<String, Response> {
+    let fields = object(body).map_err(IntoResponse::into_response)?;
+    match fields.get("turn").and_then(Value::as_str) {
+        Some(turn) => Ok(turn.to_string()),
+        None => Err(refuse(
+            StatusCode::BAD_REQUEST,
+            "`turn` must be the id of the message that started the turn",
+        )),
+    }
 }
 
 /// How long a rewind may take: the broker puts back each actor the turn changed.
@@ -106,15 +112,9 @@ pub(super) async fn rewind_turn(
     Extension(person): Extension<Person>,
     body: Bytes,
 ) -> Response {
-    let fields = match object(&body) {
-        Ok(fields) => fields,
-        Err(refused) => return refused.into_response(),
-    };
-    let Some(turn) = fields.get("turn").and_then(Value::as_str) else {
-        return refuse(
-            StatusCode::BAD_REQUEST,
-            "`turn` must be the id of the message that started the turn",
-        );
+    let turn = match turn_field(&body) {
+        Ok(turn) => turn,
+        Err(refused) => return refused,
     };
     let agent = ActorId::parse("agent").expect("valid");
     if app.broker.router.mailbox(&agent).is_none() {
