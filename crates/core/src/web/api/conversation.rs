@@ -14,7 +14,7 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{App, CONVERSATION_PATIENCE, Person, ask, object, refuse, tell};
+use super::{App, CONVERSATION_PATIENCE, Person, Refusal, ask, object, refuse, tell};
 use crate::message::ActorId;
 
 /// `POST /api/chat`: `{"text"}` starts a turn of the agent; `{"answer","question"}` answers
@@ -81,7 +81,7 @@ pub(super) async fn stop_turn(
 ) -> Response {
     let turn = match turn_field(&body) {
         Ok(turn) => turn,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let agent = ActorId::parse("agent").expect("valid");
     let stop = json!({"type": "stop", "turn": turn});
@@ -90,13 +90,13 @@ pub(super) async fn stop_turn(
 }
 
 /// The `turn` of a body `{"turn"}`: the id of the message that started the turn.
-fn turn_field(body: &Bytes) -> Result<String, Response> {
-    let fields = object(body).map_err(IntoResponse::into_response)?;
+fn turn_field(body: &Bytes) -> Result<String, Refusal> {
+    let fields = object(body)?;
     match fields.get("turn").and_then(Value::as_str) {
         Some(turn) => Ok(turn.to_string()),
-        None => Err(refuse(
+        None => Err(Refusal(
             StatusCode::BAD_REQUEST,
-            "`turn` must be the id of the message that started the turn",
+            "`turn` must be the id of the message that started the turn".into(),
         )),
     }
 }
@@ -114,7 +114,7 @@ pub(super) async fn rewind_turn(
 ) -> Response {
     let turn = match turn_field(&body) {
         Ok(turn) => turn,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let agent = ActorId::parse("agent").expect("valid");
     if app.broker.router.mailbox(&agent).is_none() {
