@@ -260,14 +260,15 @@ const MOST_REPLICAS: usize = 3;
 const NODES_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How many copies the cluster's stores get: `asked` (`--replicas`), else [`MOST_REPLICAS`]
-/// or fewer when the NATS cluster has fewer nodes. More than the cluster's nodes is refused.
+/// or fewer when the NATS cluster has fewer nodes. More than its nodes is refused.
 /// A node that names some peers but fewer than [`MOST_REPLICAS`] is listened to for up to
-/// [`NODES_PATIENCE`] for more: stores made with two copies on a cluster of three stop when one
-/// of the two dies (two copies have no majority without both).
-async fn replicas(client: &async_nats::Client, asked: Option<usize>) -> Result<usize> {
+/// [`NODES_PATIENCE`] for more when the stores are still to be `made`: stores made with two
+/// copies on a cluster of three stop when one of the two dies (two copies have no majority
+/// without both).
+async fn replicas(client: &async_nats::Client, asked: Option<usize>, made: bool) -> Result<usize> {
     let mut nodes = nodes(client);
     let deadline = tokio::time::Instant::now() + NODES_PATIENCE;
-    while (2..MOST_REPLICAS).contains(&nodes) && tokio::time::Instant::now() < deadline {
+    while made && (2..MOST_REPLICAS).contains(&nodes) && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         nodes = self::nodes(client);
     }
@@ -304,8 +305,10 @@ impl Cluster {
         let host_id = ActorId::parse(host)
             .map_err(|e| anyhow::anyhow!("--host-id: {}", e.replace("actor id", "host id")))?;
         let connection = connect(servers, &format!("sausage host {host_id}")).await?;
-        let replicas = self::replicas(&connection.client, replicas).await?;
         let js = jetstream::new(connection.client.clone());
+        // Only the first host makes the stores; the others need not wait to count nodes.
+        let first = js.get_stream(MAILBOX_STREAM).await.is_err();
+        let replicas = self::replicas(&connection.client, replicas, first).await?;
         let stores = patiently("opening the cluster's stores", || {
             open_stores(&js, replicas)
         })
@@ -403,17 +406,21 @@ async fn open_stores(js: &jetstream::Context, replicas: usize) -> Result<Stores>
         ..Default::default()
     };
     let objects = |name: &'static str| async move {
-        match js.get_object_store(name).await {
-            Ok(store) => Ok::<_, anyhow::Error>(store),
-            Err(_) => Ok(js
-                .create_object_store(object_store::Config {
-                    bucket: name.to_string(),
-                    storage: stream::StorageType::File,
-                    num_replicas: replicas,
-                    ..Default::default()
-                })
+        if let Ok(store) = js.get_object_store(name).await {
+            return Ok::<_, anyhow::Error>(store);
+        }
+        let config = object_store::Config {
+            bucket: name.to_string(),
+            storage: stream::StorageType::File,
+            num_replicas: replicas,
+            ..Default::default()
+        };
+        match js.create_object_store(config).await {
+            Ok(store) => Ok(store),
+            Err(made) => js
+                .get_object_store(name)
                 .await
-                .context(name)?),
+                .map_err(|read| unreadable(name, read, made)),
         }
     };
     js.get_or_create_stream(stream::Config {
@@ -503,11 +510,23 @@ async fn key_value(js: &jetstream::Context, config: kv::Config) -> Result<kv::St
     let name = config.bucket.clone();
     match js.create_key_value(config).await {
         Ok(store) => Ok(store),
-        Err(e) => js
+        Err(made) => js
             .get_key_value(&name)
             .await
-            .map_err(|_| anyhow::Error::from(e).context(name)),
+            .map_err(|read| unreadable(&name, read, made)),
     }
+}
+
+/// A store that could be neither read nor made. Making fails when the store exists with other
+/// copies than this host would give it (it could not read it a moment ago: its stream was
+/// electing a leader), so the reading's error leads: when it is JetStream not answering,
+/// [`patiently`] waits it out rather than the host giving up.
+fn unreadable(
+    name: &str,
+    read: impl std::error::Error + Send + Sync + 'static,
+    made: impl std::fmt::Display,
+) -> anyhow::Error {
+    anyhow::Error::from(read).context(format!("{name}: cannot read it (making it: {made})"))
 }
 
 /// How long a host joining keeps trying what JetStream does not answer yet: a NATS cluster just
