@@ -352,31 +352,59 @@ impl Cluster {
     }
 
     /// Reserves [`ID_BLOCK`] message numbers for this run, by compare-and-set on the counter.
+    /// A set that fails (another host reserved meanwhile, or the bucket's stream is electing a
+    /// leader after a node died, or a replica it read from lags) is tried again, after a pause
+    /// that doubles up to half a second, for [`JOIN_PATIENCE`].
     pub async fn reserve_ids(&self) -> Result<std::ops::Range<u64>> {
         const KEY: &str = "message-ids";
-        for _ in 0..100 {
-            let entry = self.registry.entry(KEY).await?;
-            let (start, revision) = match &entry {
-                Some(e) if e.operation == kv::Operation::Put => (
-                    std::str::from_utf8(&e.value)
-                        .ok()
-                        .and_then(|v| v.parse::<u64>().ok())
-                        .context("the cluster's message-id counter is not a number")?,
-                    Some(e.revision),
-                ),
-                _ => (1, None),
+        let deadline = tokio::time::Instant::now() + JOIN_PATIENCE;
+        let mut pause = Duration::from_millis(10);
+        loop {
+            let why = match self.registry.entry(KEY).await {
+                Err(e) => format!("reading it: {e}"),
+                Ok(entry) => {
+                    let (start, revision) = match &entry {
+                        Some(e) if e.operation == kv::Operation::Put => (
+                            std::str::from_utf8(&e.value)
+                                .ok()
+                                .and_then(|v| v.parse::<u64>().ok())
+                                .context("the cluster's message-id counter is not a number")?,
+                            Some(e.revision),
+                        ),
+                        _ => (1, None),
+                    };
+                    let end = start + ID_BLOCK;
+                    let value = bytes::Bytes::from(end.to_string());
+                    let set = match revision {
+                        Some(revision) => self
+                            .registry
+                            .update(KEY, value, revision)
+                            .await
+                            .err()
+                            .map(|e| e.to_string()),
+                        None => self
+                            .registry
+                            .create(KEY, value)
+                            .await
+                            .err()
+                            .map(|e| e.to_string()),
+                    };
+                    match set {
+                        None => return Ok(start..end),
+                        Some(e) => format!("setting it: {e}"),
+                    }
+                }
             };
-            let end = start + ID_BLOCK;
-            let value = bytes::Bytes::from(end.to_string());
-            let reserved = match revision {
-                Some(revision) => self.registry.update(KEY, value, revision).await.is_ok(),
-                None => self.registry.create(KEY, value).await.is_ok(),
-            };
-            if reserved {
-                return Ok(start..end);
+            if tokio::time::Instant::now() >= deadline {
+                bail!(
+                    "cannot reserve message ids: the cluster's counter could not be moved for {} \
+                     s (last: {why})",
+                    JOIN_PATIENCE.as_secs()
+                );
             }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
         }
-        bail!("cannot reserve message ids: the counter kept changing under 100 attempts")
     }
 
     /// The broker's ports, implemented by this host's membership (`ports.rs`).

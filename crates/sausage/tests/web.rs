@@ -391,6 +391,18 @@ fn the_chat_streams_a_turn_and_the_conversation_comes_back_after_a_reload() {
     // A stop for a turn that ended is answered in words.
     let stop = client.post("/api/chat/stop", &json!({"turn": turn}));
     assert_eq!(stop.status, 200);
+
+    // A rewind needs a turn, and one that changed nothing has nothing to rewind (409, in words).
+    for bad in [json!({}), json!({"turn": 7}), json!([1])] {
+        assert_eq!(client.post("/api/chat/rewind", &bad).status, 400, "{bad}");
+    }
+    let rewind = client.post("/api/chat/rewind", &json!({"turn": turn}));
+    assert_eq!(rewind.status, 409, "{}", rewind.text());
+    assert!(
+        rewind.text().contains("nothing to rewind"),
+        "{}",
+        rewind.text()
+    );
 }
 
 /// The modification time and bytes of a world's file.
