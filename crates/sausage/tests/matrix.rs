@@ -742,7 +742,8 @@ fn sausage_matrix_setup_builds_the_carried_actor_into_a_world_which_then_answers
     );
     assert_eq!(
         world.json("actor/matrix/source/actor.json"),
-        json!({"network": [synapse.addr]})
+        json!({"network": [synapse.addr], "window": 0}),
+        "matrix keeps no window: its messages are people's conversations"
     );
     assert!(
         world.visible_files_containing(&bot.token).is_empty(),
