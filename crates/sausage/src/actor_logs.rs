@@ -3,7 +3,7 @@
 //! appended and goes on in the new file when the log rotates.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -38,46 +38,39 @@ pub fn print(world: &World, actor: &str, follow: bool) -> Result<ExitCode> {
     let log = world.log_path(&id);
     let mut out = std::io::stdout().lock();
     let rotated = log.with_extension("log.1");
-    for path in [&rotated, &log] {
-        if let Ok(mut file) = File::open(path) {
-            std::io::copy(&mut file, &mut out).with_context(|| format!("{}", path.display()))?;
-        }
+    if let Ok(mut file) = File::open(&rotated) {
+        std::io::copy(&mut file, &mut out).with_context(|| format!("{}", rotated.display()))?;
+    }
+    // The log is read through one open handle, which follows the file when it is renamed:
+    // what is appended to it up to the rotation is read before the new file is opened.
+    let mut current = File::open(&log).ok();
+    if let Some(file) = current.as_mut() {
+        std::io::copy(file, &mut out).with_context(|| format!("{}", log.display()))?;
     }
     out.flush()?;
     if !follow {
         return Ok(ExitCode::SUCCESS);
     }
-    // Follows the file at `log`: what is appended, and from the start of a new file when the
-    // log rotated (another inode) or was cut.
-    let mut at = std::fs::metadata(&log).map_or(0, |m| m.len());
-    let mut inode = std::fs::metadata(&log).map_or(0, |m| m.ino());
     loop {
         std::thread::sleep(FOLLOW_EVERY);
-        let Ok(meta) = std::fs::metadata(&log) else {
-            continue;
-        };
-        if meta.ino() != inode || meta.len() < at {
-            // Rotated: what was appended to the old file before it moved is in `stderr.log.1`.
-            if let Ok(mut old) = File::open(&rotated)
-                && old.metadata().is_ok_and(|m| m.ino() == inode)
-            {
-                old.seek(SeekFrom::Start(at))?;
-                std::io::copy(&mut old, &mut out)?;
+        if let Some(file) = current.as_mut() {
+            std::io::copy(file, &mut out)?;
+        }
+        let now = std::fs::metadata(&log).ok().map(|m| m.ino());
+        let open = current
+            .as_ref()
+            .and_then(|f| f.metadata().ok())
+            .map(|m| m.ino());
+        if now.is_some() && now != open {
+            // Rotated (or made): the rest of the old file, then the new one from its start.
+            if let Some(file) = current.as_mut() {
+                std::io::copy(file, &mut out)?;
             }
-            inode = meta.ino();
-            at = 0;
+            current = File::open(&log).ok();
+            if let Some(file) = current.as_mut() {
+                std::io::copy(file, &mut out)?;
+            }
         }
-        if meta.len() == at {
-            continue;
-        }
-        let Ok(mut file) = File::open(&log) else {
-            continue;
-        };
-        file.seek(SeekFrom::Start(at))?;
-        let mut appended = Vec::new();
-        file.take(meta.len() - at).read_to_end(&mut appended)?;
-        at += appended.len() as u64;
-        out.write_all(&appended)?;
         out.flush()?;
     }
 }
