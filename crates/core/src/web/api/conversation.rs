@@ -116,27 +116,16 @@ pub(super) async fn rewind_turn(
         Ok(turn) => turn,
         Err(refused) => return refused.into_response(),
     };
-    let agent = ActorId::parse("agent").expect("valid");
-    if app.broker.router.mailbox(&agent).is_none() {
-        return refuse(
-            StatusCode::NOT_FOUND,
-            "there is no agent in this world (`sausage init` makes one)",
-        );
-    }
     let request = json!({"type": "rewind", "turn": turn});
-    match ask(&app, &person, &agent, &request, REWIND_PATIENCE).await {
-        Ok(reply) => {
-            let body = reply.body_value();
-            if body["type"] == "rewound" {
-                Json(body).into_response()
-            } else {
-                let why = body["reason"]
-                    .as_str()
-                    .unwrap_or("the agent did not say why");
-                refuse(StatusCode::CONFLICT, why)
-            }
+    match agent_reply(&app, &person, &request, REWIND_PATIENCE).await {
+        Ok(body) if body["type"] == "rewound" => Json(body).into_response(),
+        Ok(body) => {
+            let why = body["reason"]
+                .as_str()
+                .unwrap_or("the agent did not say why");
+            refuse(StatusCode::CONFLICT, why)
         }
-        Err(refused) => refused.into_response(),
+        Err(refused) => refused,
     }
 }
 
@@ -187,26 +176,36 @@ pub(super) async fn forget(
 /// Asks the agent `request` for `person` and answers its reply when it is of type `expected`
 /// (502 with the agent's reason otherwise, 404 without an agent).
 async fn ask_agent(app: &App, person: &Person, request: Value, expected: &str) -> Response {
+    match agent_reply(app, person, &request, CONVERSATION_PATIENCE).await {
+        Ok(body) if body["type"] == expected => Json(body).into_response(),
+        Ok(body) => {
+            let why = body["reason"].as_str().unwrap_or("the agent did not say");
+            refuse(
+                StatusCode::BAD_GATEWAY,
+                &format!("the agent cannot answer: {why}"),
+            )
+        }
+        Err(refused) => refused,
+    }
+}
+
+/// The body of the agent's reply to `request` for `person`, waited for up to `patience`; 404
+/// without an agent, 504 when it does not answer in time.
+async fn agent_reply(
+    app: &App,
+    person: &Person,
+    request: &Value,
+    patience: std::time::Duration,
+) -> Result<Value, Response> {
     let agent = ActorId::parse("agent").expect("valid");
     if app.broker.router.mailbox(&agent).is_none() {
-        return refuse(
+        return Err(refuse(
             StatusCode::NOT_FOUND,
             "there is no agent in this world (`sausage init` makes one)",
-        );
+        ));
     }
-    match ask(app, person, &agent, &request, CONVERSATION_PATIENCE).await {
-        Ok(reply) => {
-            let body = reply.body_value();
-            if body["type"] == expected {
-                Json(body).into_response()
-            } else {
-                let why = body["reason"].as_str().unwrap_or("the agent did not say");
-                refuse(
-                    StatusCode::BAD_GATEWAY,
-                    &format!("the agent cannot answer: {why}"),
-                )
-            }
-        }
-        Err(refused) => refused.into_response(),
+    match ask(app, person, &agent, request, patience).await {
+        Ok(reply) => Ok(reply.body_value()),
+        Err(refused) => Err(refused.into_response()),
     }
 }
