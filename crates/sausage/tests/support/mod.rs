@@ -11,6 +11,8 @@ pub mod agent;
 pub mod browser;
 pub mod http;
 pub mod nats;
+pub mod otlp;
+pub mod prometheus;
 pub mod random;
 pub mod synapse;
 pub mod web;
