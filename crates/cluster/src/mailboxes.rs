@@ -817,7 +817,7 @@ async fn forward(streams: Arc<Streams>, mut forwards: mpsc::UnboundedReceiver<Fo
         let mut headers = async_nats::HeaderMap::new();
         headers.insert(ORIGIN_HEADER, &*streams.host);
         headers.insert(TO_HEADER, to.as_str());
-        let line = bytes::Bytes::from(envelope.to_line());
+        let line = bytes::Bytes::from(envelope.to_wire());
         let taken = tokio::time::timeout(
             FORWARD_TIMEOUT,
             streams

@@ -234,6 +234,7 @@ impl Cluster {
             reply_to: request.reply_to.clone(),
             speaker: request.speaker.clone(),
             schedule: request.schedule.clone(),
+            trace: request.trace,
             body: sausage_core::message::raw(&shipped),
         })
     }

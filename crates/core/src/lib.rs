@@ -15,6 +15,7 @@ pub mod people;
 pub mod replace;
 pub mod runtime;
 pub mod schedules;
+pub mod traces;
 pub mod web;
 pub mod world;
 

@@ -194,6 +194,10 @@ pub struct Outgoing {
     /// The schedule a message fires for (DESIGN §15): set only by the native `scheduler`.
     #[serde(skip)]
     pub schedule: Option<Box<str>>,
+    /// `"trace"`: the span this message continues, a W3C traceparent (DESIGN §22). Without
+    /// it the host continues the trace of the message its sender is handling.
+    #[serde(default, deserialize_with = "traceparent")]
+    pub trace: Option<Trace>,
 }
 
 impl Outgoing {
@@ -222,6 +226,7 @@ impl Outgoing {
             as_handle: None,
             speaker: None,
             schedule: None,
+            trace: None,
         }
     }
 
@@ -235,6 +240,16 @@ impl Outgoing {
         self.speaker = speaker;
         self
     }
+}
+
+/// Reads an [`Outgoing::trace`]: a traceparent, or nothing for `null`.
+fn traceparent<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Trace>, D::Error> {
+    let Some(text) = Option::<&str>::deserialize(d)? else {
+        return Ok(None);
+    };
+    Trace::parse(text)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
 }
 
 /// Reads an [`Outgoing::id`]: a string, or a non-negative integer as its decimal string.
@@ -276,6 +291,8 @@ pub struct Envelope {
     /// `"schedule":"<id>"`: the schedule this message fired for, set by the `scheduler` only;
     /// its ids follow the rules of actor ids, so they need no escaping.
     pub schedule: Option<Box<str>>,
+    /// `"trace"`: the message's place in its trace (DESIGN §22); [`Trace::NONE`] for none.
+    pub trace: Trace,
     pub body: Box<RawValue>,
 }
 
@@ -306,6 +323,11 @@ impl Envelope {
             line.extend_from_slice(schedule.as_bytes());
             line.push(b'"');
         }
+        if self.trace.is_some() {
+            line.extend_from_slice(b",\"trace\":\"");
+            self.trace.push_traceparent(&mut line);
+            line.push(b'"');
+        }
         line.extend_from_slice(b",\"body\":");
         line.extend_from_slice(body.as_bytes());
         line.extend_from_slice(b"}\n");
@@ -318,6 +340,7 @@ impl Envelope {
         const REPLY_FRAME: usize = r#","reply_to":"""#.len();
         const SPEAKER_FRAME: usize = r#","person":"","tier":"""#.len();
         const SCHEDULE_FRAME: usize = r#","schedule":"""#.len();
+        const TRACE_FRAME: usize = r#","trace":"""#.len() + TRACEPARENT_LEN;
         self.body.get().len()
             + self.id.len()
             + self.from.as_str().len()
@@ -329,6 +352,7 @@ impl Envelope {
                 .schedule
                 .as_ref()
                 .map_or(0, |s| s.len() + SCHEDULE_FRAME)
+            + if self.trace.is_some() { TRACE_FRAME } else { 0 }
             + FRAME
     }
 
@@ -366,6 +390,12 @@ impl Envelope {
             reply_to: stored.reply_to,
             speaker,
             schedule: stored.schedule.map(Into::into),
+            trace: match stored.trace {
+                Some(text) => {
+                    Trace::parse(&text)?.sent_from(stored.trace_parent, stored.trace_at)?
+                }
+                None => Trace::NONE,
+            },
             body: stored.body,
         })
     }
@@ -380,7 +410,188 @@ struct StoredEnvelope {
     person: Option<String>,
     tier: Option<Tier>,
     schedule: Option<String>,
+    trace: Option<String>,
+    /// What [`Envelope::to_wire`] adds for the host that reads the message next.
+    trace_parent: Option<String>,
+    trace_at: Option<u64>,
     body: Box<RawValue>,
+}
+
+impl Envelope {
+    /// The line as it crosses to another host or waits on disk: [`Envelope::to_line`] with
+    /// what of the trace a guest does not see (the parent span and when the message was
+    /// accepted, for its delivery span), read back by [`Envelope::from_line`].
+    pub fn to_wire(&self) -> Vec<u8> {
+        let mut line = self.to_line();
+        if self.trace.sampled && self.trace.parent != 0 {
+            // Replace the closing `}\n`: the body stays last but one field.
+            line.truncate(line.len() - 2);
+            let extra = format!(
+                ",\"trace_parent\":\"{:016x}\",\"trace_at\":{}}}\n",
+                self.trace.parent, self.trace.at
+            );
+            line.extend_from_slice(extra.as_bytes());
+        }
+        line
+    }
+}
+
+/// The length of a traceparent: `00-` 32 hex `-` 16 hex `-` 2 hex.
+pub const TRACEPARENT_LEN: usize = 55;
+
+/// A message's place in a trace (DESIGN §22): the W3C trace context of its delivery span.
+/// `span` is the message's own span; `parent` the span it continues (the delivery of the
+/// message its sender was handling, or a span the sender named), 0 for a trace's root.
+/// `sampled` when this host exports traces; `at` is when the message was accepted (Unix
+/// nanoseconds), kept only when sampled, the start of its delivery span.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Trace {
+    pub trace: u128,
+    pub span: u64,
+    pub parent: u64,
+    pub sampled: bool,
+    pub at: u64,
+}
+
+impl Trace {
+    /// No trace: an envelope written before traces, or a candidate's test message.
+    pub const NONE: Trace = Trace {
+        trace: 0,
+        span: 0,
+        parent: 0,
+        sampled: false,
+        at: 0,
+    };
+
+    pub fn is_some(&self) -> bool {
+        self.trace != 0
+    }
+
+    /// A new span: a child of `parent` (its trace goes on), or the root of a new trace.
+    pub fn child_of(parent: Option<&Trace>, sampled: bool) -> Trace {
+        let (trace, parent) = match parent {
+            Some(p) if p.is_some() => (p.trace, p.span),
+            _ => (new_trace_id(), 0),
+        };
+        Trace {
+            trace,
+            span: new_span_id(),
+            parent,
+            sampled,
+            at: if sampled { unix_nanos() } else { 0 },
+        }
+    }
+
+    /// Reads a W3C traceparent, `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`
+    /// (lowercase; neither id all zeros). The error says what is wrong and what is expected.
+    pub fn parse(text: &str) -> Result<Trace, String> {
+        let wrong = |what: &str| {
+            format!(
+                "`trace` {what}: a trace is a W3C traceparent such as \
+                 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+            )
+        };
+        let parts: Vec<&str> = text.split('-').collect();
+        let [version, trace, span, flags] = parts[..] else {
+            return Err(wrong("has not four parts joined by `-`"));
+        };
+        let hex = |part: &str, len: usize| {
+            part.len() == len && part.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        };
+        if version != "00" {
+            return Err(wrong("is not of version 00"));
+        }
+        if !hex(trace, 32) || !hex(span, 16) || !hex(flags, 2) {
+            return Err(wrong(
+                "has ids that are not lowercase hex of 32, 16 and 2 digits",
+            ));
+        }
+        let trace = u128::from_str_radix(trace, 16).expect("checked hex");
+        let span = u64::from_str_radix(span, 16).expect("checked hex");
+        if trace == 0 || span == 0 {
+            return Err(wrong("names an id of zeros"));
+        }
+        let flags = u8::from_str_radix(flags, 16).expect("checked hex");
+        Ok(Trace {
+            trace,
+            span,
+            parent: 0,
+            sampled: flags & 1 == 1,
+            at: 0,
+        })
+    }
+
+    /// This message's traceparent, as its envelope shows it.
+    pub fn traceparent(&self) -> String {
+        let mut out = Vec::with_capacity(TRACEPARENT_LEN);
+        self.push_traceparent(&mut out);
+        String::from_utf8(out).expect("hex is ASCII")
+    }
+
+    fn push_traceparent(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"00-");
+        push_hex(out, self.trace, 32);
+        out.push(b'-');
+        push_hex(out, u128::from(self.span), 16);
+        out.extend_from_slice(if self.sampled { b"-01" } else { b"-00" });
+    }
+
+    /// What [`Envelope::to_wire`] carried besides the traceparent.
+    fn sent_from(mut self, parent: Option<String>, at: Option<u64>) -> Result<Trace, String> {
+        if let Some(parent) = parent {
+            self.parent = u64::from_str_radix(&parent, 16)
+                .map_err(|e| format!("`trace_parent` is not 16 hex digits: {e}"))?;
+        }
+        self.at = at.unwrap_or(0);
+        Ok(self)
+    }
+}
+
+fn push_hex(out: &mut Vec<u8>, value: u128, digits: u32) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for i in (0..digits).rev() {
+        out.push(HEX[((value >> (i * 4)) & 0xf) as usize]);
+    }
+}
+
+/// Span ids: a counter mixed by SplitMix64 from a seed drawn at start, so ids are distinct
+/// within a process and unlikely to meet another host's, without a random draw per message.
+fn new_span_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let id = splitmix64(n ^ id_seed());
+        if id != 0 {
+            return id;
+        }
+    }
+}
+
+fn new_trace_id() -> u128 {
+    (u128::from(new_span_id()) << 64) | u128::from(new_span_id())
+}
+
+fn id_seed() -> u64 {
+    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *SEED.get_or_init(|| {
+        use std::hash::{BuildHasher, RandomState};
+        RandomState::new().hash_one(unix_nanos())
+    })
+}
+
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Now, in nanoseconds since the Unix epoch.
+pub fn unix_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Serialises a host-built body once, for routing.
@@ -474,6 +685,7 @@ mod tests {
             reply_to: Some("m-1".into()),
             speaker: None,
             schedule: None,
+            trace: Default::default(),
             body: RawValue::from_string(r#"{ "type" : "t" }"#.into()).unwrap(),
         };
         let line = env.to_line();
@@ -506,6 +718,7 @@ mod tests {
                 tier: Tier::Member,
             }),
             schedule: Some("every-morning".into()),
+            trace: Trace::child_of(None, true),
             body: RawValue::from_string(r#"{"type":"text"}"#.into()).unwrap(),
         };
         let line = env.to_line();
@@ -515,9 +728,83 @@ mod tests {
             (&v["person"], &v["tier"], &v["schedule"]),
             (&"ann".into(), &"member".into(), &"every-morning".into())
         );
+        assert_eq!(v["trace"], env.trace.traceparent());
         assert_eq!(
             Tier::parse("admin").unwrap_err(),
             "`admin` is not a tier; use owner, member or guest"
         );
+    }
+
+    #[test]
+    fn a_trace_is_a_w3c_traceparent_and_a_child_continues_it() {
+        let text = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let trace = Trace::parse(text).unwrap();
+        assert_eq!(trace.traceparent(), text);
+        assert!(trace.sampled);
+        let child = Trace::child_of(Some(&trace), false);
+        assert_eq!((child.trace, child.parent), (trace.trace, trace.span));
+        assert_ne!(child.span, trace.span);
+        assert!(child.traceparent().ends_with("-00"));
+        let root = Trace::child_of(None, false);
+        assert_eq!(root.parent, 0);
+        assert_ne!(root.trace, trace.trace);
+        assert_eq!(root.traceparent().len(), TRACEPARENT_LEN);
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1",
+        ] {
+            let err = Trace::parse(bad).unwrap_err();
+            assert!(err.contains("W3C traceparent"), "{bad}: {err}");
+        }
+        let line =
+            br#"{"trace":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","body":{}}"#;
+        assert_eq!(Outgoing::parse(line).unwrap().trace, Some(trace));
+        let err = Outgoing::parse(br#"{"trace":"nope","body":{}}"#)
+            .err()
+            .unwrap();
+        assert!(err.contains("traceparent"), "{err}");
+        let err = Outgoing::parse(br#"{"trace":7,"body":{}}"#).err().unwrap();
+        assert!(err.contains("not a message"), "{err}");
+        assert_eq!(
+            Outgoing::parse(br#"{"trace":null,"body":{}}"#)
+                .unwrap()
+                .trace,
+            None
+        );
+    }
+
+    #[test]
+    fn the_wire_form_keeps_what_a_guest_does_not_see() {
+        let parent = Trace::child_of(None, true);
+        let env = Envelope {
+            id: "m-1".into(),
+            from: ActorId::parse("a").unwrap(),
+            reply_to: None,
+            speaker: None,
+            schedule: None,
+            trace: Trace::child_of(Some(&parent), true),
+            body: RawValue::from_string(r#"{"type":"t"}"#.into()).unwrap(),
+        };
+        let guest: serde_json::Value = serde_json::from_slice(&env.to_line()).unwrap();
+        assert!(guest.get("trace_parent").is_none());
+        let back = Envelope::from_line(&env.to_wire()).unwrap();
+        assert_eq!(back.trace, env.trace);
+        assert_eq!(back.to_line(), env.to_line());
+        let untraced = Envelope {
+            trace: Trace::NONE,
+            ..back
+        };
+        assert!(
+            !String::from_utf8(untraced.to_line())
+                .unwrap()
+                .contains("trace")
+        );
+        assert_eq!(untraced.to_line().len(), untraced.line_len());
     }
 }

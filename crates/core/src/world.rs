@@ -364,7 +364,7 @@ impl World {
     pub fn write_parked(&self, id: &ActorId, message: &Envelope) -> Result<()> {
         let path = self.parked_path(id);
         std::fs::create_dir_all(path.parent().expect("in broker/parked"))
-            .and_then(|()| write_atomically(&path, &message.to_line()))
+            .and_then(|()| write_atomically(&path, &message.to_wire()))
             .with_context(|| format!("actor {id}: cannot keep parked message {}", message.id))
     }
 

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 /// own; modules of one layer never import each other (so no native actor imports another).
 const LAYERS: &[&[&str]] = &[
     &["message", "fs"],
-    &["replace", "runtime"],
+    &["replace", "runtime", "traces"],
     &["world"],
     &["people"],
     &["broker"],

@@ -99,6 +99,7 @@ impl Guest {
             network: Default::default(),
             replica: None,
             replay: None,
+            memory_in_use: None,
         };
         let (runtime, program) = (runtime.clone(), program.clone());
         let run = tokio::task::spawn_local(async move { runtime.run(&program, config).await });

@@ -207,6 +207,7 @@ fn check_outgoing(line: &[u8], id: &str, reply_to: Option<&str>) -> bool {
         reply_to: reply_to.map(str::to_owned),
         speaker: None,
         schedule: None,
+        trace: Default::default(),
         body: out.body,
     };
     let rendered = envelope.to_line();
@@ -1295,6 +1296,7 @@ fn bodies_a_value_cannot_hold_do_not_take_a_native_actor_down() {
             reply_to: None,
             speaker: None,
             schedule: None,
+            trace: Default::default(),
             body: out.body,
         };
         let body = envelope.body_value();

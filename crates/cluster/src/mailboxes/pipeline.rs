@@ -419,7 +419,7 @@ impl InFlight {
 fn group(burst: Vec<Publication>) -> Vec<InFlight> {
     let mut flights: Vec<InFlight> = Vec::new();
     for Publication { to, envelope, term } in burst {
-        let line = envelope.to_line();
+        let line = envelope.to_wire();
         if let Some(last) = flights.last_mut()
             && last.to == to
             && last.term == term
@@ -473,6 +473,7 @@ mod tests {
                 reply_to: None,
                 speaker: None,
                 schedule: None,
+                trace: Default::default(),
                 body: raw(&serde_json::json!({"n": n, "pad": "x".repeat(pad)})),
             }),
             term,

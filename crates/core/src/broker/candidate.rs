@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use super::mailbox::Mailbox;
 use super::stdio::{Captured, Line, Lines, WRITE_CHUNK};
 use super::transcript::{self, EXPECT_TIMEOUT, StepKind, Transcript};
-use crate::message::{ActorId, Envelope, raw};
+use crate::message::{ActorId, Envelope, Trace, raw};
 use crate::runtime::network::Network;
 use crate::runtime::stdio::{BoxFuture, GuestOutput};
 use crate::runtime::{DEFAULT_MEMORY_MB, Exit, InstanceConfig, Program, Runtime};
@@ -146,6 +146,7 @@ impl Instance {
             network: Network::default(),
             replica: None,
             replay: None,
+            memory_in_use: None,
         };
         let (runtime, program) = (runtime.clone(), program.clone());
         let run =
@@ -193,6 +194,7 @@ async fn run_transcript(
                     reply_to: None,
                     speaker: None,
                     schedule: None,
+                    trace: Trace::NONE,
                     body: raw(body),
                 };
                 if instance.stdin.try_push(Arc::new(envelope)).is_err() {

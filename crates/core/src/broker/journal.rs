@@ -21,7 +21,7 @@ use rustc_hash::FxHashMap;
 use serde_json::value::RawValue;
 
 use crate::fs::Change;
-use crate::message::{ActorId, Envelope, Speaker, Tier};
+use crate::message::{ActorId, Envelope, Speaker, Tier, Trace};
 
 /// Bytes of one segment file. Only the segment being written is mapped, so this bounds the
 /// memory the journal adds to the host; a record larger than this gets a segment of its size.
@@ -50,8 +50,9 @@ const HEADER: usize = 8;
 /// (`u8` length), `reply_to` (`u32` length, [`NO_REPLY`] for none), and the body to the end.
 /// A put with tags ([`PUT_TAGGED`]) has, between `reply_to` and the body, a byte of flags and
 /// the tags they name: [`TAG_SPEAKER`], the person (`u8` length) and the tier (one byte,
-/// [`tier_byte`]); [`TAG_SCHEDULE`], the schedule (`u8` length). Every integer is
-/// little-endian.
+/// [`tier_byte`]); [`TAG_SCHEDULE`], the schedule (`u8` length); [`TAG_TRACE`], the trace
+/// id (`u128`), the span and its parent (`u64` each), the flags (`u8`) and when it was
+/// accepted (`u64`). Every integer is little-endian.
 const PUT: u8 = 1;
 const TAKE: u8 = 2;
 const PUT_TAGGED: u8 = 3;
@@ -68,6 +69,8 @@ const CHANGE_ABSENT: u8 = 2;
 const CHANGE_PRESENT: u8 = 3;
 const TAG_SPEAKER: u8 = 1;
 const TAG_SCHEDULE: u8 = 2;
+const TAG_TRACE: u8 = 4;
+const TRACE_BYTES: usize = 16 + 8 + 8 + 1 + 8;
 
 /// The reply length that means "no `reply_to`".
 const NO_REPLY: u32 = u32::MAX;
@@ -268,7 +271,8 @@ impl Journal {
         let reply_to = envelope.reply_to.as_deref().map(str::as_bytes);
         let speaker = envelope.speaker.as_ref();
         let schedule = envelope.schedule.as_deref().map(str::as_bytes);
-        let tagged = speaker.is_some() || schedule.is_some();
+        let trace = envelope.trace.is_some().then_some(&envelope.trace);
+        let tagged = speaker.is_some() || schedule.is_some() || trace.is_some();
         let body = envelope.body.get().as_bytes();
         let len = key_len(actor)
             + 4
@@ -280,6 +284,7 @@ impl Journal {
             + usize::from(tagged)
             + speaker.map_or(0, |s| 1 + s.person.as_str().len() + 1)
             + schedule.map_or(0, |s| 1 + s.len())
+            + trace.map_or(0, |_| TRACE_BYTES)
             + body.len();
         let place = log.append(len, |out| {
             let mut out = Writer(out);
@@ -297,7 +302,8 @@ impl Journal {
             }
             if tagged {
                 let flags = if speaker.is_some() { TAG_SPEAKER } else { 0 }
-                    | if schedule.is_some() { TAG_SCHEDULE } else { 0 };
+                    | if schedule.is_some() { TAG_SCHEDULE } else { 0 }
+                    | if trace.is_some() { TAG_TRACE } else { 0 };
                 out.u8(flags);
             }
             if let Some(speaker) = speaker {
@@ -309,6 +315,13 @@ impl Journal {
                 // Schedule ids follow the rules of actor ids: at most 64 bytes.
                 out.u8(schedule.len() as u8);
                 out.bytes(schedule);
+            }
+            if let Some(trace) = trace {
+                out.bytes(&trace.trace.to_le_bytes());
+                out.bytes(&trace.span.to_le_bytes());
+                out.bytes(&trace.parent.to_le_bytes());
+                out.u8(u8::from(trace.sampled));
+                out.bytes(&trace.at.to_le_bytes());
             }
             out.bytes(body);
         })?;
@@ -694,6 +707,17 @@ fn decode(payload: &[u8]) -> Result<Record, String> {
     } else {
         None
     };
+    let trace = if flags & TAG_TRACE != 0 {
+        Trace {
+            trace: u128::from_le_bytes(r.bytes(16)?.try_into().expect("16 bytes")),
+            span: r.u64()?,
+            parent: r.u64()?,
+            sampled: r.u8()? == 1,
+            at: r.u64()?,
+        }
+    } else {
+        Trace::NONE
+    };
     let body = RawValue::from_string(r.str(r.0.len())?.to_string())
         .map_err(|e| format!("the body is not JSON: {e}"))?;
     Ok(Record::Put(
@@ -704,6 +728,7 @@ fn decode(payload: &[u8]) -> Result<Record, String> {
             reply_to,
             speaker,
             schedule,
+            trace,
             body,
         },
     ))
@@ -818,6 +843,7 @@ mod tests {
             reply_to: n.is_multiple_of(2).then(|| format!("x/{n}")),
             speaker: None,
             schedule: None,
+            trace: Default::default(),
             body: raw(&json!({"type": "n", "n": n, "pad": "é".repeat(pad)})),
         }
     }

@@ -20,8 +20,9 @@ use tokio::sync::Notify;
 
 use super::journal::{Journal, Waiting};
 use super::window::Window;
-use crate::message::{ActorId, Envelope};
+use crate::message::{ActorId, Envelope, Trace};
 use crate::runtime::stdio::{BoxFuture, GuestInput};
+use crate::traces;
 
 /// Messages a mailbox holds. While it is full, senders wait (a WASM sender's stdout is not
 /// read); a message still blocked after [`FULL_MAILBOX_TIMEOUT`] becomes `undeliverable`.
@@ -500,7 +501,29 @@ impl Mailbox {
         self.forget(&queued);
         drop(inner);
         self.space.notify_waiters();
+        if queued.envelope.trace.sampled
+            && let Some(actor) = self.owner()
+        {
+            traces::delivered(&queued.envelope, actor);
+        }
         Some(queued.envelope)
+    }
+
+    /// The trace of the message the running instance read last: what the lines it writes
+    /// now continue (DESIGN §22).
+    pub fn reading_trace(&self) -> Option<Trace> {
+        self.lock()
+            .last_taken
+            .as_ref()
+            .map(|envelope| envelope.trace)
+    }
+
+    /// Whose mailbox this is; none for a candidate's scratch mailbox.
+    fn owner(&self) -> Option<&ActorId> {
+        match &self.store {
+            Store::Memory => None,
+            Store::Journal { actor, .. } | Store::Stream { actor, .. } => Some(actor),
+        }
     }
 
     /// The actor's window, made by `make` if it has none yet: from then on every message an
@@ -640,6 +663,11 @@ impl GuestInput for MailboxInput {
                         window.read(&line);
                     }
                     let line = Bytes::from(line);
+                    if queued.envelope.trace.sampled
+                        && let Some(actor) = mailbox.owner()
+                    {
+                        traces::delivered(&queued.envelope, actor);
+                    }
                     inner.last_taken = Some(queued.envelope);
                     mailbox.space.notify_waiters();
                     line
@@ -709,6 +737,7 @@ mod tests {
             reply_to: None,
             speaker: None,
             schedule: None,
+            trace: Default::default(),
             body: raw(&serde_json::json!({"type": "n", "n": n})),
         })
     }
@@ -860,6 +889,7 @@ mod tests {
             reply_to: None,
             speaker: None,
             schedule: None,
+            trace: Default::default(),
             body: raw(&serde_json::json!({"type": "big", "pad": "x".repeat(kib << 10)})),
         })
     }
@@ -932,6 +962,7 @@ mod tests {
             reply_to: None,
             speaker: None,
             schedule: None,
+            trace: Default::default(),
             body: raw(&serde_json::json!({"type": "big", "pad": "x".repeat(1000)})),
         })
     }
@@ -1117,6 +1148,7 @@ mod tests {
                         reply_to: None,
                         speaker: None,
                         schedule: None,
+                        trace: Default::default(),
                         body: raw(&serde_json::json!({"pad": "y".repeat(pad * 100)})),
                     });
                     match op {

@@ -5,6 +5,7 @@
 //! at once: they wait on that actor's operation queue, in arrival order.
 
 mod candidate;
+pub mod counters;
 pub mod journal;
 pub mod mailbox;
 pub mod ports;
@@ -13,6 +14,7 @@ mod requests;
 mod rewind;
 pub mod router;
 mod shadow;
+mod spans;
 pub mod stdio;
 pub mod supervisor;
 pub mod transcript;
@@ -150,6 +152,8 @@ pub struct Broker {
     requests_in_flight: Arc<tokio::sync::Semaphore>,
     /// The cluster this host runs its part of the world in (DESIGN §16); `None` on one host.
     pub cluster: Option<Ports>,
+    /// What the metrics count beyond the mailboxes (DESIGN §22).
+    pub counters: Arc<counters::Counters>,
 }
 
 /// Requests the broker answers at once; the next waits in its mailbox until one is answered.
@@ -237,6 +241,7 @@ impl Broker {
             crash_loops,
             crash_loop_reports: Mutex::new(Some(reports)),
             requests_in_flight: Arc::new(tokio::sync::Semaphore::new(REQUESTS_IN_FLIGHT)),
+            counters: Arc::default(),
             cluster,
         });
         broker.apply_subscriptions(&registry);
@@ -593,6 +598,8 @@ impl Broker {
                 .and_then(|cluster| cluster.shared.replica(&self.world, id, mailbox.clone())),
             mailbox,
             crash_loops: self.crash_loops.clone(),
+            counters: self.counters.clone(),
+            memory: Arc::default(),
         }
         .spawn(running, status, preread);
         self.actors

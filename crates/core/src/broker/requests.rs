@@ -16,6 +16,7 @@ use super::{Broker, candidate, shadow};
 use crate::message::{ActorId, Envelope, Outgoing, Speaker};
 use crate::replace::Replacement;
 use crate::runtime::{DEFAULT_MEMORY_MB, Program};
+use crate::traces::{self, Span};
 use crate::world::{ActorEntry, read_manifest};
 
 /// A version that passed its tests, ready to store and run.
@@ -52,7 +53,7 @@ pub(super) fn operand(body: &Value) -> Option<ActorId> {
 }
 
 /// The request types, as an unknown type's error lists them.
-pub const REQUESTS: [&str; 14] = [
+pub const REQUESTS: [&str; 15] = [
     "spawn",
     "upgrade",
     "rollback",
@@ -67,6 +68,34 @@ pub const REQUESTS: [&str; 14] = [
     "unsubscribe",
     "list",
     "principal",
+    "spans",
+];
+
+/// A request's span name: `request <type>` for the known types, one name for the rest (a
+/// sender's made-up types must not make span names without bound).
+fn request_span_name(kind: &str) -> &'static str {
+    match REQUESTS.iter().position(|known| *known == kind) {
+        Some(i) => REQUEST_SPANS[i],
+        None => "request (unknown)",
+    }
+}
+
+const REQUEST_SPANS: [&str; 15] = [
+    "request spawn",
+    "request upgrade",
+    "request rollback",
+    "request stop",
+    "request start",
+    "request remove",
+    "request fork",
+    "request window",
+    "request checkpoint",
+    "request restore",
+    "request subscribe",
+    "request unsubscribe",
+    "request list",
+    "request principal",
+    "request spans",
 ];
 
 /// A request failed: the reason goes back to the requester.
@@ -79,14 +108,27 @@ impl Broker {
         if matches!(kind, "undeliverable" | "shutdown") {
             return;
         }
-        let principal = self.principal(&request).await;
-        let answer = match self.principal_allows(&principal, kind, &body).await {
-            Err(refusal) => Err(refusal),
-            Ok(()) => self.answer_allowed(&request, &principal, kind, &body).await,
-        };
+        self.counters.request(kind);
+        let mut span = Span::start(request_span_name(kind), Some(request.trace));
+        span.set("sausage.request", kind.to_string());
+        span.set("sausage.from", request.from.to_string());
+        let trace = span.trace();
+        let answer = traces::handling(trace, async {
+            let principal = self.principal(&request).await;
+            match self.principal_allows(&principal, kind, &body).await {
+                Err(refusal) => Err(refusal),
+                Ok(()) => self.answer_allowed(&request, &principal, kind, &body).await,
+            }
+        })
+        .await;
+        if let Err(reason) = &answer {
+            span.fail(reason.clone());
+        }
+        span.end();
         let reply = answer
             .unwrap_or_else(|reason| json!({"type": "error", "request": kind, "reason": reason}));
-        let out = Outgoing::new(&request.from, &reply).replying_to(Some(&request.id));
+        let mut out = Outgoing::new(&request.from, &reply).replying_to(Some(&request.id));
+        out.trace = Some(trace);
         self.send(&ActorId::broker(), out).await;
     }
 
@@ -159,6 +201,7 @@ impl Broker {
             "subscribe" => self.subscribe(request, body, true).await,
             "unsubscribe" => self.subscribe(request, body, false).await,
             "list" => Ok(self.list().await),
+            "spans" => self.spans(request, body),
             "principal" => {
                 let actor = actor_field(body)?;
                 if !self.registry().await.actors.contains_key(actor.as_str()) {

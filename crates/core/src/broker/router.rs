@@ -14,8 +14,9 @@ use serde_json::json;
 
 use super::journal::Journal;
 use super::mailbox::{MAILBOX_BYTES, MAILBOX_CAPACITY, Mailbox, MailboxStream, Refused};
-use crate::message::{ActorId, Envelope, Outgoing, raw};
+use crate::message::{ActorId, Envelope, Outgoing, Trace, raw};
 use crate::people::People;
+use crate::traces;
 use crate::world::{MESSAGE_ID_BLOCK, World};
 
 pub struct Router {
@@ -227,6 +228,10 @@ impl Router {
     /// `from` when `to` is absent. A line with `"as"` speaks for the person that handle names,
     /// or goes nowhere (the sender hears why).
     pub fn accept(&self, from: &ActorId, mut out: Outgoing) -> Delivery {
+        let trace = Trace::child_of(
+            out.trace.or_else(traces::handling_now).as_ref(),
+            traces::on(),
+        );
         let id = match out.id {
             Some(own) => format!("{from}/{own}"),
             None => self.next_id(),
@@ -243,6 +248,7 @@ impl Router {
                     reply_to: out.reply_to,
                     speaker: None,
                     schedule: None,
+                    trace,
                     body: out.body,
                 };
                 self.undeliverable(
@@ -270,6 +276,7 @@ impl Router {
                         reply_to: out.reply_to,
                         speaker: out.speaker,
                         schedule: out.schedule,
+                        trace,
                         body: out.body,
                     };
                     self.undeliverable(&envelope, &to, &reason);
@@ -294,6 +301,7 @@ impl Router {
                 reply_to: out.reply_to,
                 speaker: out.speaker,
                 schedule: out.schedule,
+                trace,
                 body: out.body,
             }),
             recipients,
@@ -383,6 +391,7 @@ impl Router {
             reply_to: Some(failed.id.clone()),
             speaker: None,
             schedule: None,
+            trace: Trace::child_of(Some(&failed.trace), traces::on()),
             body: raw(&json!({"type": "undeliverable", "reason": reason, "to": to})),
         };
         // Dropping the notice when the sender's own mailbox is full is right: waiting here

@@ -321,6 +321,7 @@ impl<'a> Run<'a> {
                 clock: clock.clone(),
                 seed: self.seed,
             }),
+            memory_in_use: None,
         };
         let (runtime, program, memory_mb) =
             (self.runtime.clone(), self.program.clone(), self.memory_mb);
@@ -677,6 +678,7 @@ mod tests {
                     reply_to: None,
                     speaker: None,
                     schedule: None,
+                    trace: Default::default(),
                     body: raw(&json!({"type": "n", "n": i})),
                 }),
                 at: SystemTime::now(),

@@ -9,6 +9,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use super::mailbox::Mailbox;
 use super::router::{Delivery, Router};
 use crate::message::{ActorId, Outgoing};
 use crate::runtime::stdio::{BoxFuture, GuestOutput};
@@ -74,17 +75,25 @@ pub struct RoutedStdout {
     from: ActorId,
     router: Arc<Router>,
     world: World,
+    /// The sender's mailbox: the message it read last is the one its lines continue.
+    reading: Arc<Mailbox>,
     lines: Lines,
     /// Deliveries waiting for a full mailbox, oldest first; while any waits, capacity is 0.
     blocked: VecDeque<Delivery>,
 }
 
 impl RoutedStdout {
-    pub fn new(from: ActorId, router: Arc<Router>, world: World) -> RoutedStdout {
+    pub fn new(
+        from: ActorId,
+        router: Arc<Router>,
+        world: World,
+        reading: Arc<Mailbox>,
+    ) -> RoutedStdout {
         RoutedStdout {
             from,
             router,
             world,
+            reading,
             lines: Lines::default(),
             blocked: VecDeque::new(),
         }
@@ -102,7 +111,10 @@ impl RoutedStdout {
             return;
         }
         match Outgoing::parse(line) {
-            Ok(out) => {
+            Ok(mut out) => {
+                if out.trace.is_none() {
+                    out.trace = self.reading.reading_trace();
+                }
                 let mut delivery = self.router.accept(&self.from, out);
                 if !self.blocked.is_empty() || !self.router.try_deliver(&mut delivery) {
                     self.blocked.push_back(delivery);

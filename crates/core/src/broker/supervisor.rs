@@ -5,17 +5,19 @@
 //! an [`ActorHandle`]; the mailbox outlives every instance, so messages wait across restarts.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+use super::counters::Counters;
 use super::mailbox::Mailbox;
 use super::router::Router;
 use super::stdio::{LogOutput, RoutedStdout};
 use super::window::Window;
-use crate::message::{ActorId, Envelope, raw};
+use crate::message::{ActorId, Envelope, Trace, raw};
 use crate::runtime::network::{Credentials, Network};
 use crate::runtime::{
     DEFAULT_MEMORY_MB, Exit, InstanceConfig, MAX_MEMORY_MB, Program, Replica, Runtime,
@@ -48,6 +50,8 @@ pub struct ActorHandle {
     /// To the supervisor task; closing it (every handle dropped) stops the actor and ends
     /// the task.
     commands: mpsc::Sender<Command>,
+    /// The running instance's linear memory, in bytes (0 while none runs).
+    pub memory: Arc<AtomicUsize>,
 }
 
 enum Command {
@@ -163,6 +167,10 @@ pub struct Supervisor {
     /// To the broker: crash loops after upgrades. The broker's receiver lives as long as the
     /// host; a failed send means the host is shutting down.
     pub crash_loops: mpsc::UnboundedSender<CrashLoop>,
+    /// What the metrics count (restarts).
+    pub counters: Arc<Counters>,
+    /// The running instance's linear memory, in bytes.
+    pub memory: Arc<AtomicUsize>,
 }
 
 impl Supervisor {
@@ -170,6 +178,7 @@ impl Supervisor {
     /// `preread`; the actor starts at once when `running`.
     pub fn spawn(self, running: bool, status: Status, preread: Preread) -> ActorHandle {
         let (commands, rx) = mpsc::channel(COMMAND_QUEUE);
+        let memory = self.memory.clone();
         // A parked message outlives the host: a restart between a crash and the upgrade that
         // fixes it still delivers it. `status.json` says what is really parked, not what a
         // host before this one last wrote.
@@ -190,7 +199,7 @@ impl Supervisor {
             }
             .run(),
         );
-        ActorHandle { commands }
+        ActorHandle { commands, memory }
     }
 }
 
@@ -291,6 +300,7 @@ impl Task {
                     let restart = restart_after(started.elapsed(), in_a_row);
                     in_a_row = restart.in_a_row;
                     self.status.restarts += 1;
+                    self.sup.counters.restarted(&self.sup.id);
                     self.status.last_exit = Some(exit.to_string());
                     if let Exit::MemoryLimit(mb) = exit {
                         self.sup.world.log_note(&self.sup.id, &memory_note(mb));
@@ -348,6 +358,7 @@ impl Task {
         }
         let (upgrade, _, _) = self.watch.take().expect("watched");
         self.status.restarts += 1;
+        self.sup.counters.restarted(&self.sup.id);
         self.status.last_exit = Some(exit.to_string());
         self.want_running = false;
         self.sup.world.log_note(
@@ -401,11 +412,13 @@ impl Task {
                 sup.id.clone(),
                 sup.router.clone(),
                 sup.world.clone(),
+                sup.mailbox.clone(),
             )),
             stderr: InstanceConfig::output(LogOutput::append_to(&sup.world.log_path(&sup.id))),
             network: network(&sup.world, &sup.id, files),
             replica: sup.replica.clone(),
             replay: None,
+            memory_in_use: Some(sup.memory.clone()),
         };
         // The instance task says when its code starts to run; dropping the sender unsent
         // means it was never created.
@@ -505,6 +518,7 @@ impl Task {
             reply_to: None,
             speaker: None,
             schedule: None,
+            trace: Trace::child_of(None, crate::traces::on()),
             body: raw(&json!({"type": "shutdown"})),
         };
         self.sup.mailbox.close_input(shutdown.to_line());

@@ -372,6 +372,7 @@ mod tests {
             reply_to: None,
             speaker: None,
             schedule: None,
+            trace: Default::default(),
             body: raw(&serde_json::json!({"type": "n", "n": n})),
         })
     }

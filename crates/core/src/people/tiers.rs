@@ -16,8 +16,9 @@
 
 use crate::message::{Speaker, Tier};
 
-/// The requests anyone may make: they read and change nothing.
-pub const READ_ONLY: [&str; 2] = ["list", "principal"];
+/// The requests anyone may make: they change nothing of the world (`spans` only reports what
+/// its sender did, for traces and metrics).
+pub const READ_ONLY: [&str; 3] = ["list", "principal", "spans"];
 
 /// Whether `speaker` may make the broker request `kind` on `actor`, whose owner (a person, as
 /// `broker::principal` resolves it) is `owner` (`None` for an actor that does not exist yet);

@@ -16,6 +16,7 @@ pub mod wasi_fs;
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use anyhow::{Context, Result};
@@ -68,6 +69,9 @@ pub struct InstanceConfig {
     /// A shadow run's clock and seed (DESIGN §21); `None` runs on the host's clocks and
     /// random numbers.
     pub replay: Option<replay::Replay>,
+    /// Where the instance's linear memory size (bytes) is kept while it runs, for `status`
+    /// and the metrics (DESIGN §22); set to 0 when it ends.
+    pub memory_in_use: Option<Arc<AtomicUsize>>,
 }
 
 impl InstanceConfig {
@@ -256,6 +260,7 @@ impl Runtime {
             memory: MemoryLimit {
                 bytes: memory_mb as usize * MIB,
                 reached: false,
+                in_use: config.memory_in_use.clone(),
             },
         };
         let mut store = Store::new(&self.engine, guest);
@@ -294,6 +299,9 @@ impl Runtime {
             store.data_mut().fs.commit_open_files().await;
         }
         store.data().fs.settle_output().await;
+        if let Some(in_use) = &config.memory_in_use {
+            in_use.store(0, Ordering::Relaxed);
+        }
         exit
     }
 }
@@ -307,18 +315,23 @@ const MIB: usize = 1 << 20;
 struct MemoryLimit {
     bytes: usize,
     reached: bool,
+    /// The instance's memories' total size, kept as they grow.
+    in_use: Option<Arc<AtomicUsize>>,
 }
 
 impl ResourceLimiter for MemoryLimit {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         if desired > self.bytes {
             self.reached = true;
             wasmtime::bail!("memory would grow to {desired} bytes, past its limit");
+        }
+        if let Some(in_use) = &self.in_use {
+            in_use.fetch_add(desired.saturating_sub(current), Ordering::Relaxed);
         }
         Ok(true)
     }
