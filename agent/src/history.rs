@@ -6,8 +6,9 @@
 //! Each entry has a `kind`:
 //! - `{"kind":"user","text":...}`: what a person or actor said, or a note from the agent itself
 //!   (messages that arrived meanwhile, a restart).
-//! - `{"kind":"assistant","text":...,"item_id"?:...}`: text the model wrote (or, when the model
-//!   could not answer, the words the person got instead).
+//! - `{"kind":"assistant","text":...,"item_id"?:...,"steps"?:[...]}`: text the model wrote (or,
+//!   when the model could not answer, the words the person got instead); `steps` is the
+//!   waterfall of the turn it ended.
 //! - `{"kind":"tool_call","id":...,"name":...,"arguments":{...},"item_id"?:...}`: the model asked
 //!   for a tool; `arguments` is the JSON object it gave.
 //! - `{"kind":"tool_result","id":...,"output":...}`: what the tool with the same `id` returned.
@@ -45,6 +46,10 @@ pub enum Entry {
         text: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         item_id: Option<String>,
+        /// On a turn's final answer: the turn's waterfall, as the answer's `steps` gave it, so
+        /// the conversation a page loads shows it too. No provider is sent it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        steps: Option<Value>,
     },
     ToolCall {
         id: String,
@@ -75,6 +80,7 @@ impl Entry {
         Entry::Assistant {
             text: text.into(),
             item_id: None,
+            steps: None,
         }
     }
 }

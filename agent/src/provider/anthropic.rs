@@ -665,6 +665,7 @@ mod tests {
             Entry::Assistant {
                 text: "Empty.".into(),
                 item_id: Some("msg_1".into()),
+                steps: None,
             },
             Entry::user("and now?"),
         ];

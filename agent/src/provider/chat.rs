@@ -403,6 +403,7 @@ mod tests {
             Entry::Assistant {
                 text: "Looking.".into(),
                 item_id: Some("msg_1".into()),
+                steps: None,
             },
             call("call_1", "list_dir", json!({"path": "/data"})),
             call("call_2", "read_file", json!("{\"path\": ")),

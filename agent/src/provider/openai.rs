@@ -53,7 +53,7 @@ fn input_item(entry: &Entry) -> Option<Value> {
         // `context::view` turns the summary into a user message first; one that gets here
         // all the same is sent as the user's words too.
         Entry::User { text } | Entry::Summary { text } => json!({"role": "user", "content": text}),
-        Entry::Assistant { text, item_id } => {
+        Entry::Assistant { text, item_id, .. } => {
             let mut item = json!({
                 "type": "message", "role": "assistant",
                 "content": [{"type": "output_text", "text": text, "annotations": []}],
@@ -118,6 +118,7 @@ pub fn parse(response: &Value) -> Result<Reply, String> {
                 reply.entries.push(Entry::Assistant {
                     text: text.concat(),
                     item_id: item["id"].as_str().map(str::to_string),
+                    steps: None,
                 });
             }
             Some("function_call") => reply.entries.push(Entry::ToolCall {
@@ -363,6 +364,7 @@ mod tests {
             Entry::Assistant {
                 text: "One file.".into(),
                 item_id: Some("msg_1".into()),
+                steps: None,
             },
         ];
         let body = body(&request(&config(None), "p", &history, &[]));
@@ -429,6 +431,7 @@ mod tests {
             vec![Entry::Assistant {
                 text: "2+2 = 4".into(),
                 item_id: Some("msg_0dbef2d9d14a548c00696d5e6fb1a08190941cffd38695ae38".into()),
+                steps: None,
             }]
         );
         assert_eq!(reply.cut_short, None);
