@@ -1,6 +1,6 @@
 //! What the agent needs from the world around it, as one small trait: messages in (with a time
 //! limit), messages out, one streaming HTTP POST (handing over the messages that arrive
-//! meanwhile), and the wall clock. The component implements it over WASI (`wasi_host.rs`); unit
+//! meanwhile), the wall clock, and random numbers. The component implements it over WASI (`wasi_host.rs`); unit
 //! tests implement it with a script (`testing.rs`).
 //! **Invariant:** nothing outside an implementation of [`Host`] touches stdin, stdout or the network.
 
@@ -66,6 +66,9 @@ pub trait Host {
     /// `receive`.
     fn arrived(&mut self) -> Vec<Incoming>;
 
-    /// The wall clock: the day a turn's spending counts for.
+    /// The wall clock: the day a turn's spending counts for, and the times of a turn's spans.
     fn now(&self) -> SystemTime;
+
+    /// 64 random bits, for the ids of a turn's trace and spans.
+    fn random(&mut self) -> u64;
 }

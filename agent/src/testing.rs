@@ -83,6 +83,10 @@ pub struct ScriptedHost {
     pub clock: Option<SystemTime>,
     /// Answers each request once `answers` is empty, for scripts too long to write out.
     pub respond: Option<Responder>,
+    /// The random numbers `random` gives first; then a fixed sequence, so ids repeat run to run.
+    pub randoms: VecDeque<u64>,
+    /// How many numbers of the fixed sequence were given.
+    pub drawn: u64,
 }
 
 /// Answers a request from what it holds.
@@ -187,5 +191,17 @@ impl Host for ScriptedHost {
 
     fn now(&self) -> SystemTime {
         self.clock.unwrap_or_else(SystemTime::now)
+    }
+
+    /// `randoms`, then SplitMix64 of 1, 2, 3…: well spread, never the same twice in a run.
+    fn random(&mut self) -> u64 {
+        if let Some(n) = self.randoms.pop_front() {
+            return n;
+        }
+        self.drawn += 1;
+        let mut z = self.drawn.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
     }
 }

@@ -170,6 +170,10 @@ impl Host for WasiHost {
     fn now(&self) -> SystemTime {
         SystemTime::now()
     }
+
+    fn random(&mut self) -> u64 {
+        wasi::random::random::get_random_u64()
+    }
 }
 
 /// A failed POST: why, and whether trying again may help.

@@ -72,7 +72,11 @@ impl Arrived {
     /// still wait here, but a kill would lose them.
     pub fn add(&mut self, messages: Vec<Incoming>) {
         if let Some(path) = &self.path {
-            let lines: String = messages.iter().map(|m| m.to_line() + "\n").collect();
+            // Whole, `trace` included (unlike the model's `to_line`), since a text among them may
+            // start a turn; strings and a JSON value always serialise.
+            let lines: String = (messages.iter())
+                .map(|m| serde_json::to_string(m).expect("a message serialises") + "\n")
+                .collect();
             let appended = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)

@@ -203,3 +203,17 @@ fn what_arrives_during_a_request_is_kept_once_and_its_file_goes() {
     assert!(!spool(&data).exists());
     assert!(restart(&data, "again").sent.is_empty());
 }
+
+#[test]
+fn a_message_kept_in_the_file_keeps_its_trace() {
+    let data = world(CONFIG);
+    let path = data.join("arrived.jsonl");
+    let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let mut message = from_ann("m-1", json!({"type": "text", "text": "hi"}));
+    message.trace = Some(trace.into());
+    Arrived::new(Some(path.clone())).add(vec![message]);
+    let mut after_a_kill = Arrived::new(Some(path));
+    assert!(after_a_kill.load(HashSet::new()).is_empty());
+    let read = after_a_kill.next().expect("the message");
+    assert_eq!(read.trace.as_deref(), Some(trace));
+}

@@ -252,11 +252,12 @@ impl<H: Host> Agent<H> {
             .clone()
             .filter(|_| SPEAK_FOR_PERSON.contains(&to));
         self.remember_sent(&published, to);
-        self.host.send(&Outgoing {
+        self.send(Outgoing {
             to: Some(to.to_string()),
             id: Some(id),
             reply_to: None,
             speaks_for,
+            trace: None,
             body,
         });
         if seconds == 0 {

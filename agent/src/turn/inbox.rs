@@ -14,6 +14,17 @@ impl<H: Host> Agent<H> {
     /// Requests about the agent itself (stop, goals, conversation, rooms, memory) are answered
     /// instead of kept.
     pub(super) fn keep(&mut self, message: Incoming) {
+        if spans::is_answer(&message) {
+            if message.kind() == "error" {
+                eprintln!(
+                    "agent: the broker refused a turn's spans: {}",
+                    message.body["reason"]
+                        .as_str()
+                        .unwrap_or("it gave no reason")
+                );
+            }
+            return;
+        }
         if message.kind() == "answer" {
             // An open question's answer ended its wait before coming here: this one is not it.
             let open = self.asking.as_ref().map(|(id, c)| (id.as_str(), c));
@@ -261,7 +272,7 @@ impl<H: Host> Agent<H> {
     }
 
     /// A reply to `message`, to its sender; for the person it came from (`for`) and, when it
-    /// named a room, that room.
+    /// named a room, that room. It continues the trace of what it answers, never a turn's.
     pub(super) fn reply(&mut self, message: &Incoming, mut body: Value) {
         if let Some(person) = &message.person {
             body["for"] = json!(person);
@@ -274,6 +285,7 @@ impl<H: Host> Agent<H> {
             id: None,
             reply_to: Some(message.id.clone()),
             speaks_for: None,
+            trace: message.trace.clone(),
             body,
         });
     }
@@ -299,7 +311,8 @@ impl<H: Host> Agent<H> {
 /// The last [`CONVERSATION_ENTRIES`] entries of `history` as a person reads them:
 /// `{"role":"user","from","id","person"?,"text"}` for a message that started a turn (`person`
 /// in a room's), `{"role":"note",
-/// "text"}` for other messages shown to the model, `{"role":"assistant","text"}`,
+/// "text"}` for other messages shown to the model, `{"role":"assistant","text","steps"?}`
+/// (`steps`: the waterfall of the turn this text answered),
 /// `{"role":"tool","name","preview"}` for each call (no arguments, no output), and
 /// `{"role":"summary","text"}` where older entries were summarised. Provider items are left out.
 fn conversation(history: &History) -> Vec<Value> {
@@ -308,9 +321,10 @@ fn conversation(history: &History) -> Vec<Value> {
         .iter()
         .filter_map(|entry| match entry {
             Entry::User { text } => Some(user_entry(text)),
-            Entry::Assistant { text, .. } if !text.is_empty() => {
-                Some(json!({"role": "assistant", "text": text}))
-            }
+            Entry::Assistant { text, steps, .. } if !text.is_empty() => Some(match steps {
+                Some(steps) => json!({"role": "assistant", "text": text, "steps": steps}),
+                None => json!({"role": "assistant", "text": text}),
+            }),
             Entry::ToolCall {
                 name, arguments, ..
             } => Some(json!({"role": "tool", "name": name, "preview": preview(name, arguments)})),

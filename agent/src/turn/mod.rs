@@ -1,8 +1,8 @@
 //! Turns: the agent's main loop and the state machine of one turn (message → model step → tools →
 //! … → answer), with what must survive a restart saved in `/data` after every step:
 //! the conversation's `history.json` (see `conversations`), `turn.json` (the turn in progress:
-//! its conversation, the message that started it, the steps so far, its usage, a reply being
-//! waited for), `inbox.json` (texts waiting for their turn, and messages not yet shown, each
+//! its conversation, the message that started it, the steps so far, its usage, its trace, a reply
+//! being waited for), `inbox.json` (texts waiting for their turn, and messages not yet shown, each
 //! with its conversation), `arrived.jsonl` (messages read while the model was asked, until they
 //! are kept; see `arrived`) and `spend.json` (the day's spending).
 //! A turn acts for one person (DESIGN §13): its request holds only its conversation, its tools
@@ -12,7 +12,8 @@
 //! `usage`.
 //! The loop and the step are here; the same `Agent` is continued in `calls` (the tools the turn
 //! runs itself), `inbox` (what arrives outside a wait) and `rounds` (goals), one file each;
-//! `arrived` holds what the host read during a model request until it is kept.
+//! `arrived` holds what the host read during a model request until it is kept; `spans` the
+//! turn's trace, reported to the broker when the turn ends (DESIGN §22).
 //! **Invariant:** a turn always ends with exactly one answer to the message that started it, in
 //! words even when everything failed; a shutdown ends it only by saving it for the next start.
 
@@ -41,9 +42,11 @@ mod calls;
 mod inbox;
 mod rewind;
 mod rounds;
+mod spans;
 
 use arrived::Arrived;
 use calls::{answer_words, preview};
+use spans::{Ended, Step, TurnTrace, What, unix_ms};
 
 /// What the model is told at every step: the whole design of the world it works in.
 const PROMPT: &str = include_str!("../prompt.md");
@@ -152,6 +155,9 @@ pub struct SavedTurn {
     /// first step and kept, so a resumed turn has the same rights and payer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub principal: Option<Principal>,
+    /// The turn's span and its steps so far, from its first step on (see `spans`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TurnTrace>,
 }
 
 /// Whom an actor acts for (DESIGN §18), as the broker answered `{"type":"principal"}`.
@@ -233,6 +239,7 @@ impl SavedTurn {
             plan: Value::Null,
             round_end: None,
             principal: None,
+            trace: None,
         }
     }
 
@@ -451,6 +458,9 @@ pub struct Agent<H: Host> {
     rewinding: bool,
     /// The broker requests a rewind has sent, for their ids.
     rewind_asks: u64,
+    /// The traceparent every line carries now (DESIGN §22): the running turn's span, or its
+    /// tool call's while one runs; `None` outside a turn, and in a turn whose message had none.
+    trace: Option<String>,
 }
 
 impl<H: Host> Agent<H> {
@@ -488,6 +498,7 @@ impl<H: Host> Agent<H> {
             asking: None,
             rewinding: false,
             rewind_asks: 0,
+            trace: None,
         }
     }
 
@@ -612,7 +623,8 @@ impl<H: Host> Agent<H> {
         let mut actors_history = None;
         if let Conversation::Actor(actor) = &turn.conversation {
             let mut history = self.load_history(&turn.conversation);
-            let Some(principal) = self.ask_principal(&mut history, actor) else {
+            let trace = turn.message.trace.clone();
+            let Some(principal) = self.ask_principal(&mut history, actor, trace) else {
                 // A shutdown came: the text waits for its turn in the next instance.
                 self.inbox.turns.insert(0, turn.message);
                 self.save_inbox();
@@ -686,7 +698,12 @@ impl<H: Host> Agent<H> {
     /// [`PRINCIPAL_WAIT_SECONDS`] for the broker's own reply; `None` when a shutdown came.
     /// A candidate does not ask: its transcripts expect its answer as its next message, and a
     /// test instance needs no one's rights.
-    fn ask_principal(&mut self, history: &mut History, actor: &str) -> Option<Principal> {
+    fn ask_principal(
+        &mut self,
+        history: &mut History,
+        actor: &str,
+        trace: Option<String>,
+    ) -> Option<Principal> {
         if self.candidate {
             return Some(Principal::Nobody {
                 why: "a candidate (a test instance of the agent) acts for nobody".into(),
@@ -699,11 +716,13 @@ impl<H: Host> Agent<H> {
         // Saved before asking: a restart must not reuse the id.
         self.report(self.save_history(&conversation, history));
         self.remember_sent(&published, "broker");
-        self.host.send(&Outgoing {
+        // Asked before the turn's span begins: it continues the trace of the turn's message.
+        self.send(Outgoing {
             to: Some("broker".into()),
             id: Some(id),
             reply_to: None,
             speaks_for: None,
+            trace,
             body: json!({"type": "principal", "actor": actor}),
         });
         let expected = Expected::Actor("broker");
@@ -773,6 +792,10 @@ impl<H: Host> Agent<H> {
         self.current = Some(turn.message.id.clone());
         self.running = Some((turn.conversation.clone(), turn.message.clone()));
         turn.resumes += 1;
+        if let Some(trace) = &mut turn.trace {
+            trace.interrupt(unix_ms(self.host.now()), INTERRUPTED);
+        }
+        self.enter(&mut turn);
         let mut history = self.load_history(&turn.conversation);
         if turn.resumes >= MAX_RESUMES {
             let words = format!(
@@ -854,6 +877,7 @@ impl<H: Host> Agent<H> {
     /// The step loop: ask the model, run the tools it calls, until it answers in text, fails,
     /// is stopped, reaches its budget, or reaches [`MAX_STEPS`].
     fn work(&mut self, config: &Config, mut history: History, mut turn: SavedTurn) -> Flow {
+        self.enter(&mut turn);
         self.current = Some(turn.message.id.clone());
         self.running = Some((turn.conversation.clone(), turn.message.clone()));
         self.stop_asked = false;
@@ -916,11 +940,29 @@ impl<H: Host> Agent<H> {
                     &format!("{name} {arguments}"),
                     STEP_DESCRIPTION_CHARS,
                 ));
+                let preview = preview(name, arguments);
+                let span = self.span_id();
+                let step = Step {
+                    id: span.clone(),
+                    start_ms: unix_ms(self.host.now()),
+                    end_ms: None,
+                    error: None,
+                    what: What::Tool {
+                        tool: name.clone(),
+                        preview: preview.clone(),
+                        ok: true,
+                    },
+                };
+                // The call's lines (a build asked of `cargo`, a message to an actor) name its span.
+                if let Some(trace) = &mut turn.trace
+                    && trace.add(step)
+                {
+                    self.trace = trace.line_trace(Some(&span));
+                }
                 self.save(&mut history, &turn);
                 self.tell(
                     &turn,
-                    json!({"type": "tool", "tool": name, "state": "started",
-                    "preview": preview(name, arguments)}),
+                    json!({"type": "tool", "tool": name, "state": "started", "preview": preview}),
                 );
                 let began = Instant::now();
                 let output = match self.call(&mut history, &mut turn, id, name, arguments) {
@@ -928,11 +970,17 @@ impl<H: Host> Agent<H> {
                     None => return self.stop(&history, &turn),
                 };
                 let ok = !output.starts_with("error");
+                if let Some(trace) = &mut turn.trace {
+                    let failed = (!ok).then_some(output.as_str());
+                    trace.finish_tool(&span, unix_ms(self.host.now()), failed);
+                }
                 self.tell(
                     &turn,
                     json!({"type": "tool", "tool": name, "state": "finished",
                     "ok": ok, "seconds": round_seconds(began.elapsed())}),
                 );
+                // Back to the turn's span.
+                self.enter(&mut turn);
                 history.entries.push(Entry::ToolResult {
                     id: id.clone(),
                     output: cut_output(output),
@@ -945,13 +993,36 @@ impl<H: Host> Agent<H> {
         self.conclude(history, turn, Outcome::Cut(answer, stopped))
     }
 
-    /// Ends the turn: a message's turn answers it; a goal's round reports to the goal.
+    /// Ends the turn: a message's turn answers it; a goal's round reports to the goal. Then its
+    /// spans go to the broker.
     fn conclude(&mut self, mut history: History, mut turn: SavedTurn, outcome: Outcome) -> Flow {
         self.close_open_calls(&mut history, NOT_RUN);
         if let Outcome::Cut(words, _) = &outcome {
             // Words the model did not write still reached the person; the next turn should
             // know them.
             history.entries.push(Entry::assistant(words.clone()));
+        }
+        let (stopped, error) = match &outcome {
+            Outcome::Cut(words, stopped) => (
+                stopped.map(Stopped::name),
+                stopped.is_none().then(|| words.clone()),
+            ),
+            Outcome::Answered(_) | Outcome::Status => (None, None),
+        };
+        // The answer's waterfall stays with it in the history, for a page that reloads.
+        if let (Some(trace), false) = (&turn.trace, matches!(outcome, Outcome::Status)) {
+            let (waterfall, _) = trace.waterfall(unix_ms(self.host.now()));
+            let answer = history
+                .entries
+                .iter_mut()
+                .rev()
+                .find_map(|entry| match entry {
+                    Entry::Assistant { text, steps, .. } if !text.is_empty() => Some(steps),
+                    _ => None,
+                });
+            if let Some(steps) = answer {
+                *steps = Some(Value::Array(waterfall));
+            }
         }
         match (&turn.goal, outcome) {
             (None, Outcome::Answered(text)) => self.answer_ending(&turn, text, None),
@@ -968,7 +1039,53 @@ impl<H: Host> Agent<H> {
             }
             (Some(_), outcome) => self.end_round(&mut turn, outcome),
         }
+        self.report_spans(&turn, stopped, error);
         self.finish(&mut history, &turn.conversation)
+    }
+
+    /// Begins the turn's trace at its start (kept in `turn.json` from its first save on) and
+    /// lets the agent's lines carry the turn's span.
+    fn enter(&mut self, turn: &mut SavedTurn) {
+        if turn.trace.is_none() {
+            let now = unix_ms(self.host.now());
+            let host = &mut self.host;
+            turn.trace = Some(TurnTrace::begin(&turn.message, now, &mut || host.random()));
+        }
+        self.trace = turn.trace.as_ref().and_then(|t| t.line_trace(None));
+    }
+
+    fn span_id(&mut self) -> String {
+        spans::span_id(&mut || self.host.random())
+    }
+
+    /// Sends the ended turn's spans to the broker as one `spans` request, however the turn
+    /// ended (DESIGN §22); its answer is dropped where it arrives (`keep`). The request is the
+    /// agent's own report, for no person: it carries no `"as"`. A candidate's turns are tests,
+    /// not the world's, and are not reported.
+    fn report_spans(
+        &mut self,
+        turn: &SavedTurn,
+        stopped: Option<&'static str>,
+        error: Option<String>,
+    ) {
+        let Some(trace) = turn.trace.as_ref().filter(|_| !self.candidate) else {
+            return;
+        };
+        let ended = Ended {
+            end_ms: unix_ms(self.host.now()),
+            stopped,
+            error,
+        };
+        let person = turn.who().person;
+        let body = trace.request(&self.actor, &turn.message.id, person.as_deref(), ended);
+        self.send(Outgoing {
+            to: Some("broker".into()),
+            id: None,
+            reply_to: None,
+            speaks_for: None,
+            trace: None,
+            body,
+        });
     }
 
     /// Whether the turn must end before its next step, and with what words: a stop asked for,
@@ -1133,14 +1250,20 @@ impl<H: Host> Agent<H> {
     ) -> Asked {
         let mut attempt = 0;
         loop {
-            let failure = match self.post(config, request, turn, show) {
+            let start_ms = unix_ms(self.host.now());
+            let posted = self.post(config, request, turn, show);
+            let failure = match posted {
                 Ok(reply) => {
-                    self.charge(config, turn, &reply.usage);
+                    let cost = self.charge(config, turn, &reply.usage);
+                    self.add_model_step(config, turn, start_ms, (reply.usage, cost), None);
                     return Asked::Reply(reply);
                 }
+                // The request is made again after the restart; this one is not reported.
                 Err(None) => return Asked::Shutdown,
                 Err(Some(failure)) => failure,
             };
+            let why = Some(failure.words().to_string());
+            self.add_model_step(config, turn, start_ms, (Usage::default(), None), why);
             let after = match failure {
                 Failure::Retry { after, .. } if attempt < MAX_RETRIES => after,
                 Failure::Retry { why, .. } => {
@@ -1188,6 +1311,7 @@ impl<H: Host> Agent<H> {
         let audience = self.audience(turn);
         let room = turn.conversation.room().map(str::to_string);
         let id = turn.message.id.clone();
+        let trace = self.trace.clone();
         let progress = &mut self.progress;
         let arrived = &mut self.arrived;
         let posted = self.host.post(
@@ -1204,7 +1328,11 @@ impl<H: Host> Agent<H> {
                     return Vec::new();
                 };
                 let body = json!({"type": "progress", "text": text});
-                addressed(&audience, room.as_deref(), Some(&id), &body, None)
+                let mut lines = addressed(&audience, room.as_deref(), Some(&id), &body, None);
+                for line in &mut lines {
+                    line.trace = trace.clone();
+                }
+                lines
             },
             // In the file before the host waits again; kept by the next wait, or after the step.
             &mut |messages| arrived.add(messages),
@@ -1242,16 +1370,44 @@ impl<H: Host> Agent<H> {
         }
     }
 
-    /// Adds a response's usage to the turn, and its price to the turn and the day.
-    fn charge(&mut self, config: &Config, turn: &mut SavedTurn, usage: &Usage) {
-        turn.usage.add(*usage);
-        let cost = match &config.price {
-            Some(price) => budget::cost(usage, price),
-            None => {
-                turn.unpriced = true;
-                0.0
-            }
+    /// Keeps the model request that began at `start_ms` and ends now in the turn's trace, with
+    /// its usage and price, or why it failed.
+    fn add_model_step(
+        &mut self,
+        config: &Config,
+        turn: &mut SavedTurn,
+        start_ms: f64,
+        (usage, cost_usd): (Usage, Option<f64>),
+        error: Option<String>,
+    ) {
+        let step = Step {
+            id: self.span_id(),
+            start_ms,
+            end_ms: Some(unix_ms(self.host.now())),
+            error,
+            what: What::Model {
+                model: config.model.clone(),
+                api: config.api,
+                usage,
+                cost_usd,
+            },
         };
+        if let Some(trace) = &mut turn.trace {
+            // Past the most a turn reports, the step is only counted (see `spans::MAX_SPANS`).
+            trace.add(step);
+        }
+    }
+
+    /// Adds a response's usage to the turn, and its price to the turn and the day; returns the
+    /// price, `None` when the model has none.
+    fn charge(&mut self, config: &Config, turn: &mut SavedTurn, usage: &Usage) -> Option<f64> {
+        turn.usage.add(*usage);
+        let priced = config
+            .price
+            .as_ref()
+            .map(|price| budget::cost(usage, price));
+        turn.unpriced |= priced.is_none();
+        let cost = priced.unwrap_or(0.0);
         turn.cost_usd += cost;
         let path = self.file("spend.json");
         let mut spend = Spend::load(&path, self.host.now());
@@ -1259,6 +1415,7 @@ impl<H: Host> Agent<H> {
         if !self.candidate {
             self.report(spend.save(&path));
         }
+        priced
     }
 
     /// Waits `time`, keeping what arrives; ends early when the person stops the turn.
@@ -1387,15 +1544,32 @@ impl<H: Host> Agent<H> {
         }
         self.progress.last = Some(Instant::now());
         messages.extend(addressed(&audience, room, turn_id, &body, id));
-        for message in &messages {
-            self.host.send(message);
+        for message in messages {
+            self.send(message);
         }
     }
 
+    /// Writes one line; while a turn runs, it carries the turn's trace unless it names its own.
+    fn send(&mut self, mut message: Outgoing) {
+        if message.trace.is_none() {
+            message.trace = self.trace.clone();
+        }
+        self.host.send(&message);
+    }
+
     /// The final reply of a turn, with its usage, to everyone who follows the turn.
+    /// It carries the turn's waterfall: `steps`, and `steps_dropped` past
+    /// [`spans::MAX_STEPS_SHOWN`].
     fn answer_ending(&mut self, turn: &SavedTurn, text: String, stopped: Option<Stopped>) {
         let cost = (!turn.unpriced).then_some(turn.cost_usd);
-        let body = answer_body(&turn.message, text, &turn.usage, cost, stopped);
+        let mut body = answer_body(&turn.message, text, &turn.usage, cost, stopped);
+        if let Some(trace) = &turn.trace {
+            let (steps, dropped) = trace.waterfall(unix_ms(self.host.now()));
+            body["steps"] = json!(steps);
+            if dropped > 0 {
+                body["steps_dropped"] = json!(dropped);
+            }
+        }
         self.tell(turn, body);
     }
 
@@ -1423,6 +1597,7 @@ impl<H: Host> Agent<H> {
 
     fn finish(&mut self, history: &mut History, conversation: &Conversation) -> Flow {
         self.finished = self.current.take();
+        self.trace = None;
         self.running = None;
         self.round_of = None;
         self.stop_asked = false;
@@ -1507,6 +1682,7 @@ fn addressed(
                 id: id.clone(),
                 reply_to: recipient.reply_to.clone(),
                 speaks_for: None,
+                trace: None,
                 body,
             }
         })
@@ -1575,3 +1751,6 @@ mod arrived_tests;
 
 #[cfg(test)]
 mod rewind_tests;
+
+#[cfg(test)]
+mod spans_tests;

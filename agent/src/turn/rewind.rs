@@ -233,11 +233,12 @@ impl<H: Host> Agent<H> {
         let published = format!("{}/{id}", self.actor);
         self.save(history, turn);
         self.remember_sent(&published, "broker");
-        self.host.send(&Outgoing {
+        self.send(Outgoing {
             to: Some("broker".into()),
             id: Some(id),
             reply_to: None,
             speaks_for: turn.who().person,
+            trace: None,
             body: json!({"type": "checkpoint", "turn": turn.message.id, "actor": actor}),
         });
         let answer =
@@ -383,11 +384,12 @@ impl<H: Host> Agent<H> {
         let id = format!("rewind.r{}", self.rewind_asks);
         let published = format!("{}/{id}", self.actor);
         self.remember_sent(&published, "broker");
-        self.host.send(&Outgoing {
+        self.send(Outgoing {
             to: Some("broker".into()),
             id: Some(id),
             reply_to: None,
             speaks_for: person,
+            trace: None,
             body,
         });
         match self.await_reply(&published, BROKER_WAIT_SECONDS, Expected::Actor("broker")) {

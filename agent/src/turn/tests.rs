@@ -49,6 +49,7 @@ fn message(id: &str, from: &str, reply_to: Option<&str>, body: Value) -> Event {
         reply_to: reply_to.map(str::to_string),
         person: surface.then(|| OWNER.to_string()),
         tier: surface.then(|| "owner".to_string()),
+        trace: None,
         body,
     })
 }
@@ -187,10 +188,12 @@ fn the_conversation_is_told_as_a_person_reads_it_without_tool_output() {
     );
     assert_eq!(entries[1]["role"], "tool");
     assert_eq!(entries[1]["name"], "read_file");
-    assert_eq!(
-        entries[2],
-        json!({"role": "assistant", "text": "It says what it says."})
-    );
+    assert_eq!(entries[2]["role"], "assistant");
+    assert_eq!(entries[2]["text"], "It says what it says.");
+    let kinds: Vec<&Value> = (entries[2]["steps"].as_array().unwrap().iter())
+        .map(|step| &step["kind"])
+        .collect();
+    assert_eq!(kinds, ["model", "tool", "model"], "the turn's waterfall");
     assert_eq!(entries.len(), 3);
     assert!(!told.body.to_string().contains("secret content"));
 }
@@ -556,7 +559,12 @@ fn an_unknown_tool_and_bad_arguments_are_told_to_the_model() {
             .unwrap()
             .contains("is not an actor id")
     );
-    assert!(host.sent.iter().all(|m| m.to.as_deref() == Some("console")));
+    // Nothing was sent to an actor: only the turn's messages, and its spans to the broker.
+    assert!(
+        host.sent
+            .iter()
+            .all(|m| m.to.as_deref() == Some("console") || m.body["type"] == "spans")
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
