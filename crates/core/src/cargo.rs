@@ -19,9 +19,11 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
 use crate::broker::Broker;
+use crate::broker::counters::Counters;
 use crate::broker::principal::Principal;
 use crate::broker::stdio::{Line, Lines, MAX_LINE_BYTES};
 use crate::message::{ActorId, Envelope, Outgoing, Tier};
+use crate::traces::{self, Span};
 use crate::world::World;
 
 /// A build still running after this long is killed and answered with `build_failed`.
@@ -142,9 +144,29 @@ pub async fn serve(broker: Arc<Broker>) {
     loop {
         let request = mailbox.recv().await;
         let body = request.body_value();
+        let mut span = Span::start("build", Some(request.trace));
+        let trace = span.trace();
         let reply = match body.get("type").and_then(Value::as_str) {
             Some("build") => match may_build(&broker.principal(&request).await) {
-                Ok(person) => builder.build(&request, &person, &body).await,
+                Ok(person) => {
+                    span.set("sausage.person", person.clone());
+                    if let Some(source) = body.get("source").and_then(Value::as_str) {
+                        span.set("sausage.source", source.to_string());
+                    }
+                    let built =
+                        traces::handling(trace, builder.build(&request, &person, &body)).await;
+                    let ok = built["type"] == "built";
+                    let counter = match ok {
+                        true => &broker.counters.builds_ok,
+                        false => &broker.counters.builds_failed,
+                    };
+                    Counters::add(counter, 1);
+                    if !ok {
+                        span.fail(built["type"].as_str().unwrap_or("error").to_string());
+                    }
+                    span.end();
+                    built
+                }
                 Err(reason) => json!({"type": "error", "request": "build", "reason": reason}),
             },
             Some("undeliverable" | "shutdown") => continue,
@@ -154,7 +176,8 @@ pub async fn serve(broker: Arc<Broker>) {
                 "reason": "cargo knows one request: {\"type\": \"build\", \"source\": \"<folder with Cargo.toml>\"}",
             }),
         };
-        let out = Outgoing::new(&request.from, &reply).replying_to(Some(&request.id));
+        let mut out = Outgoing::new(&request.from, &reply).replying_to(Some(&request.id));
+        out.trace = Some(trace);
         broker.send(&me, out).await;
     }
 }

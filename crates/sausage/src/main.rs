@@ -93,6 +93,10 @@ enum Command {
         /// makes them (default: 3, or the NATS cluster's node count when smaller).
         #[arg(long, value_name = "N", requires = "cluster")]
         replicas: Option<usize>,
+        /// Export traces over OTLP/HTTP to this endpoint (such as http://127.0.0.1:4318; spans
+        /// go to its /v1/traces); default: OTEL_EXPORTER_OTLP_ENDPOINT, else none are made.
+        #[arg(long, value_name = "URL")]
+        otlp: Option<String>,
     },
     /// Print an actor's stderr.log (the host's notes about it included); `-f` follows it.
     Logs {
@@ -244,13 +248,36 @@ fn main() -> ExitCode {
             cluster,
             host_id,
             replicas,
+            otlp,
         } => {
-            let cluster = cluster.zip(host_id).map(|(servers, host)| Joining {
-                servers,
-                host,
-                replicas,
+            let otlp = otlp.or_else(|| {
+                std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+                    .ok()
+                    .filter(|url| !url.is_empty())
             });
-            block_on(run(dir, (!no_web).then_some(web), cluster))
+            let exporting = match &otlp {
+                Some(url) => {
+                    let host = host_id.clone().unwrap_or_else(|| host_name(&dir));
+                    sausage_core::traces::export_to(url, &host).map(|()| true)
+                }
+                None => Ok(false),
+            };
+            exporting.and_then(|exporting| {
+                if exporting {
+                    tracing::info!(
+                        "traces go to {}",
+                        sausage_core::traces::traces_url(otlp.as_deref().unwrap_or_default())
+                    );
+                }
+                let cluster = cluster.zip(host_id).map(|(servers, host)| Joining {
+                    servers,
+                    host,
+                    replicas,
+                });
+                let ran = block_on(run(dir, (!no_web).then_some(web), cluster));
+                sausage_core::traces::flush();
+                ran
+            })
         }
         Command::Cluster {
             command: ClusterCommand::Status { cluster },
@@ -272,6 +299,14 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// What a lone host calls itself in its traces: its world folder's name.
+fn host_name(dir: &std::path::Path) -> String {
+    std::fs::canonicalize(dir)
+        .ok()
+        .and_then(|dir| Some(dir.file_name()?.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "sausage".into())
 }
 
 /// Raises the soft limit of open files to the hard one. Idle actors hold no file open, but a

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use std::path::PathBuf;
 
+use super::counters::Counters;
 use super::principal::Principal;
 use super::supervisor::{CRASH_LOOP_CRASHES, CRASH_LOOP_WINDOW, CrashLoop, Install, Upgraded};
 use super::{Broker, candidate, shadow};
@@ -571,7 +572,10 @@ impl Broker {
                 .map_or(DEFAULT_MEMORY_MB, |source| memory(read_manifest(source))),
         };
         let window = self.router.mailbox(id).and_then(|m| m.window().cloned());
-        shadow::run(
+        let mut span = Span::start("shadow run", None);
+        span.set("sausage.actor", id.to_string());
+        span.set("sausage.version", i64::from(version));
+        let outcome = shadow::run(
             &self.runtime,
             &self.world,
             id,
@@ -580,7 +584,23 @@ impl Broker {
             new,
             mode,
         )
-        .await
+        .await;
+        match &outcome {
+            Ok(outcome) => {
+                let report = &outcome.report;
+                span.set(
+                    "sausage.shadow.messages",
+                    report["messages"].as_i64().unwrap_or(0),
+                );
+                span.set(
+                    "sausage.shadow.different",
+                    report["different"].as_array().map_or(0, Vec::len) as i64,
+                );
+            }
+            Err(reason) => span.fail(reason.clone()),
+        }
+        span.end();
+        outcome
     }
 
     /// `rollback`: to `version`, or to the highest older version.
@@ -594,7 +614,11 @@ impl Broker {
                     .ok_or_else(|| format!("`version` must be a version number, not {v}"))?,
             ),
         };
-        self.roll_back(&id, target, None).await
+        let rolled = self.roll_back(&id, target, None).await;
+        if rolled.is_ok() {
+            Counters::add(&self.counters.rollbacks, 1);
+        }
+        rolled
     }
 
     /// Rolls `id` back (or forward) to `target`: snapshots the current state into the current
@@ -728,6 +752,8 @@ impl Broker {
             .await
         {
             Ok(mut body) => {
+                Counters::add(&self.counters.rollbacks, 1);
+                Counters::add(&self.counters.automatic_rollbacks, 1);
                 body["reason"] = json!(reason);
                 body
             }
@@ -855,7 +881,10 @@ impl Broker {
             .compile_file(&wasm_file)
             .await
             .map_err(|e| format!("`{wasm_path}`: {e}"))?;
-        let report = candidate::test(
+        let mut span = Span::start("test", None);
+        span.set("sausage.actor", id.to_string());
+        span.set("sausage.version", i64::from(version));
+        let tested = candidate::test(
             &self.runtime,
             &self.world,
             id,
@@ -863,8 +892,13 @@ impl Broker {
             &program,
             source.as_deref(),
         )
-        .await
-        .map_err(|reason| format!("version {version} of `{id}` was rejected: {reason}"))?;
+        .await;
+        if let Err(reason) = &tested {
+            span.fail(reason.clone());
+        }
+        span.end();
+        let report = tested
+            .map_err(|reason| format!("version {version} of `{id}` was rejected: {reason}"))?;
         Ok(Candidate {
             program,
             report,
