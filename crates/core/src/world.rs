@@ -436,6 +436,18 @@ impl World {
         self.root.join("broker/web/address")
     }
 
+    /// `broker/web/metrics-token`: the SHA-256 of the token `/metrics` answers to (DESIGN
+    /// §22), made by `sausage metrics token`; never the token itself.
+    pub fn metrics_token_path(&self) -> PathBuf {
+        self.root.join("broker/web/metrics-token")
+    }
+
+    /// `broker/web/local-token`: the token the running host's `/status` answers to, made at
+    /// each start for `sausage status` on this machine (readable only by the world's user).
+    pub fn local_token_path(&self) -> PathBuf {
+        self.root.join("broker/web/local-token")
+    }
+
     pub fn credentials_dir(&self) -> PathBuf {
         self.root.join("broker/credentials")
     }

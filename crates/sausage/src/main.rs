@@ -4,6 +4,7 @@
 mod actor_logs;
 mod init;
 mod logs;
+mod status;
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -109,6 +110,18 @@ enum Command {
         #[arg(short, long)]
         follow: bool,
     },
+    /// Print the world's actors as a table: id, state, version, owner, host, queued, restarts,
+    /// memory (asked of the running host; from the world's files when it does not run).
+    Status {
+        /// The world's folder.
+        #[arg(long, value_name = "DIR", default_value = "world")]
+        world: PathBuf,
+    },
+    /// Metrics for Prometheus at the web address's /metrics: `sausage metrics token`.
+    Metrics {
+        #[command(subcommand)]
+        command: MetricsCommand,
+    },
     /// A world spread over several hosts: `sausage cluster status`.
     Cluster {
         #[command(subcommand)]
@@ -160,6 +173,16 @@ enum PeopleCommand {
     Link { id: String },
     /// Set a person's Matrix user id (`@ann:example.org`), or clear it when none is given.
     Matrix { id: String, user_id: Option<String> },
+}
+
+#[derive(Subcommand)]
+enum MetricsCommand {
+    /// Make a new bearer token for /metrics (the old one stops working) and print it.
+    Token {
+        /// The world's folder.
+        #[arg(long, value_name = "DIR", default_value = "world")]
+        world: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -286,6 +309,10 @@ fn main() -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }),
         Command::People { command, world } => people(&World::new(world), command),
+        Command::Status { world } => status::print(&World::new(world)),
+        Command::Metrics {
+            command: MetricsCommand::Token { world },
+        } => status::metrics_token(&World::new(world)),
         Command::Logs {
             actor,
             world,

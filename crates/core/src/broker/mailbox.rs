@@ -133,6 +133,8 @@ struct Inner {
     /// Messages accepted since the host started, by sender: what the web console's rates and
     /// graph are made of. Counted under the lock a push takes anyway.
     accepted_from: FxHashMap<ActorId, u64>,
+    /// The stdin bytes of every message accepted since the host started.
+    accepted_bytes: u64,
     /// The positions the next push at the back and at the front get: the journal's keys, which
     /// sort in queue order.
     next_back: i64,
@@ -243,6 +245,7 @@ impl Mailbox {
                 queue,
                 bytes,
                 accepted_from: FxHashMap::default(),
+                accepted_bytes: 0,
                 next_back,
                 next_front,
                 input: Input::Detached,
@@ -271,11 +274,12 @@ impl Mailbox {
             if !stream.publish(actor, &envelope) {
                 return Err(Refused::Full(envelope));
             }
-            *self
-                .lock()
+            let mut inner = self.lock();
+            *inner
                 .accepted_from
                 .entry(envelope.from.clone())
                 .or_default() += 1;
+            inner.accepted_bytes += envelope.line_len() as u64;
             return Ok(());
         }
         let mut inner = self.lock();
@@ -471,12 +475,19 @@ impl Mailbox {
 
     /// How many messages each sender got accepted into this mailbox since the host started.
     pub fn accepted_from(&self) -> Vec<(ActorId, u64)> {
+        self.traffic().1
+    }
+
+    /// The messages waiting, each sender's messages accepted since the host started, and their
+    /// bytes, read together.
+    pub fn traffic(&self) -> (usize, Vec<(ActorId, u64)>, u64) {
         let inner = self.lock();
-        inner
+        let from = inner
             .accepted_from
             .iter()
             .map(|(from, n)| (from.clone(), *n))
-            .collect()
+            .collect();
+        (inner.queue.len(), from, inner.accepted_bytes)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -609,6 +620,7 @@ impl Inner {
     /// Queues an accepted message at the back, counting it for its sender.
     fn accept(&mut self, pos: i64, envelope: Arc<Envelope>) {
         *self.accepted_from.entry(envelope.from.clone()).or_default() += 1;
+        self.accepted_bytes += envelope.line_len() as u64;
         self.enqueue(pos, envelope, End::Back);
     }
 

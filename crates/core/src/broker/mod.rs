@@ -389,6 +389,16 @@ impl Broker {
         }
     }
 
+    /// The linear memory of every running instance this host supervises, in bytes.
+    pub fn memory_in_use(&self) -> HashMap<ActorId, usize> {
+        self.actors
+            .lock()
+            .expect("actors lock")
+            .iter()
+            .map(|(id, handle)| (id.clone(), handle.memory.load(Ordering::Relaxed)))
+            .collect()
+    }
+
     /// The WASM actors this host supervises.
     pub fn local_ids(&self) -> Vec<ActorId> {
         self.actors

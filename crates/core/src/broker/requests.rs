@@ -1085,10 +1085,12 @@ impl Broker {
         Ok(json!({"type": kind, "actor": publisher.as_str()}))
     }
 
-    /// `list`: every actor with kind, version, running, state, restarts and the messages queued
-    /// in its mailbox; and the subscriptions.
-    async fn list(&self) -> Value {
+    /// `list`: every actor with kind, version, running, state, restarts, the messages queued
+    /// in its mailbox and its instance's memory (bytes, while one runs here); and the
+    /// subscriptions.
+    pub async fn list(&self) -> Value {
         let registry = self.registry().await;
+        let memory = self.memory_in_use();
         let mut actors = Vec::new();
         for (id, kind) in self.known_actors().await {
             let actor = ActorId::parse(&id).expect("known ids are valid");
@@ -1103,6 +1105,7 @@ impl Broker {
                 "state": if kind == "native" { json!("running") } else { json!(status.state) },
                 "restarts": status.restarts,
                 "queued": self.router.mailbox(&actor).map_or(0, |m| m.len()),
+                "memory": memory.get(&actor).filter(|bytes| **bytes > 0),
             }));
             if let (Some(cluster), Some(row)) = (&self.cluster, actors.last_mut()) {
                 let here = cluster.placement.host().to_string();

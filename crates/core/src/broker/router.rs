@@ -59,6 +59,8 @@ pub struct Traffic {
     pub queued: usize,
     /// Each sender's messages accepted into it since the host started.
     pub accepted_from: Vec<(ActorId, u64)>,
+    /// The bytes of those messages (as stdin lines).
+    pub accepted_bytes: u64,
 }
 
 /// A message on its way: its envelope and the recipients it has not reached yet.
@@ -174,10 +176,14 @@ impl Router {
             .collect();
         mailboxes
             .into_iter()
-            .map(|(actor, mailbox)| Traffic {
-                actor,
-                queued: mailbox.len(),
-                accepted_from: mailbox.accepted_from(),
+            .map(|(actor, mailbox)| {
+                let (queued, accepted_from, accepted_bytes) = mailbox.traffic();
+                Traffic {
+                    actor,
+                    queued,
+                    accepted_from,
+                    accepted_bytes,
+                }
             })
             .collect()
     }

@@ -6,7 +6,7 @@
 //! a terminal (`run_terminal`) gets a line editor, the agent's turns shown as they happen, and
 //! Ctrl-C to stop a turn. End of input ends the run like `/quit`.
 
-mod render;
+pub mod render;
 mod terminal;
 mod turns;
 

@@ -7,6 +7,7 @@
 //! other's change; the file itself is replaced atomically and synced.
 //! **Invariant:** a world always has an owner, and login tokens are kept only as SHA-256 hashes.
 
+pub mod readers;
 pub mod sessions;
 pub mod tiers;
 

@@ -16,6 +16,7 @@
 mod api;
 mod events;
 mod logins;
+pub mod metrics;
 mod questions;
 mod rates;
 
@@ -161,6 +162,12 @@ pub async fn start(broker: Arc<Broker>, addr: SocketAddr) -> Result<Web> {
         let owner = people.console_person()?;
         let token = people.new_link(&owner.id)?;
         let sessions = Sessions::load(world.web_sessions_path(), people);
+        crate::people::readers::new_local_token(&world).with_context(|| {
+            format!(
+                "{}: cannot make the token `sausage status` reads with",
+                world.local_token_path().display()
+            )
+        })?;
         let address = world.web_address_path();
         std::fs::create_dir_all(address.parent().expect("in broker/web"))
             .and_then(|()| {
@@ -239,6 +246,8 @@ async fn keep_questions(
 
 fn routes(app: Arc<App>) -> Router {
     Router::new()
+        .route("/metrics", axum::routing::get(metrics::metrics))
+        .route("/status", axum::routing::get(metrics::status))
         .merge(api::routes())
         .merge(api::pages())
         .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))

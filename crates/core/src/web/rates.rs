@@ -135,6 +135,7 @@ mod tests {
             actor: id(to),
             queued,
             accepted_from: from.iter().map(|(f, n)| (id(f), *n)).collect(),
+            accepted_bytes: 0,
         }
     }
 
