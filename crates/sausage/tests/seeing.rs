@@ -368,3 +368,37 @@ fn without_an_endpoint_messages_flow_and_spans_are_checked_but_not_sent() {
     assert!(!host.stderr().contains("traces go to"));
     host.quit();
 }
+
+#[test]
+fn the_standard_environment_variable_turns_export_on_and_a_wrong_url_is_refused() {
+    let otlp = Otlp::start();
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    let endpoint = otlp.endpoint();
+    let mut host = Host::start_with(
+        &world.root,
+        &["--no-web"],
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)],
+    );
+    host.tell("echo", json!({"type": "ping"}));
+    host.wait_type("echo", "ping");
+    otlp.wait_for("echo's delivery", EXPORTS, |spans| {
+        has(spans, "deliver echo")
+    });
+    assert!(
+        host.stderr()
+            .contains(&format!("traces go to {endpoint}/v1/traces"))
+    );
+    host.quit();
+
+    let root = world.root.to_str().unwrap();
+    for url in ["not a url", "ftp://127.0.0.1:4318", "http://"] {
+        let refused = sausage(&["run", root, "--no-web", "--otlp", url]);
+        assert!(!refused.status.success(), "{url}");
+        let said = text(&refused.stderr);
+        assert!(
+            said.contains("give the OTLP/HTTP endpoint"),
+            "{url}: {said}"
+        );
+    }
+}

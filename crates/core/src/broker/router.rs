@@ -501,6 +501,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_message_continues_the_trace_it_names_or_the_one_under_way() {
+        let (_dir, router) = router();
+        let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let named = router.accept(
+            &id("a"),
+            out(&format!(r#"{{"to":"b","trace":"{parent}","body":{{}}}}"#)),
+        );
+        let trace = named.envelope.trace;
+        assert_eq!(trace.trace, 0x4bf92f3577b34da6a3ce929d0e0e4736);
+        assert_eq!(trace.parent, 0x00f067aa0ba902b7);
+        assert!(!trace.sampled, "this host exports no spans");
+        let root = router.accept(&id("a"), out(r#"{"to":"b","body":{}}"#));
+        assert!(root.envelope.trace.is_some());
+        assert_eq!(root.envelope.trace.parent, 0);
+        let handling = Trace::child_of(None, false);
+        let under_way = crate::traces::handling(handling, async {
+            router.accept(&id("a"), out(r#"{"to":"b","body":{}}"#))
+        })
+        .await;
+        assert_eq!(under_way.envelope.trace.trace, handling.trace);
+        assert_eq!(under_way.envelope.trace.parent, handling.span);
+        let line = String::from_utf8(under_way.envelope.to_line()).unwrap();
+        assert!(
+            line.contains(&format!(r#""trace":"00-{:032x}-"#, handling.trace)),
+            "{line}"
+        );
+    }
+
+    #[tokio::test]
     async fn ids_are_assigned_or_prefixed_with_the_sender() {
         let (_dir, r) = router();
         r.add(&id("a"));

@@ -216,7 +216,7 @@ pub async fn render(broker: &Broker) -> String {
     }
     registry.register(
         "sausage_model_tokens",
-        "Tokens of the agent's model requests, by kind",
+        "Tokens of the agent's model requests, by kind (`input` counts cached ones too, as `cache_read` does)",
         tokens,
     );
     let cost: Counter<f64, AtomicU64> = Counter::default();
