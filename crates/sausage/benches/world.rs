@@ -3,7 +3,7 @@
 //! Builds its own actors, then measures each figure of the speed issue and prints a table with
 //! the machine's core count. Figures, not pass/fail: the targets are printed beside them.
 //! `cargo bench -- WORD…` measures only the groups whose name contains a word (`round_trips`,
-//! `flood`, `start_up`, `memory`, `upgrade`, `shadow`, `window`, `compile`).
+//! `flood`, `start_up`, `memory`, `upgrade`, `shadow`, `window`, `traces`, `compile`).
 
 mod common;
 use common::{Host, build_actors, build_agent, repo, world};
@@ -56,6 +56,9 @@ fn main() {
     }
     if wanted("window") {
         window(&actors, &mut figures);
+    }
+    if wanted("traces") {
+        traces(&actors, &mut figures);
     }
     if wanted("compile") {
         compile(
@@ -417,6 +420,97 @@ fn window(actors: &Path, figures: &mut Vec<Figure>) {
         value: format!("{} / {}", shown(&runs[0]), shown(&runs[1])),
         target: "no measurable difference",
     });
+}
+
+/// What traces cost a round trip (DESIGN §22): `ping` and `pong` on a host with no endpoint
+/// (every envelope still carries a trace) and on one exporting every delivery's span over
+/// OTLP/HTTP to a local sink that answers each export at once, alternately, twice each.
+fn traces(actors: &Path, figures: &mut Vec<Figure>) {
+    let sink = otlp_sink();
+    let mut runs: [Vec<Value>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..4 {
+        let exported = round % 2 == 1;
+        let (_dir, world) = world(actors, &[("ping", "pingpong"), ("pong", "pingpong")]);
+        let mut host = if exported {
+            Host::start_with(&world, &["--otlp", &sink])
+        } else {
+            Host::start(&world)
+        };
+        host.tell(
+            "ping",
+            json!({"type": "run", "peer": "pong", "rounds": 2000}),
+        );
+        host.wait("ping", "stats");
+        host.tell(
+            "ping",
+            json!({"type": "run", "peer": "pong", "rounds": 50000}),
+        );
+        runs[usize::from(exported)].push(host.wait("ping", "stats"));
+        host.quit();
+    }
+    let shown = |stats: &[Value]| {
+        let field = |name: &str| {
+            let mut values: Vec<f64> = stats.iter().filter_map(|s| s[name].as_f64()).collect();
+            values.sort_by(f64::total_cmp);
+            values[values.len() / 2]
+        };
+        format!(
+            "{:.0} / {:.0} µs, {:.0}/s",
+            field("p50_us"),
+            field("p99_us"),
+            field("per_sec")
+        )
+    };
+    figures.push(Figure {
+        what: "round trip with traces off / every span exported over OTLP/HTTP: p50 / p99, \
+               round trips a second"
+            .into(),
+        value: format!("{} / {}", shown(&runs[0]), shown(&runs[1])),
+        target: "off: as before traces (p50 10 µs, 88,000/s)",
+    });
+}
+
+/// An OTLP/HTTP endpoint that reads each export and answers 200 with an empty body: what a
+/// collector costs the host, without one.
+fn otlp_sink() -> String {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut stream = stream;
+                loop {
+                    let mut length = 0usize;
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let line = line.trim_end();
+                        if line.is_empty() {
+                            break;
+                        }
+                        if let Some((name, value)) = line.split_once(':')
+                            && name.eq_ignore_ascii_case("content-length")
+                        {
+                            length = value.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if reader.read_exact(&mut body).is_err()
+                        || stream
+                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                            .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    format!("http://{addr}")
 }
 
 fn median(mut times: Vec<Duration>) -> Duration {
