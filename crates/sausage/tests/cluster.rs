@@ -1206,3 +1206,89 @@ fn an_upgrade_asked_on_another_host_is_tried_on_the_actors_window_where_it_runs(
     b.tell("t", json!({"type": "double", "n": 4}));
     assert_eq!(b.wait_type("t", "doubled")["result"], 8);
 }
+
+#[test]
+fn a_trace_crosses_hosts_and_a_cluster_hosts_metrics_count_its_hosts_and_leases() {
+    let otlp = support::otlp::Otlp::start();
+    let nats = Nats::start();
+    let (one, two) = (TestWorld::new(), TestWorld::new());
+    one.install("echo", "echo");
+    let endpoint = otlp.endpoint();
+    let mut a = Host::start_with(
+        &one.root,
+        &[
+            "--no-web",
+            "--cluster",
+            &nats.url(),
+            "--host-id",
+            "a",
+            "--otlp",
+            &endpoint,
+        ],
+        &[],
+    );
+    list_until(&mut a, "echo runs on a", |l| {
+        actor(l, "echo")["state"] == "running" && actor(l, "echo")["host"] == "a"
+    });
+    let token = std::process::Command::new(env!("CARGO_BIN_EXE_sausage"))
+        .args(["metrics", "token", "--world", two.root.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let token = String::from_utf8(token.stdout).unwrap().trim().to_string();
+    let mut b = WebHost::start_with(
+        &two,
+        &[
+            "--web",
+            "127.0.0.1:0",
+            "--cluster",
+            &nats.url(),
+            "--host-id",
+            "b",
+            "--otlp",
+            &endpoint,
+        ],
+    );
+    list_until(&mut b.host, "two hosts", |l| alive_hosts(l).len() == 2);
+
+    // b's console → echo on a → the answer back to b's console.
+    b.host.tell("echo", json!({"type": "ping", "n": 1}));
+    b.host.wait_type("echo", "ping");
+    // The delivery of a message from `from`, recorded by the host that read it.
+    let named = |spans: &[Value], name: &str, host: &str, from: &str| -> Option<Value> {
+        spans
+            .iter()
+            .find(|s| {
+                s["name"] == name
+                    && s["resource"]["service.instance.id"] == host
+                    && s["attributes"]["sausage.from"] == from
+            })
+            .cloned()
+    };
+    let spans = otlp.wait_for(
+        "the delivery on a and the answer's on b",
+        FAILOVER_PATIENCE,
+        |s| {
+            named(s, "deliver echo", "a", "console").is_some()
+                && named(s, "deliver console", "b", "echo").is_some()
+        },
+    );
+    let there = named(&spans, "deliver echo", "a", "console").unwrap();
+    let back = named(&spans, "deliver console", "b", "echo").unwrap();
+    assert_eq!(back["trace_id"], there["trace_id"], "{back}");
+    assert_eq!(back["parent_span_id"], there["span_id"], "{back}");
+
+    let auth = format!("Bearer {token}");
+    let metrics =
+        support::http::request(&b.addr, "GET", "/metrics", &[("Authorization", &auth)], b"");
+    assert_eq!(metrics.status, 200, "{}", metrics.text());
+    let text = metrics.text();
+    assert!(text.contains("sausage_cluster_hosts_alive 2"), "{text}");
+    assert!(
+        text.contains(r#"sausage_cluster_leases{host="a"} "#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"sausage_cluster_leases{host="b"} "#),
+        "{text}"
+    );
+}
