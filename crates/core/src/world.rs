@@ -760,6 +760,18 @@ impl World {
         }
     }
 
+    /// Whether a `sausage run` holds the world's lock now. Looks by taking the lock and letting
+    /// go at once: a run starting in that instant is told the world is in use.
+    pub fn is_running(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let Ok(file) = std::fs::File::open(self.root.join("broker/lock")) else {
+            return false;
+        };
+        // SAFETY: flock on a descriptor we own; it has no memory effects. Closing the file
+        // releases a lock taken.
+        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) != 0 }
+    }
+
     /// Takes the world's lock for this process; it is released when the process ends, even
     /// by a hard kill. Fails when another `sausage run` holds it.
     pub fn lock(&self) -> Result<std::fs::File> {

@@ -20,12 +20,17 @@ pub fn print(world: &World) -> Result<ExitCode> {
     must_be_a_world(world)?;
     let list = match ask_running(world) {
         Some(list) => list,
-        None => {
+        None if world.is_running() => {
             println!(
-                "{} is not running (no web console answers); from its files:",
+                "{} runs, but its web console does not answer (run without --no-web to see \
+                 queued messages and memory here); from its files:",
                 world.root().display()
             );
-            from_files(world)?
+            from_files(world, true)?
+        }
+        None => {
+            println!("{} is not running; from its files:", world.root().display());
+            from_files(world, false)?
         }
     };
     for line in actors_table(&list) {
@@ -78,8 +83,9 @@ fn ask_running(world: &World) -> Option<Value> {
     serde_json::from_slice(&response.bytes().ok()?).ok()
 }
 
-/// The table as the world's files say: the registry and each actor's `status.json`.
-fn from_files(world: &World) -> Result<Value> {
+/// The table as the world's files say: the registry and each actor's `status.json` (whose state
+/// counts only while the world runs).
+fn from_files(world: &World, running: bool) -> Result<Value> {
     let registry = world.load_registry()?;
     let actors: Vec<Value> = registry
         .actors
@@ -91,8 +97,7 @@ fn from_files(world: &World) -> Result<Value> {
                 .unwrap_or_default();
             json!({
                 "id": id, "kind": "wasm", "version": entry.version, "owner": entry.owner,
-                // Nothing runs: the state is what it would start as.
-                "state": if entry.running { "stopped (starts with the world)" } else { "stopped" },
+                "state": if running { json!(status.state) } else { json!("stopped") },
                 "restarts": status.restarts,
             })
         })

@@ -200,6 +200,18 @@ fn prometheus_scrapes_a_running_world_and_its_series_move_with_messages_and_a_tu
     assert_eq!(new.status, 200);
 
     web.host.quit();
+    let mut headless = Host::start_with(&world.root, &["--no-web"], &[]);
+    headless.tell("echo", json!({"type": "ping"}));
+    headless.wait_type("echo", "ping");
+    let table = text(&sausage(&["status", "--world", root]).stdout);
+    assert!(table.contains("its web console does not answer"), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("echo ") && l.contains("running")),
+        "{table}"
+    );
+    headless.quit();
     let stopped = sausage(&["status", "--world", root]);
     let table = text(&stopped.stdout);
     assert!(table.contains("is not running"), "{table}");
