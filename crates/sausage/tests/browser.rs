@@ -1,8 +1,8 @@
 //! The web console's page in a real browser (headless chromium over WebDriver): logging in, the
 //! chat with the agent on the fake model provider (streaming, tool lines, a plan, a question
 //! answered by a button, the stop button, a turn rewound), actions on an actor with their
-//! confirmation, a rollback, an upgrade's shadow run side by side, the graph, reconnecting
-//! after the world restarts, and a phone's screen. Each test leaves a screenshot in
+//! confirmation, a rollback, an upgrade's shadow run side by side, a turn's waterfall, the
+//! graph, reconnecting after the world restarts, and a phone's screen. Each test leaves a screenshot in
 //! `target/browser/`.
 
 mod support;
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use sausage_fake_llm::{FakeLlm, openai};
 use serde_json::json;
-use support::agent::{tool_outputs, world_with_agent};
+use support::agent::{config_with, tool_outputs, world_with_agent, world_with_config};
 use support::browser::{Browser, ENTER, RELEASE, SHIFT};
 use support::web::{WebHost, free_addr};
 use support::*;
@@ -614,4 +614,73 @@ fn the_rewind_button_undoes_a_turns_upgrade() {
         "a turn is rewound once"
     );
     browser.screenshot("rewound_turn").unwrap();
+}
+
+#[test]
+fn a_turns_waterfall_shows_its_model_requests_and_tool_call_on_one_time_axis() {
+    let fake = FakeLlm::start();
+    let prices =
+        json!({"test-model": {"input": 2.0, "output": 8.0, "cache_read": 0.5, "cache_write": 2.0}});
+    let config = config_with(&fake, "openai-responses", json!({"prices": prices}));
+    let world = world_with_config(&fake, "openai-responses", config);
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "list_dir",
+        json!({"path": "/data"}),
+    )]));
+    fake.push_openai(openai::text_reply("There is one file, config.json."));
+    let web = WebHost::start(&world);
+    let browser = logged_in(&web);
+    browser.type_into("#chat-input", &format!("what is in /data?{ENTER}"));
+    browser.wait_text(".turn[data-done=true] .turn-answer", "config.json");
+
+    // Under the answer, closed: two model requests and the call between them, with their cost.
+    let summary = browser.wait_text(
+        ".turn .turn-answer + .waterfall summary",
+        "Waterfall: 3 steps",
+    );
+    assert!(
+        summary.contains('$') && !summary.contains("unknown"),
+        "{summary}"
+    );
+    let open = "return document.querySelector('.waterfall').open";
+    assert_eq!(browser.eval(open, json!([])), false, "it starts closed");
+    browser.click(".waterfall summary");
+    browser.wait_until("the waterfall to open", open);
+    let rows = browser.eval(
+        "return [...document.querySelectorAll('.waterfall-row')].map((row) => {
+           const bar = row.querySelector('.waterfall-bar').getBoundingClientRect();
+           return { kind: row.dataset.kind, label: row.querySelector('.waterfall-label').textContent,
+                    left: bar.left, width: bar.width };
+         })",
+        json!([]),
+    );
+    let rows = rows.as_array().unwrap();
+    let kinds: Vec<&str> = rows.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["model", "tool", "model"], "{rows:?}");
+    let label = |n: usize| rows[n]["label"].as_str().unwrap();
+    assert!(
+        label(0).starts_with("test-model ") && label(0).contains(" out · $"),
+        "{rows:?}"
+    );
+    assert!(
+        label(1).starts_with("list_dir /data · ") && label(1).ends_with(" ms"),
+        "{rows:?}"
+    );
+    for row in rows {
+        assert!(row["width"].as_f64().unwrap() >= 2.0, "{rows:?}");
+    }
+    // One time axis: each step starts no earlier than the one before it.
+    let left = |n: usize| rows[n]["left"].as_f64().unwrap();
+    assert!(
+        left(0) <= left(1) && left(1) <= left(2) && left(0) < left(2),
+        "{rows:?}"
+    );
+
+    // The conversation the agent tells after a reload keeps it.
+    browser.reload();
+    browser.wait_text(".turn .turn-answer + .waterfall summary", &summary);
+    browser.click(".waterfall summary");
+    browser.wait_until("the waterfall to open", open);
+    browser.screenshot("turn_waterfall").unwrap();
+    fake.assert_clean();
 }

@@ -489,6 +489,49 @@ function money(usd) {
   return `$${usd < 0.01 ? usd.toFixed(4) : usd.toFixed(2)}`;
 }
 
+/** A time for people: "850 ms", "2.3 s". */
+function duration(ms) {
+  return ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(1)} s`;
+}
+
+/** A finished turn's waterfall (DESIGN §22), closed until opened: one row per step (a model
+ * request or a tool call; `start_ms` and `ms` count from the turn's start) with its bar on one
+ * time axis, and the steps' time and cost in the summary; null when there are no steps. The
+ * bars are placed through element.style: the page's policy allows no inline style attribute. */
+function waterfall(steps, dropped) {
+  if (!Array.isArray(steps) || !steps.length) return null;
+  const ms = (n) => (Number.isFinite(n) && n > 0 ? n : 0);
+  const total = Math.max(1, ...steps.map((step) => ms(step.start_ms) + ms(step.ms)));
+  const models = steps.filter((step) => step.kind === 'model');
+  // One model request without a price makes the sum unknown, as it does the turn's cost.
+  const cost = models.some((step) => typeof step.cost_usd !== 'number') ? null
+    : models.reduce((sum, step) => sum + step.cost_usd, 0);
+  const count = `${steps.length} step${steps.length === 1 ? '' : 's'}` +
+    (dropped ? ` (and ${dropped} not shown)` : '');
+  const rows = steps.map((step) => {
+    const model = step.kind === 'model';
+    const detail = model
+      ? ` ${step.input_tokens ?? 0} in / ${step.output_tokens ?? 0} out · ${money(step.cost_usd)}`
+      : ` ${step.preview || ''} · ${duration(ms(step.ms))}${step.ok === false ? ' · failed' : ''}`;
+    const label = `${step.name}${detail}`;
+    const bar = el('div', {
+      class: 'waterfall-bar',
+      title: `${label}\nfrom ${duration(ms(step.start_ms))}, for ${duration(ms(step.ms))}`,
+    });
+    bar.style.left = `${(ms(step.start_ms) / total) * 100}%`;
+    bar.style.width = `${(ms(step.ms) / total) * 100}%`;
+    return el('div', {
+      class: 'waterfall-row', 'data-kind': model ? 'model' : 'tool',
+      'data-ok': model ? null : String(step.ok !== false),
+    },
+    el('span', { class: 'waterfall-label', title: label }, el('span', { class: 'name' }, step.name), detail),
+    el('div', { class: 'waterfall-track' }, bar));
+  });
+  return el('details', { class: 'waterfall' },
+    el('summary', {}, `Waterfall: ${count}, ${duration(total)}, ${money(cost)}`),
+    el('div', { class: 'waterfall-rows' }, rows));
+}
+
 function finalAnswer(turn, body) {
   const text = body.text || '';
   // The answer is the last step's text, which was streamed; anything else (a stop, a budget)
@@ -498,6 +541,9 @@ function finalAnswer(turn, body) {
   const bubble = turn.bubble;
   bubble.classList.remove('streaming');
   renderMarkdown(bubble, text);
+  $('.waterfall', turn.el)?.remove();
+  const steps = waterfall(body.steps, body.steps_dropped);
+  if (steps) bubble.after(steps);
   turn.bubble = null;
   turn.streamed = '';
   setRunning(turn, false);
@@ -600,6 +646,8 @@ async function loadConversation() {
         renderMarkdown(bubble, entry.text);
         if (current) addToTurn(current, bubble);
         else log.append(bubble);
+        const steps = waterfall(entry.steps);
+        if (steps) bubble.after(steps);
         break;
       }
       case 'tool': {
