@@ -300,7 +300,7 @@ impl Envelope {
     /// The line written to a guest's stdin, newline included.
     pub fn to_line(&self) -> Vec<u8> {
         let body = self.body.get();
-        let mut line = Vec::with_capacity(body.len() + self.id.len() + 64);
+        let mut line = Vec::with_capacity(body.len() + self.id.len() + 64 + TRACE_FIELD);
         line.extend_from_slice(b"{\"id\":");
         push_json_string(&mut line, &self.id);
         line.extend_from_slice(b",\"from\":\"");
@@ -324,6 +324,7 @@ impl Envelope {
             line.push(b'"');
         }
         if self.trace.is_some() {
+            // Only a host that exports spans gives messages a trace (`broker::router`).
             line.extend_from_slice(b",\"trace\":\"");
             self.trace.push_traceparent(&mut line);
             line.push(b'"');
@@ -340,7 +341,7 @@ impl Envelope {
         const REPLY_FRAME: usize = r#","reply_to":"""#.len();
         const SPEAKER_FRAME: usize = r#","person":"","tier":"""#.len();
         const SCHEDULE_FRAME: usize = r#","schedule":"""#.len();
-        const TRACE_FRAME: usize = r#","trace":"""#.len() + TRACEPARENT_LEN;
+
         self.body.get().len()
             + self.id.len()
             + self.from.as_str().len()
@@ -352,7 +353,7 @@ impl Envelope {
                 .schedule
                 .as_ref()
                 .map_or(0, |s| s.len() + SCHEDULE_FRAME)
-            + if self.trace.is_some() { TRACE_FRAME } else { 0 }
+            + if self.trace.is_some() { TRACE_FIELD } else { 0 }
             + FRAME
     }
 
@@ -529,11 +530,13 @@ impl Trace {
     }
 
     fn push_traceparent(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(b"00-");
-        push_hex(out, self.trace, 32);
-        out.push(b'-');
-        push_hex(out, u128::from(self.span), 16);
-        out.extend_from_slice(if self.sampled { b"-01" } else { b"-00" });
+        let mut text = *b"00-00000000000000000000000000000000-0000000000000000-00";
+        hex_into(&mut text[3..35], &self.trace.to_be_bytes());
+        hex_into(&mut text[36..52], &self.span.to_be_bytes());
+        if self.sampled {
+            text[54] = b'1';
+        }
+        out.extend_from_slice(&text);
     }
 
     /// What [`Envelope::to_wire`] carried besides the traceparent.
@@ -547,12 +550,17 @@ impl Trace {
     }
 }
 
-fn push_hex(out: &mut Vec<u8>, value: u128, digits: u32) {
+/// Writes `bytes` as lowercase hex into `out`, two digits a byte (it is twice their length).
+fn hex_into(out: &mut [u8], bytes: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    for i in (0..digits).rev() {
-        out.push(HEX[((value >> (i * 4)) & 0xf) as usize]);
+    for (pair, byte) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = HEX[usize::from(byte >> 4)];
+        pair[1] = HEX[usize::from(byte & 0xf)];
     }
 }
+
+/// The bytes `,"trace":"<traceparent>"` adds to a line.
+const TRACE_FIELD: usize = r#","trace":"""#.len() + TRACEPARENT_LEN;
 
 /// Span ids: a counter mixed by SplitMix64 from a seed drawn at start, so ids are distinct
 /// within a process and unlikely to meet another host's, without a random draw per message.

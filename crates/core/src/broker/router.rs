@@ -32,6 +32,9 @@ pub struct Router {
     people: People,
     /// The other hosts, when the world spans several (DESIGN §16); unset on a single host.
     remote: OnceLock<Joined>,
+    /// Whether messages get a trace: while this host exports spans (DESIGN §22). Otherwise
+    /// nothing of traces touches a message, so the round trip pays nothing for them.
+    tracing: bool,
 }
 
 /// A router's view of the cluster it joined.
@@ -78,7 +81,13 @@ impl Router {
             ids: MessageIds::new(world, first_message_id),
             journal,
             remote: OnceLock::new(),
+            tracing: traces::on(),
         }
+    }
+
+    /// Whether messages get a trace (the host exports spans).
+    pub fn tracing(&self) -> bool {
+        self.tracing
     }
 
     /// Joins a world spread over several hosts, before any WASM actor's mailbox is added: those
@@ -234,10 +243,10 @@ impl Router {
     /// `from` when `to` is absent. A line with `"as"` speaks for the person that handle names,
     /// or goes nowhere (the sender hears why).
     pub fn accept(&self, from: &ActorId, mut out: Outgoing) -> Delivery {
-        let trace = Trace::child_of(
-            out.trace.or_else(traces::handling_now).as_ref(),
-            traces::on(),
-        );
+        let trace = match self.tracing {
+            true => Trace::child_of(out.trace.or_else(traces::handling_now).as_ref(), true),
+            false => Trace::NONE,
+        };
         let id = match out.id {
             Some(own) => format!("{from}/{own}"),
             None => self.next_id(),
@@ -397,7 +406,10 @@ impl Router {
             reply_to: Some(failed.id.clone()),
             speaker: None,
             schedule: None,
-            trace: Trace::child_of(Some(&failed.trace), traces::on()),
+            trace: match self.tracing {
+                true => Trace::child_of(Some(&failed.trace), true),
+                false => Trace::NONE,
+            },
             body: raw(&json!({"type": "undeliverable", "reason": reason, "to": to})),
         };
         // Dropping the notice when the sender's own mailbox is full is right: waiting here
@@ -502,7 +514,16 @@ mod tests {
 
     #[tokio::test]
     async fn a_message_continues_the_trace_it_names_or_the_one_under_way() {
-        let (_dir, router) = router();
+        let (_dir, untraced) = router();
+        let plain = untraced.accept(&id("a"), out(r#"{"to":"b","body":{}}"#));
+        assert_eq!(plain.envelope.trace, Trace::NONE, "no exporter, no trace");
+        assert!(
+            !String::from_utf8(plain.envelope.to_line())
+                .unwrap()
+                .contains("trace")
+        );
+        let (_dir, mut router) = router();
+        router.tracing = true;
         let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         let named = router.accept(
             &id("a"),
@@ -511,11 +532,11 @@ mod tests {
         let trace = named.envelope.trace;
         assert_eq!(trace.trace, 0x4bf92f3577b34da6a3ce929d0e0e4736);
         assert_eq!(trace.parent, 0x00f067aa0ba902b7);
-        assert!(!trace.sampled, "this host exports no spans");
+        assert!(trace.sampled);
         let root = router.accept(&id("a"), out(r#"{"to":"b","body":{}}"#));
         assert!(root.envelope.trace.is_some());
         assert_eq!(root.envelope.trace.parent, 0);
-        let handling = Trace::child_of(None, false);
+        let handling = Trace::child_of(None, true);
         let under_way = crate::traces::handling(handling, async {
             router.accept(&id("a"), out(r#"{"to":"b","body":{}}"#))
         })

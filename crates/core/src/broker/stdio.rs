@@ -112,7 +112,7 @@ impl RoutedStdout {
         }
         match Outgoing::parse(line) {
             Ok(mut out) => {
-                if out.trace.is_none() {
+                if out.trace.is_none() && self.router.tracing() {
                     out.trace = self.reading.reading_trace();
                 }
                 let mut delivery = self.router.accept(&self.from, out);

@@ -518,7 +518,10 @@ impl Task {
             reply_to: None,
             speaker: None,
             schedule: None,
-            trace: Trace::child_of(None, crate::traces::on()),
+            trace: match self.sup.router.tracing() {
+                true => Trace::child_of(None, true),
+                false => Trace::NONE,
+            },
             body: raw(&json!({"type": "shutdown"})),
         };
         self.sup.mailbox.close_input(shutdown.to_line());
