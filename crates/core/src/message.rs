@@ -455,7 +455,7 @@ pub struct Trace {
 }
 
 impl Trace {
-    /// No trace: an envelope written before traces, or a candidate's test message.
+    /// No trace: on a host that exports no spans, before traces, or a candidate's test message.
     pub const NONE: Trace = Trace {
         trace: 0,
         span: 0,

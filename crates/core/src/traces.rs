@@ -9,7 +9,8 @@
 //!
 //! Spans are built as OpenTelemetry `SpanData` with the ids the envelopes already carry and
 //! handed to the SDK's batch processor, which exports them from its own thread.
-//! **Invariant:** with no endpoint, no span is built: the round trip pays one flag check.
+//! **Invariant:** with no endpoint no message gets a trace and no span is built: the round trip
+//! pays one flag check (the router's).
 
 use std::borrow::Cow;
 use std::future::Future;
