@@ -2,8 +2,8 @@
 //! report (the agent's turns, model requests and tool calls), exported over OTLP/HTTP when the
 //! host was started with an endpoint, and nothing otherwise.
 //!
-//! Every envelope carries a [`Trace`] (the router makes it, see `broker::router`); its span is
-//! the message's delivery, from its acceptance to its read. Work done while handling a message
+//! While spans are exported every envelope carries a [`Trace`] (the router makes it, see
+//! `broker::router`); its span is the message's delivery, from its acceptance to its read. Work done while handling a message
 //! runs inside [`handling`], so the messages it sends and the spans it makes continue that
 //! message's trace.
 //!
