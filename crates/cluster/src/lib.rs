@@ -272,6 +272,11 @@ async fn replicas(client: &async_nats::Client, asked: Option<usize>, made: bool)
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         nodes = self::nodes(client);
     }
+    if made && (2..MOST_REPLICAS).contains(&nodes) && holds_copies(client, MOST_REPLICAS).await {
+        // The server named fewer peers than JetStream has (its INFO may lag a loaded machine's
+        // routes): JetStream itself placed a stream of MOST_REPLICAS copies.
+        nodes = MOST_REPLICAS;
+    }
     match asked {
         Some(0) => bail!("--replicas 0: a store needs at least 1 copy"),
         Some(n) if n > nodes => bail!(
@@ -282,6 +287,24 @@ async fn replicas(client: &async_nats::Client, asked: Option<usize>, made: bool)
         Some(n) => Ok(n),
         None => Ok(nodes.min(MOST_REPLICAS)),
     }
+}
+
+/// Whether JetStream can place a stream of `copies` copies now: a throwaway stream in memory is
+/// made and deleted.
+async fn holds_copies(client: &async_nats::Client, copies: usize) -> bool {
+    let js = jetstream::new(client.clone());
+    let name = format!("SAUSAGE_PROBE_{:x}", std::process::id());
+    let made = js
+        .create_stream(stream::Config {
+            name: name.clone(),
+            subjects: vec![format!("sausage.probe.{:x}", std::process::id())],
+            num_replicas: copies,
+            storage: stream::StorageType::Memory,
+            ..Default::default()
+        })
+        .await;
+    let _ = js.delete_stream(&name).await;
+    made.is_ok()
 }
 
 /// How many nodes the NATS cluster has, as its server tells clients: `connect_urls` in its
