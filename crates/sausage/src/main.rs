@@ -4,6 +4,7 @@
 mod actor_logs;
 mod init;
 mod logs;
+mod mcp;
 mod status;
 
 use std::io::IsTerminal;
@@ -117,6 +118,13 @@ enum Command {
         #[arg(long, value_name = "DIR", default_value = "world")]
         world: PathBuf,
     },
+    /// The running world as an MCP server over stdio (for a coding assistant), acting for the
+    /// console's person; over HTTP it is /mcp on the web address.
+    Mcp {
+        /// The world's folder.
+        #[arg(long, value_name = "DIR", default_value = "world")]
+        world: PathBuf,
+    },
     /// Metrics for Prometheus at the web address's /metrics: `sausage metrics token`.
     Metrics {
         #[command(subcommand)]
@@ -171,6 +179,13 @@ enum PeopleCommand {
     },
     /// Print a new one-time login link for a person.
     Link { id: String },
+    /// Print a new bearer token for a person, for MCP at the web address's /mcp (it replaces
+    /// their old one); `--revoke` takes it away.
+    Token {
+        id: String,
+        #[arg(long)]
+        revoke: bool,
+    },
     /// Set a person's Matrix user id (`@ann:example.org`), or clear it when none is given.
     Matrix { id: String, user_id: Option<String> },
 }
@@ -310,6 +325,7 @@ fn main() -> ExitCode {
         }),
         Command::People { command, world } => people(&World::new(world), command),
         Command::Status { world } => status::print(&World::new(world)),
+        Command::Mcp { world } => mcp::serve(&World::new(world)),
         Command::Metrics {
             command: MetricsCommand::Token { world },
         } => status::metrics_token(&World::new(world)),
@@ -521,6 +537,18 @@ fn people(world: &World, command: PeopleCommand) -> Result<ExitCode> {
             let token = people.new_link(&id)?;
             println!("{}", login_link(world, &token));
         }
+        PeopleCommand::Token { id, revoke: false } => {
+            println!("{}", people.new_token(&id)?);
+            eprintln!(
+                "sausage: {id}'s MCP clients connect to http://{}/mcp with `Authorization: \
+                 Bearer <this token>`; any earlier token of {id} no longer works",
+                web_address(world)
+            );
+        }
+        PeopleCommand::Token { id, revoke: true } => {
+            people.revoke_token(&id)?;
+            println!("{id}'s token is revoked");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -528,12 +556,16 @@ fn people(world: &World, command: PeopleCommand) -> Result<ExitCode> {
 /// A login link on the web console's address: the one the world last served on, or the
 /// default.
 fn login_link(world: &World, token: &str) -> String {
-    let addr = std::fs::read_to_string(world.web_address_path())
+    format!("http://{}/login?token={token}", web_address(world))
+}
+
+/// The web console's address: the one the world last served on, or the default.
+fn web_address(world: &World) -> String {
+    std::fs::read_to_string(world.web_address_path())
         .ok()
         .map(|a| a.trim().to_string())
         .filter(|a| !a.is_empty())
-        .unwrap_or_else(|| sausage_core::web::DEFAULT_ADDR.to_string());
-    format!("http://{addr}/login?token={token}")
+        .unwrap_or_else(|| sausage_core::web::DEFAULT_ADDR.to_string())
 }
 
 /// The broker and native actors of an open world; stopping them is `close`.

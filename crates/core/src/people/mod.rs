@@ -64,6 +64,10 @@ pub struct Person {
     /// Login links not used yet, newest last.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     links: Vec<Link>,
+    /// The hash of the person's bearer token for MCP (DESIGN §23, `sausage people token`); a
+    /// new one replaces it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    token: Option<String>,
 }
 
 impl Person {
@@ -309,6 +313,41 @@ impl People {
         })
     }
 
+    /// A new bearer token for a person (MCP over HTTP), replacing theirs; returned once, kept
+    /// as its hash.
+    pub fn new_token(&self, id: &str) -> Result<String> {
+        self.change(|people| {
+            let at = position(people, id)?;
+            let token = sessions::random_token();
+            people[at].token = Some(sessions::hash(&token));
+            Ok(token)
+        })
+    }
+
+    /// Revokes a person's bearer token: calls with it are refused from now on.
+    pub fn revoke_token(&self, id: &str) -> Result<()> {
+        self.change(|people| {
+            let at = position(people, id)?;
+            if people[at].token.take().is_none() {
+                bail!("person {id} has no token to revoke");
+            }
+            Ok(())
+        })
+    }
+
+    /// The person a bearer token is theirs, if any (read without the lock).
+    pub fn person_by_token(&self, token: &str) -> Result<Option<Person>> {
+        if token.is_empty() {
+            return Ok(None);
+        }
+        let hash = sessions::hash(token);
+        Ok(self
+            .read()?
+            .people
+            .into_iter()
+            .find(|p| p.token.as_deref() == Some(hash.as_str())))
+    }
+
     /// A new one-time login token for a person.
     pub fn new_link(&self, id: &str) -> Result<String> {
         self.change(|people| {
@@ -458,6 +497,7 @@ fn new_person(id: &str, name: Option<&str>, tier: Tier) -> Person {
         key: sessions::random_token()[..16].to_string(),
         handles: BTreeMap::new(),
         links: Vec::new(),
+        token: None,
     }
 }
 

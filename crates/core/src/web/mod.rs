@@ -104,6 +104,9 @@ pub struct App {
     /// Requests the API sent and waits on: message id → the call waiting for its reply (only
     /// from the actor it asked, or the broker's `undeliverable`).
     waiting: Mutex<HashMap<String, Waiter>>,
+    /// Turns an MCP call follows: the id of the message that started one → where every message
+    /// of it goes (from the agent, or the broker's `undeliverable`) until the call ends.
+    turns: Arc<Mutex<HashMap<String, TurnSender>>>,
     /// Whom the messages `web` sent for people were from: message id → person, so that replies
     /// and a turn's messages go to that person's pages only. The oldest are forgotten past
     /// [`SENT_REMEMBERED`].
@@ -195,6 +198,7 @@ pub async fn start(broker: Arc<Broker>, addr: SocketAddr) -> Result<Web> {
         sessions,
         events: Events::new(run),
         waiting: Mutex::default(),
+        turns: Mutex::default(),
         sent: Mutex::default(),
         questions: Mutex::new(questions),
         questions_saved,
@@ -248,6 +252,14 @@ fn routes(app: Arc<App>) -> Router {
     Router::new()
         .route("/metrics", axum::routing::get(metrics::metrics))
         .route("/status", axum::routing::get(metrics::status))
+        .merge(
+            Router::new()
+                .nest_service("/mcp", api::mcp::service(app.clone()))
+                .layer(middleware::from_fn_with_state(
+                    app.clone(),
+                    api::mcp::authenticate,
+                )),
+        )
         .merge(api::routes())
         .merge(api::pages())
         .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
@@ -346,6 +358,16 @@ async fn read_mailbox(app: Arc<App>) {
                 .is_some_and(|w| message.from == w.to || message.from == ActorId::broker());
             asked.then(|| waiting.remove(id)).flatten()
         });
+        if waiter.is_none()
+            && (message.from.as_str() == "agent" || message.from == ActorId::broker())
+            && let Some(id) = &message.reply_to
+        {
+            // A turn an MCP call follows; its person's pages see it too.
+            let mut turns = app.lock_turns();
+            if let Some(turn) = turns.get(id) {
+                let _ = turn.send(message.clone());
+            }
+        }
         match waiter {
             Some(waiter) => {
                 // The call may have given up waiting; then the reply has nobody to go to.
@@ -411,6 +433,62 @@ async fn watch_pages(app: Arc<App>) {
                 .person_among(&viewer.session, &people)
                 .is_some_and(|person| person.tier == viewer.tier)
         });
+    }
+}
+
+/// The messages of one agent turn an MCP call follows, in order; it stops being followed when
+/// this is dropped.
+pub struct FollowedTurn {
+    messages: tokio::sync::mpsc::UnboundedReceiver<Arc<Envelope>>,
+    id: String,
+    turns: Arc<Mutex<HashMap<String, TurnSender>>>,
+}
+
+type TurnSender = tokio::sync::mpsc::UnboundedSender<Arc<Envelope>>;
+
+impl Drop for FollowedTurn {
+    fn drop(&mut self) {
+        self.turns.lock().expect("turns lock").remove(&self.id);
+    }
+}
+
+impl FollowedTurn {
+    /// The turn's next message; `None` once nothing more can come.
+    pub async fn next(&mut self) -> Option<Arc<Envelope>> {
+        self.messages.recv().await
+    }
+}
+
+impl App {
+    /// Says `text` to `agent` for `person`, as the chat does, and follows the turn it starts.
+    pub async fn follow_turn(
+        &self,
+        person: &Person,
+        agent: &ActorId,
+        text: &str,
+    ) -> Result<FollowedTurn, String> {
+        let own = self.broker.router.next_id();
+        let id = format!("{}/{own}", self.me);
+        let (sender, messages) = tokio::sync::mpsc::unbounded_channel();
+        self.lock_turns().insert(id.clone(), sender);
+        self.sent_for(&id, &person.id, agent);
+        let mut out = crate::message::Outgoing::new(agent, &json!({"type": "text", "text": text}))
+            .spoken_by(Some(crate::message::Speaker {
+                person: ActorId::parse(&person.id).map_err(|e| format!("people.json: {e}"))?,
+                tier: person.tier,
+            }));
+        out.id = Some(own);
+        let turn = FollowedTurn {
+            messages,
+            id: id.clone(),
+            turns: self.turns.clone(),
+        };
+        self.broker.send(&self.me, out).await;
+        Ok(turn)
+    }
+
+    fn lock_turns(&self) -> std::sync::MutexGuard<'_, HashMap<String, TurnSender>> {
+        self.turns.lock().expect("turns lock")
     }
 }
 

@@ -10,6 +10,7 @@
 pub mod agent;
 pub mod browser;
 pub mod http;
+pub mod mcp;
 pub mod nats;
 pub mod otlp;
 pub mod prometheus;

@@ -9,6 +9,7 @@ mod actors;
 mod conversation;
 mod files;
 mod live;
+pub mod mcp;
 mod messages;
 mod people;
 mod schedules;
