@@ -198,7 +198,7 @@ pub async fn start(broker: Arc<Broker>, addr: SocketAddr) -> Result<Web> {
         sessions,
         events: Events::new(run),
         waiting: Mutex::default(),
-        turns: Mutex::default(),
+        turns: Arc::default(),
         sent: Mutex::default(),
         questions: Mutex::new(questions),
         questions_saved,
@@ -363,7 +363,7 @@ async fn read_mailbox(app: Arc<App>) {
             && let Some(id) = &message.reply_to
         {
             // A turn an MCP call follows; its person's pages see it too.
-            let mut turns = app.lock_turns();
+            let turns = app.lock_turns();
             if let Some(turn) = turns.get(id) {
                 let _ = turn.send(message.clone());
             }

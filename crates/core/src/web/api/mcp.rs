@@ -21,8 +21,8 @@ use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
     CallToolResult, ContentBlock, Implementation, ListResourcesResult, PaginatedRequestParams,
-    ProgressNotificationParam, ReadResourceRequestParams, ReadResourceResult, Resource,
-    ResourceContents, ServerCapabilities, ServerInfo,
+    ProgressNotificationParam, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    Resource, ResourceContents, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -499,10 +499,10 @@ fn files_under(dir: &Path, max: usize) -> Vec<String> {
     found
 }
 
-#[tool_handler]
+#[tool_handler(router = self.tool_router)]
 impl ServerHandler for Mcp {
-    fn get_info(&self) -> ServerInfo {
-        ServerInfo::new(
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_resources()
@@ -568,7 +568,7 @@ impl ServerHandler for Mcp {
         &self,
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<ReadResourceResult, ErrorData> {
+    ) -> Result<ReadResourceResponse, ErrorData> {
         if caller(&context).is_err() {
             return Err(ErrorData::invalid_request("no person's token", None));
         }
@@ -613,9 +613,7 @@ impl ServerHandler for Mcp {
         .await
         .map_err(|_| ErrorData::internal_error("reading the resource failed", None))?;
         match read {
-            Ok(text) => Ok(ReadResourceResult::new(vec![ResourceContents::text(
-                text, uri,
-            )])),
+            Ok(text) => Ok(ReadResourceResult::new(vec![ResourceContents::text(text, uri)]).into()),
             Err(why) => Err(ErrorData::resource_not_found(
                 format!("`{uri}`: {why}"),
                 None,

@@ -1,0 +1,296 @@
+//! The world as an MCP server (DESIGN §23), driven by the official Python MCP SDK
+//! (`support/mcp_client.py`): over stdio through `sausage mcp`, and over streamable HTTP at `/mcp`
+//! with a person's token, each call acting for that person with their tier.
+
+mod support;
+
+use std::process::Command;
+
+use sausage_fake_llm::{FakeLlm, openai};
+use serde_json::{Value, json};
+use support::agent::{config_with, world_with_config};
+use support::mcp::run_script;
+use support::web::WebHost;
+use support::{TestWorld, eventually};
+
+fn sausage(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sausage"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `sausage people ARGS --world WORLD`'s stdout, which must succeed.
+fn people(world: &TestWorld, args: &[&str]) -> String {
+    let mut all: Vec<&str> = vec!["people"];
+    all.extend(args);
+    all.extend(["--world", world.root.to_str().unwrap()]);
+    let out = sausage(&all);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout).trim().to_string()
+}
+
+fn stdio(world: &TestWorld, steps: Value) -> Value {
+    run_script(&json!({
+        "transport": "stdio",
+        "command": [env!("CARGO_BIN_EXE_sausage"), "mcp", "--world", world.root.to_str().unwrap()],
+        "steps": steps,
+    }))
+}
+
+fn http(web: &WebHost, token: &str, steps: Value) -> Value {
+    run_script(&json!({
+        "transport": "http", "url": format!("http://{}/mcp", web.addr), "token": token,
+        "steps": steps,
+    }))
+}
+
+fn call(name: &str, arguments: Value) -> Value {
+    json!({"call": name, "arguments": arguments})
+}
+
+/// Echo with a second version, so there is something to roll back.
+fn world_with_two_echoes() -> TestWorld {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    world
+}
+
+fn upgrade_echo(web: &mut WebHost) {
+    let wasm = support::wasm("echo");
+    let reply = web.host.request(json!({
+        "type": "upgrade", "actor": "echo", "wasm": wasm.to_str().unwrap(), "shadow": "off",
+    }));
+    assert_eq!(reply["type"], "upgraded", "{reply}");
+}
+
+#[test]
+fn a_coding_assistant_over_stdio_lists_sends_reads_and_rolls_back() {
+    let world = world_with_two_echoes();
+    let mut web = WebHost::start(&world);
+    upgrade_echo(&mut web);
+    std::fs::write(world.path("actor/echo/public/hello.txt"), "hello from echo").unwrap();
+
+    let out = stdio(
+        &world,
+        json!([
+            {"list_tools": true},
+            call("list_actors", json!({})),
+            call("send", json!({"to": "echo", "body": {"type": "ping", "n": 7}})),
+            call("logs", json!({"actor": "echo", "lines": 5})),
+            {"list_resources": true},
+            {"read_resource": "sausage://actor/echo/public/hello.txt"},
+            call("rollback", json!({"actor": "echo"})),
+            call("send", json!({"to": "Not An Id", "body": {"type": "ping"}})),
+            call("send", json!({"to": "echo", "body": {"n": 1}})),
+            call("send", json!({"to": "nobody", "body": {"type": "ping"}})),
+            call("logs", json!({"actor": "ghost"})),
+            call("logs", json!({"actor": "echo", "lines": 0})),
+        ]),
+    );
+    let results = out["results"].as_array().unwrap_or_else(|| panic!("{out}"));
+    let tools: Vec<&str> = results[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    for tool in ["list_actors", "send", "rollback", "logs", "ask_agent"] {
+        assert!(tools.contains(&tool), "{tool} in {tools:?}");
+    }
+    let list = &results[1];
+    assert_eq!(list["isError"], false, "{list}");
+    assert!(
+        list["text"].as_str().unwrap().contains("\"echo\""),
+        "{list}"
+    );
+    let sent = &results[2];
+    assert_eq!(sent["isError"], false, "{sent}");
+    assert_eq!(sent["structuredContent"], json!({"type": "ping", "n": 7}));
+    assert_eq!(results[3]["isError"], false, "{}", results[3]);
+    let rolled = &results[6];
+    assert_eq!(rolled["isError"], false, "{rolled}");
+    assert!(
+        rolled["text"].as_str().unwrap().contains("rolled_back"),
+        "{rolled}"
+    );
+    let uris: Vec<&str> = results[4]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["uri"].as_str().unwrap())
+        .collect();
+    for uri in [
+        "sausage://actor/echo/log",
+        "sausage://actor/echo/public/hello.txt",
+    ] {
+        assert!(uris.contains(&uri), "{uri} in {uris:?}");
+    }
+    assert_eq!(results[5]["contents"][0]["text"], "hello from echo");
+    for (n, expected) in [
+        (7, "is not an actor id"),
+        (8, "\"type\""),
+        (9, "no actor `nobody`"),
+        (10, "no actor `ghost`"),
+        (11, "`lines` is 1 to 2000"),
+    ] {
+        assert_eq!(results[n]["isError"], true, "{}", results[n]);
+        let said = results[n]["text"].as_str().unwrap();
+        assert!(said.contains(expected), "{n}: {said}");
+    }
+    eventually("echo runs version 1 again", || {
+        world.status("echo")["version"] == 1
+    });
+}
+
+#[test]
+fn over_http_each_call_acts_for_the_tokens_person_and_their_tier() {
+    let world = world_with_two_echoes();
+    let mut web = WebHost::start(&world);
+    upgrade_echo(&mut web);
+    people(&world, &["add", "ann", "--tier", "member"]);
+    people(&world, &["add", "gus", "--tier", "guest"]);
+    let ann = people(&world, &["token", "ann"]);
+    let gus = people(&world, &["token", "gus"]);
+    assert_eq!(ann.len(), 64);
+
+    let as_ann = http(
+        &web,
+        &ann,
+        json!([
+            call("list_actors", json!({})),
+            call("rollback", json!({"actor": "echo"})),
+            call("send", json!({"to": "echo", "body": {"type": "ping"}})),
+        ]),
+    );
+    let results = as_ann["results"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{as_ann}"));
+    assert_eq!(results[0]["isError"], false);
+    assert_eq!(
+        results[1]["isError"], true,
+        "a member may not roll back the owner's echo"
+    );
+    assert!(
+        results[1]["text"]
+            .as_str()
+            .unwrap()
+            .contains("a member may `rollback` only"),
+        "{}",
+        results[1]
+    );
+    assert_eq!(results[2]["isError"], false, "a member may talk to echo");
+    let as_gus = http(
+        &web,
+        &gus,
+        json!([call("rollback", json!({"actor": "echo"}))]),
+    );
+    assert_eq!(as_gus["results"][0]["isError"], true, "{as_gus}");
+    assert!(
+        as_gus["results"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("guest"),
+        "{as_gus}"
+    );
+    assert_eq!(
+        world.status("echo")["version"],
+        2,
+        "nothing was rolled back"
+    );
+
+    let no_token = run_script(&json!({
+        "transport": "http", "url": format!("http://{}/mcp", web.addr),
+        "steps": [{"list_tools": true}],
+    }));
+    assert!(
+        no_token["error"].as_str().unwrap().contains("401"),
+        "{no_token}"
+    );
+    for wrong in ["nonsense", &format!("{ann}x")] {
+        let refused = http(&web, wrong, json!([{"list_tools": true}]));
+        assert!(
+            refused["error"].as_str().is_some_and(|e| e.contains("401")),
+            "{wrong:?}: {refused}"
+        );
+    }
+    people(&world, &["token", "ann", "--revoke"]);
+    let revoked = http(&web, &ann, json!([{"list_tools": true}]));
+    assert!(
+        revoked["error"].as_str().unwrap().contains("401"),
+        "{revoked}"
+    );
+    let again = sausage(&[
+        "people",
+        "token",
+        "ann",
+        "--revoke",
+        "--world",
+        world.root.to_str().unwrap(),
+    ]);
+    assert!(!again.status.success());
+    assert!(text(&again.stderr).contains("no token to revoke"));
+    let nobody = sausage(&[
+        "people",
+        "token",
+        "zed",
+        "--world",
+        world.root.to_str().unwrap(),
+    ]);
+    assert!(!nobody.status.success());
+}
+
+#[test]
+fn ask_agent_gives_the_answer_with_its_cost_and_the_turns_progress_on_the_way() {
+    let fake = FakeLlm::start();
+    let prices = json!({"test-model": {"input": 1.0, "output": 2.0, "cache_read": 0.1,
+        "cache_write": 1.0}});
+    let world = world_with_config(
+        &fake,
+        "openai-responses",
+        config_with(&fake, "openai-responses", json!({"prices": prices})),
+    );
+    world.install("echo", "echo");
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "send_message",
+        json!({"to": "echo", "body": {"type": "ping"}, "wait_seconds": 10}),
+    )]));
+    fake.push_openai(openai::text_reply("Echo said ping."));
+    let _web = WebHost::start(&world);
+    let out = stdio(
+        &world,
+        json!([{"call": "ask_agent", "arguments": {"text": "ask echo"}, "progress": true},
+               call("ask_agent", json!({"text": "  "}))]),
+    );
+    let answer = &out["results"][0];
+    assert_eq!(answer["isError"], false, "{out}");
+    let said = answer["text"].as_str().unwrap();
+    assert!(said.starts_with("Echo said ping."), "{said}");
+    assert!(said.contains("(cost: $"), "{said}");
+    let progress = answer["progress"].as_array().unwrap();
+    assert!(
+        progress.iter().any(|p| p["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("send_message"))),
+        "{progress:?}"
+    );
+    assert_eq!(out["results"][1]["isError"], true);
+}
+
+#[test]
+fn sausage_mcp_says_what_to_do_when_the_world_does_not_run() {
+    let world = TestWorld::new();
+    let out = sausage(&["mcp", "--world", world.root.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("is not running") && said.contains("sausage run"),
+        "{said}"
+    );
+    let nowhere = sausage(&["mcp", "--world", "/nonexistent/world"]);
+    assert!(text(&nowhere.stderr).contains("is not a world"));
+}
