@@ -436,6 +436,12 @@ impl World {
         self.root.join("broker/web/address")
     }
 
+    /// `broker/uploads/`: crates a person sent to deploy (MCP's `deploy`), each in a folder of 32
+    /// random hex digits, named `/uploads/<id>` in requests by native senders; gone once used.
+    pub fn uploads_dir(&self) -> PathBuf {
+        self.root.join("broker/uploads")
+    }
+
     /// `broker/web/metrics-token`: the SHA-256 of the token `/metrics` answers to (DESIGN
     /// §22), made by `sausage metrics token`; never the token itself.
     pub fn metrics_token_path(&self) -> PathBuf {
@@ -607,8 +613,8 @@ impl World {
     /// Resolves a path named in a request from `sender` (DESIGN §3, §18): `/actor/...` is
     /// global; `/public/...` and `/data/...` are a WASM sender's own; only the terminal console
     /// (its owner) names absolute host paths. Another native sender (`web`, `scheduler`) acts
-    /// for a person, who has no `/data` of their own, so it may name only `/actor/...`. `..`
-    /// is rejected everywhere.
+    /// for a person, who has no `/data` of their own, so it may name only `/actor/...` and the
+    /// uploads its person sent (`/uploads/<id>/...`). `..` is rejected everywhere.
     pub fn resolve_request_path(&self, sender: &ActorId, path: &str) -> Result<PathBuf, String> {
         let p = Path::new(path);
         if p.components().any(|c| c == std::path::Component::ParentDir) {
@@ -622,6 +628,16 @@ impl World {
         };
         if let Some(rest) = under("/actor") {
             return Ok(self.root.join("actor").join(rest));
+        }
+        if sender.is_native()
+            && let Some(rest) = under("/uploads")
+        {
+            // An upload's folder is named by 32 random hex digits: only its uploader knows it.
+            let id = rest.split('/').next().unwrap_or_default();
+            if id.len() != 32 || !id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+                return Err(format!("`{path}` names no upload"));
+            }
+            return Ok(self.uploads_dir().join(rest));
         }
         let console = sender.as_str() == CONSOLE;
         if !sender.is_native() || console {
@@ -940,6 +956,21 @@ mod tests {
                 let err = w.resolve_request_path(&native, bad).unwrap_err();
                 assert!(err.contains("only the terminal console"), "{err}");
             }
+        }
+        // An upload is named by its 32 hex digits, by native senders only.
+        let upload = "/uploads/0123456789abcdef0123456789abcdef/Cargo.toml";
+        assert_eq!(
+            w.resolve_request_path(&id("web"), upload).unwrap(),
+            Path::new("/w/broker/uploads/0123456789abcdef0123456789abcdef/Cargo.toml")
+        );
+        assert!(w.resolve_request_path(&notes, upload).is_err());
+        for bad in [
+            "/uploads",
+            "/uploads/x",
+            "/uploads/0123456789ABCDEF0123456789ABCDEF",
+        ] {
+            let err = w.resolve_request_path(&id("web"), bad).unwrap_err();
+            assert!(err.contains("names no upload"), "{bad}: {err}");
         }
     }
 

@@ -294,3 +294,107 @@ fn sausage_mcp_says_what_to_do_when_the_world_does_not_run() {
     let nowhere = sausage(&["mcp", "--world", "/nonexistent/world"]);
     assert!(text(&nowhere.stderr).contains("is not a world"));
 }
+
+fn crate_files(greeting: &str) -> Value {
+    support::greeter_crate("greeter", greeting)
+        .into_iter()
+        .map(|(path, text)| (path.to_string(), Value::String(text)))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+#[test]
+fn deploy_builds_a_crate_sent_in_the_call_spawns_it_then_upgrades_it_with_a_shadow_report() {
+    let world = TestWorld::new();
+    let mut web = WebHost::start(&world);
+    people(&world, &["add", "gus", "--tier", "guest"]);
+    let gus = people(&world, &["token", "gus"]);
+    let mut broken = crate_files("x");
+    broken["src/main.rs"] = json!("fn main() { this is not rust }");
+    let mut escaping = crate_files("x");
+    escaping["../outside.rs"] = json!("fn main() {}");
+    let mut absolute = crate_files("x");
+    absolute["/etc/evil"] = json!("x");
+    let out = stdio(
+        &world,
+        json!([
+            {"call": "deploy", "arguments": {"actor": "greeter", "files": crate_files("hello")},
+             "progress": true},
+            call("send", json!({"to": "greeter", "body": {"type": "text", "text": "hi"}})),
+            call("deploy", json!({"actor": "greeter", "files": crate_files("hello again")})),
+            call("send", json!({"to": "greeter", "body": {"type": "text", "text": "hi"}})),
+            call("deploy", json!({"actor": "greeter", "files": broken})),
+            call("deploy", json!({"actor": "greeter", "files": escaping})),
+            call("deploy", json!({"actor": "greeter", "files": absolute})),
+            call("deploy", json!({"actor": "greeter", "files": {"src/main.rs": "fn main() {}"}})),
+            call("deploy", json!({"actor": "Greeter", "files": crate_files("x")})),
+            call("deploy", json!({"actor": "greeter", "files": crate_files("x"), "shadow": "always"})),
+        ]),
+    );
+    let results = out["results"].as_array().unwrap_or_else(|| panic!("{out}"));
+    let spawned = &results[0];
+    assert_eq!(spawned["isError"], false, "{spawned}");
+    assert_eq!(spawned["structuredContent"]["type"], "spawned", "{spawned}");
+    let steps: Vec<&str> = spawned["progress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["message"].as_str())
+        .collect();
+    assert_eq!(steps, ["building", "testing and installing"]);
+    assert_eq!(results[1]["structuredContent"]["text"], "hello");
+    let upgraded = &results[2];
+    assert_eq!(
+        upgraded["structuredContent"]["type"], "upgraded",
+        "{upgraded}"
+    );
+    assert_eq!(
+        upgraded["structuredContent"]["shadow"]["messages"], 1,
+        "{upgraded}"
+    );
+    assert_eq!(results[3]["structuredContent"]["text"], "hello again");
+    for (n, expected) in [
+        (4, "the build failed"),
+        (5, "is not a path inside the crate"),
+        (6, "is not a path inside the crate"),
+        (7, "has no \"Cargo.toml\""),
+        (8, "is not an actor id"),
+        (9, "`shadow` is report, same or off"),
+    ] {
+        assert_eq!(results[n]["isError"], true, "{}", results[n]);
+        let said = results[n]["text"].as_str().unwrap();
+        assert!(said.contains(expected), "{n}: {said}");
+    }
+    assert_eq!(
+        world.json("sausage.json")["actors"]["greeter"]["version"],
+        2
+    );
+    assert!(!world.path("outside.rs").exists());
+    assert!(
+        std::fs::read_dir(world.path("broker/uploads"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "every upload is gone once used"
+    );
+
+    // A guest cannot build.
+    let as_gus = http(
+        &web,
+        &gus,
+        json!([call(
+            "deploy",
+            json!({"actor": "gusbot", "files": crate_files("x")})
+        )]),
+    );
+    assert_eq!(as_gus["results"][0]["isError"], true, "{as_gus}");
+    assert!(
+        as_gus["results"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("guests cannot build"),
+        "{as_gus}"
+    );
+    let list = web.host.request(json!({"type": "list"}));
+    assert!(!list.to_string().contains("gusbot"));
+}

@@ -43,6 +43,11 @@ const MAX_SEND_WAIT: u64 = 300;
 const TURN_PATIENCE: Duration = Duration::from_secs(600);
 /// How long the broker has for a request (a rollback compiles).
 const REQUEST_PATIENCE: Duration = Duration::from_secs(120);
+/// How long a build may take (cargo's own limit is shorter).
+const BUILD_PATIENCE: Duration = Duration::from_secs(900);
+/// Files and bytes of a crate `deploy` takes.
+const MAX_CRATE_FILES: usize = 200;
+const MAX_CRATE_BYTES: usize = 1 << 20;
 /// Lines of a log `logs` returns unless told; at most [`MAX_LOG_LINES`].
 const LOG_LINES: usize = 100;
 const MAX_LOG_LINES: usize = 2000;
@@ -132,6 +137,17 @@ pub struct LogsArgs {
     actor: String,
     /// How many of its last lines (default 100, at most 2000).
     lines: Option<usize>,
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+pub struct DeployArgs {
+    /// The actor to make, or to upgrade when it exists.
+    actor: String,
+    /// The crate's files, by path inside it: "Cargo.toml", "src/main.rs", "tests/x.jsonl"
+    /// (transcript tests), "actor.json" (its manifest); text, 1 MiB in all at most.
+    files: std::collections::BTreeMap<String, String>,
+    /// An upgrade's shadow run: "report" (default), "same" (refuse any difference) or "off".
+    shadow: Option<String>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -255,6 +271,49 @@ impl Mcp {
             Ok(reply) => answered(&reply),
             Err(refused) => refused,
         }
+    }
+
+    #[tool(
+        description = "Deploy a Rust crate as an actor: it is built for wasm32-wasip2 in a \
+        sandbox, its tests (tests/*.jsonl) run, and it is spawned, or upgraded when the actor \
+        exists (tried first on the actor's recent messages: the shadow report comes back). \
+        Needs a member's tier; upgrading another's actor an owner's."
+    )]
+    async fn deploy(
+        &self,
+        Parameters(args): Parameters<DeployArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let person = match caller(&context) {
+            Ok(person) => person,
+            Err(refused) => return refused,
+        };
+        let actor = match actor_id(&args.actor) {
+            Ok(actor) => actor,
+            Err(refused) => return refused,
+        };
+        if let Some(mode) = &args.shadow
+            && !matches!(mode.as_str(), "report" | "same" | "off")
+        {
+            return failed(format!("`shadow` is report, same or off, not `{mode}`"));
+        }
+        if let Err(why) = check_crate(&args.files) {
+            return failed(why);
+        }
+        let uploads = self.app.broker.world.uploads_dir();
+        let files = args.files;
+        let upload = match tokio::task::spawn_blocking(move || write_upload(&uploads, &files)).await
+        {
+            Ok(Ok(upload)) => upload,
+            Ok(Err(e)) => return failed(format!("the crate cannot be kept to build it: {e}")),
+            Err(_) => return failed("keeping the crate failed"),
+        };
+        let result = self
+            .deploy_upload(&person, &actor, &upload, args.shadow, &context)
+            .await;
+        let folder = upload.folder;
+        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(folder)).await;
+        result
     }
 
     #[tool(
@@ -413,6 +472,142 @@ impl Mcp {
             }
         }
     }
+}
+
+impl Mcp {
+    /// Builds the crate at `upload`, then spawns or upgrades `actor` with it.
+    async fn deploy_upload(
+        &self,
+        person: &Person,
+        actor: &ActorId,
+        upload: &Upload,
+        shadow: Option<String>,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let token = context.meta.get_progress_token();
+        let say = |step: f64, what: &'static str| {
+            let (token, peer) = (token.clone(), context.peer.clone());
+            async move {
+                if let Some(token) = token {
+                    let mut progress = ProgressNotificationParam::new(token, step);
+                    progress.total = Some(2.0);
+                    progress.message = Some(what.to_string());
+                    let _ = peer.notify_progress(progress).await;
+                }
+            }
+        };
+        say(0.0, "building").await;
+        let cargo = ActorId::parse("cargo").expect("a valid id");
+        let build = json!({"type": "build", "source": upload.path});
+        let built = match self.ask_for(person, &cargo, &build, BUILD_PATIENCE).await {
+            Ok(built) => built,
+            Err(refused) => return refused,
+        };
+        match built["type"].as_str() {
+            Some("built") => {}
+            Some("build_failed") => {
+                let mut result = failed(format!(
+                    "the build failed:\n{}",
+                    built["errors"].as_str().unwrap_or_default()
+                ));
+                result.structured_content = Some(built);
+                return result;
+            }
+            _ => {
+                return failed(
+                    built["reason"]
+                        .as_str()
+                        .unwrap_or("the build was refused")
+                        .to_string(),
+                );
+            }
+        }
+        say(1.0, "testing and installing").await;
+        let exists = (self.app.broker.registry().await.actors).contains_key(actor.as_str());
+        let mut request = json!({
+            "type": if exists { "upgrade" } else { "spawn" },
+            "actor": actor.as_str(), "wasm": built["wasm"], "source": upload.path,
+            "built_by": "cargo",
+        });
+        if let Some(mode) = shadow {
+            request["shadow"] = json!(mode);
+        }
+        match self
+            .ask_for(person, &ActorId::broker(), &request, BUILD_PATIENCE)
+            .await
+        {
+            Ok(reply) if reply["type"] == "error" => {
+                let mut result = failed(reply["reason"].as_str().unwrap_or("refused").to_string());
+                result.structured_content = Some(reply);
+                result
+            }
+            Ok(reply) => answered(&reply),
+            Err(refused) => refused,
+        }
+    }
+}
+
+/// A crate kept to be built: its folder and how requests name it (`/uploads/<id>`).
+struct Upload {
+    folder: PathBuf,
+    path: String,
+}
+
+/// Whether `files` can be a crate: a `Cargo.toml`, relative paths without `.` or `..`, within
+/// the limits.
+fn check_crate(files: &std::collections::BTreeMap<String, String>) -> Result<(), String> {
+    if !files.contains_key("Cargo.toml") {
+        return Err(
+            "`files` has no \"Cargo.toml\": give the crate's files by path inside it".into(),
+        );
+    }
+    if files.len() > MAX_CRATE_FILES {
+        return Err(format!(
+            "{} files; a crate may have at most {MAX_CRATE_FILES}",
+            files.len()
+        ));
+    }
+    let bytes: usize = files
+        .iter()
+        .map(|(path, text)| path.len() + text.len())
+        .sum();
+    if bytes > MAX_CRATE_BYTES {
+        return Err(format!("{bytes} bytes; a crate may have at most 1 MiB"));
+    }
+    for path in files.keys() {
+        let bad = path.is_empty()
+            || path.starts_with('/')
+            || path.contains('\\')
+            || path
+                .split('/')
+                .any(|part| part.is_empty() || part == "." || part == "..")
+            || path.split('/').next() == Some("target");
+        if bad {
+            return Err(format!(
+                "`{path}` is not a path inside the crate: relative, without `.`, `..` or \
+                 `target/`, such as src/main.rs"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Writes `files` into a new folder of `uploads` named by 32 random hex digits.
+fn write_upload(
+    uploads: &Path,
+    files: &std::collections::BTreeMap<String, String>,
+) -> std::io::Result<Upload> {
+    let id = crate::people::sessions::random_token()[..32].to_string();
+    let folder = uploads.join(&id);
+    for (path, text) in files {
+        let file = folder.join(path);
+        std::fs::create_dir_all(file.parent().expect("inside the folder"))?;
+        std::fs::write(&file, text)?;
+    }
+    Ok(Upload {
+        folder,
+        path: format!("/uploads/{id}"),
+    })
 }
 
 /// The last `lines` lines of a file (an empty text for a file that does not exist yet).
