@@ -307,10 +307,9 @@ impl Cluster {
         else {
             return Ok(());
         };
-        let credentials: sausage_core::runtime::network::Credentials =
-            serde_json::from_slice(&bytes)
-                .with_context(|| format!("actor {id}: the cluster's credentials"))?;
-        world.write_credentials(id, &credentials)
+        let credentials = sausage_core::runtime::network::Credentials::parse_all(&bytes)
+            .with_context(|| format!("actor {id}: the cluster's credentials"))?;
+        world.write_all_credentials(id, &credentials)
     }
 
     /// The registry as the stores hold it.

@@ -458,20 +458,28 @@ impl World {
         self.root.join("broker/credentials")
     }
 
-    /// The credentials of `id`, if it has any.
-    pub fn read_credentials(&self, id: &ActorId) -> Result<Option<Credentials>> {
+    /// The credentials of `id` (none when it has no file).
+    pub fn read_credentials(&self, id: &ActorId) -> Result<Vec<Credentials>> {
         let path = self.credentials_path(id);
         match std::fs::read(&path) {
-            Ok(text) => serde_json::from_slice(&text)
-                .map(Some)
+            Ok(text) => Credentials::parse_all(&text)
                 .with_context(|| format!("{}: not valid credentials", path.display())),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
             Err(e) => Err(e).with_context(|| format!("{}", path.display())),
         }
     }
 
-    /// Stores the credentials of `id`, readable by the host's user only.
+    /// Stores `credentials` for `id`, replacing the ones for the same base URL and keeping
+    /// the others.
     pub fn write_credentials(&self, id: &ActorId, credentials: &Credentials) -> Result<()> {
+        let mut all = self.read_credentials(id)?;
+        all.retain(|c| c.base_url != credentials.base_url);
+        all.push(credentials.clone());
+        self.write_all_credentials(id, &all)
+    }
+
+    /// Stores exactly `all` as the credentials of `id`, readable by the host's user only.
+    pub fn write_all_credentials(&self, id: &ActorId, all: &[Credentials]) -> Result<()> {
         use std::os::unix::fs::DirBuilderExt;
         let path = self.credentials_path(id);
         let dir = path.parent().expect("a credentials file has a folder");
@@ -480,7 +488,11 @@ impl World {
             .mode(0o700)
             .create(dir)
             .with_context(|| format!("{}: cannot create", dir.display()))?;
-        let text = serde_json::to_vec_pretty(credentials).expect("credentials serialise");
+        let text = match all {
+            [one] => serde_json::to_vec_pretty(one),
+            all => serde_json::to_vec_pretty(all),
+        }
+        .expect("credentials serialise");
         write_atomically(&path, &text)
             .with_context(|| format!("actor {id}: cannot write its credentials"))
     }
@@ -1057,14 +1069,26 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let w = World::new(dir.path());
         let agent = id("agent");
-        assert_eq!(w.read_credentials(&agent).unwrap(), None);
+        assert_eq!(w.read_credentials(&agent).unwrap(), []);
         let credentials = Credentials {
             base_url: "https://api.example.com".into(),
             header: "x-api-key".into(),
             value: "sk-1".into(),
         };
         w.write_credentials(&agent, &credentials).unwrap();
-        assert_eq!(w.read_credentials(&agent).unwrap(), Some(credentials));
+        assert_eq!(w.read_credentials(&agent).unwrap(), [credentials.clone()]);
+        let mcp = Credentials {
+            base_url: "http://127.0.0.1:9/mcp".into(),
+            header: "authorization".into(),
+            value: "Bearer m".into(),
+        };
+        w.write_credentials(&agent, &mcp).unwrap();
+        let newer = Credentials {
+            value: "sk-2".into(),
+            ..credentials.clone()
+        };
+        w.write_credentials(&agent, &newer).unwrap();
+        assert_eq!(w.read_credentials(&agent).unwrap(), [mcp, newer]);
         let path = w.credentials_path(&agent);
         assert!(
             w.mounts(&agent).iter().all(|m| !path.starts_with(&m.host)),

@@ -225,7 +225,7 @@ impl Preread {
 /// changed credentials apply).
 struct StartFiles {
     manifest: Manifest,
-    credentials: anyhow::Result<Option<Credentials>>,
+    credentials: anyhow::Result<Vec<Credentials>>,
 }
 
 impl StartFiles {
@@ -597,7 +597,7 @@ fn network(world: &World, id: &ActorId, files: StartFiles) -> Network {
     });
     let credentials = files.credentials.unwrap_or_else(|e| {
         world.log_note(id, &format!("{e:#}; running without credentials"));
-        None
+        Vec::new()
     });
     let (world, id) = (world.clone(), id.clone());
     Network {

@@ -18,8 +18,9 @@ pub struct Network {
     /// Hosts the instance may reach, as `host` (any port) or `host:port`, compared with the
     /// request URI's host (without case) and its port (explicit or the scheme's default).
     pub allowed: Vec<String>,
-    /// A header the host adds to requests for one base URL; the guest never sees it.
-    pub credentials: Option<Credentials>,
+    /// Headers the host adds to requests below their base URL (the model provider's, MCP
+    /// servers'); the guest never sees them.
+    pub credentials: Vec<Credentials>,
     /// Called with the request's `host[:port]` each time a request is denied, so the caller
     /// can tell whom it concerns (the runtime keeps no logs).
     pub on_denied: Option<OnDenied>,
@@ -35,6 +36,22 @@ pub struct Credentials {
     pub base_url: String,
     pub header: String,
     pub value: String,
+}
+
+impl Credentials {
+    /// An actor's credentials as their file holds them: one object, or a list of them.
+    pub fn parse_all(bytes: &[u8]) -> serde_json::Result<Vec<Credentials>> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum OneOrMany {
+            One(Credentials),
+            Many(Vec<Credentials>),
+        }
+        Ok(match serde_json::from_slice(bytes)? {
+            OneOrMany::One(one) => vec![one],
+            OneOrMany::Many(many) => many,
+        })
+    }
 }
 
 /// Whether a request to `host` (as the URI spells it, IPv6 in brackets) on `port` is allowed
@@ -121,9 +138,12 @@ impl WasiHttpHooks for HttpHooks {
             }
             return Box::new(async { Err(Error::HttpRequestDenied) });
         }
-        if let Some(credentials) = &self.network.credentials
-            && under_base(&request.uri().to_string(), &credentials.base_url)
-        {
+        let url = request.uri().to_string();
+        // The credentials of the most precise base the request is under.
+        let credentials = (self.network.credentials.iter())
+            .filter(|c| under_base(&url, &c.base_url))
+            .max_by_key(|c| c.base_url.len());
+        if let Some(credentials) = credentials {
             // Credentials come from the host's own files; an unusable one is skipped (the
             // provider then refuses the request and says so).
             if let (Ok(name), Ok(value)) = (
@@ -200,5 +220,17 @@ mod tests {
             "https://api.x.com"
         ));
         assert!(!under_base("http://api.x.com/v1", "https://api.x.com"));
+    }
+
+    #[test]
+    fn a_credentials_file_holds_one_or_a_list() {
+        let one = br#"{"base_url":"https://a","header":"authorization","value":"Bearer 1"}"#;
+        assert_eq!(Credentials::parse_all(one).unwrap().len(), 1);
+        let two = br#"[{"base_url":"https://a","header":"h","value":"1"},
+            {"base_url":"http://127.0.0.1:9/mcp","header":"authorization","value":"Bearer 2"}]"#;
+        assert_eq!(Credentials::parse_all(two).unwrap()[1].value, "Bearer 2");
+        for bad in [&b"{}"[..], b"[1]", b"nope", br#"{"base_url":"x"}"#] {
+            assert!(Credentials::parse_all(bad).is_err());
+        }
     }
 }
