@@ -125,6 +125,11 @@ enum Command {
         #[arg(long, value_name = "DIR", default_value = "world")]
         world: PathBuf,
     },
+    /// MCP servers the agent may use: `sausage mcp-server add NAME URL --tool TOOL=TIERS`.
+    McpServer {
+        #[command(subcommand)]
+        command: McpServerCommand,
+    },
     /// Metrics for Prometheus at the web address's /metrics: `sausage metrics token`.
     Metrics {
         #[command(subcommand)]
@@ -188,6 +193,28 @@ enum PeopleCommand {
     },
     /// Set a person's Matrix user id (`@ann:example.org`), or clear it when none is given.
     Matrix { id: String, user_id: Option<String> },
+}
+
+#[derive(Subcommand)]
+enum McpServerCommand {
+    /// Let the agent use an MCP server's tools (its token from SAUSAGE_MCP_TOKEN, kept by the
+    /// host and added to the agent's requests to URL).
+    Add {
+        /// The server's name (a-z, 0-9, -, _): its tools reach the model as mcp__NAME__TOOL.
+        name: String,
+        /// Its streamable HTTP endpoint, such as http://127.0.0.1:8123/mcp.
+        url: String,
+        /// A tool the agent may use and the tiers whose turns may, as TOOL=TIER[,TIER]
+        /// (repeat for each tool).
+        #[arg(long = "tool", value_name = "TOOL=TIERS", required = true)]
+        tools: Vec<String>,
+        /// How long a call may take, in seconds (default 30).
+        #[arg(long = "timeout", value_name = "SECONDS")]
+        timeout_seconds: Option<u64>,
+        /// The world's folder.
+        #[arg(long, value_name = "DIR", default_value = "world")]
+        world: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -326,6 +353,16 @@ fn main() -> ExitCode {
         Command::People { command, world } => people(&World::new(world), command),
         Command::Status { world } => status::print(&World::new(world)),
         Command::Mcp { world } => mcp::serve(&World::new(world)),
+        Command::McpServer {
+            command:
+                McpServerCommand::Add {
+                    name,
+                    url,
+                    tools,
+                    timeout_seconds,
+                    world,
+                },
+        } => mcp::add_server(&World::new(world), &name, &url, &tools, timeout_seconds),
         Command::Metrics {
             command: MetricsCommand::Token { world },
         } => status::metrics_token(&World::new(world)),

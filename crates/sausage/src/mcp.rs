@@ -174,3 +174,127 @@ impl Bridge {
         let _ = stdout.flush();
     }
 }
+
+/// `sausage mcp-server add NAME URL --tool TOOL=TIER,...`: lets the agent use an MCP server
+/// (DESIGN §23): an entry in its `/data/config.json` (`mcp_servers`), the server's host in its
+/// network allow-list (its installed `actor.json`), and the server's token (from
+/// `SAUSAGE_MCP_TOKEN`, if set) as a credential the host adds under the URL. The agent reads
+/// all three when it next starts.
+pub fn add_server(
+    world: &World,
+    name: &str,
+    url: &str,
+    tools: &[String],
+    timeout_seconds: Option<u64>,
+) -> Result<ExitCode> {
+    use sausage_core::message::ActorId;
+    use serde_json::{Value, json};
+    if !world.registry_path().is_file() {
+        bail!(
+            "{} is not a world (no {}); give the world's folder with --world",
+            world.root().display(),
+            sausage_core::world::REGISTRY
+        );
+    }
+    if name.is_empty()
+        || name.len() > 32
+        || !name
+            .bytes()
+            .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_'))
+    {
+        bail!("`{name}`: a server's name is 1 to 32 of a-z, 0-9, - and _");
+    }
+    let uri: http::Uri = url
+        .parse()
+        .with_context(|| format!("`{url}` is not a URL; give the server's MCP endpoint"))?;
+    let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+        bail!("`{url}` is not an http:// or https:// URL");
+    };
+    if !matches!(scheme, "http" | "https") {
+        bail!("`{url}` is not an http:// or https:// URL");
+    }
+    if tools.is_empty() {
+        bail!("name the tools the agent may use, each with its tiers: --tool weather=owner,member");
+    }
+    let mut allowed = serde_json::Map::new();
+    for tool in tools {
+        let Some((tool, tiers)) = tool.split_once('=') else {
+            bail!("`{tool}`: write a tool as NAME=TIER[,TIER], such as weather=owner,member");
+        };
+        let tiers: Vec<&str> = tiers.split(',').map(str::trim).collect();
+        if tool.is_empty()
+            || tiers
+                .iter()
+                .any(|t| sausage_core::message::Tier::parse(t).is_err())
+        {
+            bail!("`{tool}={}`: tiers are owner, member and guest", tiers.join(","));
+        }
+        allowed.insert(tool.to_string(), json!(tiers));
+    }
+    if let Some(seconds) = timeout_seconds
+        && !(1..=300).contains(&seconds)
+    {
+        bail!("--timeout {seconds}: give 1 to 300 seconds");
+    }
+    let agent = ActorId::parse("agent").expect("a valid id");
+
+    let config_path = world.data_dir(&agent).join("config.json");
+    let mut config: Value = std::fs::read(&config_path)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .with_context(|| {
+            format!(
+                "{}: the agent has no readable config; set the world up with `sausage init`",
+                config_path.display()
+            )
+        })?;
+    let mut entry = json!({"name": name, "url": url, "tools": allowed});
+    if let Some(seconds) = timeout_seconds {
+        entry["timeout_seconds"] = json!(seconds);
+    }
+    let mut servers: Vec<Value> = config["mcp_servers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    servers.retain(|s| s["name"] != name);
+    servers.push(entry);
+    config["mcp_servers"] = Value::Array(servers);
+    sausage_core::fs::write_atomically(
+        &config_path,
+        &serde_json::to_vec_pretty(&config).expect("JSON serialises"),
+    )?;
+
+    let manifest_path = world.source_dir(&agent).join(sausage_core::world::MANIFEST);
+    let mut manifest: Value = std::fs::read(&manifest_path)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_else(|| json!({}));
+    let host = authority.as_str().to_string();
+    let mut network: Vec<Value> = manifest["network"].as_array().cloned().unwrap_or_default();
+    if !network.iter().any(|h| h == host.as_str()) {
+        network.push(json!(host));
+    }
+    manifest["network"] = Value::Array(network);
+    sausage_core::fs::write_atomically(
+        &manifest_path,
+        &serde_json::to_vec_pretty(&manifest).expect("JSON serialises"),
+    )?;
+
+    if let Ok(token) = std::env::var("SAUSAGE_MCP_TOKEN")
+        && !token.is_empty()
+    {
+        world.write_credentials(
+            &agent,
+            &sausage_core::runtime::network::Credentials {
+                base_url: url.trim_end_matches('/').to_string(),
+                header: "authorization".into(),
+                value: format!("Bearer {token}"),
+            },
+        )?;
+    }
+    println!(
+        "the agent may use {name} ({url}) from its next start (the world's next run, or a stop \
+         and a start of `agent`)"
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -398,3 +398,69 @@ fn deploy_builds_a_crate_sent_in_the_call_spawns_it_then_upgrades_it_with_a_shad
     let list = web.host.request(json!({"type": "list"}));
     assert!(!list.to_string().contains("gusbot"));
 }
+
+#[test]
+fn the_agent_calls_a_trusted_mcp_servers_tool_with_the_token_the_host_keeps() {
+    let server = support::mcp::McpServer::start("server-token");
+    let fake = FakeLlm::start();
+    let world = world_with_config(
+        &fake,
+        "openai-responses",
+        support::agent::config(&fake, "openai-responses"),
+    );
+    let root = world.root.to_str().unwrap();
+    let url = server.url();
+    let added = Command::new(env!("CARGO_BIN_EXE_sausage"))
+        .args(["mcp-server", "add", "tools", &url, "--tool", "weather=owner,member"])
+        .args(["--tool", "slow=owner", "--timeout", "2", "--world", root])
+        .env("SAUSAGE_MCP_TOKEN", "server-token")
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{}", text(&added.stderr));
+    let credentials = world.read("broker/credentials/agent.json");
+    assert!(credentials.contains("Bearer server-token") && credentials.contains("Bearer test"));
+    assert!(!world.read("private/agent/data/config.json").contains("server-token"));
+
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "mcp__tools__weather",
+        json!({"city": "Oslo"}),
+    )]));
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "mcp__tools__slow",
+        json!({"seconds": 20}),
+    )]));
+    fake.push_openai(openai::text_reply("Sunny in Oslo."));
+    let mut host = world.run();
+    host.send("what is the weather in Oslo?");
+    assert_eq!(
+        support::agent::final_reply(&mut host)["text"],
+        "Sunny in Oslo."
+    );
+    let offered: Vec<String> = fake.requests()[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_string))
+        .collect();
+    assert!(offered.contains(&"mcp__tools__weather".to_string()), "{offered:?}");
+    assert!(offered.contains(&"mcp__tools__slow".to_string()), "{offered:?}");
+    let weather = support::agent::tool_outputs(&fake, 1);
+    assert!(weather[0].contains("sunny in Oslo"), "{weather:?}");
+    let slow = support::agent::tool_outputs(&fake, 2);
+    assert!(slow.last().unwrap().starts_with("error"), "{slow:?}");
+    let calls = server.calls();
+    assert_eq!(calls[0], json!({"tool": "weather", "arguments": {"city": "Oslo"}}));
+
+    for (args, expected) in [
+        (vec!["mcp-server", "add", "Bad Name", &url, "--tool", "weather=owner"], "a server's name"),
+        (vec!["mcp-server", "add", "x", "ftp://h/mcp", "--tool", "weather=owner"], "http://"),
+        (vec!["mcp-server", "add", "x", &url, "--tool", "weather"], "NAME=TIER"),
+        (vec!["mcp-server", "add", "x", &url, "--tool", "weather=admin"], "owner, member and guest"),
+    ] {
+        let mut all = args.clone();
+        all.extend(["--world", root]);
+        let refused = sausage(&all);
+        assert!(!refused.status.success(), "{args:?}");
+        assert!(text(&refused.stderr).contains(expected), "{args:?}: {}", text(&refused.stderr));
+    }
+}
