@@ -1792,3 +1792,6 @@ mod rewind_tests;
 
 #[cfg(test)]
 mod spans_tests;
+
+#[cfg(test)]
+mod mcp_tests;
