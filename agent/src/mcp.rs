@@ -375,3 +375,174 @@ fn quote(body: &[u8]) -> String {
         text => shorten(&String::from_utf8_lossy(text), QUOTED_CHARS),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::testing::{Answer, ScriptedHost};
+
+    fn server() -> McpServer {
+        McpServer {
+            name: "weather".into(),
+            url: "http://127.0.0.1:8123/mcp".into(),
+            tools: [("weather".to_string(), vec![Tier::Owner])].into(),
+            timeout: Duration::from_secs(5),
+        }
+    }
+
+    fn json_answer(id: u64, result: Value) -> Answer {
+        let body = json!({"jsonrpc": "2.0", "id": id, "result": result});
+        Answer::Headed(
+            vec![("mcp-session-id".into(), "s-1".into())],
+            body.to_string().into_bytes(),
+        )
+    }
+
+    /// The answers of a session opened as requests 1 (initialize) and the notification.
+    fn opened() -> Vec<Answer> {
+        vec![
+            json_answer(1, json!({"protocolVersion": PROTOCOL_VERSION})),
+            Answer::Stream(Vec::new()),
+        ]
+    }
+
+    /// Calls `weather` over a new session with these answers after the session's; the output
+    /// and the host.
+    fn call(answers: Vec<Answer>) -> (Result<String, Failed>, ScriptedHost) {
+        let mut host = ScriptedHost {
+            answers: opened().into_iter().chain(answers).collect(),
+            ..ScriptedHost::default()
+        };
+        let mut sessions = Sessions::default();
+        let output = Client {
+            host: &mut host,
+            sessions: &mut sessions,
+            meanwhile: &mut |_| {},
+        }
+        .call_tool(&server(), "weather", &json!({"city": "Oslo"}));
+        (output, host)
+    }
+
+    fn said_text(output: Result<String, Failed>) -> String {
+        match output {
+            Err(Failed::Said(words)) => words,
+            other => panic!("expected words, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_sse_answer_gives_the_message_with_the_id_and_passes_notifications_over() {
+        let stream = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n\n\
+                      : keep-alive\n\n\
+                      data: {\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"sunny\"},{\"type\":\"text\",\"text\":\"12 C\"}]}}\n\n";
+        let (output, host) = call(vec![Answer::Stream(stream.as_bytes().to_vec())]);
+        assert_eq!(output, Ok("sunny\n12 C".into()));
+        assert_eq!(host.requests.len(), 3);
+    }
+
+    #[test]
+    fn a_json_answer_and_an_is_error_result() {
+        let content = json!({"content": [{"type": "text", "text": "sunny"}, {"type": "image"}]});
+        assert_eq!(
+            call(vec![json_answer(2, content)]).0,
+            Ok("sunny\n[image content, not shown]".into())
+        );
+        let failed =
+            json!({"content": [{"type": "text", "text": "no such city"}], "isError": true});
+        assert_eq!(
+            call(vec![json_answer(2, failed)]).0,
+            Ok("error: no such city".into())
+        );
+    }
+
+    #[test]
+    fn a_timeout_an_http_error_and_garbage_are_words_naming_the_server() {
+        let timeout = Answer::Failed {
+            why: "no whole answer came within 5 s".into(),
+            retry: false,
+        };
+        let words = said_text(call(vec![timeout]).0);
+        assert_eq!(
+            words,
+            "MCP server weather (http://127.0.0.1:8123/mcp): no whole answer came within 5 s"
+        );
+        let error = ScriptedHost::refused(500, &[], json!({"oops": 1}));
+        let words = said_text(call(vec![error]).0);
+        assert!(
+            words.ends_with("answered HTTP 500: {\"oops\":1}"),
+            "{words}"
+        );
+        let garbage = Answer::Stream(b"<html>bad gateway</html>".to_vec());
+        let words = said_text(call(vec![garbage]).0);
+        assert!(
+            words.contains("neither JSON nor server-sent events: <html>"),
+            "{words}"
+        );
+        let wrong_id = json_answer(7, json!({"content": []}));
+        let words = said_text(call(vec![wrong_id]).0);
+        assert!(words.contains("sent no answer to request 2"), "{words}");
+        let refused = Answer::Stream(
+            json!({"jsonrpc": "2.0", "id": 2, "error": {"code": -32602, "message": "bad city"}})
+                .to_string()
+                .into_bytes(),
+        );
+        let words = said_text(call(vec![refused]).0);
+        assert!(
+            words.ends_with("refused tools/call: bad city (code -32602)"),
+            "{words}"
+        );
+        let no_content = json_answer(2, json!({"text": "x"}));
+        assert!(said_text(call(vec![no_content]).0).contains("has no content"));
+        assert_eq!(call(vec![Answer::Stopped]).0, Err(Failed::Shutdown));
+    }
+
+    #[test]
+    fn a_session_the_server_forgot_is_made_anew_once() {
+        let gone = || ScriptedHost::refused(404, &[], json!({}));
+        let ok = json_answer(4, json!({"content": [{"type": "text", "text": "sunny"}]}));
+        let again = [json_answer(3, json!({})), Answer::Stream(Vec::new())];
+        let (output, host) = call([gone()].into_iter().chain(again).chain([ok]).collect());
+        assert_eq!(output, Ok("sunny".into()));
+        let methods: Vec<Value> = (host.requests.iter())
+            .map(|r| serde_json::from_slice::<Value>(&r.body).unwrap()["method"].clone())
+            .collect();
+        assert_eq!(
+            methods,
+            [
+                "initialize",
+                "notifications/initialized",
+                "tools/call",
+                "initialize",
+                "notifications/initialized",
+                "tools/call"
+            ]
+        );
+        let again = [json_answer(3, json!({})), Answer::Stream(Vec::new())];
+        let (output, _) = call([gone()].into_iter().chain(again).chain([gone()]).collect());
+        assert!(said_text(output).ends_with("answered HTTP 404 (not found)"));
+    }
+
+    #[test]
+    fn only_listed_tools_for_the_tier_are_offered_with_the_servers_schema() {
+        let listed = vec![
+            RemoteTool {
+                name: "weather".into(),
+                description: "The weather.".into(),
+                input_schema: json!({"type": "object", "properties": {"city": {}}}),
+            },
+            RemoteTool {
+                name: "other".into(),
+                description: "Not listed.".into(),
+                input_schema: json!({"type": "object"}),
+            },
+        ];
+        let owner = offered(&server(), Tier::Owner, listed.clone());
+        assert_eq!(owner.len(), 1);
+        assert_eq!(owner[0].name, "mcp__weather__weather");
+        assert_eq!(owner[0].description, "The weather.");
+        assert_eq!(owner[0].parameters["properties"]["city"], json!({}));
+        assert!(offered(&server(), Tier::Member, listed).is_empty());
+    }
+}
