@@ -510,4 +510,59 @@ mod tests {
         .unwrap_err();
         assert!(error.contains("\"chat\""), "{error}");
     }
+
+    #[test]
+    fn mcp_servers_parse_and_bad_entries_are_left_out_with_the_field_named() {
+        let mut value = json!({"api": "openai-chat", "base_url": "u", "model": "m",
+        "mcp_servers": [
+            {"name": "weather", "url": "http://127.0.0.1:8123/mcp",
+             "tools": {"weather": ["owner", "member"], "slow": ["owner"]}},
+            {"name": "Bad Name", "url": "http://x", "tools": {}},
+            {"name": "a", "url": "ftp://x", "tools": {}},
+            {"name": "b", "url": "https://x", "tools": {"t": ["king"]}},
+            {"name": "c", "url": "https://x", "tools": {"t.x": ["owner"]}},
+            {"name": "d", "url": "https://x", "tools": {}, "timeout_seconds": 0},
+            {"name": "e", "url": "https://x", "tools": {}, "timeout_seconds": 301},
+            {"name": "f", "url": "https://x", "tools": ["t"]},
+            {"name": "weather", "url": "https://y", "tools": {}},
+            {"name": "x".repeat(33), "url": "https://x", "tools": {}},
+            {"name": "g", "url": "https://x", "tools": {}, "timeout_seconds": 300}
+        ]});
+        let config = parse(&value).unwrap();
+        let names: Vec<&str> = config.mcp_servers.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["weather", "g"]);
+        let weather = &config.mcp_servers[0];
+        assert_eq!(
+            weather.timeout,
+            Duration::from_secs(DEFAULT_MCP_TIMEOUT_SECONDS)
+        );
+        assert!(weather.allows("weather", Tier::Member));
+        assert!(!weather.allows("slow", Tier::Member));
+        assert!(!weather.allows("weather", Tier::Guest));
+        assert!(!weather.allows("unlisted", Tier::Owner));
+        assert_eq!(config.mcp_servers[1].timeout, Duration::from_secs(300));
+        let problems = config.problems.join("\n");
+        for expected in [
+            "mcp_servers[1].name is \"Bad Name\"",
+            "mcp_servers[2].url is \"ftp://x\", not an http:// or https:// URL",
+            "mcp_servers[3].tools.t is [\"king\"], not a list of tiers",
+            "mcp_servers[4].tools: \"t.x\" is not a tool name",
+            "mcp_servers[5].timeout_seconds is 0",
+            "mcp_servers[6].timeout_seconds is 301",
+            "mcp_servers[7].tools is [\"t\"]",
+            "mcp_servers[8].name \"weather\" is named twice",
+            "mcp_servers[9].name is",
+        ] {
+            assert!(problems.contains(expected), "{expected} in {problems}");
+        }
+        assert_eq!(config.problems.len(), 9, "{problems}");
+        value["mcp_servers"] = json!({"name": "weather"});
+        let config = parse(&value).unwrap();
+        assert!(config.mcp_servers.is_empty());
+        assert!(
+            config.problems[0].contains("mcp_servers is {"),
+            "{:?}",
+            config.problems
+        );
+    }
 }
