@@ -22,6 +22,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde_json::{Value, json};
 
+use crate::config::McpServer;
 use crate::conversations::{Conversation, Room};
 use crate::message::{Incoming, Tier};
 
@@ -104,6 +105,34 @@ impl Who {
     /// The folder a member may write in.
     fn work_dir(&self, data: &Path) -> Option<PathBuf> {
         Some(data.join("work").join(self.person.as_ref()?))
+    }
+
+    /// The MCP server and tool that a call of `name` (`mcp__<server>__<tool>`) runs, if the
+    /// configuration lists that tool for this tier; otherwise why not, and nothing is sent.
+    pub fn mcp_tool<'a>(
+        &self,
+        servers: &'a [McpServer],
+        name: &str,
+    ) -> Result<(&'a McpServer, &'a str), String> {
+        let found = servers.iter().find_map(|server| {
+            let tool = server
+                .tools
+                .keys()
+                .find(|tool| server.tool_name(tool) == name)?;
+            Some((server, tool.as_str()))
+        });
+        match found {
+            Some((server, tool)) if server.allows(tool, self.tier) => Ok((server, tool)),
+            Some(_) => Err(format!(
+                "refused: {name} is not for {} (the owners did not allow it to this tier in \
+                 mcp_servers); nothing was sent",
+                self.tier.a()
+            )),
+            None => Err(format!(
+                "error: there is no tool `{name}`: no server of mcp_servers in \
+                 /data/config.json allows it"
+            )),
+        }
     }
 
     /// Whether a file tool may run with these arguments; the refusal otherwise.

@@ -4,7 +4,12 @@
 //! It is read again at the start of every turn, so an edit (even of the API shape) applies to the
 //! next turn without a restart. Problems are returned as words for the person who asked.
 //! Prices and context windows of well-known models are built in ([`KNOWN_MODELS`]); the file's
-//! `prices` and `context_window` override them.
+//! `prices` and `context_window` override them. `mcp_servers` names the MCP servers whose tools
+//! the model may be offered ([`McpServer`]); a bad entry is left out with a note in
+//! [`Config::problems`], and the rest of the file still works.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -31,6 +36,46 @@ pub const DEFAULT_MEMBER_DAY_USD: f64 = 10.0;
 /// what most current hosted models offer. A smaller local model answers "context too long" once,
 /// the agent compacts, and `context_window` in the file fixes it for good.
 pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
+
+/// An MCP server's `timeout_seconds` when the file names none: each request to it may take
+/// this long before its call fails in words.
+pub const DEFAULT_MCP_TIMEOUT_SECONDS: u64 = 30;
+
+/// The longest `timeout_seconds` accepted: a slow server holds up the turn no longer.
+pub const MAX_MCP_TIMEOUT_SECONDS: u64 = 300;
+
+/// The longest name a tool offered to the model may have (`mcp__<server>__<tool>`): the model
+/// APIs refuse longer ones.
+pub const MAX_TOOL_NAME: usize = 64;
+
+/// An MCP server the agent is a client of (DESIGN §23):
+/// `{"name", "url", "tools": {"<tool>": ["owner", "member", "guest"]}, "timeout_seconds"?}`.
+/// Its token is not here: the host adds it to requests to `url` as a credential.
+#[derive(Clone, Debug, PartialEq)]
+pub struct McpServer {
+    /// By the rules of actor ids, at most 32 characters: it is part of the tools' names.
+    pub name: String,
+    /// `http://` or `https://`: where JSON-RPC is POSTed (streamable HTTP).
+    pub url: String,
+    /// The only tools ever offered, each with the tiers that may use it.
+    pub tools: BTreeMap<String, Vec<Tier>>,
+    /// How long each request to the server may take.
+    pub timeout: Duration,
+}
+
+impl McpServer {
+    /// The name the model calls `tool` by.
+    pub fn tool_name(&self, tool: &str) -> String {
+        format!("mcp__{}__{tool}", self.name)
+    }
+
+    /// Whether a person of `tier` may use `tool` (a tool the file does not list: nobody).
+    pub fn allows(&self, tool: &str, tier: Tier) -> bool {
+        self.tools
+            .get(tool)
+            .is_some_and(|tiers| tiers.contains(&tier))
+    }
+}
 
 /// USD per million tokens of each kind.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -130,6 +175,11 @@ pub struct Config {
     pub member_day_usd: f64,
     /// The model's context window in tokens.
     pub context_window: u64,
+    /// The MCP servers of `mcp_servers` whose entries are right.
+    pub mcp_servers: Vec<McpServer>,
+    /// What is wrong with the file but did not stop it from working (a bad `mcp_servers`
+    /// entry), in words naming the field; written to stderr at each turn.
+    pub problems: Vec<String>,
 }
 
 /// The answer to a person when the configuration is missing or incomplete.
@@ -223,6 +273,7 @@ fn parse(value: &Value) -> Result<Config, String> {
             })?,
     };
     let max_day_usd = usd("max_day_usd", DEFAULT_MAX_DAY_USD)?;
+    let (mcp_servers, problems) = mcp_servers(&value["mcp_servers"]);
     Ok(Config {
         api,
         base_url: text("base_url")
@@ -240,6 +291,126 @@ fn parse(value: &Value) -> Result<Config, String> {
         guest_day_usd: tier_usd("guest", DEFAULT_GUEST_DAY_USD)?,
         member_day_usd: tier_usd("member", DEFAULT_MEMBER_DAY_USD)?,
         context_window,
+        mcp_servers,
+        problems,
+    })
+}
+
+/// The right entries of `mcp_servers`, and a sentence for each one left out.
+fn mcp_servers(value: &Value) -> (Vec<McpServer>, Vec<String>) {
+    let entries = match value {
+        Value::Null => return (Vec::new(), Vec::new()),
+        Value::Array(entries) => entries,
+        other => {
+            let problem = format!(
+                "/data/config.json: mcp_servers is {other}, not a list of {{\"name\", \"url\", \
+                 \"tools\", \"timeout_seconds\"}}; no MCP server is used"
+            );
+            return (Vec::new(), vec![problem]);
+        }
+    };
+    let (mut servers, mut problems) = (Vec::<McpServer>::new(), Vec::new());
+    for (at, entry) in entries.iter().enumerate() {
+        match mcp_server(entry) {
+            Ok(server) if servers.iter().any(|s| s.name == server.name) => problems.push(format!(
+                "/data/config.json: mcp_servers[{at}].name {:?} is named twice; this entry is \
+                 left out",
+                server.name
+            )),
+            Ok(server) => servers.push(server),
+            Err(why) => problems.push(format!(
+                "/data/config.json: mcp_servers[{at}].{why}; this server is left out"
+            )),
+        }
+    }
+    (servers, problems)
+}
+
+/// One entry of `mcp_servers`, or what is wrong with it, starting with the field's name.
+fn mcp_server(entry: &Value) -> Result<McpServer, String> {
+    let name = match entry["name"].as_str() {
+        Some(name) if name.len() <= 32 && crate::message::valid_id(name) => name.to_string(),
+        _ => {
+            return Err(format!(
+                "name is {}, not a name of a-z, 0-9, - and _ (1 to 32 characters)",
+                entry["name"]
+            ));
+        }
+    };
+    let url = match entry["url"].as_str() {
+        Some(url)
+            if ["http://", "https://"].iter().any(|scheme| {
+                url.len() > scheme.len()
+                    && url
+                        .get(..scheme.len())
+                        .is_some_and(|s| s.eq_ignore_ascii_case(scheme))
+            }) && !url.contains(char::is_whitespace) =>
+        {
+            url.to_string()
+        }
+        _ => {
+            return Err(format!(
+                "url is {}, not an http:// or https:// URL",
+                entry["url"]
+            ));
+        }
+    };
+    let Some(listed) = entry["tools"].as_object() else {
+        return Err(format!(
+            "tools is {}, not {{\"<tool>\": [\"owner\", \"member\", \"guest\"]}}",
+            entry["tools"]
+        ));
+    };
+    let mut tools = BTreeMap::new();
+    for (tool, tiers) in listed {
+        let offered = format!("mcp__{name}__{tool}");
+        let good_name = !tool.is_empty()
+            && offered.len() <= MAX_TOOL_NAME
+            && tool
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !good_name {
+            return Err(format!(
+                "tools: {tool:?} is not a tool name of A-Z, a-z, 0-9, - and _ that keeps \
+                 {offered:?} within {MAX_TOOL_NAME} characters"
+            ));
+        }
+        let parsed: Option<Vec<Tier>> = tiers.as_array().and_then(|tiers| {
+            tiers
+                .iter()
+                .map(|tier| match tier.as_str() {
+                    Some("owner") => Some(Tier::Owner),
+                    Some("member") => Some(Tier::Member),
+                    Some("guest") => Some(Tier::Guest),
+                    _ => None,
+                })
+                .collect()
+        });
+        let Some(parsed) = parsed else {
+            return Err(format!(
+                "tools.{tool} is {tiers}, not a list of tiers (\"owner\", \"member\", \
+                 \"guest\")"
+            ));
+        };
+        tools.insert(tool.clone(), parsed);
+    }
+    let seconds = match &entry["timeout_seconds"] {
+        Value::Null => DEFAULT_MCP_TIMEOUT_SECONDS,
+        v => v
+            .as_u64()
+            .filter(|s| (1..=MAX_MCP_TIMEOUT_SECONDS).contains(s))
+            .ok_or_else(|| {
+                format!(
+                    "timeout_seconds is {v}, not a whole number of seconds from 1 to \
+                     {MAX_MCP_TIMEOUT_SECONDS}"
+                )
+            })?,
+    };
+    Ok(McpServer {
+        name,
+        url,
+        tools,
+        timeout: Duration::from_secs(seconds),
     })
 }
 
@@ -338,5 +509,60 @@ mod tests {
         }))
         .unwrap_err();
         assert!(error.contains("\"chat\""), "{error}");
+    }
+
+    #[test]
+    fn mcp_servers_parse_and_bad_entries_are_left_out_with_the_field_named() {
+        let mut value = json!({"api": "openai-chat", "base_url": "u", "model": "m",
+        "mcp_servers": [
+            {"name": "weather", "url": "http://127.0.0.1:8123/mcp",
+             "tools": {"weather": ["owner", "member"], "slow": ["owner"]}},
+            {"name": "Bad Name", "url": "http://x", "tools": {}},
+            {"name": "a", "url": "ftp://x", "tools": {}},
+            {"name": "b", "url": "https://x", "tools": {"t": ["king"]}},
+            {"name": "c", "url": "https://x", "tools": {"t.x": ["owner"]}},
+            {"name": "d", "url": "https://x", "tools": {}, "timeout_seconds": 0},
+            {"name": "e", "url": "https://x", "tools": {}, "timeout_seconds": 301},
+            {"name": "f", "url": "https://x", "tools": ["t"]},
+            {"name": "weather", "url": "https://y", "tools": {}},
+            {"name": "x".repeat(33), "url": "https://x", "tools": {}},
+            {"name": "g", "url": "https://x", "tools": {}, "timeout_seconds": 300}
+        ]});
+        let config = parse(&value).unwrap();
+        let names: Vec<&str> = config.mcp_servers.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["weather", "g"]);
+        let weather = &config.mcp_servers[0];
+        assert_eq!(
+            weather.timeout,
+            Duration::from_secs(DEFAULT_MCP_TIMEOUT_SECONDS)
+        );
+        assert!(weather.allows("weather", Tier::Member));
+        assert!(!weather.allows("slow", Tier::Member));
+        assert!(!weather.allows("weather", Tier::Guest));
+        assert!(!weather.allows("unlisted", Tier::Owner));
+        assert_eq!(config.mcp_servers[1].timeout, Duration::from_secs(300));
+        let problems = config.problems.join("\n");
+        for expected in [
+            "mcp_servers[1].name is \"Bad Name\"",
+            "mcp_servers[2].url is \"ftp://x\", not an http:// or https:// URL",
+            "mcp_servers[3].tools.t is [\"king\"], not a list of tiers",
+            "mcp_servers[4].tools: \"t.x\" is not a tool name",
+            "mcp_servers[5].timeout_seconds is 0",
+            "mcp_servers[6].timeout_seconds is 301",
+            "mcp_servers[7].tools is [\"t\"]",
+            "mcp_servers[8].name \"weather\" is named twice",
+            "mcp_servers[9].name is",
+        ] {
+            assert!(problems.contains(expected), "{expected} in {problems}");
+        }
+        assert_eq!(config.problems.len(), 9, "{problems}");
+        value["mcp_servers"] = json!({"name": "weather"});
+        let config = parse(&value).unwrap();
+        assert!(config.mcp_servers.is_empty());
+        assert!(
+            config.problems[0].contains("mcp_servers is {"),
+            "{:?}",
+            config.problems
+        );
     }
 }

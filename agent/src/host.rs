@@ -24,8 +24,8 @@ pub const STREAM_TICK: Duration = Duration::from_millis(250);
 /// How a POST ended.
 #[derive(Debug)]
 pub enum Posted {
-    /// A 2xx answer, whose whole body went to `stream`.
-    Streamed,
+    /// A 2xx answer, whose whole body went to `stream`; its headers, names lowercased.
+    Streamed { headers: Vec<(String, String)> },
     /// Any other answer, whole.
     Refused(HttpResponse),
     /// No answer came (no network, refused, timed out), or the answer's body broke off; `why`
@@ -44,7 +44,7 @@ pub trait Host {
     /// Writes one message and flushes it.
     fn send(&mut self, message: &Outgoing);
 
-    /// Sends the request. A 2xx answer's body goes to `stream` piece by piece as it arrives,
+    /// Sends the request, giving up after its `timeout` when it has one. A 2xx answer's body goes to `stream` piece by piece as it arrives,
     /// and `stream(&[])` is called at least every [`STREAM_TICK`] while it is silent; any other
     /// answer comes back whole as `Refused`. Whatever `stream` returns (batched progress, one
     /// message for each person who follows the turn) is sent at once.

@@ -30,6 +30,7 @@ mod fairness;
 mod goals;
 mod history;
 mod host;
+mod mcp;
 mod message;
 mod provider;
 mod tools;

@@ -178,6 +178,9 @@ pub struct HttpRequest {
     pub url: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The longest the whole exchange may take, answer included; past it the POST fails.
+    /// `None`: only the host's own limits, which let a model think for minutes.
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// An answer that is not a 2xx stream: its status, headers (names lowercased) and whole body.

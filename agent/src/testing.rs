@@ -49,6 +49,8 @@ pub fn fixture(name: &str) -> Option<Vec<u8>> {
 pub enum Answer {
     /// A 2xx answer whose body is streamed to the agent in small pieces.
     Stream(Vec<u8>),
+    /// A 2xx answer with these headers (names lowercased), its body streamed like `Stream`'s.
+    Headed(Vec<(String, String)>, Vec<u8>),
     Refused(HttpResponse),
     Failed {
         why: String,
@@ -161,7 +163,7 @@ impl Host for ScriptedHost {
         self.arrivals = later;
         let mut now: Vec<Incoming> = now.into_iter().map(|(_, message)| message).collect();
         let body: &[u8] = match &answer {
-            Answer::Stream(bytes) | Answer::Kill(bytes) => bytes,
+            Answer::Stream(bytes) | Answer::Kill(bytes) | Answer::Headed(_, bytes) => bytes,
             _ => &[],
         };
         let pieces: Vec<&[u8]> = body.chunks(STREAM_PIECE).collect();
@@ -175,7 +177,10 @@ impl Host for ScriptedHost {
             meanwhile(now);
         }
         match answer {
-            Answer::Stream(_) => Posted::Streamed,
+            Answer::Stream(_) => Posted::Streamed {
+                headers: Vec::new(),
+            },
+            Answer::Headed(headers, _) => Posted::Streamed { headers },
             Answer::Refused(response) => Posted::Refused(response),
             Answer::Failed { why, retry } => Posted::Failed { why, retry },
             Answer::Stopped => Posted::Stopped,

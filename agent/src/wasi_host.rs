@@ -231,11 +231,22 @@ impl WasiHost {
             .set_path_with_query(Some(path))
             .map_err(|()| invalid("path"))?;
 
+        // The request's own timeout bounds each of the host's waits, and the whole exchange
+        // here (`late`), since a stream that trickles could pass every one of them.
+        let limit = |default: Duration| request.timeout.map_or(default, |t| t.min(default));
+        let deadline = request.timeout.map(|t| Instant::now() + t);
+        let late = || {
+            deadline.is_some_and(|d| Instant::now() >= d).then(|| {
+                let seconds = request.timeout.unwrap_or_default().as_secs();
+                (format!("no whole answer came within {seconds} s"), false)
+            })
+        };
         let options = RequestOptions::new();
         // A host that does not support a timeout keeps its own default; that is no reason to fail.
-        let _ = options.set_connect_timeout(Some(CONNECT_TIMEOUT.as_nanos() as u64));
-        let _ = options.set_first_byte_timeout(Some(FIRST_BYTE_TIMEOUT.as_nanos() as u64));
-        let _ = options.set_between_bytes_timeout(Some(BETWEEN_BYTES_TIMEOUT.as_nanos() as u64));
+        let _ = options.set_connect_timeout(Some(limit(CONNECT_TIMEOUT).as_nanos() as u64));
+        let _ = options.set_first_byte_timeout(Some(limit(FIRST_BYTE_TIMEOUT).as_nanos() as u64));
+        let _ =
+            options.set_between_bytes_timeout(Some(limit(BETWEEN_BYTES_TIMEOUT).as_nanos() as u64));
 
         let body = outgoing
             .body()
@@ -253,13 +264,18 @@ impl WasiHost {
         } // The stream must be dropped before its body is finished.
         OutgoingBody::finish(body, None).map_err(|e| (describe(&e), !denied(&e)))?;
 
-        // Waits for: the answer's headers (index 0), or a message on stdin (index 1), handed over
-        // before the next wait; a shutdown drops the request, which cancels it.
+        // Waits for: the answer's headers (index 0), a message on stdin (index 1), handed over
+        // before the next wait, or the tick that checks the request's deadline (index 2); a
+        // shutdown or the deadline drops the request, which cancels it.
         loop {
             let answered = future.subscribe();
             let readable = self.stdin.subscribe();
-            if poll(&[&answered, &readable]).contains(&0) {
+            let tick = subscribe_duration(STREAM_TICK.as_nanos() as u64);
+            if poll(&[&answered, &readable, &tick]).contains(&0) {
                 break;
+            }
+            if let Some(late) = late() {
+                return Err(late);
             }
             self.read_available();
             self.hand_over(meanwhile);
@@ -302,6 +318,9 @@ impl WasiHost {
                 let stdin = self.stdin.subscribe();
                 let tick = subscribe_duration(STREAM_TICK.as_nanos() as u64);
                 let ready = poll(&[&readable, &stdin, &tick]);
+                if let Some(late) = late() {
+                    return Err(late);
+                }
                 if ready.contains(&1) {
                     self.read_available();
                     self.hand_over(meanwhile);
@@ -337,7 +356,7 @@ impl WasiHost {
             }
         } // The stream must be dropped before its body.
         if streaming {
-            Ok(Posted::Streamed)
+            Ok(Posted::Streamed { headers })
         } else {
             Ok(Posted::Refused(HttpResponse {
                 status,

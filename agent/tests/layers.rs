@@ -24,6 +24,7 @@ const LAYERS: &[&str] = &[
     "goals",
     "tools",
     "provider",
+    "mcp",
     "budget",
     "context",
     "turn",

@@ -69,6 +69,7 @@ pub fn request(
         .flatten()
         .collect(),
         body: body.to_string().into_bytes(),
+        timeout: None,
     }
 }
 

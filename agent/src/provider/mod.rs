@@ -8,7 +8,7 @@
 mod anthropic;
 mod chat;
 mod openai;
-mod sse;
+pub mod sse;
 
 use std::time::Duration;
 
@@ -505,6 +505,7 @@ fn openai_style(config: &Config, path: &str, body: &Value) -> HttpRequest {
         url: format!("{}{path}", config.base_url),
         headers,
         body: body.to_string().into_bytes(),
+        timeout: None,
     }
 }
 
@@ -557,6 +558,8 @@ fn test_config(api: Api) -> Config {
         guest_day_usd: crate::config::DEFAULT_GUEST_DAY_USD,
         member_day_usd: crate::config::DEFAULT_MEMBER_DAY_USD,
         context_window: crate::config::DEFAULT_CONTEXT_WINDOW,
+        mcp_servers: Vec::new(),
+        problems: Vec::new(),
     }
 }
 

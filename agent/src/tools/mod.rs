@@ -30,8 +30,8 @@ pub const DEFAULT_WAIT_SECONDS: u64 = 30;
 /// A tool as the model is told about it.
 #[derive(Debug, Clone)]
 pub struct ToolSpec {
-    pub name: &'static str,
-    pub description: &'static str,
+    pub name: String,
+    pub description: String,
     pub parameters: Value,
 }
 
@@ -48,14 +48,15 @@ fn lines_schema(what: &str) -> Value {
 pub fn specs() -> Vec<ToolSpec> {
     vec![
         ToolSpec {
-            name: "send_message",
+            name: "send_message".into(),
             description: "Send a message to an actor (broker, cargo, console, or any actor id). \
                 The message gets its own id, the conversation's tag and t<n> (such as \
                 person.ann.t3), which others see as agent/person.ann.t3. With wait_seconds, wait \
                 up to that long for the reply (the message whose reply_to is that) and return \
                 it; other messages that arrive meanwhile are kept for their conversations \
                 (wait_for_messages and the next turn). What the person you act for may not do \
-                is refused before anything is sent.",
+                is refused before anything is sent."
+                .into(),
             parameters: json!({
                 "type": "object",
                 "properties": {
@@ -68,10 +69,11 @@ pub fn specs() -> Vec<ToolSpec> {
             }),
         },
         ToolSpec {
-            name: "wait_for_messages",
+            name: "wait_for_messages".into(),
             description: "Return the messages that arrived and were not shown yet (replies that \
                 came too late, publications, notices); if none did, wait up to `seconds` for the \
-                first one.",
+                first one."
+                .into(),
             parameters: json!({
                 "type": "object",
                 "properties": {
@@ -81,14 +83,15 @@ pub fn specs() -> Vec<ToolSpec> {
             }),
         },
         ToolSpec {
-            name: "read_file",
+            name: "read_file".into(),
             description: "Read a text file. Without offset, limit and tail: the whole file as it \
                 is; past 30 KB it stops at a line end with a note saying which lines were shown. \
                 With any of them: only those lines, each as `<number>│ <text>`, after a first line \
                 `[<path>: lines <first>-<last> of <total>]` (plus the offset that reads on when \
                 lines remain), so a long file or log is read in parts. Of a file past 8 MiB only \
                 its first 8 MiB are read (its last 8 MiB with tail), as the first line says. \
-                Copy text for edit_file without the `<number>│ ` prefix.",
+                Copy text for edit_file without the `<number>│ ` prefix."
+                .into(),
             parameters: json!({
                 "type": "object",
                 "properties": {
@@ -101,15 +104,19 @@ pub fn specs() -> Vec<ToolSpec> {
             }),
         },
         ToolSpec {
-            name: "list_dir",
-            description: "List a folder: one entry a line, folders ending in /, files with their size.",
+            name: "list_dir".into(),
+            description:
+                "List a folder: one entry a line, folders ending in /, files with their size."
+                    .into(),
             parameters: json!({"type": "object", "properties": {"path": path_schema("the folder")}, "required": ["path"]}),
         },
         ToolSpec {
-            name: "write_file",
-            description: "Write a text file whole (replacing it if it exists), creating its parent \
+            name: "write_file".into(),
+            description:
+                "Write a text file whole (replacing it if it exists), creating its parent \
                 folders. It becomes visible to others when written. To change part of a file, \
-                use edit_file.",
+                use edit_file."
+                    .into(),
             parameters: json!({
                 "type": "object",
                 "properties": {"path": path_schema("the file"), "content": {"type": "string", "description": "the whole new content"}},
@@ -117,13 +124,14 @@ pub fn specs() -> Vec<ToolSpec> {
             }),
         },
         ToolSpec {
-            name: "edit_file",
+            name: "edit_file".into(),
             description: "Replace exact text in an existing text file. `old` must occur exactly \
                 once, whitespace and indentation included, unless `all` is true (then every \
                 occurrence is replaced). Answers how many places changed and at which lines. If \
                 `old` is not found, the error shows the file's most similar lines with their \
                 numbers; if it occurs more than once, the error lists the lines: add surrounding \
-                lines to `old` to pick one.",
+                lines to `old` to pick one."
+                .into(),
             parameters: json!({
                 "type": "object",
                 "properties": {
@@ -136,9 +144,10 @@ pub fn specs() -> Vec<ToolSpec> {
             }),
         },
         ToolSpec {
-            name: "copy_dir",
+            name: "copy_dir".into(),
             description: "Copy a folder and everything in it to a new place (such as \
-                /actor/agent/source to /data/agent-next), creating the destination's parents.",
+                /actor/agent/source to /data/agent-next), creating the destination's parents."
+                .into(),
             parameters: json!({
                 "type": "object",
                 "properties": {"from": path_schema("the folder to copy"), "to": path_schema("where the copy goes")},
@@ -146,19 +155,20 @@ pub fn specs() -> Vec<ToolSpec> {
             }),
         },
         ToolSpec {
-            name: "remove_path",
-            description: "Remove a file, or a folder with everything in it.",
+            name: "remove_path".into(),
+            description: "Remove a file, or a folder with everything in it.".into(),
             parameters: json!({"type": "object", "properties": {"path": path_schema("what to remove")}, "required": ["path"]}),
         },
         ToolSpec {
-            name: "search",
+            name: "search".into(),
             description: "Search the lines of a file, or of every file in a folder and its \
                 subfolders, for a regular expression (Rust regex syntax, one line at a time; \
                 (?i) ignores case). Answers one line per matching line, \
                 `<path>:<line number>: <text>`, with absolute paths, in path order; lines longer \
                 than 200 characters are shortened around the match. At most 200 lines, then a \
                 note saying how many more matched; binary files are skipped and at most 20,000 \
-                files and folders are looked at, with a note saying so.",
+                files and folders are looked at, with a note saying so."
+                .into(),
             parameters: json!({
                 "type": "object",
                 "properties": {
@@ -170,11 +180,12 @@ pub fn specs() -> Vec<ToolSpec> {
             }),
         },
         ToolSpec {
-            name: "find_files",
+            name: "find_files".into(),
             description: "Find files and folders under a folder by glob. Answers absolute paths, \
                 sorted, one a line, folders ending in /; at most 500, then a note saying how many \
                 more matched. A pattern without / matches names at any depth (*.rs, Cargo.toml); \
-                with /, paths relative to `path` (src/**/*.rs); ** spans any number of folders.",
+                with /, paths relative to `path` (src/**/*.rs); ** spans any number of folders."
+                .into(),
             parameters: json!({
                 "type": "object",
                 "properties": {
@@ -185,10 +196,11 @@ pub fn specs() -> Vec<ToolSpec> {
             }),
         },
         ToolSpec {
-            name: "plan",
+            name: "plan".into(),
             description: "Set the to-do card of this turn, which the person sees: the whole list \
                 each time (it replaces the card), each item done or not. Use it for work of \
-                several steps, and update it as items get done.",
+                several steps, and update it as items get done."
+                .into(),
             parameters: json!({
                 "type": "object",
                 "properties": {
@@ -209,11 +221,12 @@ pub fn specs() -> Vec<ToolSpec> {
             }),
         },
         ToolSpec {
-            name: "note",
+            name: "note".into(),
             description: "Append a note to /data/notes.md, which every conversation shows you, \
                 whoever it is with: facts about the world and decisions with their reasons. \
                 Everyone's turns read it, so never put a person's private facts here (use \
-                remember). Guests may not add notes.",
+                remember). Guests may not add notes."
+                .into(),
             parameters: json!({
                 "type": "object",
                 "properties": {"text": {"type": "string", "description": "the note, short and self-contained"}},
@@ -221,12 +234,13 @@ pub fn specs() -> Vec<ToolSpec> {
             }),
         },
         ToolSpec {
-            name: "remember",
+            name: "remember".into(),
             description: "Remember a fact about the person this turn acts for (in a room, the \
                 one who spoke), or a lasting preference of theirs, as one line of their memory \
                 (/data/people/<id>/memory.md). Their private conversation shows it in every \
                 request; nobody else's does. Use it when they ask you to remember something or \
-                state a lasting preference.",
+                state a lasting preference."
+                .into(),
             parameters: json!({
                 "type": "object",
                 "properties": {"text": {"type": "string", "description": "the fact or preference, short and self-contained"}},
@@ -234,20 +248,22 @@ pub fn specs() -> Vec<ToolSpec> {
             }),
         },
         ToolSpec {
-            name: "forget",
+            name: "forget".into(),
             description: "Forget what you remember about the person this turn acts for: the \
-                lines that contain `text` (ignoring case), or, without `text`, everything.",
+                lines that contain `text` (ignoring case), or, without `text`, everything."
+                .into(),
             parameters: json!({
                 "type": "object",
                 "properties": {"text": {"type": "string", "description": "text of the facts to forget; leave it out to forget all"}},
             }),
         },
         ToolSpec {
-            name: "ask",
+            name: "ask".into(),
             description: "Ask the person who started this turn a question and wait for the \
                 answer (up to 24 hours, across restarts); the answer is this tool's output. With \
                 choices, the person may pick one. Ask only what you cannot decide or find out \
-                yourself.",
+                yourself."
+                .into(),
             parameters: json!({
                 "type": "object",
                 "properties": {
@@ -258,10 +274,11 @@ pub fn specs() -> Vec<ToolSpec> {
             }),
         },
         ToolSpec {
-            name: "goal_status",
+            name: "goal_status".into(),
             description: "Only in a goal's rounds: say how the goal stands at the end of this \
                 round. continue: more rounds are needed; done: the goal is reached; blocked: it \
-                cannot go on without help (only after at least 3 rounds).",
+                cannot go on without help (only after at least 3 rounds)."
+                .into(),
             parameters: json!({
                 "type": "object",
                 "properties": {
@@ -418,7 +435,7 @@ mod tests {
     #[test]
     fn every_tool_has_an_object_schema() {
         let specs = specs();
-        let names: Vec<&str> = specs.iter().map(|s| s.name).collect();
+        let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(
             names,
             [

@@ -27,6 +27,9 @@ impl<H: Host> Agent<H> {
             ));
         }
         let who = turn.who();
+        if name.starts_with(mcp::PREFIX) {
+            return self.call_mcp(&who, name, arguments);
+        }
         if let Err(refusal) = who.file_tool(&self.data, name, arguments) {
             return Some(refusal);
         }
@@ -50,12 +53,32 @@ impl<H: Host> Agent<H> {
             "remember" | "forget" => Some(self.memory_tool(turn, name, arguments)),
             "goal_status" => Some(self.goal_status(turn, arguments)),
             _ => Some(tools::run_file_tool(name, arguments).unwrap_or_else(|| {
-                let names: Vec<&str> = tools::specs().iter().map(|s| s.name).collect();
+                let names: Vec<String> = tools::specs().into_iter().map(|s| s.name).collect();
                 format!(
                     "error: there is no tool `{name}`; the tools are {}",
                     names.join(", ")
                 )
             })),
+        }
+    }
+
+    /// A tool of an MCP server, if the turn's person's tier may use it; refused before
+    /// anything is sent otherwise. `None` when a shutdown came while it ran.
+    fn call_mcp(&mut self, who: &Who, name: &str, arguments: &Value) -> Option<String> {
+        let (server, tool) = match who.mcp_tool(&self.mcp_turn.0, name) {
+            Ok((server, tool)) => (server.clone(), tool.to_string()),
+            Err(refusal) => return Some(refusal),
+        };
+        let arrived = &mut self.arrived;
+        let mut client = mcp::Client {
+            host: &mut self.host,
+            sessions: &mut self.mcp,
+            meanwhile: &mut |messages| arrived.add(messages),
+        };
+        match client.call_tool(&server, &tool, arguments) {
+            Ok(output) => Some(output),
+            Err(mcp::Failed::Said(why)) => Some(format!("error: {why}")),
+            Err(mcp::Failed::Shutdown) => None,
         }
     }
 

@@ -33,6 +33,7 @@ use crate::fairness::{self, Starts};
 use crate::goals::{self, Goal, Goals};
 use crate::history::{self, Entry, History};
 use crate::host::{Event, Host, Posted};
+use crate::mcp;
 use crate::message::{HttpRequest, Incoming, Outgoing, Tier, shorten, valid_id};
 use crate::provider::{self, Failure, Reply, Usage};
 use crate::tools::{self, DEFAULT_WAIT_SECONDS, MAX_WAIT_SECONDS, card, cut_output, string_arg};
@@ -461,6 +462,11 @@ pub struct Agent<H: Host> {
     /// The traceparent every line carries now (DESIGN §22): the running turn's span, or its
     /// tool call's while one runs; `None` outside a turn, and in a turn whose message had none.
     trace: Option<String>,
+    /// The sessions of the MCP servers spoken to, kept across turns.
+    mcp: mcp::Sessions,
+    /// The running turn's MCP servers (its configuration's) and the tools of theirs offered
+    /// to its person; set when the turn's step loop begins.
+    mcp_turn: (Vec<config::McpServer>, Vec<tools::ToolSpec>),
 }
 
 impl<H: Host> Agent<H> {
@@ -499,6 +505,8 @@ impl<H: Host> Agent<H> {
             rewinding: false,
             rewind_asks: 0,
             trace: None,
+            mcp: mcp::Sessions::default(),
+            mcp_turn: (Vec::new(), Vec::new()),
         }
     }
 
@@ -882,6 +890,7 @@ impl<H: Host> Agent<H> {
         self.running = Some((turn.conversation.clone(), turn.message.clone()));
         self.stop_asked = false;
         self.round_of = turn.goal.clone();
+        self.offer_mcp_tools(config, &turn);
         let (answer, stopped) = loop {
             self.take_arrived();
             if let Some(end) = self.limit(config, &turn) {
@@ -991,6 +1000,34 @@ impl<H: Host> Agent<H> {
             }
         };
         self.conclude(history, turn, Outcome::Cut(answer, stopped))
+    }
+
+    /// Asks each MCP server with a tool for the turn's person's tier for its tools, once per
+    /// turn; a server that fails is left out of this turn, with a note on stderr.
+    fn offer_mcp_tools(&mut self, config: &Config, turn: &SavedTurn) {
+        for problem in &config.problems {
+            eprintln!("agent: {problem}");
+        }
+        let tier = turn.who().tier;
+        let mut offered = Vec::new();
+        let arrived = &mut self.arrived;
+        let mut client = mcp::Client {
+            host: &mut self.host,
+            sessions: &mut self.mcp,
+            meanwhile: &mut |messages| arrived.add(messages),
+        };
+        let servers = config.mcp_servers.iter();
+        for server in servers.filter(|s| s.tools.values().any(|tiers| tiers.contains(&tier))) {
+            match client.list_tools(server) {
+                Ok(listed) => offered.extend(mcp::offered(server, tier, listed)),
+                Err(mcp::Failed::Said(why)) => {
+                    eprintln!("agent: {why}; its tools are left out of this turn");
+                }
+                // The shutdown is seen by the step's next wait.
+                Err(mcp::Failed::Shutdown) => break,
+            }
+        }
+        self.mcp_turn = (config.mcp_servers.clone(), offered);
     }
 
     /// Ends the turn: a message's turn answers it; a goal's round reports to the goal. Then its
@@ -1174,6 +1211,7 @@ impl<H: Host> Agent<H> {
         let tools: Vec<tools::ToolSpec> = tools::specs()
             .into_iter()
             .filter(|t| turn.goal.is_some() || t.name != "goal_status")
+            .chain(self.mcp_turn.1.iter().cloned())
             .collect();
         provider::request(config, &self.system_prompt(&turn.who()), &entries, &tools)
     }
@@ -1346,7 +1384,7 @@ impl<H: Host> Agent<H> {
             self.tell(turn, json!({"type": "progress", "text": text}));
         }
         match posted {
-            Posted::Streamed => match broken {
+            Posted::Streamed { .. } => match broken {
                 Some(failure) => Err(Some(failure)),
                 None => stream.finish().map_err(Some),
             },
@@ -1754,3 +1792,6 @@ mod rewind_tests;
 
 #[cfg(test)]
 mod spans_tests;
+
+#[cfg(test)]
+mod mcp_tests;

@@ -24,6 +24,11 @@ pub(super) fn run(data: &Path, events: Vec<Event>, answers: Vec<Answer>) -> Scri
         answers: answers.into(),
         ..ScriptedHost::default()
     };
+    run_with(data, host)
+}
+
+/// Runs the agent on `data` with this scripted host until its script ends.
+pub(super) fn run_with(data: &Path, host: ScriptedHost) -> ScriptedHost {
     let mut agent = Agent::new(host, data, "agent", "2", false);
     agent.run();
     agent.host
