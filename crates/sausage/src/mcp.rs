@@ -227,7 +227,10 @@ pub fn add_server(
                 .iter()
                 .any(|t| sausage_core::message::Tier::parse(t).is_err())
         {
-            bail!("`{tool}={}`: tiers are owner, member and guest", tiers.join(","));
+            bail!(
+                "`{tool}={}`: tiers are owner, member and guest",
+                tiers.join(",")
+            );
         }
         allowed.insert(tool.to_string(), json!(tiers));
     }

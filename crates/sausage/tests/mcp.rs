@@ -411,15 +411,30 @@ fn the_agent_calls_a_trusted_mcp_servers_tool_with_the_token_the_host_keeps() {
     let root = world.root.to_str().unwrap();
     let url = server.url();
     let added = Command::new(env!("CARGO_BIN_EXE_sausage"))
-        .args(["mcp-server", "add", "tools", &url, "--tool", "weather=owner,member"])
+        .args([
+            "mcp-server",
+            "add",
+            "tools",
+            &url,
+            "--tool",
+            "weather=owner,member",
+        ])
         .args(["--tool", "slow=owner", "--timeout", "2", "--world", root])
         .env("SAUSAGE_MCP_TOKEN", "server-token")
         .output()
         .unwrap();
     assert!(added.status.success(), "{}", text(&added.stderr));
     let credentials = world.read("broker/credentials/agent.json");
-    assert!(credentials.contains("Bearer server-token") && credentials.contains("Bearer test"));
-    assert!(!world.read("private/agent/data/config.json").contains("server-token"));
+    assert!(credentials.contains("Bearer server-token"), "{credentials}");
+    assert!(
+        credentials.contains(&format!("Bearer {}", sausage_fake_llm::TOKEN)),
+        "the model's token is kept: {credentials}"
+    );
+    assert!(
+        !world
+            .read("private/agent/data/config.json")
+            .contains("server-token")
+    );
 
     fake.push_openai(openai::reply(vec![openai::function_call(
         "mcp__tools__weather",
@@ -442,25 +457,64 @@ fn the_agent_calls_a_trusted_mcp_servers_tool_with_the_token_the_host_keeps() {
         .iter()
         .filter_map(|t| t["name"].as_str().map(str::to_string))
         .collect();
-    assert!(offered.contains(&"mcp__tools__weather".to_string()), "{offered:?}");
-    assert!(offered.contains(&"mcp__tools__slow".to_string()), "{offered:?}");
+    assert!(
+        offered.contains(&"mcp__tools__weather".to_string()),
+        "{offered:?}"
+    );
+    assert!(
+        offered.contains(&"mcp__tools__slow".to_string()),
+        "{offered:?}"
+    );
     let weather = support::agent::tool_outputs(&fake, 1);
     assert!(weather[0].contains("sunny in Oslo"), "{weather:?}");
     let slow = support::agent::tool_outputs(&fake, 2);
     assert!(slow.last().unwrap().starts_with("error"), "{slow:?}");
     let calls = server.calls();
-    assert_eq!(calls[0], json!({"tool": "weather", "arguments": {"city": "Oslo"}}));
+    assert_eq!(
+        calls[0],
+        json!({"tool": "weather", "arguments": {"city": "Oslo"}})
+    );
 
     for (args, expected) in [
-        (vec!["mcp-server", "add", "Bad Name", &url, "--tool", "weather=owner"], "a server's name"),
-        (vec!["mcp-server", "add", "x", "ftp://h/mcp", "--tool", "weather=owner"], "http://"),
-        (vec!["mcp-server", "add", "x", &url, "--tool", "weather"], "NAME=TIER"),
-        (vec!["mcp-server", "add", "x", &url, "--tool", "weather=admin"], "owner, member and guest"),
+        (
+            vec![
+                "mcp-server",
+                "add",
+                "Bad Name",
+                &url,
+                "--tool",
+                "weather=owner",
+            ],
+            "a server's name",
+        ),
+        (
+            vec![
+                "mcp-server",
+                "add",
+                "x",
+                "ftp://h/mcp",
+                "--tool",
+                "weather=owner",
+            ],
+            "http://",
+        ),
+        (
+            vec!["mcp-server", "add", "x", &url, "--tool", "weather"],
+            "NAME=TIER",
+        ),
+        (
+            vec!["mcp-server", "add", "x", &url, "--tool", "weather=admin"],
+            "owner, member and guest",
+        ),
     ] {
         let mut all = args.clone();
         all.extend(["--world", root]);
         let refused = sausage(&all);
         assert!(!refused.status.success(), "{args:?}");
-        assert!(text(&refused.stderr).contains(expected), "{args:?}: {}", text(&refused.stderr));
+        assert!(
+            text(&refused.stderr).contains(expected),
+            "{args:?}: {}",
+            text(&refused.stderr)
+        );
     }
 }
