@@ -1076,7 +1076,10 @@ mod tests {
             value: "sk-1".into(),
         };
         w.write_credentials(&agent, &credentials).unwrap();
-        assert_eq!(w.read_credentials(&agent).unwrap(), std::slice::from_ref(&credentials));
+        assert_eq!(
+            w.read_credentials(&agent).unwrap(),
+            std::slice::from_ref(&credentials)
+        );
         let mcp = Credentials {
             base_url: "http://127.0.0.1:9/mcp".into(),
             header: "authorization".into(),
