@@ -376,66 +376,51 @@ fn shadow(actors: &Path, figures: &mut Vec<Figure>) {
 /// What keeping the window costs a round trip: `ping` and `pong` with their windows (the
 /// default 256) and without (`"window": 0` in their manifests), alternately, twice each.
 fn window(actors: &Path, figures: &mut Vec<Figure>) {
-    let mut runs: [Vec<Value>; 2] = [Vec::new(), Vec::new()];
-    for round in 0..4 {
-        let kept = round % 2 == 0;
-        let (_dir, world) = world(actors, &[("ping", "pingpong"), ("pong", "pingpong")]);
-        if !kept {
+    let [kept, none] = round_trips_a_b(actors, |world, second| {
+        if second {
             for id in ["ping", "pong"] {
                 let id = ActorId::parse(id).expect("valid");
                 std::fs::write(world.source_dir(&id).join("actor.json"), r#"{"window": 0}"#)
                     .unwrap();
             }
         }
-        let mut host = Host::start(&world);
-        host.tell(
-            "ping",
-            json!({"type": "run", "peer": "pong", "rounds": 2000}),
-        );
-        host.wait("ping", "stats");
-        host.tell(
-            "ping",
-            json!({"type": "run", "peer": "pong", "rounds": 50000}),
-        );
-        runs[usize::from(!kept)].push(host.wait("ping", "stats"));
-        host.quit();
-    }
-    let shown = |stats: &[Value]| {
-        let field = |name: &str| {
-            let mut values: Vec<f64> = stats.iter().filter_map(|s| s[name].as_f64()).collect();
-            values.sort_by(f64::total_cmp);
-            values[values.len() / 2]
-        };
-        format!(
-            "{:.0} / {:.0} µs, {:.0}/s",
-            field("p50_us"),
-            field("p99_us"),
-            field("per_sec")
-        )
-    };
+        Host::start(world)
+    });
     figures.push(Figure {
         what: "round trip with each actor's window kept (256) / without (`\"window\": 0`): \
                p50 / p99, round trips a second"
             .into(),
-        value: format!("{} / {}", shown(&runs[0]), shown(&runs[1])),
+        value: format!("{kept} / {none}"),
         target: "no measurable difference",
     });
 }
 
 /// What traces cost a round trip (DESIGN §22): `ping` and `pong` on a host with no endpoint
-/// (every envelope still carries a trace) and on one exporting every delivery's span over
-/// OTLP/HTTP to a local sink that answers each export at once, alternately, twice each.
+/// and on one exporting every delivery's span over OTLP/HTTP to a local sink that answers each
+/// export at once, alternately, twice each.
 fn traces(actors: &Path, figures: &mut Vec<Figure>) {
     let sink = otlp_sink();
+    let [off, exported] = round_trips_a_b(actors, |world, second| match second {
+        false => Host::start(world),
+        true => Host::start_with(world, &["--otlp", &sink]),
+    });
+    figures.push(Figure {
+        what: "round trip with traces off / every span exported over OTLP/HTTP: p50 / p99, \
+               round trips a second"
+            .into(),
+        value: format!("{off} / {exported}"),
+        target: "off: as before traces (p50 10 µs, 88,000/s)",
+    });
+}
+
+/// Round trips between `ping` and `pong` on hosts `start` makes, the first way and the second
+/// (`start`'s flag), alternately, twice each: each way's medians as `p50 / p99 µs, n/s`.
+fn round_trips_a_b(actors: &Path, start: impl Fn(&World, bool) -> Host) -> [String; 2] {
     let mut runs: [Vec<Value>; 2] = [Vec::new(), Vec::new()];
     for round in 0..4 {
-        let exported = round % 2 == 1;
+        let second = round % 2 == 1;
         let (_dir, world) = world(actors, &[("ping", "pingpong"), ("pong", "pingpong")]);
-        let mut host = if exported {
-            Host::start_with(&world, &["--otlp", &sink])
-        } else {
-            Host::start(&world)
-        };
+        let mut host = start(&world, second);
         host.tell(
             "ping",
             json!({"type": "run", "peer": "pong", "rounds": 2000}),
@@ -445,10 +430,10 @@ fn traces(actors: &Path, figures: &mut Vec<Figure>) {
             "ping",
             json!({"type": "run", "peer": "pong", "rounds": 50000}),
         );
-        runs[usize::from(exported)].push(host.wait("ping", "stats"));
+        runs[usize::from(second)].push(host.wait("ping", "stats"));
         host.quit();
     }
-    let shown = |stats: &[Value]| {
+    runs.map(|stats| {
         let field = |name: &str| {
             let mut values: Vec<f64> = stats.iter().filter_map(|s| s[name].as_f64()).collect();
             values.sort_by(f64::total_cmp);
@@ -460,14 +445,7 @@ fn traces(actors: &Path, figures: &mut Vec<Figure>) {
             field("p99_us"),
             field("per_sec")
         )
-    };
-    figures.push(Figure {
-        what: "round trip with traces off / every span exported over OTLP/HTTP: p50 / p99, \
-               round trips a second"
-            .into(),
-        value: format!("{} / {}", shown(&runs[0]), shown(&runs[1])),
-        target: "off: as before traces (p50 10 µs, 88,000/s)",
-    });
+    })
 }
 
 /// An OTLP/HTTP endpoint that reads each export and answers 200 with an empty body: what a

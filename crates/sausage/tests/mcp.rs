@@ -11,18 +11,7 @@ use serde_json::{Value, json};
 use support::agent::{config_with, world_with_config};
 use support::mcp::run_script;
 use support::web::WebHost;
-use support::{TestWorld, eventually};
-
-fn sausage(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_sausage"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use support::{TestWorld, eventually, sausage, text};
 
 /// `sausage people ARGS --world WORLD`'s stdout, which must succeed.
 fn people(world: &TestWorld, args: &[&str]) -> String {

@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::Duration;
 
 use sausage_fake_llm::{FakeLlm, openai};
@@ -14,23 +13,12 @@ use support::http::request;
 use support::otlp::Otlp;
 use support::prometheus::Prometheus;
 use support::web::WebHost;
-use support::{Host, TestWorld};
+use support::{Host, TestWorld, sausage, text};
 
 /// Prometheus adds a target's first scrape about 5 s after it starts.
 const SCRAPES: Duration = Duration::from_secs(40);
 /// The host exports spans every second.
 const EXPORTS: Duration = Duration::from_secs(30);
-
-fn sausage(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_sausage"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// A world whose agent, on the fake, prices `test-model`.
 fn priced_world(fake: &FakeLlm) -> TestWorld {

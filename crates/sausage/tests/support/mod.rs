@@ -300,6 +300,19 @@ impl TestWorld {
     }
 }
 
+/// Runs `sausage ARGS` to its end (a command that does not run a world).
+pub fn sausage(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sausage"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Bytes a command printed, as text.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
 /// The principal of the builds the agent asks `cargo` for in a [`TestWorld`]: it asks for the
 /// person it acts for (`"as"`), the terminal's owner, whose target folder the build uses.
 pub const AGENTS_OWN_BUILDS: &str = sausage_core::people::DEFAULT_OWNER;
