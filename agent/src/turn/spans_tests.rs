@@ -248,7 +248,9 @@ fn the_answer_and_the_history_carry_the_turns_waterfall() {
         json!({"kind": "model", "name": "m", "start_ms": 0, "ms": 0, "input_tokens": input,
                "output_tokens": output, "cost_usd": usd})
     };
-    let tool = json!({"kind": "tool", "name": "read_file", "preview": path, "start_ms": 0,
+    // The preview is the path cut to 80 characters, however deep the test's folder is.
+    let preview = super::calls::preview("read_file", &json!({"path": path}));
+    let tool = json!({"kind": "tool", "name": "read_file", "preview": preview, "start_ms": 0,
                       "ms": 0, "ok": true});
     let waterfall = json!([model(1000, 100, 0.00102), tool, model(500, 50, 0.0006)]);
     assert_eq!(answer["steps"], waterfall, "{answer}");
