@@ -22,19 +22,112 @@
 //!   `{"type":"report"}` → `{"type":"report","received":..,"in_order":..,"last":..}`.
 //!
 //! Anything else → `{"type":"error","reason":..}`. Exits 0 on shutdown or EOF, also mid-run.
+//!
+//! `ping`, `pong` and `seq` take a lean path: their envelope is read into borrowed fields and the
+//! answer written straight into a reused buffer, so that the benches measure the broker rather
+//! than this actor building JSON trees. Any line the lean path cannot read whole goes the general
+//! way.
 
 use proto::{Message, Outgoing};
+use serde::Deserialize;
 use serde_json::{Value, json};
+use std::borrow::Cow;
 use std::env;
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+/// The fields of a delivered message the lean path reads, borrowed from its line where they
+/// need no unescaping.
+#[derive(Deserialize)]
+struct Lean<'a> {
+    #[serde(borrow)]
+    id: Cow<'a, str>,
+    #[serde(borrow)]
+    from: Cow<'a, str>,
+    #[serde(borrow, default)]
+    reply_to: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    body: LeanBody<'a>,
+}
+
+#[derive(Deserialize)]
+struct LeanBody<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Cow<'a, str>,
+    n: u64,
+}
+
+/// Reused buffers: the line read last and the lines to write.
+#[derive(Default)]
+struct Io {
+    line: Vec<u8>,
+    out: Vec<u8>,
+}
+
+impl Io {
+    /// The next line, `false` at EOF.
+    fn read(&mut self) -> bool {
+        proto::read_line(&mut self.line)
+    }
+
+    /// The line as a lean `ping`, `pong` or `seq`, when it reads as one.
+    fn lean(&self) -> Option<Lean<'_>> {
+        serde_json::from_slice::<Lean>(&self.line)
+            .ok()
+            .filter(|m| matches!(&*m.body.kind, "ping" | "pong" | "seq"))
+    }
+
+    /// The line as a general message; `None` (with a log line) when it is not one.
+    fn message(&self) -> Option<Message> {
+        serde_json::from_slice(&self.line)
+            .inspect_err(|e| eprintln!("stdin: skipping a line that is not a message: {e}"))
+            .ok()
+    }
+
+    /// Writes `{"to":to,"reply_to"?:..,"id"?:..,"body":{"type":kind,"n":n}}` and flushes.
+    fn send(&mut self, to: &str, reply_to: Option<&str>, id: Option<&str>, kind: &str, n: u64) {
+        let out = &mut self.out;
+        out.clear();
+        out.extend_from_slice(b"{\"to\":");
+        serde_json::to_writer(&mut *out, to).expect("a string serializes");
+        if let Some(reply_to) = reply_to {
+            out.extend_from_slice(b",\"reply_to\":");
+            serde_json::to_writer(&mut *out, reply_to).expect("a string serializes");
+        }
+        if let Some(id) = id {
+            out.extend_from_slice(b",\"id\":");
+            serde_json::to_writer(&mut *out, id).expect("a string serializes");
+        }
+        write!(out, ",\"body\":{{\"type\":\"{kind}\",\"n\":{n}}}}}\n")
+            .expect("a vector takes bytes");
+        proto::send_raw(out);
+    }
+}
+
 fn main() {
     let me = env::var("SAUSAGE_ACTOR").unwrap_or_default();
     let (mut received, mut last, mut in_order) = (0u64, 0u64, true);
-    for msg in proto::messages() {
+    let mut io = Io::default();
+    while io.read() {
+        if let Some(lean) = io.lean() {
+            match &*lean.body.kind {
+                "ping" => {
+                    let (from, id, n) = (lean.from.to_string(), lean.id.to_string(), lean.body.n);
+                    io.send(&from, Some(&id), None, "pong", n);
+                }
+                "seq" => {
+                    received += 1;
+                    in_order &= lean.body.n == last + 1;
+                    last = lean.body.n;
+                }
+                _ => eprintln!("ignoring a pong outside a run"),
+            }
+            continue;
+        }
+        let Some(msg) = io.message() else { continue };
         match msg.kind() {
+            "shutdown" => break,
             "ping" => pong(&msg),
             "run" => {
                 let (Some(peer), Some(rounds)) =
@@ -53,7 +146,7 @@ fn main() {
                         }
                     },
                 };
-                let body = match run(&me, peer, rounds, limit) {
+                let body = match run(&mut io, &me, peer, rounds, limit) {
                     Ok(stats) => stats,
                     Err(reason) => json!({"type": "error", "reason": reason}),
                 };
@@ -128,7 +221,13 @@ fn pong(ping: &Message) {
 
 /// Plays `rounds` round trips with `peer`, or as many as `limit` allows, and returns the `stats`
 /// body, or why it stopped.
-fn run(me: &str, peer: &str, rounds: u64, limit: Option<Duration>) -> Result<Value, String> {
+fn run(
+    io: &mut Io,
+    me: &str,
+    peer: &str,
+    rounds: u64,
+    limit: Option<Duration>,
+) -> Result<Value, String> {
     let mut times = Vec::new();
     let started = Instant::now();
     for k in 1..=rounds {
@@ -136,13 +235,12 @@ fn run(me: &str, peer: &str, rounds: u64, limit: Option<Duration>) -> Result<Val
             break;
         }
         let sent = Instant::now();
-        proto::send(Outgoing::to(peer, json!({"type": "ping", "n": k})).with_id(&format!("p{k}")));
-        let answer = wait_for_reply(&format!("{me}/p{k}"));
+        io.send(peer, None, Some(&format!("p{k}")), "ping", k);
+        let answer = wait_for_reply(io, &format!("{me}/p{k}"));
         times.push(sent.elapsed());
-        if answer.kind() != "pong" {
+        if let Err(body) = answer {
             return Err(format!(
-                "round {k}: the ping to {peer} was answered with {}",
-                answer.body
+                "round {k}: the ping to {peer} was answered with {body}"
             ));
         }
     }
@@ -185,16 +283,33 @@ fn append_for(path: &str, period: Duration) -> std::io::Result<u64> {
     Ok(count)
 }
 
-/// Reads until the reply to `id` comes, answering pings and ignoring everything else. A shutdown
-/// or EOF meanwhile ends the program with 0, as it would at any other time.
-fn wait_for_reply(id: &str) -> Message {
+/// Reads until the reply to `id` comes: `Ok` for a pong, else the body it came with. Pings that
+/// arrive meanwhile are answered, anything else is ignored. A shutdown or EOF meanwhile ends the
+/// program with 0, as it would at any other time.
+fn wait_for_reply(io: &mut Io, id: &str) -> Result<(), Value> {
     loop {
-        let Some(msg) = proto::read().filter(|msg| msg.kind() != "shutdown") else {
+        if !io.read() {
+            eprintln!("EOF while waiting for the reply to {id}");
+            std::process::exit(0);
+        }
+        if let Some(lean) = io.lean() {
+            match (&*lean.body.kind, lean.reply_to.as_deref()) {
+                ("pong", Some(to)) if to == id => return Ok(()),
+                ("ping", _) => {
+                    let (from, ping, n) = (lean.from.to_string(), lean.id.to_string(), lean.body.n);
+                    io.send(&from, Some(&ping), None, "pong", n);
+                    continue;
+                }
+                _ => {}
+            }
+        }
+        let Some(msg) = io.message() else { continue };
+        if msg.kind() == "shutdown" {
             eprintln!("shutdown while waiting for the reply to {id}");
             std::process::exit(0);
-        };
+        }
         if msg.reply_to.as_deref() == Some(id) {
-            return msg;
+            return Err(msg.body);
         }
         if msg.kind() == "ping" {
             pong(&msg);

@@ -81,21 +81,30 @@ impl Outgoing {
 pub fn read() -> Option<Message> {
     let mut line = Vec::new();
     loop {
-        line.clear();
-        match io::stdin().lock().read_until(b'\n', &mut line) {
-            Ok(0) => return None,
-            Ok(_) => {}
-            Err(e) => {
-                eprintln!("stdin: {e}; treating it as the end of input");
-                return None;
-            }
-        }
-        if line.trim_ascii().is_empty() {
-            continue;
+        if !read_line(&mut line) {
+            return None;
         }
         match serde_json::from_slice(&line) {
             Ok(msg) => return Some(msg),
             Err(e) => eprintln!("stdin: skipping a line that is not a message: {e}"),
+        }
+    }
+}
+
+/// Reads the next line that is not blank into `line` (replacing what it held), for an actor that
+/// parses its hot messages itself; `false` at EOF.
+pub fn read_line(line: &mut Vec<u8>) -> bool {
+    let mut stdin = io::stdin().lock();
+    loop {
+        line.clear();
+        match stdin.read_until(b'\n', line) {
+            Ok(0) => return false,
+            Ok(_) if line.trim_ascii().is_empty() => {}
+            Ok(_) => return true,
+            Err(e) => {
+                eprintln!("stdin: {e}; treating it as the end of input");
+                return false;
+            }
         }
     }
 }
@@ -108,21 +117,35 @@ pub fn messages() -> impl Iterator<Item = Message> {
 
 /// Writes one message and flushes it.
 pub fn send(msg: Outgoing) {
-    send_all([msg]);
+    let mut line = serde_json::to_vec(&msg).expect("a message serializes");
+    line.push(b'\n');
+    send_raw(&line);
 }
 
 /// Writes messages, one per line, and flushes once at the end: for bursts.
 pub fn send_all(msgs: impl IntoIterator<Item = Outgoing>) {
-    let mut out = BufWriter::new(io::stdout().lock());
+    let mut out = BufWriter::with_capacity(64 * 1024, io::stdout().lock());
     let written = msgs.into_iter().try_for_each(|msg| {
         serde_json::to_writer(&mut out, &msg)?;
         out.write_all(b"\n")
     });
     if let Err(e) = written.and_then(|()| out.flush()) {
-        // Nobody reads our stdout any more, so nothing we do could reach anyone: stop.
-        eprintln!("stdout: {e}; the broker no longer reads, exiting");
-        std::process::exit(1);
+        exit_unread(e);
     }
+}
+
+/// Writes lines the caller made itself (each ending in a newline) in one write, and flushes.
+pub fn send_raw(lines: &[u8]) {
+    let mut out = io::stdout().lock();
+    if let Err(e) = out.write_all(lines).and_then(|()| out.flush()) {
+        exit_unread(e);
+    }
+}
+
+fn exit_unread(e: io::Error) -> ! {
+    // Nobody reads our stdout any more, so nothing we do could reach anyone: stop.
+    eprintln!("stdout: {e}; the broker no longer reads, exiting");
+    std::process::exit(1);
 }
 
 pub fn reply(msg: &Message, body: Value) {

@@ -152,6 +152,10 @@ impl Runtime {
             .memory_init_cow(false)
             .with_host_memory(Arc::new(memory::Mapper))
             .with_host_stack(Arc::new(memory::Mapper));
+        if std::env::var_os("SAUSAGE_PERF_MAP").is_some() {
+            // `perf report` names guests' functions from /tmp/perf-<pid>.map (docs/profile.md).
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&config)?;
         let linker = link(&engine)?;
 
