@@ -99,7 +99,7 @@ impl Io {
             out.extend_from_slice(b",\"id\":");
             serde_json::to_writer(&mut *out, id).expect("a string serializes");
         }
-        write!(out, ",\"body\":{{\"type\":\"{kind}\",\"n\":{n}}}}}\n")
+        writeln!(out, ",\"body\":{{\"type\":\"{kind}\",\"n\":{n}}}}}")
             .expect("a vector takes bytes");
         proto::send_raw(out);
     }
