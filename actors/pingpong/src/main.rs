@@ -28,7 +28,7 @@
 //! than this actor building JSON trees. Any line the lean path cannot read whole goes the general
 //! way.
 
-use proto::{Message, Outgoing};
+use proto::Message;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::borrow::Cow;
@@ -83,6 +83,33 @@ impl Io {
         serde_json::from_slice(&self.line)
             .inspect_err(|e| eprintln!("stdin: skipping a line that is not a message: {e}"))
             .ok()
+    }
+
+    /// Writes `{"to":to,"body":{"type":"seq","n":n}}` (with `"pad"` when it is not empty) for n
+    /// in 1..=count, 64 KiB at a time, and flushes once at the end.
+    fn flood(&mut self, to: &str, count: u64, pad: &str) {
+        let to = serde_json::to_string(to).expect("a string serializes");
+        let pad = match pad {
+            "" => String::new(),
+            pad => format!(
+                ",\"pad\":{}",
+                serde_json::to_string(pad).expect("a string serializes")
+            ),
+        };
+        let out = &mut self.out;
+        out.clear();
+        for n in 1..=count {
+            writeln!(
+                out,
+                "{{\"to\":{to},\"body\":{{\"type\":\"seq\",\"n\":{n}{pad}}}}}"
+            )
+            .expect("a vector takes bytes");
+            if out.len() >= 64 * 1024 {
+                proto::send_raw(out);
+                out.clear();
+            }
+        }
+        proto::send_raw(out);
     }
 
     /// Writes `{"to":to,"reply_to"?:..,"id"?:..,"body":{"type":kind,"n":n}}` and flushes.
@@ -159,14 +186,7 @@ fn main() {
                     continue;
                 };
                 let pad = "x".repeat(msg.body["pad"].as_u64().unwrap_or(0) as usize);
-                proto::send_all((1..=count).map(|n| {
-                    let body = if pad.is_empty() {
-                        json!({"type": "seq", "n": n})
-                    } else {
-                        json!({"type": "seq", "n": n, "pad": pad})
-                    };
-                    Outgoing::to(to, body)
-                }));
+                io.flood(to, count, &pad);
                 proto::reply(&msg, json!({"type": "flooded", "count": count}));
             }
             "seq" => {
