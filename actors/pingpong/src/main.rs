@@ -126,8 +126,11 @@ impl Io {
             out.extend_from_slice(b",\"id\":");
             serde_json::to_writer(&mut *out, id).expect("a string serializes");
         }
-        writeln!(out, ",\"body\":{{\"type\":\"{kind}\",\"n\":{n}}}}}")
-            .expect("a vector takes bytes");
+        out.extend_from_slice(b",\"body\":{\"type\":\"");
+        out.extend_from_slice(kind.as_bytes());
+        out.extend_from_slice(b"\",\"n\":");
+        push_u64(out, n);
+        out.extend_from_slice(b"}}\n");
         proto::send_raw(out);
     }
 }
@@ -249,14 +252,22 @@ fn run(
     limit: Option<Duration>,
 ) -> Result<Value, String> {
     let mut times = Vec::new();
+    // This round's id and the `reply_to` its answer carries, made without `format!`.
+    let (mut id, mut reply_to) = (Vec::new(), format!("{me}/"));
     let started = Instant::now();
     for k in 1..=rounds {
         if limit.is_some_and(|limit| started.elapsed() >= limit) {
             break;
         }
         let sent = Instant::now();
-        io.send(peer, None, Some(&format!("p{k}")), "ping", k);
-        let answer = wait_for_reply(io, &format!("{me}/p{k}"));
+        id.clear();
+        id.push(b'p');
+        push_u64(&mut id, k);
+        let id = std::str::from_utf8(&id).expect("ascii");
+        io.send(peer, None, Some(id), "ping", k);
+        reply_to.truncate(me.len() + 1);
+        reply_to.push_str(id);
+        let answer = wait_for_reply(io, &reply_to);
         times.push(sent.elapsed());
         if let Err(body) = answer {
             return Err(format!(
@@ -337,6 +348,21 @@ fn wait_for_reply(io: &mut Io, id: &str) -> Result<(), Value> {
             eprintln!("ignoring {} from {} during a run", msg.body, msg.from);
         }
     }
+}
+
+/// Appends `n` in decimal.
+fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// The nearest-rank percentile of sorted durations, in microseconds; 0 when there are none.

@@ -723,8 +723,10 @@ impl GuestInput for MailboxInput {
                         };
                     if ready {
                         // Another reader may be waiting too (a guest can poll stdin from two
-                        // streams); pass the wake-up on.
-                        self.0.arrived.notify_one();
+                        // streams); pass the wake-up on to those waiting now. (`notify_one`
+                        // would keep a permit when nobody waits, and this reader's next wait
+                        // would take it and go round once more for nothing.)
+                        self.0.arrived.notify_waiters();
                         return;
                     }
                 }
