@@ -33,6 +33,9 @@ const STOP_LIMIT: Duration = Duration::from_secs(300);
 /// Round trips measured per world, after a warm-up of a tenth of it.
 const ROUNDS: u64 = 20_000;
 
+/// Messages of the flood each world measures.
+const FLOOD: u64 = 1_000_000;
+
 fn main() {
     let sizes: Vec<usize> = std::env::args()
         .skip(1)
@@ -59,16 +62,24 @@ fn main() {
     println!("\nSausage at scale — {cores} cores; idle `echo` actors plus a `pingpong` pair\n");
     println!(
         "| actors | first run until all run | warm start until all run | host memory per actor \
-         when all run / idle | maps / fds per actor | round trip p50 / p99 (pair alone: {}) |",
+         when all run / idle | maps / fds per actor | round trip p50 / p99 (pair alone: {}) | \
+         round trips a second / flood of {FLOOD} a second (pair alone: {}) |",
         pair.round_trip
             .as_ref()
-            .map_or_else(|e| e.clone(), |(p50, p99)| format!("{p50} / {p99} µs"))
+            .map_or_else(|e| e.clone(), |(p50, p99)| format!("{p50} / {p99} µs")),
+        pair.throughput.as_ref().map_or_else(
+            |e| e.clone(),
+            |(trips, flood)| format!("{trips:.0} / {flood:.0}")
+        )
     );
-    println!("| --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
     for row in rows {
         println!("{row}");
     }
-    println!("| target (100,000) | | ≤ 15 s | ≤ 32 KB | | no slower than the pair alone |");
+    println!(
+        "| target (100,000) | | ≤ 15 s | ≤ 32 KB | | no slower than the pair alone | within 10% \
+         of the pair alone |"
+    );
     let removing: Vec<JoinHandle<()>> = measured_worlds
         .into_iter()
         .map(remove_in_background)
@@ -88,6 +99,8 @@ struct Measured {
     maps: u64,
     fds: u64,
     round_trip: Result<(u64, u64), String>,
+    /// Round trips a second and messages a second of a flood of [`FLOOD`], the pair's.
+    throughput: Result<(f64, f64), String>,
     /// One round trip from `ping` to `pong` while `pong` is packed (its unpack included), µs.
     woken: Result<u64, String>,
 }
@@ -108,6 +121,7 @@ impl Measured {
             maps: 0,
             fds: 0,
             round_trip: Err("not run".into()),
+            throughput: Err("not run".into()),
             woken: Err("not run".into()),
         };
         let ids = ids(n);
@@ -130,7 +144,10 @@ impl Measured {
             measured.maps = host.count_lines("maps");
             measured.fds = host.count_fds();
             measured.woken = host.round_trip_to_packed();
-            measured.round_trip = host.round_trips();
+            measured.round_trip = host.round_trips().map(|(p50, p99, per_sec)| {
+                measured.throughput = host.flood().map(|flood| (per_sec, flood));
+                (p50, p99)
+            });
         }
         let stopped = Instant::now();
         host.quit();
@@ -175,12 +192,20 @@ impl Measured {
             ),
             (Err(e), _) | (_, Err(e)) => e.clone(),
         };
+        let throughput = match (&self.throughput, &pair.throughput) {
+            (Ok((trips, flood)), Ok((base_trips, base_flood))) => format!(
+                "{trips:.0} ({:+.0}%) / {flood:.0} ({:+.0}%)",
+                100.0 * (trips / base_trips - 1.0),
+                100.0 * (flood / base_flood - 1.0)
+            ),
+            (Err(e), _) | (_, Err(e)) => e.clone(),
+        };
         let time = |t: &Result<Duration, String>| {
             t.as_ref()
                 .map_or_else(|e| e.clone(), |d| format!("{:.2} s", secs(*d)))
         };
         format!(
-            "| {n} | {} | {} | {memory} | {handles} | {round_trip} |",
+            "| {n} | {} | {} | {memory} | {handles} | {round_trip} | {throughput} |",
             time(&self.cold),
             time(&self.warm)
         )
@@ -441,8 +466,8 @@ impl Host {
             .ok_or(format!("no p50_us in {stats}"))
     }
 
-    /// p50 and p99 of the pair's round trips in µs, after a warm-up.
-    fn round_trips(&mut self) -> Result<(u64, u64), String> {
+    /// p50 and p99 of the pair's round trips in µs, and how many a second, after a warm-up.
+    fn round_trips(&mut self) -> Result<(u64, u64, f64), String> {
         for rounds in [ROUNDS / 10, ROUNDS] {
             self.tell(
                 "ping",
@@ -451,10 +476,41 @@ impl Host {
             let stats = self.wait("ping", "stats")?;
             if rounds == ROUNDS {
                 let us = |key: &str| stats[key].as_u64().ok_or(format!("no {key} in {stats}"));
-                return Ok((us("p50_us")?, us("p99_us")?));
+                let per_sec = stats["per_sec"].as_f64();
+                let per_sec = per_sec.ok_or(format!("no per_sec in {stats}"))?;
+                return Ok((us("p50_us")?, us("p99_us")?, per_sec));
             }
         }
         unreachable!("the last round returns")
+    }
+
+    /// Messages a second of a flood of [`FLOOD`] from `ping` into `pong`, until `pong` reports
+    /// every one, in order.
+    fn flood(&mut self) -> Result<f64, String> {
+        self.tell("pong", json!({"type": "report"}))?;
+        let before = self.wait("pong", "report")?["received"]
+            .as_u64()
+            .unwrap_or(0);
+        let started = Instant::now();
+        self.tell(
+            "ping",
+            json!({"type": "flood", "to": "pong", "count": FLOOD}),
+        )?;
+        loop {
+            self.tell("pong", json!({"type": "report"}))?;
+            let report = self.wait("pong", "report")?;
+            let received = report["received"].as_u64().unwrap_or(0) - before;
+            if received == FLOOD {
+                if report["in_order"] != true {
+                    return Err(format!("the flood arrived out of order: {report}"));
+                }
+                return Ok(FLOOD as f64 / secs(started.elapsed()));
+            }
+            if started.elapsed() > Duration::from_secs(120) {
+                return Err(format!("{received} of the flood's {FLOOD} in 120 s"));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Ends the console's input, so the host stops every actor and exits; kills it after
