@@ -88,22 +88,24 @@ impl Io {
     /// Writes `{"to":to,"body":{"type":"seq","n":n}}` (with `"pad"` when it is not empty) for n
     /// in 1..=count, 64 KiB at a time, and flushes once at the end.
     fn flood(&mut self, to: &str, count: u64, pad: &str) {
-        let to = serde_json::to_string(to).expect("a string serializes");
-        let pad = match pad {
-            "" => String::new(),
+        // Every line is `{head}{n}{tail}`.
+        let head = format!(
+            "{{\"to\":{},\"body\":{{\"type\":\"seq\",\"n\":",
+            serde_json::to_string(to).expect("a string serializes")
+        );
+        let tail = match pad {
+            "" => "}}\n".to_string(),
             pad => format!(
-                ",\"pad\":{}",
+                ",\"pad\":{}}}}}\n",
                 serde_json::to_string(pad).expect("a string serializes")
             ),
         };
         let out = &mut self.out;
         out.clear();
         for n in 1..=count {
-            writeln!(
-                out,
-                "{{\"to\":{to},\"body\":{{\"type\":\"seq\",\"n\":{n}{pad}}}}}"
-            )
-            .expect("a vector takes bytes");
+            out.extend_from_slice(head.as_bytes());
+            push_u64(out, n);
+            out.extend_from_slice(tail.as_bytes());
             if out.len() >= 64 * 1024 {
                 proto::send_raw(out);
                 out.clear();
