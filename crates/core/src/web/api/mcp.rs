@@ -170,6 +170,16 @@ fn answered(value: &Value) -> CallToolResult {
     result
 }
 
+/// The value of a `Result` whose error is already the tool's answer, or that answer, returned.
+macro_rules! or_answer {
+    ($result:expr) => {
+        match $result {
+            Ok(value) => value,
+            Err(answer) => return answer,
+        }
+    };
+}
+
 fn caller(context: &RequestContext<RoleServer>) -> Result<Person, CallToolResult> {
     context
         .extensions
@@ -211,10 +221,7 @@ impl Mcp {
         queued messages, restarts, memory; and the subscriptions."
     )]
     async fn list_actors(&self, context: RequestContext<RoleServer>) -> CallToolResult {
-        let person = match caller(&context) {
-            Ok(person) => person,
-            Err(refused) => return refused,
-        };
+        let person = or_answer!(caller(&context));
         match self
             .ask_for(
                 &person,
@@ -238,14 +245,8 @@ impl Mcp {
         Parameters(args): Parameters<SendArgs>,
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let person = match caller(&context) {
-            Ok(person) => person,
-            Err(refused) => return refused,
-        };
-        let to = match actor_id(&args.to) {
-            Ok(to) => to,
-            Err(refused) => return refused,
-        };
+        let person = or_answer!(caller(&context));
+        let to = or_answer!(actor_id(&args.to));
         if !args.body.get("type").is_some_and(Value::is_string) {
             return failed("`body` needs a string \"type\", such as {\"type\": \"ping\"}");
         }
@@ -284,14 +285,8 @@ impl Mcp {
         Parameters(args): Parameters<DeployArgs>,
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let person = match caller(&context) {
-            Ok(person) => person,
-            Err(refused) => return refused,
-        };
-        let actor = match actor_id(&args.actor) {
-            Ok(actor) => actor,
-            Err(refused) => return refused,
-        };
+        let person = or_answer!(caller(&context));
+        let actor = or_answer!(actor_id(&args.actor));
         if let Some(mode) = &args.shadow
             && !matches!(mode.as_str(), "report" | "same" | "off")
         {
@@ -325,13 +320,8 @@ impl Mcp {
         Parameters(args): Parameters<RollbackArgs>,
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let person = match caller(&context) {
-            Ok(person) => person,
-            Err(refused) => return refused,
-        };
-        if let Err(refused) = actor_id(&args.actor) {
-            return refused;
-        }
+        let person = or_answer!(caller(&context));
+        or_answer!(actor_id(&args.actor));
         let mut body = json!({"type": "rollback", "actor": args.actor});
         if let Some(version) = args.version {
             body["version"] = json!(version);
@@ -357,13 +347,8 @@ impl Mcp {
         Parameters(args): Parameters<LogsArgs>,
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
-        if let Err(refused) = caller(&context) {
-            return refused;
-        }
-        let actor = match actor_id(&args.actor) {
-            Ok(actor) => actor,
-            Err(refused) => return refused,
-        };
+        or_answer!(caller(&context));
+        let actor = or_answer!(actor_id(&args.actor));
         let lines = args.lines.unwrap_or(LOG_LINES);
         if lines == 0 || lines > MAX_LOG_LINES {
             return failed(format!("`lines` is 1 to {MAX_LOG_LINES}"));
@@ -397,10 +382,7 @@ impl Mcp {
         Parameters(args): Parameters<AskArgs>,
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let person = match caller(&context) {
-            Ok(person) => person,
-            Err(refused) => return refused,
-        };
+        let person = or_answer!(caller(&context));
         if args.text.trim().is_empty() {
             return failed("`text` is empty; say what you want of the agent");
         }
@@ -499,10 +481,7 @@ impl Mcp {
         say(0.0, "building").await;
         let cargo = ActorId::parse("cargo").expect("a valid id");
         let build = json!({"type": "build", "source": upload.path});
-        let built = match self.ask_for(person, &cargo, &build, BUILD_PATIENCE).await {
-            Ok(built) => built,
-            Err(refused) => return refused,
-        };
+        let built = or_answer!(self.ask_for(person, &cargo, &build, BUILD_PATIENCE).await);
         match built["type"].as_str() {
             Some("built") => {}
             Some("build_failed") => {
