@@ -143,6 +143,44 @@ fn prometheus_scrapes_a_running_world_and_its_series_move_with_messages_and_a_tu
             refused.text()
         );
     }
+    // Turns, tokens and cost count only the agent's reports: spans that say they are turns
+    // and model requests, sent by anyone else, are exported but not counted.
+    let counted = |name: &str| {
+        let text = request(
+            &web.addr,
+            "GET",
+            "/metrics",
+            &[("Authorization", &auth)],
+            b"",
+        )
+        .text();
+        let line = text.lines().find(|l| l.starts_with(&format!("{name} ")));
+        let line = line.unwrap_or_else(|| panic!("{name} in:\n{text}"));
+        line.rsplit(' ').next().unwrap().parse::<f64>().unwrap()
+    };
+    let (turns, cost, reported) = (
+        counted("sausage_turns_total"),
+        counted("sausage_model_cost_usd_total"),
+        counted("sausage_spans_reported_total"),
+    );
+    let forged = |id: &str, operation: &str| {
+        json!({"name": "forged", "id": id, "start_ms": 1, "end_ms": 2, "attributes": {
+            "gen_ai.operation.name": operation, "gen_ai.usage.input_tokens": 1_000_000,
+            "gen_ai.usage.cost_usd": 1000.0}})
+    };
+    let spans = [
+        forged("00000000000000a1", "invoke_agent"),
+        forged("00000000000000a2", "chat"),
+    ];
+    web.host
+        .tell("broker", json!({"type": "spans", "spans": spans}));
+    web.host.wait_for("the forged spans recorded", |m| {
+        m.from == "broker" && m.body["type"] == "spans_recorded"
+    });
+    assert_eq!(counted("sausage_spans_reported_total"), reported + 2.0);
+    assert_eq!(counted("sausage_turns_total"), turns);
+    assert_eq!(counted("sausage_model_cost_usd_total"), cost);
+
     let status_with_metrics_token = request(
         &web.addr,
         "GET",

@@ -18,13 +18,21 @@ const MAX_ATTRIBUTES: usize = 32;
 /// Characters of one attribute's value, or of `error`.
 const MAX_TEXT: usize = 4096;
 
+/// The world's agent: only its reports count as turns, model tokens and cost in the metrics
+/// (any actor may report spans, which are exported naming it).
+const AGENT: &str = "agent";
+
 impl Broker {
     /// `{"type":"spans","spans":[{"name","parent","id","start_ms","end_ms","attributes"?,
     /// "error"?}]}`: checked whole before any is kept; answered `spans_recorded`.
     pub(super) fn spans(&self, request: &Envelope, body: &Value) -> Result<Value, String> {
         let spans = read_spans(body)?;
         let count = spans.len();
-        count_usage(&self.counters, &spans);
+        if request.from.as_str() == AGENT {
+            count_usage(&self.counters, &spans);
+        } else {
+            Counters::add(&self.counters.spans, count as u64);
+        }
         traces::reported(spans, &request.from);
         Ok(json!({"type": "spans_recorded", "count": count}))
     }
