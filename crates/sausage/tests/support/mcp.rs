@@ -6,14 +6,13 @@
 //! Boundaries: a script of steps in, a JSON result per step out ([`run_script`]); a server's URL
 //! and token in, the tool calls it received out ([`McpServer`]). Both processes die with the test.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::otlp::Process;
-use super::repo;
+use super::service::{Process, PythonService, support_file, venv_python};
 
 /// The driver's bound on connecting and on each step when the script sets no `"timeout"`
 /// (seconds); `DEFAULT_TIMEOUT` in mcp_client.py.
@@ -22,10 +21,6 @@ const DEFAULT_CALL_TIMEOUT: f64 = 120.0;
 /// What [`run_script`] allows the driver beyond its own timeouts (starting python and importing
 /// the SDK on a busy machine), before it kills it and fails the test.
 const DRIVER_SLACK: Duration = Duration::from_secs(60);
-
-/// How long the test server may take to say its port (python importing the SDK, on a busy
-/// machine); past it the test fails with what the server wrote on stderr.
-const START_PATIENCE: Duration = Duration::from_secs(30);
 
 /// How often a wait looks again at a process's output.
 const POLL: Duration = Duration::from_millis(20);
@@ -78,104 +73,43 @@ pub fn run_script(script: &Value) -> Value {
 /// A running `mcp_server.py`: tools `weather(city)` ("sunny in CITY") and `slow(seconds)`, over
 /// streamable HTTP for one bearer token; dropping it kills it and removes what it logged.
 pub struct McpServer {
-    port: u16,
-    /// Declared before `folder`, so that the server is killed before its files are removed.
-    process: Process,
-    /// `calls.jsonl` (the tool calls), `port` (its stdout) and `stderr.log`.
-    folder: tempfile::TempDir,
+    /// Writes `calls.jsonl`, the tool calls.
+    service: PythonService,
 }
 
 impl McpServer {
     /// Starts the server, refusing every request without `Authorization: Bearer {token}` with
     /// 401, and waits until it listens.
     pub fn start(token: &str) -> McpServer {
-        let python = python();
-        let folder = tempfile::tempdir().unwrap();
-        let file = |name: &str| std::fs::File::create(folder.path().join(name)).unwrap();
-        let mut command = Command::new(&python);
-        command
-            .arg(support_file("mcp_server.py"))
-            .arg("0")
-            .arg(token)
-            .arg(folder.path().join("calls.jsonl"))
-            .stdin(Stdio::null())
-            .stdout(file("port"))
-            .stderr(file("stderr.log"));
-        let process = Process::spawn(command)
-            .unwrap_or_else(|e| panic!("{}: cannot start the MCP server: {e}", python.display()));
-        let mut server = McpServer {
-            port: 0,
-            process,
-            folder,
-        };
-        server.port = server.wait_port();
-        server
-    }
-
-    /// The port the server prints as its first line, once it listens.
-    fn wait_port(&self) -> u16 {
-        let deadline = Instant::now() + START_PATIENCE;
-        loop {
-            let printed = std::fs::read_to_string(self.folder.path().join("port")).unwrap();
-            if let Some((line, _)) = printed.split_once('\n') {
-                return line.trim().parse().unwrap_or_else(|e| {
-                    panic!("the MCP server printed {line:?}, not a port: {e}")
-                });
-            }
-            let exited = self.process.exited();
-            if exited || Instant::now() > deadline {
-                panic!(
-                    "the MCP server did not say its port ({}); its stderr:\n{}",
-                    if exited { "it exited" } else { "timed out" },
-                    self.stderr()
-                );
-            }
-            std::thread::sleep(POLL);
-        }
+        let service =
+            PythonService::start("the MCP server", &python(), "mcp_server.py", |folder| {
+                vec![token.into(), folder.join("calls.jsonl").into()]
+            });
+        McpServer { service }
     }
 
     /// `http://127.0.0.1:PORT/mcp`, the server's streamable HTTP endpoint.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/mcp", self.port)
+        format!("http://127.0.0.1:{}/mcp", self.service.port())
     }
 
     /// Every tool call received so far, in order, as `{"tool": NAME, "arguments": {...}}`,
     /// logged when the call starts (a `slow` call shows before it answers).
     pub fn calls(&self) -> Vec<Value> {
-        let text =
-            std::fs::read_to_string(self.folder.path().join("calls.jsonl")).unwrap_or_default();
-        // A line without its newline is still being written: it is read next time.
-        let complete = text.rfind('\n').map_or("", |end| &text[..end]);
-        complete
-            .lines()
-            .map(|line| {
-                serde_json::from_str(line)
-                    .unwrap_or_else(|e| panic!("the MCP server logged {line:?}, not JSON: {e}"))
-            })
-            .collect()
+        self.service.json_lines("calls.jsonl")
     }
 
     /// What the server wrote on stderr (the SDK's notes on sessions, a tool's traceback).
     pub fn stderr(&self) -> String {
-        std::fs::read_to_string(self.folder.path().join("stderr.log")).unwrap_or_default()
+        self.service.stderr()
     }
 }
 
-fn support_file(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/support")
-        .join(name)
-}
-
-/// `target/mcp-venv/bin/python`, made by `scripts/install-mcp` (which `scripts/test` runs; run it
-/// by hand for a single test binary).
+/// The python of `target/mcp-venv`, with the Python MCP SDK.
 fn python() -> PathBuf {
-    let python = repo().join("target/mcp-venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/install-mcp (the MCP tests need the Python MCP SDK in \
-         target/mcp-venv)",
-        python.display()
-    );
-    python
+    venv_python(
+        "mcp-venv",
+        "install-mcp",
+        "the MCP tests need the Python MCP SDK",
+    )
 }

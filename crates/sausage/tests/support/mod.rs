@@ -15,6 +15,7 @@ pub mod nats;
 pub mod otlp;
 pub mod prometheus;
 pub mod random;
+pub mod service;
 pub mod synapse;
 pub mod web;
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::http::{self, try_request};
-use super::otlp::Process;
+use super::service::Process;
 use super::synapse::encode;
 
 /// How long Prometheus may take to say it is ready (its store opened, its web API up).
