@@ -1,6 +1,6 @@
 //! Authority (DESIGN §18), tried as an attacker would: each route into a world (the terminal
 //! console, the web page, an actor a member owns, an actor a guest owns, a schedule, the agent's
-//! tools reached through an actor) against the actions its principal must not take (name a host
+//! tools reached through an actor, MCP) against the actions its principal must not take (name a host
 //! path, read the credentials, change the agent or another's actor, change a tier), each refused
 //! with a reason and nothing changed on disk, beside what each may do. One host serves a table.
 //!
@@ -16,6 +16,7 @@
 //! | agent's tools | paths of another's files in a spawn, a guest's sends, the world's day cap, answers from another | `agent/src/turn/authority_tests.rs` |
 //! | Matrix | a room by a prefix of its id, speaking to become a member, answering from another room | `matrix/src/tests.rs`, `tests/matrix.rs` |
 //! | a build script | the world's files, credentials, the home folder, another person's artefacts | `tests/build_sandbox.rs` |
+//! | MCP (HTTP, stdio) | a guest's deploy, a member's rollback of another's actor, no token, a wrong or revoked token | `tests/mcp.rs` |
 
 mod support;
 
@@ -24,6 +25,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 use support::http::EventStream;
+use support::mcp::run_script;
 use support::web::{Client, EVENT_PATIENCE, WebHost};
 use support::*;
 
@@ -133,6 +135,9 @@ fn no_route_gets_a_principal_past_its_tier() {
     let web = WebHost::start(&world);
     let ann = log_in(&web, &people(&world, &["add", "ann", "--tier", "member"]));
     let _gus = log_in(&web, &people(&world, &["add", "gus", "--tier", "guest"]));
+    let ann_token = people(&world, &["token", "ann"]).trim().to_string();
+    let gus_token = people(&world, &["token", "gus"]).trim().to_string();
+    let mcp_url = format!("http://{}/mcp", web.addr);
     let mut host = web.host;
     let mut ann_events = ann.events(None);
     let before = fingerprint(&world);
@@ -340,6 +345,90 @@ fn no_route_gets_a_principal_past_its_tier() {
         &built,
         "only the terminal console",
     );
+    // MCP (DESIGN §23) acts for the token's person: a coding assistant gets no more than its
+    // person's page would.
+    let mcp = |token: &str, steps: Value| {
+        run_script(&json!({"transport": "http", "url": mcp_url, "token": token, "steps": steps}))
+    };
+    let send =
+        |to: &str, body: Value| json!({"call": "send", "arguments": {"to": to, "body": body}});
+    let mcp_cases = [
+        (
+            "a member upgrades the agent over MCP",
+            send("broker", upgrade_agent.clone()),
+            "only owners may `upgrade` `agent`",
+        ),
+        (
+            "a member names the credentials over MCP",
+            send(
+                "broker",
+                json!({"type": "spawn", "actor": "leak", "wasm": "/actor/ann-bot/public/echo.wasm", "source": credentials}),
+            ),
+            "only the terminal console",
+        ),
+        (
+            "a member builds a host folder over MCP",
+            send("cargo", json!({"type": "build", "source": credentials})),
+            "only the terminal console",
+        ),
+        (
+            "a member stops the owner's actor over MCP",
+            send("broker", json!({"type": "stop", "actor": "echo"})),
+            "belongs to owner",
+        ),
+        (
+            "a member rolls the agent back over MCP",
+            json!({"call": "rollback", "arguments": {"actor": "agent"}}),
+            "only owners may `rollback` `agent`",
+        ),
+        (
+            "a member spawns an actor for the owner over MCP",
+            send(
+                "broker",
+                json!({"type": "spawn", "actor": "leak", "wasm": "/actor/ann-bot/public/echo.wasm", "owner": "owner"}),
+            ),
+            "only for themselves",
+        ),
+    ];
+    let steps: Vec<Value> = mcp_cases.iter().map(|(_, step, _)| step.clone()).collect();
+    let answered = mcp(&ann_token, Value::Array(steps));
+    let results = answered["results"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{answered}"));
+    for ((route, _, why), result) in mcp_cases.iter().zip(results) {
+        assert_eq!(result["isError"], true, "{route}: {result}");
+        let text = result["text"].as_str().unwrap_or_default();
+        assert!(text.contains(why), "{route}: `{text}` should say `{why}`");
+    }
+    let as_guest = mcp(
+        &gus_token,
+        json!([
+            send("scheduler", json!({"type": "schedule", "every": 60, "to": "echo", "body": {"type": "ping"}})),
+            {"call": "deploy", "arguments": {"actor": "leak", "files": {
+                "Cargo.toml": "[package]\nname = \"leak\"\nversion = \"0.1.0\"\nedition = \"2024\"\n",
+                "src/main.rs": "fn main() {}\n",
+            }}},
+            {"read_resource": "sausage://actor/agent/source/../../../broker/credentials/agent.json"},
+        ]),
+    );
+    let results = as_guest["results"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{as_guest}"));
+    for (result, why) in results
+        .iter()
+        .zip(["guests cannot schedule", "guests cannot build"])
+    {
+        assert_eq!(result["isError"], true, "a guest over MCP: {result}");
+        let text = result["text"].as_str().unwrap_or_default();
+        assert!(text.contains(why), "`{text}` should say `{why}`");
+    }
+    let error = as_guest["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("without `.` or `..`"),
+        "a resource outside an actor's folders: {as_guest}"
+    );
+    assert!(!as_guest.to_string().contains("sk-secret"));
+
     let tier = ann.post("/api/people/ann/tier", &json!({"tier": "owner"}));
     assert_eq!(
         tier.status,

@@ -238,7 +238,8 @@ impl Mcp {
 
     #[tool(
         description = "Send a message to an actor as you, and wait for its reply (the \
-        message whose reply_to is this one). Requests to `broker` are checked against your tier."
+        message whose reply_to is this one). Requests to `broker`, `cargo` and `scheduler` are \
+        checked against your tier; their refusals are errors of this call."
     )]
     async fn send(
         &self,
@@ -263,12 +264,13 @@ impl Mcp {
             .ask_for(&person, &to, &body, Duration::from_secs(wait))
             .await
         {
-            Ok(reply) if reply["type"] == "undeliverable" => failed(
-                reply["reason"]
-                    .as_str()
-                    .unwrap_or("undeliverable")
-                    .to_string(),
-            ),
+            // A native actor's refusal (`broker`, `cargo`, `scheduler`) is the call's error.
+            Ok(reply)
+                if reply["type"] == "undeliverable"
+                    || (to.is_native() && reply["type"] == "error") =>
+            {
+                failed(reply["reason"].as_str().unwrap_or("refused").to_string())
+            }
             Ok(reply) => answered(&reply),
             Err(refused) => refused,
         }
