@@ -440,3 +440,59 @@ fn the_standard_environment_variable_turns_export_on_and_a_wrong_url_is_refused(
         );
     }
 }
+
+/// The span whose id is `span`'s parent, failing with both when there is none.
+fn parent_of<'a>(spans: &'a [Value], span: &Value) -> &'a Value {
+    spans
+        .iter()
+        .find(|s| s["span_id"] == span["parent_span_id"] && s["trace_id"] == span["trace_id"])
+        .unwrap_or_else(|| panic!("no parent for {span} among the spans received"))
+}
+
+/// The work behind `/deploy` is traced (DESIGN §22): cargo's build is a child of its request's
+/// delivery; the candidate's tests are children of the spawn or upgrade they serve; an upgrade's
+/// shadow run is a child of the upgrade and says how many messages it tried.
+#[test]
+fn a_deploy_traces_its_build_its_tests_and_the_upgrades_shadow_run() {
+    let otlp = Otlp::start();
+    let world = TestWorld::new();
+    let dir = world.path("private/console/data/greeter");
+    support::write_greeter_crate(&dir, "greeter", "hello");
+    let mut host = Host::start_with(&world.root, &["--no-web", "--otlp", &otlp.endpoint()], &[]);
+    host.send(&format!("/deploy greeter {}", dir.display()));
+    host.send("@greeter hi");
+    assert_eq!(host.wait_type("greeter", "text")["text"], "hello");
+    support::write_greeter_crate(&dir, "greeter", "hello again");
+    host.send(&format!("/deploy greeter {}", dir.display()));
+    host.send("@greeter hi");
+    assert_eq!(host.wait_type("greeter", "text")["text"], "hello again");
+
+    let spans = otlp.wait_for("two builds, tests and a shadow run", EXPORTS, |spans| {
+        named(spans, "build").len() >= 2
+            && named(spans, "test").len() >= 2
+            && has(spans, "shadow run")
+            && has(spans, "request upgrade")
+    });
+    for build in named(&spans, "build") {
+        assert_eq!(parent_of(&spans, build)["name"], "deliver cargo", "{build}");
+        assert_eq!(
+            build["attributes"]["sausage.source"],
+            dir.display().to_string()
+        );
+        assert_ne!(build["status_code"], 2, "an error status: {build}");
+    }
+    let tests: Vec<&str> = named(&spans, "test")
+        .iter()
+        .map(|test| parent_of(&spans, test)["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tests, ["request spawn", "request upgrade"]);
+    let shadow = named(&spans, "shadow run")[0];
+    assert_eq!(parent_of(&spans, shadow)["name"], "request upgrade");
+    assert_eq!(shadow["attributes"]["sausage.actor"], "greeter");
+    assert_eq!(shadow["attributes"]["sausage.version"], 2);
+    assert_eq!(
+        shadow["attributes"]["sausage.shadow.messages"], 1,
+        "{shadow}"
+    );
+    host.quit();
+}
