@@ -651,24 +651,28 @@ impl Inner {
 /// 2% of the world thread's time in the flood.
 fn coarse_now() -> Instant {
     static START: std::sync::OnceLock<(Instant, Duration)> = std::sync::OnceLock::new();
-    let coarse = || {
-        let mut now = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `now` is a valid timespec for the call to fill.
-        match unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut now) } {
-            0 => Some(Duration::new(
-                now.tv_sec.max(0) as u64,
-                now.tv_nsec.clamp(0, 999_999_999) as u32,
-            )),
-            _ => None,
-        }
-    };
-    let &(start, at) = START.get_or_init(|| (Instant::now(), coarse().unwrap_or_default()));
-    match coarse() {
+    let monotonic = || coarse_clock(libc::CLOCK_MONOTONIC_COARSE);
+    let &(start, at) = START.get_or_init(|| (Instant::now(), monotonic().unwrap_or_default()));
+    match monotonic() {
         Some(now) => start + now.saturating_sub(at),
         None => Instant::now(),
+    }
+}
+
+/// A coarse clock's time (`CLOCK_MONOTONIC_COARSE`, `CLOCK_REALTIME_COARSE`: the kernel's last
+/// tick, read without a hardware counter), or `None` when the kernel has none.
+pub(super) fn coarse_clock(clock: libc::clockid_t) -> Option<Duration> {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec for the call to fill.
+    match unsafe { libc::clock_gettime(clock, &mut now) } {
+        0 => Some(Duration::new(
+            now.tv_sec.max(0) as u64,
+            now.tv_nsec.clamp(0, 999_999_999) as u32,
+        )),
+        _ => None,
     }
 }
 

@@ -326,20 +326,10 @@ impl State {
 /// The wall clock to the last tick of the kernel (a few milliseconds): what a read records, as
 /// cheaply as a clock can be read (`CLOCK_REALTIME_COARSE` reads no hardware counter).
 fn coarse_now() -> SystemTime {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `now` is a valid timespec for the call to fill.
-    let read = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut now) };
-    if read != 0 {
-        return SystemTime::now();
+    match super::mailbox::coarse_clock(libc::CLOCK_REALTIME_COARSE) {
+        Some(since_epoch) => std::time::UNIX_EPOCH + since_epoch,
+        None => SystemTime::now(),
     }
-    std::time::UNIX_EPOCH
-        + std::time::Duration::new(
-            now.tv_sec.max(0) as u64,
-            now.tv_nsec.clamp(0, 999_999_999) as u32,
-        )
 }
 
 /// Links the tree at `from` into `to`, made anew; a missing `from` makes `to` empty.
