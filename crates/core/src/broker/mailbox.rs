@@ -647,8 +647,8 @@ impl Inner {
 
 /// `Instant::now()` as of the kernel's last tick (a few milliseconds behind at most), from
 /// `CLOCK_MONOTONIC_COARSE`, which reads no hardware counter: what a message's queueing and
-/// reading record, for limits counted in seconds. Reading the precise clock twice a message was
-/// 2% of the world thread's time in the flood.
+/// reading record, for limits counted in seconds. Reading the precise clock three times a
+/// message was 2.4% of the flood's samples (docs/profile.md).
 fn coarse_now() -> Instant {
     static START: std::sync::OnceLock<(Instant, Duration)> = std::sync::OnceLock::new();
     let monotonic = || coarse_clock(libc::CLOCK_MONOTONIC_COARSE);
