@@ -3,9 +3,10 @@
 //! Builds its own actors, then measures each figure of the speed issue and prints a table with
 //! the machine's core count. Figures, not pass/fail: the targets are printed beside them.
 //! `cargo bench -- WORD…` measures only the groups whose name contains a word (`round_trips`,
-//! `flood`, `start_up`, `memory`, `upgrade`, `shadow`, `window`, `traces`, `compile`).
+//! `flood`, `floor`, `start_up`, `memory`, `upgrade`, `shadow`, `window`, `traces`, `compile`).
 
 mod common;
+mod floor;
 use common::{Host, build_actors, build_agent, repo, world};
 
 use std::io::Write;
@@ -39,6 +40,9 @@ fn main() {
     }
     if wanted("flood") {
         flood(&actors, &mut figures);
+    }
+    if wanted("floor") {
+        floor(&actors, &mut figures);
     }
     if wanted("start_up") {
         start_up(&actors, &mut figures);
@@ -138,6 +142,60 @@ fn flood(actors: &Path, figures: &mut Vec<Figure>) {
             report["received"].as_f64().unwrap_or(0.0) / seconds
         ),
         target: "all, in order, ≥ 1,000,000/s",
+    });
+}
+
+/// The round trip and the flood of the two groups above on the floor under them: the same
+/// guests on Sausage's runtime, joined by a broker that only passes lines on (`floor`).
+fn floor(actors: &Path, figures: &mut Vec<Figure>) {
+    const COUNT: u64 = 1_000_000;
+    let wasm = actors.join("pingpong.wasm");
+    let stats = {
+        let floor = floor::Floor::start(&wasm, &["ping", "pong"]);
+        floor.tell(
+            "ping",
+            json!({"type": "run", "peer": "pong", "rounds": 2000}),
+        );
+        floor.wait("stats");
+        floor.tell(
+            "ping",
+            json!({"type": "run", "peer": "pong", "rounds": 50000}),
+        );
+        floor.wait("stats")
+    };
+    figures.push(Figure {
+        what: "the floor: round trip on Sausage's runtime with a broker that only passes lines \
+               on, p50 / p99 / a second"
+            .into(),
+        value: format!(
+            "{} µs / {} µs / {:.0}",
+            stats["p50_us"],
+            stats["p99_us"],
+            stats["per_sec"].as_f64().unwrap_or(0.0)
+        ),
+        target: "(no target: what the broker adds to)",
+    });
+    let floor = floor::Floor::start(&wasm, &["producer", "consumer"]);
+    floor.tell("consumer", json!({"type": "report"}));
+    floor.wait("report");
+    let started = Instant::now();
+    floor.tell(
+        "producer",
+        json!({"type": "flood", "to": "consumer", "count": COUNT}),
+    );
+    floor.wait("flooded");
+    floor.tell("consumer", json!({"type": "report"}));
+    let report = floor.wait("report");
+    let seconds = started.elapsed().as_secs_f64();
+    figures.push(Figure {
+        what: format!("the floor: flood of {COUNT} messages on the same"),
+        value: format!(
+            "{} arrived, in order: {}, {:.0} messages/s",
+            report["received"],
+            report["in_order"],
+            report["received"].as_f64().unwrap_or(0.0) / seconds
+        ),
+        target: "(no target: what the broker adds to)",
     });
 }
 
