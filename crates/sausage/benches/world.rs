@@ -145,13 +145,26 @@ fn flood(actors: &Path, figures: &mut Vec<Figure>) {
     });
 }
 
-/// The round trip and the flood of the two groups above on the floor under them: the same
-/// guests on Sausage's runtime, joined by a broker that only passes lines on (`floor`).
+/// The round trip and the flood of the two groups above on the floors under them: the same
+/// guests joined by a broker that only passes lines on, on Sausage's runtime and on wasmtime
+/// alone (`floor`).
 fn floor(actors: &Path, figures: &mut Vec<Figure>) {
-    const COUNT: u64 = 1_000_000;
     let wasm = actors.join("pingpong.wasm");
+    for (on, what) in [
+        (floor::On::Sausage, "Sausage's runtime"),
+        (
+            floor::On::Wasmtime,
+            "wasmtime alone (its defaults: guard pages)",
+        ),
+    ] {
+        floor_on(&wasm, on, what, figures);
+    }
+}
+
+fn floor_on(wasm: &Path, on: floor::On, what: &str, figures: &mut Vec<Figure>) {
+    const COUNT: u64 = 1_000_000;
     let stats = {
-        let floor = floor::Floor::start(&wasm, &["ping", "pong"]);
+        let floor = floor::Floor::start(wasm, &["ping", "pong"], on);
         floor.tell(
             "ping",
             json!({"type": "run", "peer": "pong", "rounds": 2000}),
@@ -164,18 +177,19 @@ fn floor(actors: &Path, figures: &mut Vec<Figure>) {
         floor.wait("stats")
     };
     figures.push(Figure {
-        what: "the floor: round trip on Sausage's runtime with a broker that only passes lines \
-               on, p50 / p99 / a second"
-            .into(),
+        what: format!(
+            "the floor on {what}, a broker that only passes lines on: round trip p50 / p99 / a \
+             second"
+        ),
         value: format!(
             "{} µs / {} µs / {:.0}",
             stats["p50_us"],
             stats["p99_us"],
             stats["per_sec"].as_f64().unwrap_or(0.0)
         ),
-        target: "(no target: what the broker adds to)",
+        target: "(none: what the host adds to)",
     });
-    let floor = floor::Floor::start(&wasm, &["producer", "consumer"]);
+    let floor = floor::Floor::start(wasm, &["producer", "consumer"], on);
     floor.tell("consumer", json!({"type": "report"}));
     floor.wait("report");
     let started = Instant::now();
@@ -188,14 +202,14 @@ fn floor(actors: &Path, figures: &mut Vec<Figure>) {
     let report = floor.wait("report");
     let seconds = started.elapsed().as_secs_f64();
     figures.push(Figure {
-        what: format!("the floor: flood of {COUNT} messages on the same"),
+        what: format!("the floor on {what}: flood of {COUNT} messages"),
         value: format!(
             "{} arrived, in order: {}, {:.0} messages/s",
             report["received"],
             report["in_order"],
             report["received"].as_f64().unwrap_or(0.0) / seconds
         ),
-        target: "(no target: what the broker adds to)",
+        target: "(none: what the host adds to)",
     });
 }
 

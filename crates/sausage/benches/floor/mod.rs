@@ -1,9 +1,10 @@
-//! The floor under the world bench's round trip and flood: the same `pingpong` guests on
-//! Sausage's own runtime (its engine, WASI streams, filesystem and scheduler), joined by a
-//! broker that only passes lines on. No journal, no mailbox limits or settling, no window, no
+//! The floor under the world bench's round trip and flood: the same `pingpong` guests joined by
+//! a broker that only passes lines on. No journal, no mailbox limits or settling, no window, no
 //! supervisor: what is left is the cost of running the guests and of one JSON parse and one
-//! envelope a message. The world bench prints it beside the whole host's figures, so that the
-//! broker's own share is measured rather than guessed (docs/profile.md).
+//! envelope a message. The guests run on Sausage's own runtime (its engine, WASI, filesystem
+//! and scheduler), or on wasmtime alone with its default engine (guard pages rather than bounds
+//! checks) and its own WASI. The world bench prints both beside the whole host's figures, so
+//! that the broker's share and the runtime's are measured rather than guessed (docs/profile.md).
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -17,8 +18,12 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::Notify;
 
-use sausage_core::runtime::stdio::{BoxFuture, GuestInput, GuestOutput};
+use sausage_core::runtime::stdio::{BoxFuture, GuestInput, GuestOutput, Stdin, Stdout};
 use sausage_core::runtime::{InstanceConfig, Runtime};
+use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::{Config, Engine, Store};
+use wasmtime_wasi::p2::bindings::CommandPre;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 /// Lines waiting in a guest's stdin before its senders wait: the world's mailbox capacity.
 const CAPACITY: usize = sausage_core::broker::mailbox::MAILBOX_CAPACITY;
@@ -28,6 +33,15 @@ const WRITE_CHUNK: usize = sausage_core::broker::stdio::WRITE_CHUNK;
 
 /// How long the bench waits for an answer from a guest.
 const PATIENCE: Duration = Duration::from_secs(300);
+
+/// What runs the guests.
+#[derive(Clone, Copy)]
+pub enum On {
+    /// Sausage's runtime, as a world runs them.
+    Sausage,
+    /// wasmtime and wasmtime-wasi alone, with wasmtime's default engine.
+    Wasmtime,
+}
 
 /// Two or more guests on one thread, and the lines the bench gets back.
 pub struct Floor {
@@ -39,7 +53,7 @@ pub struct Floor {
 
 impl Floor {
     /// Starts `pingpong.wasm` once for every id, on a thread of their own.
-    pub fn start(wasm: &Path, ids: &[&str]) -> Floor {
+    pub fn start(wasm: &Path, ids: &[&str], on: On) -> Floor {
         let (to_bench, answers) = mpsc::channel();
         let broker = Arc::new(Broker {
             stdins: ids
@@ -49,36 +63,39 @@ impl Floor {
             to_bench: Mutex::new(to_bench),
             ids: AtomicU64::new(0),
         });
-        let runtime = Runtime::new(None).expect("an engine");
-        let program = runtime
-            .compile(&std::fs::read(wasm).expect("the actor is built"))
-            .expect("pingpong compiles");
-        let ids: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+        let wasm = std::fs::read(wasm).expect("the actor is built");
+        let guests: Vec<Guest> = match on {
+            On::Sausage => {
+                let runtime = Runtime::new(None).expect("an engine");
+                let program = runtime.compile(&wasm).expect("pingpong compiles");
+                ids.iter()
+                    .map(|id| Guest::Sausage(runtime.clone(), program.clone(), id.to_string()))
+                    .collect()
+            }
+            On::Wasmtime => {
+                let mut config = Config::new();
+                config.wasm_component_model(true);
+                let engine = Engine::new(&config).expect("an engine");
+                let mut linker = Linker::new(&engine);
+                wasmtime_wasi::p2::add_to_linker_async(&mut linker).expect("WASI links");
+                let component = Component::new(&engine, &wasm).expect("pingpong compiles");
+                let pre = linker.instantiate_pre(&component).expect("pingpong links");
+                let pre = CommandPre::new(pre).expect("pingpong is a command");
+                ids.iter()
+                    .map(|id| Guest::Wasmtime(engine.clone(), pre.clone(), id.to_string()))
+                    .collect()
+            }
+        };
         let thread = {
             let broker = broker.clone();
             std::thread::spawn(move || {
                 let scheduler = sausage_core::scheduler().expect("a scheduler");
                 scheduler.block_on(async {
-                    let mut guests = tokio::task::JoinSet::new();
-                    for id in ids {
-                        let (runtime, program) = (runtime.clone(), program.clone());
-                        let config = InstanceConfig {
-                            env: vec![("SAUSAGE_ACTOR".into(), id.clone())],
-                            mounts: Vec::new(),
-                            stdin: Arc::new(Input(broker.stdins[&id].clone())),
-                            stdout: InstanceConfig::output(Output::new(&id, &broker)),
-                            stderr: InstanceConfig::output(Stderr),
-                            network: Default::default(),
-                            replica: None,
-                            replay: None,
-                            memory_in_use: None,
-                        };
-                        guests.spawn(async move {
-                            let exit = runtime.run(&program, config).await;
-                            assert!(exit.is_clean(), "{id} {exit}");
-                        });
+                    let mut running = tokio::task::JoinSet::new();
+                    for guest in guests {
+                        running.spawn(guest.run(broker.clone()));
                     }
-                    while let Some(ended) = guests.join_next().await {
+                    while let Some(ended) = running.join_next().await {
                         ended.expect("a guest's task ends");
                     }
                 });
@@ -128,6 +145,66 @@ impl Drop for Floor {
             let ended = thread.join();
             if !std::thread::panicking() {
                 ended.expect("the floor's guests end cleanly");
+            }
+        }
+    }
+}
+
+/// One guest to run, and on what.
+enum Guest {
+    Sausage(Arc<Runtime>, sausage_core::runtime::Program, String),
+    Wasmtime(Engine, CommandPre<Bare>, String),
+}
+
+/// A guest's state on wasmtime alone: WASI's context and its resources.
+struct Bare {
+    wasi: WasiCtx,
+    table: ResourceTable,
+}
+
+impl WasiView for Bare {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl Guest {
+    /// Runs the guest to its end (EOF on its stdin), which must be clean.
+    async fn run(self, broker: Arc<Broker>) {
+        match self {
+            Guest::Sausage(runtime, program, id) => {
+                let config = InstanceConfig {
+                    env: vec![("SAUSAGE_ACTOR".into(), id.clone())],
+                    mounts: Vec::new(),
+                    stdin: Arc::new(Input(broker.stdins[&id].clone())),
+                    stdout: InstanceConfig::output(Output::new(&id, &broker)),
+                    stderr: InstanceConfig::output(Stderr),
+                    network: Default::default(),
+                    replica: None,
+                    replay: None,
+                    memory_in_use: None,
+                };
+                let exit = runtime.run(&program, config).await;
+                assert!(exit.is_clean(), "{id} {exit}");
+            }
+            Guest::Wasmtime(engine, pre, id) => {
+                let wasi = WasiCtxBuilder::new()
+                    .stdin(Stdin(Arc::new(Input(broker.stdins[&id].clone()))))
+                    .stdout(Stdout::new(Output::new(&id, &broker)))
+                    .stderr(Stdout::new(Stderr))
+                    .env("SAUSAGE_ACTOR", &id)
+                    .build();
+                let table = ResourceTable::new();
+                let mut store = Store::new(&engine, Bare { wasi, table });
+                let command = pre
+                    .instantiate_async(&mut store)
+                    .await
+                    .expect("instantiates");
+                let ran = command.wasi_cli_run().call_run(&mut store).await;
+                assert!(matches!(ran, Ok(Ok(()))), "{id} did not end cleanly");
             }
         }
     }
