@@ -275,11 +275,7 @@ impl Mailbox {
                 return Err(Refused::Full(envelope));
             }
             let mut inner = self.lock();
-            *inner
-                .accepted_from
-                .entry(envelope.from.clone())
-                .or_default() += 1;
-            inner.accepted_bytes += envelope.line_len() as u64;
+            inner.count_accepted(&envelope);
             return Ok(());
         }
         let mut inner = self.lock();
@@ -619,9 +615,20 @@ impl Inner {
 
     /// Queues an accepted message at the back, counting it for its sender.
     fn accept(&mut self, pos: i64, envelope: Arc<Envelope>) {
-        *self.accepted_from.entry(envelope.from.clone()).or_default() += 1;
-        self.accepted_bytes += envelope.line_len() as u64;
+        self.count_accepted(&envelope);
         self.enqueue(pos, envelope, End::Back);
+    }
+
+    /// Counts an accepted message for its sender; a sender's id is cloned into the map only
+    /// with its first message.
+    fn count_accepted(&mut self, envelope: &Envelope) {
+        match self.accepted_from.get_mut(&envelope.from) {
+            Some(count) => *count += 1,
+            None => {
+                self.accepted_from.insert(envelope.from.clone(), 1);
+            }
+        }
+        self.accepted_bytes += envelope.line_len() as u64;
     }
 
     fn enqueue(&mut self, pos: i64, envelope: Arc<Envelope>, end: End) {

@@ -69,7 +69,42 @@ pub struct Traffic {
 /// A message on its way: its envelope and the recipients it has not reached yet.
 pub struct Delivery {
     envelope: Arc<Envelope>,
-    recipients: VecDeque<ActorId>,
+    recipients: Recipients,
+}
+
+/// The recipients a delivery has not reached yet, in order. Most messages have one, which
+/// takes no allocation.
+#[derive(Default)]
+struct Recipients {
+    next: Option<ActorId>,
+    after: VecDeque<ActorId>,
+}
+
+impl Recipients {
+    fn one(to: ActorId) -> Recipients {
+        Recipients {
+            next: Some(to),
+            after: VecDeque::new(),
+        }
+    }
+
+    fn all(ids: impl IntoIterator<Item = ActorId>) -> Recipients {
+        let mut after: VecDeque<ActorId> = ids.into_iter().collect();
+        Recipients {
+            next: after.pop_front(),
+            after,
+        }
+    }
+
+    fn front(&self) -> Option<&ActorId> {
+        self.next.as_ref()
+    }
+
+    fn pop_front(&mut self) -> Option<ActorId> {
+        let next = self.next.take();
+        self.next = self.after.pop_front();
+        next
+    }
 }
 
 impl Router {
@@ -155,7 +190,7 @@ impl Router {
     pub fn deliver_routed(&self, to: ActorId, envelope: Arc<Envelope>) {
         let mut delivery = Delivery {
             envelope,
-            recipients: VecDeque::from([to]),
+            recipients: Recipients::one(to),
         };
         if !self.try_deliver(&mut delivery) {
             let reason = "the mailbox is full; the sender's host could not wait for it";
@@ -236,7 +271,10 @@ impl Router {
 
     /// A fresh `m-<n>` id, unique within the world across restarts.
     pub fn next_id(&self) -> String {
-        format!("m-{}", self.ids.next())
+        let mut id = String::with_capacity(22);
+        id.push_str("m-");
+        push_decimal(&mut id, self.ids.next());
+        id
     }
 
     /// Gives a message written by `from` its id and recipients: `to`, or every subscriber of
@@ -273,7 +311,7 @@ impl Router {
                 );
                 return Delivery {
                     envelope: Arc::new(envelope),
-                    recipients: VecDeque::new(),
+                    recipients: Recipients::default(),
                 };
             }
             (to, Ok(speaker)) => {
@@ -283,7 +321,7 @@ impl Router {
         };
         let recipients = match recipients {
             Some(to) => match ActorId::parse(&to) {
-                Ok(to) => VecDeque::from([to]),
+                Ok(to) => Recipients::one(to),
                 Err(reason) => {
                     let envelope = Envelope {
                         id,
@@ -297,7 +335,7 @@ impl Router {
                     self.undeliverable(&envelope, &to, &reason);
                     return Delivery {
                         envelope: Arc::new(envelope),
-                        recipients: VecDeque::new(),
+                        recipients: Recipients::default(),
                     };
                 }
             },
@@ -306,7 +344,7 @@ impl Router {
                 .read()
                 .expect("router lock")
                 .get(from)
-                .map(|subs| subs.iter().cloned().collect())
+                .map(|subs| Recipients::all(subs.iter().cloned()))
                 .unwrap_or_default(),
         };
         Delivery {
@@ -435,8 +473,11 @@ impl Delivery {
 /// so a number is never handed out twice, even after a hard kill.
 struct MessageIds {
     next: AtomicU64,
-    /// The end of the block saved on disk; numbers below it may be used.
-    reserved: Mutex<u64>,
+    /// The end of the block saved on disk; numbers below it may be used. Read without the
+    /// lock, which only the number that reaches it takes, to save the next block.
+    reserved: AtomicU64,
+    /// Held while a block is saved, so that two numbers reaching the end save one block.
+    saving: Mutex<()>,
     world: World,
 }
 
@@ -444,7 +485,8 @@ impl MessageIds {
     fn new(world: World, first: u64) -> MessageIds {
         MessageIds {
             next: AtomicU64::new(first),
-            reserved: Mutex::new(first),
+            reserved: AtomicU64::new(first),
+            saving: Mutex::new(()),
             world,
         }
     }
@@ -452,23 +494,44 @@ impl MessageIds {
     /// From now on numbers come from `range`, which the cluster reserved for this host: none is
     /// saved on disk.
     fn reserved_elsewhere(&self, range: std::ops::Range<u64>) {
-        *self.reserved.lock().expect("id lock") = u64::MAX;
+        let _saving = self.saving.lock().expect("id lock");
+        self.reserved.store(u64::MAX, Ordering::Release);
         self.next.store(range.start, Ordering::Relaxed);
     }
 
     fn next(&self) -> u64 {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let mut reserved = self.reserved.lock().expect("id lock");
-        if n >= *reserved {
+        if n < self.reserved.load(Ordering::Acquire) {
+            return n;
+        }
+        let _saving = self.saving.lock().expect("id lock");
+        // Another number may have saved a block past this one meanwhile.
+        if n >= self.reserved.load(Ordering::Acquire) {
             let end = n + MESSAGE_ID_BLOCK;
             if let Err(e) = self.world.save_next_message_id(end) {
                 // Ids stay unique within this run; only a hard kill could then reuse some.
                 tracing::warn!("cannot reserve message ids: {e:#}");
             }
-            *reserved = end;
+            self.reserved.store(end, Ordering::Release);
         }
         n
     }
+}
+
+/// Appends `n` in decimal, without `format!`'s machinery (an id is made for every message).
+fn push_decimal(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // Only ASCII digits were written.
+    out.push_str(std::str::from_utf8(&digits[at..]).expect("ASCII digits"));
 }
 
 #[cfg(test)]
@@ -730,5 +793,22 @@ mod tests {
         let journal = Arc::new(Journal::open(&world.journal_dir()).unwrap());
         let again = Router::new(world.clone(), world.load_next_message_id(), journal);
         assert_eq!(again.next_id(), format!("m-{}", 1 + MESSAGE_ID_BLOCK));
+        // Every number of the block is handed out once; the next block is saved first.
+        let ids: Vec<String> = (0..MESSAGE_ID_BLOCK).map(|_| again.next_id()).collect();
+        assert_eq!(ids[0], format!("m-{}", 2 + MESSAGE_ID_BLOCK));
+        assert_eq!(
+            ids.last().unwrap(),
+            &format!("m-{}", 1 + 2 * MESSAGE_ID_BLOCK)
+        );
+        assert_eq!(world.load_next_message_id(), 1 + 3 * MESSAGE_ID_BLOCK);
+    }
+
+    #[test]
+    fn numbers_are_written_in_decimal() {
+        for n in [0, 7, 10, 99, 100, 123_456_789, u64::MAX] {
+            let mut out = String::from("m-");
+            push_decimal(&mut out, n);
+            assert_eq!(out, format!("m-{n}"));
+        }
     }
 }

@@ -42,13 +42,23 @@ pub enum Line<'a> {
 }
 
 impl Lines {
-    /// Takes bytes and calls `each` for every line they complete.
+    /// Takes bytes and calls `each` for every line they complete. A line that begins and ends
+    /// within `bytes` is handed on where it lies; only a line cut by the end of a write is
+    /// copied, to be completed by the next.
     pub fn push(&mut self, mut bytes: &[u8], mut each: impl FnMut(Line<'_>)) {
         while !bytes.is_empty() {
             let (part, rest, ends) = match bytes.iter().position(|b| *b == b'\n') {
                 Some(n) => (&bytes[..n], &bytes[n + 1..], true),
                 None => (bytes, &[][..], false),
             };
+            bytes = rest;
+            if ends && self.line.is_empty() && !self.overlong {
+                match part.len() > MAX_LINE_BYTES {
+                    true => each(Line::Overlong),
+                    false => each(Line::Whole(part.strip_suffix(b"\r").unwrap_or(part))),
+                }
+                continue;
+            }
             if !self.overlong {
                 if self.line.len() + part.len() > MAX_LINE_BYTES {
                     self.overlong = true;
@@ -65,7 +75,6 @@ impl Lines {
                     each(Line::Whole(line.strip_suffix(b"\r").unwrap_or(&line)));
                 }
             }
-            bytes = rest;
         }
     }
 }
@@ -254,6 +263,42 @@ impl GuestOutput for Captured {
 mod tests {
     use super::*;
     use crate::world::STDERR_LOG_LIMIT;
+
+    /// Feeds `writes` one after another; the lines they make, with `None` for an overlong one.
+    fn lines_of(writes: &[&[u8]]) -> Vec<Option<String>> {
+        let mut lines = Lines::default();
+        let mut out = Vec::new();
+        for write in writes {
+            lines.push(write, |line| {
+                out.push(match line {
+                    Line::Whole(line) => Some(String::from_utf8(line.to_vec()).unwrap()),
+                    Line::Overlong => None,
+                })
+            });
+        }
+        out
+    }
+
+    /// Lines whole within a write, cut across writes, ended by `\r\n`, empty, and too long
+    /// (within one write and across several) come out as the guest meant them.
+    #[test]
+    fn lines_are_cut_at_newlines_whatever_the_writes() {
+        let some = |s: &str| Some(s.to_string());
+        assert_eq!(
+            lines_of(&[b"a\nbc\r\n", b"", b"d", b"e\n\nf"]),
+            [some("a"), some("bc"), some("de"), some("")]
+        );
+        assert_eq!(lines_of(&[b"f", b"\r", b"\n"]), [some("f")]);
+        let long = vec![b'x'; MAX_LINE_BYTES + 1];
+        let whole = [&long[..], b"\nnext\n"].concat();
+        assert_eq!(lines_of(&[&whole]), [None, some("next")]);
+        let (head, tail) = long.split_at(MAX_LINE_BYTES / 2);
+        assert_eq!(lines_of(&[head, tail, b"\nnext\n"]), [None, some("next")]);
+        let exact = [&vec![b'y'; MAX_LINE_BYTES][..], b"\n"].concat();
+        assert_eq!(lines_of(&[&exact]).len(), 1);
+        assert!(lines_of(&[&exact])[0].is_some());
+        assert!(lines_of(&[&exact[..10], &exact[10..]])[0].is_some());
+    }
 
     /// A guest's output and the host's notes, interleaved past the limit twice over: the log
     /// stays within it, the older half is in `stderr.log.1`, and the newest lines are whole and
