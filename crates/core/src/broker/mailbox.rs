@@ -443,7 +443,8 @@ impl Mailbox {
     /// Every message the instance read counts as handled from now on: it is not given again.
     pub fn settle_reads(&self) {
         let mut inner = self.lock();
-        for read in std::mem::take(&mut inner.unsettled) {
+        // Drained, not taken: the queue keeps its room for the next reads.
+        for read in inner.unsettled.drain(..) {
             self.forget_at(read.pos);
         }
     }
@@ -728,10 +729,12 @@ impl GuestInput for MailboxInput {
         let Some(partial) = inner.partial.as_mut() else {
             return Some(Bytes::new());
         };
-        let chunk = partial.split_to(max.min(partial.len()));
-        if partial.is_empty() {
-            inner.partial = None;
-        }
+        // A line that fits is handed over whole: splitting it would make its bytes shared
+        // (an allocation) only to drop the empty rest.
+        let chunk = match partial.len() <= max {
+            true => inner.partial.take().expect("a partial line"),
+            false => partial.split_to(max),
+        };
         inner.last_read = coarse_now();
         Some(chunk)
     }
