@@ -135,12 +135,7 @@ fn flood(actors: &Path, figures: &mut Vec<Figure>) {
     host.quit();
     figures.push(Figure {
         what: format!("flood of {COUNT} messages into a live consumer"),
-        value: format!(
-            "{} arrived, in order: {}, {:.0} messages/s",
-            report["received"],
-            report["in_order"],
-            report["received"].as_f64().unwrap_or(0.0) / seconds
-        ),
+        value: flooded(&report, seconds),
         target: "all, in order, ≥ 1,000,000/s",
     });
 }
@@ -203,14 +198,19 @@ fn floor_on(wasm: &Path, on: floor::On, what: &str, figures: &mut Vec<Figure>) {
     let seconds = started.elapsed().as_secs_f64();
     figures.push(Figure {
         what: format!("the floor on {what}: flood of {COUNT} messages"),
-        value: format!(
-            "{} arrived, in order: {}, {:.0} messages/s",
-            report["received"],
-            report["in_order"],
-            report["received"].as_f64().unwrap_or(0.0) / seconds
-        ),
+        value: flooded(&report, seconds),
         target: "(none: what the host adds to)",
     });
+}
+
+/// A flood's figure from the consumer's `report` and the seconds it took.
+fn flooded(report: &Value, seconds: f64) -> String {
+    format!(
+        "{} arrived, in order: {}, {:.0} messages/s",
+        report["received"],
+        report["in_order"],
+        report["received"].as_f64().unwrap_or(0.0) / seconds
+    )
 }
 
 /// Whole processes, as a person starts a world: from launching `sausage run` until every
