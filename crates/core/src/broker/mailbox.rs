@@ -645,6 +645,15 @@ impl Inner {
         }
     }
 
+    /// Whether the reader has something to read: a line, or the end of its input.
+    fn readable(&self) -> bool {
+        self.partial.is_some()
+            || match self.input {
+                Input::Open => !self.queue.is_empty(),
+                Input::Closing(_) | Input::Detached => true,
+            }
+    }
+
     /// Takes the message at `index` out of the queue.
     fn dequeue(&mut self, index: usize) -> Option<Queued> {
         let queued = self.queue.remove(index)?;
@@ -751,25 +760,21 @@ impl GuestInput for MailboxInput {
         Box::pin(async {})
     }
 
+    fn ready_now(&self) -> bool {
+        self.0.lock().readable()
+    }
+
     fn readable(&self) -> BoxFuture<'_> {
         Box::pin(async move {
             loop {
                 let arrived = self.0.arrived.notified();
-                {
-                    let inner = self.0.lock();
-                    let ready = inner.partial.is_some()
-                        || match inner.input {
-                            Input::Open => !inner.queue.is_empty(),
-                            Input::Closing(_) | Input::Detached => true,
-                        };
-                    if ready {
-                        // Another reader may be waiting too (a guest can poll stdin from two
-                        // streams); pass the wake-up on. (`notify_waiters`, which keeps no
-                        // permit for this reader's next wait, was tried: no gain in the world
-                        // bench, and the routing bench's p99 went from 8-17 µs to 39-53 µs.)
-                        self.0.arrived.notify_one();
-                        return;
-                    }
+                if self.0.lock().readable() {
+                    // Another reader may be waiting too (a guest can poll stdin from two
+                    // streams); pass the wake-up on. (`notify_waiters`, which keeps no permit
+                    // for this reader's next wait, was tried: no gain in the world bench, and
+                    // the routing bench's p99 went from 8-17 µs to 39-53 µs.)
+                    self.0.arrived.notify_one();
+                    return;
                 }
                 // The guest waits for input with nothing left unread: it is done with what it
                 // read.
@@ -994,13 +999,19 @@ mod tests {
         let mailbox = Arc::new(Mailbox::default());
         mailbox.try_push(message(1)).ok().unwrap();
         let input = mailbox.attach();
+        assert!(input.ready_now(), "m-1 waits");
         mailbox.try_push(message(2)).ok().unwrap();
         assert!(read_line(&*input).unwrap().contains("\"m-1\""));
+        assert_eq!(input.read(3).unwrap(), "{\"i");
+        assert!(input.ready_now(), "the rest of m-2's line waits");
         assert!(read_line(&*input).unwrap().contains("\"m-2\""));
+        assert!(!input.ready_now(), "nothing waits");
         assert_eq!(input.read(10), Some(Bytes::new()), "nothing ready yet");
         mailbox.try_push(message(3)).ok().unwrap();
         mailbox.close_input(b"{\"shutdown\"}\n".to_vec());
+        assert!(input.ready_now(), "the shutdown waits");
         assert_eq!(read_line(&*input).unwrap(), "{\"shutdown\"}\n");
+        assert!(input.ready_now(), "the end of input is there to read");
         assert_eq!(input.read(10), None, "end of input after the shutdown");
         assert_eq!(
             mailbox.detach().unwrap().id,

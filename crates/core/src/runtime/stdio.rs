@@ -22,6 +22,11 @@ pub trait GuestInput: Send + Sync + 'static {
     fn read(&self, max: usize) -> Option<Bytes>;
     /// Resolves when `read` would return bytes or end of input.
     fn readable(&self) -> BoxFuture<'_>;
+    /// Whether `read` would return bytes or end of input now (`false` when unsure): a guest
+    /// reading what already waits then skips `readable`'s future.
+    fn ready_now(&self) -> bool {
+        false
+    }
     /// Called on the blocking pool just before the guest changes its files by `change`: should
     /// the host die before [`GuestInput::settle`], what the guest read so far counts as
     /// handled exactly when `change` happened (DESIGN §20).
@@ -82,7 +87,9 @@ impl InputStream for Stdin {
 #[async_trait]
 impl Pollable for Stdin {
     async fn ready(&mut self) {
-        self.0.readable().await
+        if !self.0.ready_now() {
+            self.0.readable().await
+        }
     }
 }
 
