@@ -241,6 +241,13 @@ impl Pipe {
     }
 }
 
+impl Lines {
+    /// Whether the reader has a line or the end of its input to read.
+    fn readable(&self) -> bool {
+        self.partial.is_some() || !self.lines.is_empty() || self.closed
+    }
+}
+
 /// The reading end of a [`Pipe`], one line a read as in the world.
 struct Input(Arc<Pipe>);
 
@@ -263,15 +270,16 @@ impl GuestInput for Input {
         Some(chunk)
     }
 
+    fn ready_now(&self) -> bool {
+        self.0.lock().readable()
+    }
+
     fn readable(&self) -> BoxFuture<'_> {
         Box::pin(async move {
             loop {
                 let arrived = self.0.arrived.notified();
-                {
-                    let inner = self.0.lock();
-                    if inner.partial.is_some() || !inner.lines.is_empty() || inner.closed {
-                        return;
-                    }
+                if self.0.lock().readable() {
+                    return;
                 }
                 arrived.await;
             }
