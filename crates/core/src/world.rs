@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::fs::{Mount, write_atomically};
 use crate::message::{ActorId, Envelope, NATIVES};
@@ -508,22 +509,55 @@ impl World {
         self.root.join("broker/cache")
     }
 
-    /// Folders that only builds write (the target folders of `cargo`), never Sausage's
-    /// commit-on-close or atomic writes: no temporary of ours can be in them.
-    pub fn written_by_builds_only(&self) -> Vec<PathBuf> {
-        vec![self.cargo_target_dir()]
+    /// `private/cargo/data/`: where builds kept their staged crates and target folders before
+    /// they moved to [`World::build_cache_dir`]; `cargo` removes what is left there.
+    pub fn old_cargo_build_dirs(&self) -> [PathBuf; 2] {
+        let data = self.root.join("private/cargo/data");
+        [data.join("target"), data.join("work")]
     }
 
-    /// `private/cargo/data/target`: the folder that holds one target folder per principal.
-    pub fn cargo_target_dir(&self) -> PathBuf {
-        self.root.join("private/cargo/data/target")
+    /// Where `cargo` stages crates and keeps one target folder per principal (DESIGN §28):
+    /// `<cache>/sausage/builds/<id>/`, outside the world's folder, so that no path of the world
+    /// shows in a build's jail (a mount shows its source's path in `/proc/self/mountinfo`).
+    /// `<cache>` is `$XDG_CACHE_HOME`, else `$HOME/.cache`; `<id>` is a hash of the world's real
+    /// path, so two worlds never share a folder and the name tells nothing of the world.
+    pub fn build_cache_dir(&self) -> Result<PathBuf, String> {
+        let cache = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .filter(|dir| dir.is_absolute())
+            .or_else(|| {
+                let home = PathBuf::from(std::env::var_os("HOME")?);
+                home.is_absolute().then(|| home.join(".cache"))
+            })
+            .ok_or(
+                "builds keep their files under $XDG_CACHE_HOME or $HOME/.cache, and neither \
+                    is set to an absolute path; set HOME",
+            )?;
+        Ok(self.build_cache_dir_under(&cache))
     }
 
-    /// `private/cargo/data/target/<principal>/`: the target folder of the builds `cargo` runs
-    /// for `principal` (DESIGN §18), which no build for anyone else sees. `principal` is one
-    /// path component (a-z, 0-9, `-`, `_`): the id of the person the build is for.
-    pub fn cargo_target_dir_of(&self, principal: &str) -> PathBuf {
-        self.cargo_target_dir().join(principal)
+    /// [`World::build_cache_dir`] for the cache folder `cache`.
+    pub fn build_cache_dir_under(&self, cache: &Path) -> PathBuf {
+        let real = std::fs::canonicalize(&self.root).unwrap_or_else(|_| self.root.clone());
+        let hash = Sha256::digest(real.as_os_str().as_encoded_bytes());
+        let id: String = hash[..8].iter().map(|b| format!("{b:02x}")).collect();
+        cache.join("sausage/builds").join(id)
+    }
+
+    /// `<build cache>/target/<principal>/`: the target folder of the builds `cargo` runs for
+    /// `principal` (DESIGN §18), which no build for anyone else sees. `principal` is one path
+    /// component (a-z, 0-9, `-`, `_`): the id of the person the build is for.
+    pub fn cargo_target_dir_of(&self, principal: &str) -> Result<PathBuf, String> {
+        Ok(self.build_cache_dir()?.join("target").join(principal))
+    }
+
+    /// `<build cache>/work/<principal>/<binary>/`: where a crate is staged to be built.
+    pub fn cargo_work_dir_of(&self, principal: &str, binary: &str) -> Result<PathBuf, String> {
+        Ok(self
+            .build_cache_dir()?
+            .join("work")
+            .join(principal)
+            .join(binary))
     }
 
     /// `broker/mailboxes/`: the journal of every mailbox's waiting messages.

@@ -126,6 +126,10 @@ fn published(world: &TestWorld) -> usize {
 fn a_build_script_sees_nothing_of_the_world_the_home_or_other_peoples_builds() {
     let world = TestWorld::new();
     let home = world.root.parent().unwrap().join("home");
+    // The host runs with `home` as its home, so its builds keep their folders under it.
+    let targets = World::new(&world.root)
+        .build_cache_dir_under(&home.join(".cache"))
+        .join("target");
     People::new(&World::new(&world.root))
         .create(sausage_core::people::DEFAULT_OWNER)
         .unwrap();
@@ -134,7 +138,7 @@ fn a_build_script_sees_nothing_of_the_world_the_home_or_other_peoples_builds() {
         world.path("broker/web/sessions.json"),
         world.path("private/agent/data/people/owner/conversation.jsonl"),
         world.path("private/agent/data/memory.md"),
-        world.path("private/cargo/data/target/ann/release/libsecret.rlib"),
+        targets.join("ann/release/libsecret.rlib"),
         home.join(".ssh/id_ed25519"),
         home.join("notes.txt"),
     ];
@@ -229,8 +233,8 @@ fn a_build_script_sees_nothing_of_the_world_the_home_or_other_peoples_builds() {
         );
     }
     assert!(
-        world
-            .path("private/cargo/data/target/owner/wasm32-wasip2/release/snoop.wasm")
+        targets
+            .join("owner/wasm32-wasip2/release/snoop.wasm")
             .is_file(),
         "the console's owner builds in their own target folder"
     );
@@ -259,9 +263,10 @@ fn principals_build_apart_and_only_the_console_reaches_outside_the_crate() {
         "fn main() { println!(\"{}\", outside::greeting()); }\n",
         &[],
     );
+    let cache = World::new(&world.root).build_cache_dir().unwrap();
     let target = |principal: &str, binary: &str| {
-        world.path(&format!(
-            "private/cargo/data/target/{principal}/wasm32-wasip2/release/{binary}.wasm"
+        cache.join(format!(
+            "target/{principal}/wasm32-wasip2/release/{binary}.wasm"
         ))
     };
 
@@ -274,7 +279,7 @@ fn principals_build_apart_and_only_the_console_reaches_outside_the_crate() {
             assert_eq!(built["type"], "built", "{from} for {person}: {built}");
         }
         assert!(target("olga", "twin").is_file() && target("ann", "twin").is_file());
-        let mut folders: Vec<String> = std::fs::read_dir(world.path("private/cargo/data/target"))
+        let mut folders: Vec<String> = std::fs::read_dir(cache.join("target"))
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
@@ -295,7 +300,7 @@ fn principals_build_apart_and_only_the_console_reaches_outside_the_crate() {
             "{reason}"
         );
         assert_eq!(published(&world), before, "nothing was published");
-        assert!(!world.path("private/cargo/data/work/ann/reacher").exists());
+        assert!(!cache.join("work/ann/reacher").exists());
         assert!(!target("ann", "reacher").exists(), "nothing was built");
 
         // The console's owner builds it: the dependency is bound read-only.

@@ -195,7 +195,7 @@ impl Broker {
                 if ended_cleanly {
                     return Ok(0);
                 }
-                crate::fs::clean_temporaries(world.root(), &world.written_by_builds_only())
+                crate::fs::clean_temporaries(world.root(), &world.old_cargo_build_dirs())
                     .with_context(|| {
                         format!("{}: cannot clean temporary files", world.root().display())
                     })

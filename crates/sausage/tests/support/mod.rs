@@ -301,6 +301,17 @@ impl TestWorld {
     }
 }
 
+/// Builds keep their folders outside the world (DESIGN §28), in the cache of the user the tests
+/// run as: a test world takes its own along when it goes.
+impl Drop for TestWorld {
+    fn drop(&mut self) {
+        if let Ok(cache) = sausage_core::world::World::new(&self.root).build_cache_dir() {
+            // A world that never built has none.
+            let _ = std::fs::remove_dir_all(cache);
+        }
+    }
+}
+
 /// Runs `sausage ARGS` to its end (a command that does not run a world).
 pub fn sausage(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_sausage"))
@@ -336,7 +347,9 @@ pub fn warm_cargo_for_matrix(world: &Path) {
 /// Copies `target` of the repository into the world's target folder of `principal`: builds
 /// of other principals never see it.
 fn warm_cargo_from(world: &Path, target: &str, principal: &str) {
-    let to = sausage_core::world::World::new(world).cargo_target_dir_of(principal);
+    let to = sausage_core::world::World::new(world)
+        .cargo_target_dir_of(principal)
+        .unwrap();
     std::fs::create_dir_all(&to).unwrap();
     let status = Command::new("cp")
         .args(["-a", "--reflink=auto"])

@@ -4,12 +4,15 @@
 //! It is a client of the broker like any actor: requests come to its mailbox, replies go back
 //! through the router. Builds run one at a time, each in the target folder of its principal
 //! (DESIGN §18), so a second build of a similar crate for the same person is fast. The broker
-//! never learns that Rust exists. Invariant: no code of a crate runs outside the bubblewrap
-//! sandbox (see [`Builder::sandboxed_build`]), which sees nothing of the world but the staged
-//! crate and its principal's target folder, and no variable of the host's environment outside
-//! [`BUILD_ENV`] reaches cargo.
+//! never learns that Rust exists. Invariant: no code of a crate runs outside the [`jail`]
+//! (DESIGN §28), which sees nothing of the world but the staged crate and its principal's target
+//! folder; the one step outside it, `cargo fetch`, runs no code of the crate and reaches only the
+//! package registry ([`registry_only`]), and no variable of the host's environment outside
+//! [`BUILD_ENV`] reaches it.
 
-use std::ffi::OsString;
+pub mod jail;
+
+use std::ffi::OsStr;
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -29,9 +32,6 @@ use crate::world::World;
 /// A build still running after this long is killed and answered with `build_failed`.
 pub const BUILD_TIME_LIMIT: Duration = Duration::from_secs(15 * 60);
 
-/// The program that sandboxes builds (bubblewrap); without it nothing is built.
-const SANDBOX: &str = "bwrap";
-
 /// The compilation target of every actor.
 pub const TARGET: &str = "wasm32-wasip2";
 
@@ -39,46 +39,17 @@ pub const TARGET: &str = "wasm32-wasip2";
 /// terminal console, whose owner may name any path of the machine (DESIGN §18).
 const CONSOLE: &str = "console";
 
-/// Where the sandbox shows the staged crate and the principal's target folder. Fixed paths, so
-/// the sandbox holds no folder of the world's path (a build script writing "into the world"
-/// finds no such folder) and a principal's fingerprints stay valid from one build to the next.
-const SANDBOX_CRATE: &str = "/sausage/crate";
-const SANDBOX_TARGET: &str = "/sausage/target";
-
-/// The folders of the machine every build reads as they are: programs, the libraries the
-/// system's linker and a build script's C compiler load, and those compilers. A folder that is
-/// a symlink (Debian's merged `/usr`: `/bin` → `usr/bin`) becomes the same symlink; a missing
-/// one is left out. Nothing else of the machine is there: no `/home`, `/root`, `/work`, `/opt`.
-const SYSTEM_DIRS: [&str; 7] = [
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
-];
-
-/// The entries of `/etc` a build reads: where the dynamic loader finds libraries, and the
-/// alternatives `cc`, `c++` and `ld` point through. Nothing else of `/etc` (no users, no hosts,
-/// no certificates: the build is offline).
-const ETC_ENTRIES: [&str; 4] = [
-    "/etc/ld.so.cache",
-    "/etc/ld.so.conf",
-    "/etc/ld.so.conf.d",
-    "/etc/alternatives",
-];
-
-/// The folders of cargo's home a build reads: its programs and the registry and git sources
-/// `cargo fetch` downloaded. Not its `config.toml` nor its `credentials.toml` (registry tokens).
-const CARGO_HOME_DIRS: [&str; 3] = ["bin", "registry", "git"];
-
 /// The most path dependencies outside the crate's folder that a build of the console's owner
 /// binds into the sandbox, counted over all the crates they lead to; past it the build is
 /// refused, so a chain of manifests cannot make the host walk the disk without end.
 pub const MAX_OUTSIDE_DEPENDENCIES: usize = 64;
 
-/// The only variables of the host's environment that `cargo fetch` and the sandboxed build see
-/// (DESIGN §11); every other one is cleared, so a token of the host (`SAUSAGE_API_TOKEN`, a cloud
-/// key) never reaches a build script or a proc macro, which could bake it into the `.wasm`.
-/// What is kept is what cargo and rustup need to work: where programs, the home, cargo's home
-/// and rustup's toolchains are; the toolchain rustup chose for the host (set when the host runs
-/// under `cargo`, so builds use the same compiler); the proxies, in both spellings, and the
-/// certificates a proxy that inspects TLS needs, for `cargo fetch`.
+/// The only variables of the host's environment that `cargo fetch` sees (DESIGN §11); every other
+/// one is cleared, so a token of the host (`SAUSAGE_API_TOKEN`, a cloud key) never reaches it. The
+/// build in the jail sees none of them ([`jail::View::env`]). What is kept is what cargo and
+/// rustup need to fetch: where programs, the home, cargo's home and rustup's toolchains are; the
+/// toolchain rustup chose for the host (set when the host runs under `cargo`); the proxies, in
+/// both spellings, and the certificates a proxy that inspects TLS needs.
 pub const BUILD_ENV: [&str; 16] = [
     "PATH",
     "HOME",
@@ -128,18 +99,19 @@ pub async fn serve(broker: Arc<Broker>) {
     let me = ActorId::parse("cargo").expect("valid id");
     let mailbox = broker.native_mailbox("cargo");
     let builder = Builder::new(broker.world.clone());
-    let shared = broker.world.cargo_target_dir();
-    match tokio::task::spawn_blocking(move || retire_shared_target(&shared)).await {
+    let old = broker.world.old_cargo_build_dirs();
+    match tokio::task::spawn_blocking(move || retire_old_build_dirs(&old)).await {
         Ok(Ok(false)) => {}
         Ok(Ok(true)) => tracing::info!(
-            "cargo: removed the target folder all builds shared; each principal now \
-             builds in a folder of its own"
+            "cargo: removed the build folders kept inside the world (private/cargo/data/target \
+             and work); builds now keep them outside it, where their jail shows no path of the \
+             world"
         ),
         Ok(Err(e)) => tracing::warn!(
-            "cargo: cannot remove the target folder all builds shared ({e}); remove \
-             what is directly in private/cargo/data/target/ by hand"
+            "cargo: cannot remove the build folders kept inside the world ({e}); remove \
+             private/cargo/data/target and private/cargo/data/work by hand"
         ),
-        Err(e) => tracing::warn!("cargo: the removal of the shared target folder failed: {e}"),
+        Err(e) => tracing::warn!("cargo: the removal of the old build folders failed: {e}"),
     }
     loop {
         let request = mailbox.recv().await;
@@ -198,52 +170,62 @@ fn may_build(principal: &Principal) -> Result<String, String> {
     }
 }
 
-/// Removes the one target folder every build shared before builds had a principal (a world of
-/// an older Sausage): its artefacts may come from anyone's build script, and a person named like
-/// one of its folders (`release`) would build on them. Cargo marks the top of each target folder
-/// it makes (`CACHEDIR.TAG`, `.rustc_info.json`); a principal's folder has its marks one level
-/// down. Returns whether there was one.
-fn retire_shared_target(dir: &Path) -> std::io::Result<bool> {
-    if !["CACHEDIR.TAG", ".rustc_info.json"]
-        .iter()
-        .any(|mark| dir.join(mark).exists())
-    {
-        return Ok(false);
+/// Removes the build folders an older Sausage kept inside the world (`private/cargo/data/target`
+/// and `work`): a jail would show their path, and their artefacts may come from anyone's build
+/// script. Returns whether there were any.
+fn retire_old_build_dirs(dirs: &[PathBuf]) -> std::io::Result<bool> {
+    let mut removed = false;
+    for dir in dirs.iter().filter(|dir| dir.exists()) {
+        std::fs::remove_dir_all(dir)?;
+        removed = true;
     }
-    std::fs::remove_dir_all(dir)?;
-    Ok(true)
+    Ok(removed)
 }
 
-/// Builds crates into the world's `cargo` folders.
+/// Builds crates into the world's build cache and publishes them under `cargo`'s `/public`.
 struct Builder {
     world: World,
-    /// Where crates are copied to be built on their own: `<principal>/<binary>/`.
-    work_dir: PathBuf,
     /// `actor/cargo/public/builds/`: one numbered folder per successful build.
     builds_dir: PathBuf,
+    /// Whether this machine made the jail whole once ([`jail::check`]); until it has, each
+    /// build checks again, so a machine fixed while the host runs builds from then on.
+    jail_checked: std::sync::atomic::AtomicBool,
 }
 
 /// One build: what is built, for whom, and what its sandbox binds.
 struct Job {
     /// The binary whose `.wasm` is the actor.
     binary: String,
-    /// The staged copy of the crate, the only folder of it the build sees (writable).
+    /// The staged copy of the crate, the only folder of it the build sees (read-only).
     work: PathBuf,
     /// The principal's target folder (writable).
     target: PathBuf,
-    /// The canonical folders of path dependencies outside the crate, bound read-only: only
-    /// ever non-empty for the console's owner.
+    /// The canonical folders of path dependencies outside the crate, bound read-only at their
+    /// own paths (their manifests name each other by relative paths): only ever non-empty for
+    /// the console's owner, who may name any path of the machine.
     outside: Vec<PathBuf>,
+    /// The crate's folder as the request gave it, which diagnostics name instead of the places
+    /// where the build saw it.
+    given: String,
+}
+
+impl Job {
+    /// `text` with the staged crate's paths, on the host and in the jail, said as the folder
+    /// the request gave: a person reads their own paths, and no path of the host reaches them.
+    fn guest_paths(&self, text: &str) -> String {
+        let given = self.given.trim_end_matches('/');
+        text.replace(&self.work.display().to_string(), given)
+            .replace(jail::JAIL_CRATE, given)
+    }
 }
 
 impl Builder {
     fn new(world: World) -> Builder {
         let cargo = ActorId::parse("cargo").expect("valid id");
-        let data = world.data_dir(&cargo);
         Builder {
-            work_dir: data.join("work"),
             builds_dir: world.public_dir(&cargo).join("builds"),
             world,
+            jail_checked: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -306,23 +288,29 @@ impl Builder {
         let (manifest, outside) = staged_manifest(&text, &source, outside_allowed)
             .map_err(|e| Failure::Request(format!("`{given}`: {e}")))?;
 
-        check_cargo_is_visible(&toolchain_dirs())?;
+        registry_only(&manifest).map_err(|e| Failure::Request(format!("`{given}`: {e}")))?;
+        check_cargo_is_visible()?;
+        self.check_jail().await?;
 
         let job = Job {
-            work: self.work_dir.join(principal).join(&binary),
-            target: self.world.cargo_target_dir_of(principal),
+            work: (self.world.cargo_work_dir_of(principal, &binary)).map_err(Failure::Request)?,
+            target: self
+                .world
+                .cargo_target_dir_of(principal)
+                .map_err(Failure::Request)?,
             binary,
             outside,
+            given: given.to_string(),
         };
         stage(&source, &manifest, &job.work)
             .map_err(|e| Failure::Request(format!("cannot copy `{given}` to build it: {e}")))?;
-        let (artifact, warnings) = self.cargo_build(&job).await?;
+        let (wasm, warnings) = self.cargo_build(&job).await?;
 
         let n = next_build_number(&self.builds_dir);
         let dir = self.builds_dir.join(n.to_string());
         let wasm_name = format!("{}.wasm", job.binary);
         std::fs::create_dir_all(&dir)
-            .and_then(|()| std::fs::copy(&artifact, dir.join(&wasm_name)).map(drop))
+            .and_then(|()| crate::fs::write_atomically(&dir.join(&wasm_name), &wasm))
             .map_err(|e| Failure::Request(format!("cannot publish the build: {e}")))?;
         Ok(json!({
             "type": "built",
@@ -334,93 +322,108 @@ impl Builder {
         }))
     }
 
-    /// Fetches the crate's dependencies, then builds it in the sandbox; returns the built
-    /// `.wasm` and the rendered warnings. Both steps together get [`BUILD_TIME_LIMIT`].
-    async fn cargo_build(&self, job: &Job) -> Result<(PathBuf, String), Failure> {
+    /// Refuses the build unless this machine makes the jail whole (checked until it once did).
+    async fn check_jail(&self) -> Result<(), Failure> {
+        use std::sync::atomic::Ordering;
+        if self.jail_checked.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        jail::check().await.map_err(Failure::Request)?;
+        self.jail_checked.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Fetches the crate's dependencies, then builds it in the jail; returns the built
+    /// component and the rendered warnings. Both steps together get [`BUILD_TIME_LIMIT`].
+    async fn cargo_build(&self, job: &Job) -> Result<(Vec<u8>, String), Failure> {
         let steps = async {
             fetch(&job.work).await?;
-            self.sandboxed_build(job).await
+            self.jailed_build(job).await
         };
-        tokio::time::timeout(BUILD_TIME_LIMIT, steps)
+        let built = tokio::time::timeout(BUILD_TIME_LIMIT, steps)
             .await
             .map_err(|_| {
                 Failure::Build(format!(
                     "the build ran longer than {} minutes and was stopped",
                     BUILD_TIME_LIMIT.as_secs() / 60
                 ))
-            })?
+            })?;
+        match built {
+            Ok((wasm, warnings)) => Ok((wasm, job.guest_paths(&warnings))),
+            Err(Failure::Build(errors)) => Err(Failure::Build(job.guest_paths(&errors))),
+            Err(other) => Err(other),
+        }
     }
 
-    /// Runs `cargo build --offline` under bubblewrap, with no network and no other processes,
-    /// in a file system built from an allow-list ([`sandbox_mounts`]): the staged crate and the
-    /// principal's target folder (both writable, at [`SANDBOX_CRATE`] and [`SANDBOX_TARGET`]),
-    /// the toolchain and cargo's download cache read-only, the system's programs and libraries
-    /// read-only, a private `/tmp`, `/dev` and `/proc`. Everything else (the world, the home
-    /// folder, other principals' target folders) is not there at all. Cargo's home is read-only:
-    /// [`fetch`] already downloaded and unpacked every dependency, and cargo skips its
-    /// `.package-cache` lock on a read-only file system, so a build script cannot tamper with
-    /// the sources later builds use.
-    async fn sandboxed_build(&self, job: &Job) -> Result<(PathBuf, String), Failure> {
+    /// Runs `cargo build --frozen` in the [`jail`]: the staged crate read-only at
+    /// [`jail::JAIL_CRATE`], the principal's target folder at [`jail::JAIL_TARGET`], the
+    /// toolchain and cargo's download cache read-only, the console owner's outside path
+    /// dependencies read-only (with the world's credentials hidden when one holds them). Cargo's
+    /// home is read-only: [`fetch`] already downloaded and unpacked every dependency and wrote
+    /// `Cargo.lock`, and cargo skips its `.package-cache` lock on a read-only file system, so a
+    /// build script cannot tamper with the sources later builds use. The artefact is taken by
+    /// [`jail::take_artifact`] once the jail, and every process in it, has ended.
+    async fn jailed_build(&self, job: &Job) -> Result<(Vec<u8>, String), Failure> {
         std::fs::create_dir_all(&job.target)
-            .map_err(|e| Failure::Request(format!("cannot create the target folder: {e}")))?;
+            .and_then(|()| jail::own_target(&job.target))
+            .map_err(|e| Failure::Request(format!("cannot prepare the target folder: {e}")))?;
         let real = |path: &Path| {
             std::fs::canonicalize(path)
-                .map_err(|e| Failure::Request(format!("{}: {e}", path.display())))
+                .map_err(|e| Failure::Request(format!("cannot find a build folder: {e}")))
         };
         let (work, target) = (real(&job.work)?, real(&job.target)?);
-        let toolchain = toolchain_dirs();
-        let mut command = tokio::process::Command::new(SANDBOX);
-        command.args(sandbox_mounts(&toolchain, &job.outside, &work, &target));
+        let mut view = jail::View::default().with_toolchain();
+        view.read_only.push((work, PathBuf::from(jail::JAIL_CRATE)));
+        for dir in &job.outside {
+            view.read_only.push((dir.clone(), dir.clone()));
+        }
+        view.writable = Some((target.clone(), PathBuf::from(jail::JAIL_TARGET)));
         // Secrets stay out of reach even when a path dependency of the console's owner lies
         // around them: a build script could otherwise read a token and bake it into the `.wasm`.
         if let Ok(credentials) = std::fs::canonicalize(self.world.credentials_dir())
             && job.outside.iter().any(|dir| credentials.starts_with(dir))
         {
-            command.arg("--tmpfs").arg(credentials);
+            view.hidden.push(credentials);
         }
-        let manifest = Path::new(SANDBOX_CRATE).join("Cargo.toml");
+        let manifest = Path::new(jail::JAIL_CRATE).join("Cargo.toml");
+        let program: Vec<&OsStr> = [
+            "cargo",
+            "build",
+            "--frozen",
+            "--release",
+            "--color",
+            "never",
+            "--message-format",
+            "json",
+            "--target",
+            TARGET,
+            "--bin",
+            &job.binary,
+            "--manifest-path",
+        ]
+        .into_iter()
+        .map(OsStr::new)
+        .chain([manifest.as_os_str()])
+        .collect();
+        let jailed = jail::command(&view, &program).map_err(Failure::Request)?;
+        let mut command = jailed.command;
         let child = command
-            .args(["--chdir", SANDBOX_CRATE, "--remount-ro", "/"])
-            .args([
-                "--unshare-net",
-                "--unshare-pid",
-                "--unshare-ipc",
-                "--die-with-parent",
-                "--new-session",
-            ])
-            .args(["--", "cargo", "build", "--offline", "--release"])
-            .args(["--color", "never", "--message-format", "json"])
-            .args(["--target", TARGET, "--bin", &job.binary, "--manifest-path"])
-            .arg(manifest)
-            .env_clear()
-            .envs(build_env())
-            .env("CARGO_TARGET_DIR", SANDBOX_TARGET)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
             .spawn()
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => Failure::Request(
-                    "cannot sandbox the build: bubblewrap (`bwrap`) is not installed, and builds \
-                     never run without it; install it (Debian: `apt-get install bubblewrap`)"
-                        .into(),
-                ),
-                _ => Failure::Request(format!("cannot run bubblewrap (`bwrap`): {e}")),
-            })?;
+            .map_err(|e| Failure::Request(format!("cannot start the build's jail: {e}")))?;
         let mut report = Report::default();
         let (succeeded, stderr) = run_to_end(child, |line| report.read(line, &job.binary)).await;
         match report.artifact {
             Some(artifact) if succeeded => {
-                // Cargo names the artefact as the sandbox sees it; the host finds it in the
+                // Cargo names the artefact as the jail sees it; the host finds it in the
                 // principal's target folder.
-                let inside = artifact.strip_prefix(SANDBOX_TARGET).map_err(|_| {
+                let inside = artifact.strip_prefix(jail::JAIL_TARGET).map_err(|_| {
                     Failure::Build(format!(
                         "cargo put the `.wasm` at {}, outside the target folder",
                         artifact.display()
                     ))
                 })?;
-                Ok((target.join(inside), report.warnings.finish()))
+                let wasm = jail::take_artifact(&target, inside).map_err(Failure::Build)?;
+                Ok((wasm, report.warnings.finish()))
             }
             _ if !report.errors.is_empty() => Err(Failure::Build(report.errors.finish())),
             _ => Err(Failure::Build(stderr)),
@@ -428,28 +431,9 @@ impl Builder {
     }
 }
 
-/// Cargo's home and rustup's home, as cargo and rustup find them (their variables, else under
-/// `$HOME`): the folders of them a build reads, those that exist.
-fn toolchain_dirs() -> Vec<PathBuf> {
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    let under_home = |variable: &str, default: &str| {
-        std::env::var_os(variable)
-            .map(PathBuf::from)
-            .or_else(|| Some(home.as_ref()?.join(default)))
-    };
-    let cargo_home = under_home("CARGO_HOME", ".cargo");
-    let rustup_home = under_home("RUSTUP_HOME", ".rustup");
-    CARGO_HOME_DIRS
-        .iter()
-        .filter_map(|dir| Some(cargo_home.as_ref()?.join(dir)))
-        .chain(rustup_home)
-        .filter(|dir| dir.is_absolute() && dir.is_dir())
-        .collect()
-}
-
-/// Refuses a build whose `cargo` (the first on `PATH`) the sandbox would not show: it lies
-/// neither in a system folder nor in cargo's or rustup's home.
-fn check_cargo_is_visible(toolchain: &[PathBuf]) -> Result<(), Failure> {
+/// Refuses a build whose `cargo` (the first on `PATH`) the jail would not show: it lies neither
+/// in a system folder nor in cargo's or rustup's home.
+fn check_cargo_is_visible() -> Result<(), Failure> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     let Some(cargo) = std::env::split_paths(&path)
         .map(|dir| dir.join("cargo"))
@@ -461,61 +445,34 @@ fn check_cargo_is_visible(toolchain: &[PathBuf]) -> Result<(), Failure> {
     };
     let real = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let seen = real(&cargo);
-    let visible = SYSTEM_DIRS
+    let toolchain = jail::View::default().with_toolchain();
+    let visible = jail::SYSTEM_DIRS
         .iter()
         .map(Path::new)
-        .chain(toolchain.iter().map(PathBuf::as_path))
+        .chain(toolchain.read_only.iter().map(|(host, _)| host.as_path()))
         .any(|dir| seen.starts_with(real(dir)));
     if visible {
         Ok(())
     } else {
         Err(Failure::Request(format!(
-            "cannot build: cargo ({}) lies outside what the build sandbox shows (/usr, cargo's \
+            "cannot build: cargo ({}) lies outside what the build jail shows (/usr, cargo's \
              home and rustup's home); install Rust with rustup or the system's packages",
             cargo.display()
         )))
     }
 }
 
-/// The arguments of bubblewrap that build the sandbox's file system, in order: a private
-/// `/dev`, `/proc` and `/tmp`; the system, `/etc`'s few entries and the toolchain read-only;
-/// the console owner's outside path dependencies read-only; then the staged crate and the
-/// target folder, writable, at their fixed places. Later mounts lie over earlier ones.
-fn sandbox_mounts(
-    toolchain: &[PathBuf],
-    outside: &[PathBuf],
-    work: &Path,
-    target: &Path,
-) -> Vec<OsString> {
-    let mut args: Vec<OsString> = ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-        .map(OsString::from)
-        .to_vec();
-    let mut push = |how: &str, from: &Path, to: &Path| {
-        args.extend([how.into(), from.into(), to.into()]);
-    };
-    for dir in SYSTEM_DIRS.iter().map(Path::new) {
-        match std::fs::read_link(dir) {
-            Ok(link) => push("--symlink", &link, dir),
-            Err(_) if dir.is_dir() => push("--ro-bind", dir, dir),
-            Err(_) => {}
-        }
-    }
-    let read_only = ETC_ENTRIES.iter().map(Path::new).filter(|p| p.exists());
-    for dir in read_only.chain(toolchain.iter().chain(outside).map(PathBuf::as_path)) {
-        push("--ro-bind", dir, dir);
-    }
-    push("--bind", work, Path::new(SANDBOX_CRATE));
-    push("--bind", target, Path::new(SANDBOX_TARGET));
-    args
-}
-
-/// Downloads (and unpacks) the dependencies of the staged crate into cargo's home, outside the
-/// sandbox: this is the one step with network, and it runs no code of the crate's (no build
-/// script, no proc macro), so the build that follows can be offline.
+/// Downloads (and unpacks) the dependencies of the staged crate into cargo's home and writes its
+/// `Cargo.lock`, outside the jail: this is the one step with network, it runs no code of the
+/// crate's (no build script, no proc macro), and it reaches only the package registry
+/// ([`registry_only`] refused every other source before), so the build that follows is offline.
+/// It runs in the staged folder, which holds no `.cargo/` and no `rust-toolchain` file, so
+/// neither cargo's configuration nor rustup's choice of toolchain comes from the crate.
 async fn fetch(work: &Path) -> Result<(), Failure> {
     let child = tokio::process::Command::new("cargo")
         .args(["fetch", "--color", "never", "--manifest-path"])
         .arg(work.join("Cargo.toml"))
+        .current_dir(work)
         .env_clear()
         .envs(build_env())
         .stdin(Stdio::null())
@@ -525,7 +482,12 @@ async fn fetch(work: &Path) -> Result<(), Failure> {
         .spawn()
         .map_err(|e| Failure::Request(format!("cannot run cargo: {e}; is Rust installed?")))?;
     match run_to_end(child, |_| {}).await {
-        (true, _) => Ok(()),
+        // The jail's user reads the lock cargo wrote, whatever the host's umask.
+        (true, _) => std::fs::set_permissions(
+            work.join("Cargo.lock"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o644),
+        )
+        .map_err(|e| Failure::Request(format!("cannot share Cargo.lock with the build: {e}"))),
         (false, stderr) => Err(Failure::Build(stderr)),
     }
 }
@@ -814,6 +776,28 @@ fn with_their_dependencies(mut outside: Vec<PathBuf>) -> Result<Vec<PathBuf>, St
     Ok(seen)
 }
 
+/// Refuses a manifest with a dependency from anywhere but the package registry (a git
+/// repository, another registry): `cargo fetch` runs outside the jail, and must reach no host
+/// but the registry's.
+fn registry_only(manifest: &str) -> Result<(), String> {
+    let mut doc: toml_edit::DocumentMut = manifest
+        .parse()
+        .map_err(|e| format!("Cargo.toml is not valid TOML: {e}"))?;
+    for_each_dependency(&mut doc, &mut |name, dep| {
+        for key in ["git", "registry", "registry-index"] {
+            if let Some(from) = dep.get(key) {
+                let from = from.as_str().unwrap_or("?");
+                return Err(format!(
+                    "dependency `{name}` comes from {key} `{from}`; builds fetch only from the \
+                     package registry (crates.io): depend on a published version, or copy the \
+                     crate into this one's folder and name it by `path`"
+                ));
+            }
+        }
+        Ok(())
+    })
+}
+
 /// Calls `each` with the name and the `path` of every path dependency of a manifest: in its
 /// dependency sections (also per target), in `[patch.<registry>]` and in `[replace]`. `each`
 /// may change the path; its error ends the walk.
@@ -821,30 +805,48 @@ fn for_each_path_dependency(
     doc: &mut toml_edit::DocumentMut,
     each: &mut impl FnMut(&str, &mut String) -> Result<(), String>,
 ) -> Result<(), String> {
+    for_each_dependency(doc, &mut |name, dep| {
+        let Some(given) = dep.get("path").and_then(|p| p.as_str()) else {
+            return Ok(());
+        };
+        let mut path = given.to_string();
+        each(name, &mut path)?;
+        if path != given {
+            dep.insert("path", toml_edit::value(path));
+        }
+        Ok(())
+    })
+}
+
+/// Calls `each` with the name and the table of every dependency of a manifest given as a table
+/// (`x = "1"` has nothing but a version): in its dependency sections (also per target), in
+/// `[patch.<source>]` and in `[replace]`. Its error ends the walk.
+fn for_each_dependency(
+    doc: &mut toml_edit::DocumentMut,
+    each: &mut impl FnMut(&str, &mut dyn toml_edit::TableLike) -> Result<(), String>,
+) -> Result<(), String> {
     fn table_of_dependencies(
         deps: &mut dyn toml_edit::TableLike,
-        each: &mut impl FnMut(&str, &mut String) -> Result<(), String>,
+        each: &mut impl FnMut(&str, &mut dyn toml_edit::TableLike) -> Result<(), String>,
     ) -> Result<(), String> {
         for (name, dep) in deps.iter_mut() {
-            let Some(dep) = dep.as_table_like_mut() else {
-                continue;
-            };
-            let Some(given) = dep.get("path").and_then(|p| p.as_str()) else {
-                continue;
-            };
-            let mut path = given.to_string();
-            each(name.get(), &mut path)?;
-            if path != given {
-                dep.insert("path", toml_edit::value(path));
+            if let Some(dep) = dep.as_table_like_mut() {
+                each(name.get(), dep)?;
             }
         }
         Ok(())
     }
     fn sections(
         table: &mut dyn toml_edit::TableLike,
-        each: &mut impl FnMut(&str, &mut String) -> Result<(), String>,
+        each: &mut impl FnMut(&str, &mut dyn toml_edit::TableLike) -> Result<(), String>,
     ) -> Result<(), String> {
-        for section in ["dependencies", "dev-dependencies", "build-dependencies"] {
+        for section in [
+            "dependencies",
+            "dev-dependencies",
+            "dev_dependencies",
+            "build-dependencies",
+            "build_dependencies",
+        ] {
             if let Some(deps) = table.get_mut(section).and_then(|d| d.as_table_like_mut()) {
                 table_of_dependencies(deps, each)?;
             }
@@ -895,15 +897,24 @@ fn stage(source: &Path, manifest: &str, work: &Path) -> std::io::Result<()> {
     let staged = work.join("Cargo.toml");
     let times = std::fs::metadata(source.join("Cargo.toml"))?.modified()?;
     std::fs::write(&staged, manifest)?;
+    std::fs::set_permissions(&staged, std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
     std::fs::File::options()
         .write(true)
         .open(&staged)?
         .set_modified(times)
 }
 
-/// Copies a crate's files, leaving out `target/` and hidden folders such as `.git`.
+/// Files of a crate that are never staged: rustup would take the toolchain they name (a
+/// `path` toolchain runs any program as `cargo`) instead of the host's.
+const NOT_STAGED: [&str; 2] = ["rust-toolchain", "rust-toolchain.toml"];
+
+/// Copies a crate's files, leaving out `target/`, hidden folders such as `.git` and `.cargo`
+/// (cargo's configuration) and [`NOT_STAGED`]. Folders become 0755 and files 0644 (0755 when
+/// executable): the jail's user, who is not the host's on a host run as root, reads them.
 fn copy_crate(from: &Path, to: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(to)?;
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755))?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
         let name = entry.file_name();
@@ -915,7 +926,13 @@ fn copy_crate(from: &Path, to: &Path) -> std::io::Result<()> {
             }
             copy_crate(&entry.path(), &target)?;
         } else if kind.is_file() {
+            if NOT_STAGED.iter().any(|n| name == *n) {
+                continue;
+            }
             std::fs::copy(entry.path(), &target)?;
+            let executable = entry.metadata()?.permissions().mode() & 0o111 != 0;
+            let mode = if executable { 0o755 } else { 0o644 };
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode))?;
             let times = entry.metadata()?.modified()?;
             std::fs::File::options()
                 .write(true)
@@ -1044,61 +1061,91 @@ mod tests {
     }
 
     #[test]
-    fn the_sandbox_binds_no_folder_of_the_world_or_the_home() {
-        let toolchain = [PathBuf::from("/home/x/.cargo/registry")];
-        let args = sandbox_mounts(
-            &toolchain,
-            &[],
-            Path::new("/w/private/cargo/data/work/ann/x"),
-            Path::new("/w/private/cargo/data/target/ann"),
-        );
-        let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
-        let bound: Vec<(&str, &str, &str)> = args
-            .windows(3)
-            .filter(|w| w[0].starts_with("--") && w[0].contains("bind"))
-            .map(|w| (w[0], w[1], w[2]))
-            .collect();
-        assert!(bound.contains(&("--ro-bind", "/usr", "/usr")), "{args:?}");
-        assert!(bound.contains(&(
-            "--ro-bind",
-            "/home/x/.cargo/registry",
-            "/home/x/.cargo/registry"
-        )));
-        assert!(bound.contains(&("--bind", "/w/private/cargo/data/work/ann/x", SANDBOX_CRATE)));
-        assert!(bound.contains(&("--bind", "/w/private/cargo/data/target/ann", SANDBOX_TARGET)));
-        for (_, from, _) in &bound {
+    fn dependencies_come_from_the_registry_alone() {
+        let ok = "[package]\nname = \"x\"\n[dependencies]\nserde = \"1\"\nlocal = { path = \"lib\" }\nj = { version = \"1\", features = [\"a\"] }\n";
+        registry_only(ok).unwrap();
+        for (bad, what) in [
+            (
+                "[dependencies]\nevil = { git = \"http://127.0.0.1:9/x\" }",
+                "git",
+            ),
+            (
+                "[build-dependencies]\nevil = { version = \"1\", registry = \"mine\" }",
+                "registry",
+            ),
+            (
+                "[dev-dependencies.evil]\nversion = \"1\"\nregistry-index = \"http://10.0.0.1/\"",
+                "registry-index",
+            ),
+            (
+                "[target.'cfg(unix)'.dependencies]\nevil = { git = \"http://x/y\" }",
+                "git",
+            ),
+            (
+                "[patch.crates-io]\nserde = { git = \"http://x/serde\" }",
+                "git",
+            ),
+            (
+                "[replace]\n\"serde:1.0.0\" = { git = \"http://x/serde\" }",
+                "git",
+            ),
+        ] {
+            let why = registry_only(&format!("[package]\nname = \"x\"\n{bad}\n")).unwrap_err();
             assert!(
-                ![
-                    "/",
-                    "/w",
-                    "/home",
-                    "/home/x",
-                    "/home/x/.cargo",
-                    "/root",
-                    "/etc"
-                ]
-                .contains(from),
-                "{from} is bound: {args:?}"
+                why.contains(&format!("comes from {what} `")) && why.contains("package registry"),
+                "{bad}: {why}"
             );
         }
     }
 
     #[test]
-    fn the_target_folder_all_builds_shared_is_removed_and_principals_folders_kept() {
+    fn old_build_folders_inside_the_world_are_removed() {
         let dir = tempfile::tempdir().unwrap();
-        let target = dir.path().join("target");
+        let (target, work) = (dir.path().join("target"), dir.path().join("work"));
+        assert!(!retire_old_build_dirs(&[target.clone(), work.clone()]).unwrap());
         std::fs::create_dir_all(target.join("ann/release")).unwrap();
-        std::fs::write(target.join("ann/CACHEDIR.TAG"), "").unwrap();
-        assert!(!retire_shared_target(&target).unwrap());
-        assert!(
-            target.join("ann/release").is_dir(),
-            "a principal's folder stays"
-        );
+        std::fs::create_dir_all(&work).unwrap();
+        assert!(retire_old_build_dirs(&[target.clone(), work.clone()]).unwrap());
+        assert!(!target.exists() && !work.exists());
+    }
 
-        std::fs::write(target.join("CACHEDIR.TAG"), "").unwrap();
-        assert!(retire_shared_target(&target).unwrap());
-        assert!(!target.exists());
-        assert!(!retire_shared_target(&target).unwrap(), "nothing to remove");
+    #[test]
+    fn diagnostics_name_the_given_folder_not_where_the_build_saw_it() {
+        let job = Job {
+            binary: "x".into(),
+            work: PathBuf::from("/home/w/.cache/sausage/builds/ab/work/ann/x"),
+            target: PathBuf::from("/t"),
+            outside: Vec::new(),
+            given: "/data/x/".into(),
+        };
+        let text = "error: --> /sausage/crate/src/main.rs:1\n failed to parse /home/w/.cache/sausage/builds/ab/work/ann/x/Cargo.toml";
+        assert_eq!(
+            job.guest_paths(text),
+            "error: --> /data/x/src/main.rs:1\n failed to parse /data/x/Cargo.toml"
+        );
+    }
+
+    #[test]
+    fn toolchain_files_and_hidden_folders_are_not_staged() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("src");
+        for file in [
+            "Cargo.toml",
+            "src/main.rs",
+            "rust-toolchain.toml",
+            "rust-toolchain",
+            ".cargo/config.toml",
+        ] {
+            let at = source.join(file);
+            std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+            std::fs::write(at, "x").unwrap();
+        }
+        let work = dir.path().join("work");
+        stage(&source, "[package]\nname = \"x\"\n", &work).unwrap();
+        assert!(work.join("src/main.rs").is_file());
+        for absent in ["rust-toolchain.toml", "rust-toolchain", ".cargo"] {
+            assert!(!work.join(absent).exists(), "{absent} was staged");
+        }
     }
 
     #[test]
