@@ -566,6 +566,14 @@ pub fn diagnose(said: &str, read: &dyn Fn(&str) -> Option<String>) -> String {
              user.max_user_namespaces=15000` (bubblewrap said: {said})"
         );
     }
+    if said.contains("max_") || said.contains("ENOSPC") {
+        let max = setting("user/max_user_namespaces").unwrap_or_else(|| "unknown".into());
+        return format!(
+            "no more user namespaces can be made here (user.max_user_namespaces is {max} in this \
+             namespace, or namespaces nest too deep); allow them with `sysctl -w \
+             user.max_user_namespaces=15000` where the host runs (bubblewrap said: {said})"
+        );
+    }
     if setting("kernel/unprivileged_userns_clone").as_deref() == Some("0") {
         return format!(
             "user namespaces are off for unprivileged users \
@@ -709,6 +717,10 @@ mod tests {
             &|_| None,
         );
         assert!(why.contains("container"), "{why}");
+        let nested = "bwrap: Creating new namespace failed: nesting depth or \
+                      /proc/sys/user/max_*_namespaces exceeded (ENOSPC)";
+        let why = diagnose(nested, &|_| Some("1".into()));
+        assert!(why.contains("user.max_user_namespaces is 1"), "{why}");
         let why = diagnose("bwrap: seccomp: Invalid argument", &|_| None);
         assert!(why.contains("CONFIG_SECCOMP_FILTER"), "{why}");
     }

@@ -432,10 +432,103 @@ impl Host {
 
     /// `sausage run WORLD ARGS…` with these variables added to the host's environment.
     pub fn start_with(world: &Path, args: &[&str], vars: &[(&str, &str)]) -> Host {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sausage"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sausage"));
+        command.arg("run").arg(world).args(args);
+        Host::spawn(command, vars)
+    }
+
+    /// [`Host::start`] as a user who is not root. When the tests run as root, the host runs as
+    /// uid 1000, which owns the world's folder, with the toolchain shown where that user reads
+    /// it (rustup's home is usually under `/root`, which only root passes through) and its
+    /// cache beside the world. With `no_namespaces` it runs instead in a user namespace where no
+    /// further one can be made (as a machine with user namespaces off).
+    pub fn start_as_user(world: &Path, no_namespaces: bool) -> Host {
+        let sausage = env!("CARGO_BIN_EXE_sausage");
+        let mut command = Command::new("bwrap");
+        if no_namespaces {
+            command
+                .args([
+                    "--unshare-user",
+                    "--uid",
+                    "1000",
+                    "--gid",
+                    "1000",
+                    "--disable-userns",
+                ])
+                .args(["--dev-bind", "/", "/", "--die-with-parent", "--", sausage]);
+            command.arg("run").arg(world).arg("--no-web");
+            return Host::spawn(command, &[]);
+        }
+        // SAFETY: `geteuid` has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            let mut command = Command::new(sausage);
+            command.arg("run").arg(world).arg("--no-web");
+            return Host::spawn(command, &[]);
+        }
+        let home = std::path::PathBuf::from(std::env::var_os("HOME").unwrap());
+        let toolchain = |variable: &str, default: &str| {
+            std::env::var_os(variable)
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|| home.join(default))
+        };
+        let (cargo_home, rustup_home) = (
+            toolchain("CARGO_HOME", ".cargo"),
+            toolchain("RUSTUP_HOME", ".rustup"),
+        );
+        let around = world.parent().unwrap();
+        let (user_cargo, user_rustup) = (
+            around.join("toolchain/cargo"),
+            around.join("toolchain/rustup"),
+        );
+        std::fs::create_dir_all(&user_cargo).unwrap();
+        std::fs::create_dir_all(&user_rustup).unwrap();
+        let status = Command::new("chown")
+            .args(["-R", "1000:1000"])
+            .arg(around)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        command
+            .args(["--dev-bind", "/", "/", "--die-with-parent"])
+            .arg("--ro-bind")
+            .arg(&cargo_home)
+            .arg(&user_cargo)
+            .arg("--ro-bind")
+            .arg(&rustup_home)
+            .arg(&user_rustup)
+            .args([
+                "--",
+                "setpriv",
+                "--reuid=1000",
+                "--regid=1000",
+                "--clear-groups",
+                "--",
+            ])
+            .arg(sausage)
             .arg("run")
             .arg(world)
-            .args(args)
+            .arg("--no-web");
+        let path = format!(
+            "{}/bin:{}",
+            user_cargo.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let cache = around.join("cache").display().to_string();
+        let user_home = around.display().to_string();
+        Host::spawn(
+            command,
+            &[
+                ("CARGO_HOME", &user_cargo.display().to_string()),
+                ("RUSTUP_HOME", &user_rustup.display().to_string()),
+                ("PATH", &path),
+                ("HOME", &user_home),
+                ("XDG_CACHE_HOME", &cache),
+            ],
+        )
+    }
+
+    fn spawn(mut command: Command, vars: &[(&str, &str)]) -> Host {
+        let mut child = command
             .envs(vars.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
