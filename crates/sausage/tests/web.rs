@@ -679,6 +679,69 @@ fn an_open_event_stream_ends_when_its_person_is_demoted_or_removed() {
     owners_page.wait_for("message", EVENT_PATIENCE, |m| m["reply_to"] == id.as_str());
 }
 
+/// How soon an open stream ends once its person's tier changes or they are removed: the host
+/// looks at the people every 2 s (`PAGE_RECHECK`), with room for a busy machine.
+const STREAM_END_PATIENCE: std::time::Duration = std::time::Duration::from_secs(8);
+
+/// `sausage people ARGS --world WORLD`, run while the world runs; its stdout.
+fn people_command(world: &TestWorld, args: &[&str]) -> String {
+    let mut all = vec!["people"];
+    all.extend(args);
+    all.extend(["--world", world.root.to_str().unwrap()]);
+    let out = sausage(&all);
+    assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+#[test]
+fn an_open_event_stream_ends_when_the_command_line_demotes_or_removes_its_person() {
+    let world = TestWorld::new();
+    let web = WebHost::start(&world);
+    let owner = web.log_in();
+    // A second owner, so that the first may be demoted; and a member to remove.
+    people_command(&world, &["add", "olga", "--tier", "owner"]);
+    let added = people_command(&world, &["add", "ann", "--tier", "member"]);
+    let ann_link = added.lines().last().unwrap().trim();
+    let ann_path = ann_link.split_once("/login").unwrap().1;
+    let ann = request(&web.addr, "GET", &format!("/login{ann_path}"), &[], b"");
+    assert_eq!(ann.status, 303, "{}", ann.text());
+    let ann = session_from(&web, &ann);
+    // Streams on connections kept alive, as a browser's are: an end must close the connection
+    // too, or a client that waits for it sees the stream open.
+    let kept_alive = |client: &Client| {
+        let headers = [
+            ("Cookie", client.cookie.as_str()),
+            ("Connection", "keep-alive"),
+        ];
+        let mut stream = EventStream::open(&web.addr, "/api/events", &headers);
+        assert_eq!(stream.status, 200);
+        assert_eq!(stream.next(EVENT_PATIENCE).unwrap().kind, "hello");
+        stream
+    };
+    let mut owners_page = kept_alive(&owner);
+    let mut anns_page = kept_alive(&ann);
+
+    people_command(&world, &["tier", "owner", "guest"]);
+    assert!(
+        owners_page.closes_within(STREAM_END_PATIENCE),
+        "the demoted owner's stream ends"
+    );
+    assert_eq!(owner.get("/api/me").json()["tier"], "guest");
+    let mut as_guest = owner.events(None);
+    assert_eq!(as_guest.next(EVENT_PATIENCE).unwrap().kind, "hello");
+
+    people_command(&world, &["remove", "ann"]);
+    assert!(
+        anns_page.closes_within(STREAM_END_PATIENCE),
+        "the removed member's stream ends"
+    );
+    assert_eq!(ann.get("/api/me").status, 401);
+    assert!(
+        !as_guest.ends_within(std::time::Duration::from_secs(3)),
+        "a page whose person did not change goes on"
+    );
+}
+
 /// A line for the crasher's `say` (its stdout as it is): `body` to `web`, with `extra` fields.
 fn say(body: Value, extra: Value) -> Value {
     let mut line = json!({"to": "web", "body": body});
