@@ -11,12 +11,12 @@
 //! | terminal, web, actor of a member or a guest, schedule | host path, credentials, agent, another's actor (upgrade, fork, window, checkpoint, restore), tier | here |
 //! | web, agent | rewinding another's turn, or a turn that changed another's actor | `agent/src/turn/rewind_tests.rs` |
 //! | actor of a guest or a member through the agent | write files, send, stop another's actor | here |
-//! | web | garbage logins in a loop beside round trips (429, nothing written), another's question (400), another's events | `tests/web.rs` |
+//! | web | garbage logins in a loop beside round trips (429, nothing written), another's question (400), another's events, a link that would replace another's session (asked first), a demotion by the command line (the stream ends) | `tests/web.rs`, `tests/browser.rs` |
 //! | web, agent's tools | another's conversation or memory, the agent's state | `tests/people.rs` |
 //! | agent's tools | paths of another's files in a spawn, a guest's sends, the world's day cap, answers from another | `agent/src/turn/authority_tests.rs` |
 //! | Matrix | a room by a prefix of its id, speaking to become a member, answering from another room | `matrix/src/tests.rs`, `tests/matrix.rs` |
 //! | a build script | the world's files, credentials, the home folder, another person's artefacts | `tests/build_sandbox.rs` |
-//! | MCP (HTTP, stdio) | a guest's deploy, a member's rollback of another's actor, no token, a wrong or revoked token | `tests/mcp.rs` |
+//! | MCP (HTTP, stdio) | a guest's deploy or send, a member's rollback of another's actor, no token, a wrong or revoked token | `tests/mcp.rs` |
 
 mod support;
 

@@ -444,6 +444,46 @@ fn an_owner_adds_a_guest_who_logs_in_and_sees_only_their_own_chat() {
 }
 
 #[test]
+fn a_login_link_asks_before_it_replaces_the_browsers_session() {
+    let world = TestWorld::new();
+    let web = WebHost::start(&world);
+    let browser = logged_in(&web);
+    let owner = browser.client(&web.addr);
+    let added = owner.post("/api/people", &json!({"id": "ann", "tier": "member"}));
+    assert_eq!(added.status, 200, "{}", added.text());
+    let link = added.json()["link"].as_str().unwrap().to_string();
+
+    // A page elsewhere leads the browser to ann's link (its strict cookie stays behind): the
+    // link asks, and the owner's session stays.
+    let elsewhere: String = format!("<a id=go href=\"{link}\">a prize</a>")
+        .bytes()
+        .map(|b| format!("%{b:02X}"))
+        .collect();
+    browser.goto(&format!("data:text/html,{elsewhere}"));
+    browser.click("#go");
+    browser.wait_text("h1", "Log in as ann?");
+    assert_eq!(owner.get("/api/me").json()["person"], "owner");
+
+    // Opened in the browser itself while the owner's session is there: it asks too, and only
+    // its button (a POST from its own page) logs in as ann.
+    browser.goto(&link);
+    browser.wait_text("main p", "This browser is logged in as owner (owner)");
+    browser.screenshot("login_asks").unwrap();
+    assert_eq!(owner.get("/api/me").json()["person"], "owner");
+    browser.click("form button");
+    browser.wait_until(
+        "the console's page as ann",
+        "return location.pathname === '/' && !location.search",
+    );
+    browser.wait_text("#me", "ann · member");
+    assert_eq!(
+        owner.get("/api/me").status,
+        200,
+        "the owner's session itself goes on"
+    );
+}
+
+#[test]
 fn a_member_talks_in_a_shared_room_and_reads_and_clears_their_memory() {
     let fake = FakeLlm::start();
     let world = world_with_agent(&fake, "openai-responses");

@@ -234,6 +234,60 @@ fn over_http_each_call_acts_for_the_tokens_person_and_their_tier() {
 }
 
 #[test]
+fn a_guests_send_is_refused_in_the_web_pages_words_and_reaches_no_actor() {
+    let world = TestWorld::new();
+    world.install("counter", "counter");
+    let web = WebHost::start(&world);
+    let link = people(&world, &["add", "gus", "--tier", "guest"]);
+    let gus = people(&world, &["token", "gus"]);
+
+    // What the web page's `POST /api/send` says to the same guest.
+    let link = link.lines().last().unwrap().trim();
+    let path = link.split_once(&web.addr).unwrap().1;
+    let login = support::http::request(&web.addr, "GET", path, &[], b"");
+    assert_eq!(login.status, 303, "{}", login.text());
+    let page = support::web::Client {
+        addr: web.addr.clone(),
+        cookie: login
+            .header("set-cookie")
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .to_string(),
+    };
+    let step = json!({"type": "step"});
+    let refused = page.post("/api/send", &json!({"to": "counter", "body": step}));
+    assert_eq!(refused.status, 403, "{}", refused.text());
+    let words = refused.json()["error"].as_str().unwrap().to_string();
+
+    let as_gus = http(
+        &web,
+        &gus,
+        json!([
+            call("send", json!({"to": "counter", "body": step})),
+            call(
+                "send",
+                json!({"to": "counter", "body": step, "timeout_seconds": 0})
+            ),
+        ]),
+    );
+    let results = as_gus["results"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{as_gus}"));
+    for result in results {
+        assert_eq!(result["isError"], true, "{result}");
+        assert_eq!(result["text"], words.as_str(), "the page's words");
+    }
+    // Nothing reached the counter: it never stepped (a message sent before would be ahead of
+    // this one in its mailbox).
+    let mut host = web.host;
+    host.tell("counter", json!({"type": "get"}));
+    let count = host.wait_type("counter", "count");
+    assert_eq!(count["n"], 0, "{count}");
+}
+
+#[test]
 fn ask_agent_gives_the_answer_with_its_cost_and_the_turns_progress_on_the_way() {
     let fake = FakeLlm::start();
     let prices = json!({"test-model": {"input": 1.0, "output": 2.0, "cache_read": 0.1,

@@ -384,6 +384,77 @@ fn a_trace_follows_a_message_through_three_actors_and_a_turn_through_its_steps()
 }
 
 #[test]
+fn spans_and_metrics_hold_no_conversation_text() {
+    // Words planted in what a person says, in what the model answers, and in the message its
+    // tool call sends: none may leave the world in a span or a metric.
+    const ASKED: &str = "zebra-quartz-41";
+    const ANSWERED: &str = "marmoset-violet-73";
+    const SENT: &str = "okapi-ember-58";
+    let otlp = Otlp::start();
+    let fake = FakeLlm::start();
+    let world = priced_world(&fake);
+    let root = world.root.to_str().unwrap();
+    let made = sausage(&["metrics", "token", "--world", root]);
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    let token = text(&made.stdout).trim().to_string();
+    let endpoint = otlp.endpoint();
+    let mut web = WebHost::start_with(&world, &["--web", "127.0.0.1:0", "--otlp", &endpoint]);
+
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "send_message",
+        json!({"to": "echo", "body": {"type": "ping", "text": format!("say {SENT}")},
+            "wait_seconds": 10}),
+    )]));
+    fake.push_openai(openai::text_reply(&format!("Echo said {ANSWERED}.")));
+    web.host.send(&format!("please ping echo with {ASKED}"));
+    let reply = final_reply(&mut web.host);
+    assert!(
+        reply["text"].as_str().unwrap().contains(ANSWERED),
+        "{reply}"
+    );
+    let asked = fake.requests();
+    assert!(
+        asked.iter().any(|r| r.body.to_string().contains(ASKED)),
+        "the model was asked with the planted words"
+    );
+
+    let spans = otlp.wait_for("the turn's spans", EXPORTS, |spans| {
+        has(spans, "invoke_agent agent")
+            && named(spans, "chat test-model").len() >= 2
+            && has(spans, "execute_tool send_message")
+            && has(spans, "request spans")
+            && has(spans, "deliver echo")
+    });
+    for span in &spans {
+        let exported = span.to_string();
+        for planted in [ASKED, ANSWERED, SENT] {
+            assert!(
+                !exported.contains(planted),
+                "{planted} in a span: {exported}"
+            );
+        }
+    }
+
+    let auth = format!("Bearer {token}");
+    let metrics = request(
+        &web.addr,
+        "GET",
+        "/metrics",
+        &[("Authorization", &auth)],
+        b"",
+    );
+    assert_eq!(metrics.status, 200);
+    let metrics = metrics.text();
+    assert!(metrics.contains("sausage_turns_total"), "{metrics}");
+    for line in metrics.lines() {
+        for planted in [ASKED, ANSWERED, SENT] {
+            assert!(!line.contains(planted), "{planted} in /metrics: {line}");
+        }
+    }
+    web.host.quit();
+}
+
+#[test]
 fn without_an_endpoint_messages_flow_and_spans_are_checked_but_not_sent() {
     let world = TestWorld::new();
     world.install("echo", "echo");

@@ -431,6 +431,152 @@ fn add_person(owner: &Client, id: &str, tier: &str) -> String {
     added.json()["link"].as_str().unwrap().to_string()
 }
 
+/// The path (with its token) of a login link as printed.
+fn link_path<'a>(web: &WebHost, link: &'a str) -> &'a str {
+    link.split_once(&web.addr).unwrap().1
+}
+
+/// A session's client from a login's `Set-Cookie`.
+fn session_from(web: &WebHost, response: &support::http::Response) -> Client {
+    let cookie = response.header("set-cookie").expect("a session cookie");
+    Client {
+        addr: web.addr.clone(),
+        cookie: cookie.split(';').next().unwrap().to_string(),
+    }
+}
+
+#[test]
+fn a_login_link_asks_before_it_replaces_another_persons_session() {
+    let world = TestWorld::new();
+    let web = WebHost::start(&world);
+    let owner = web.log_in();
+    let ann_link = add_person(&owner, "ann", "member");
+    let ann_path = link_path(&web, &ann_link);
+    let token = ann_path.split_once("token=").unwrap().1;
+
+    // Opened in a browser that holds the owner's session: a page asks, and nothing changes.
+    let asked = request(
+        &web.addr,
+        "GET",
+        ann_path,
+        &[("Cookie", &owner.cookie)],
+        b"",
+    );
+    assert_eq!(asked.status, 200, "{}", asked.text());
+    assert_eq!(asked.header("set-cookie"), None, "the session stays");
+    let page = asked.text();
+    for part in [
+        "Log in as ann?",
+        "This browser is logged in as owner (owner)",
+        "<form method=\"post\" action=\"/login\">",
+        &format!("name=\"token\" value=\"{token}\""),
+    ] {
+        assert!(page.contains(part), "{part} in {page}");
+    }
+    assert!(!page.contains("<script"), "no script: {page}");
+    assert!(!page.contains("style="), "no inline style: {page}");
+    assert!(
+        asked
+            .header("content-security-policy")
+            .unwrap()
+            .contains("default-src 'self'"),
+        "the page's own policy"
+    );
+    assert_eq!(asked.header("cache-control"), Some("no-store"));
+    assert_eq!(
+        asked.header("referrer-policy"),
+        Some("strict-origin"),
+        "its form's POST carries its Origin, and no Referer holds the token"
+    );
+    assert_eq!(owner.get("/api/me").json()["person"], "owner");
+
+    // A page elsewhere that leads a browser to the link: its strict cookie does not come, so a
+    // session may be there unseen; the page asks too.
+    let led = request(
+        &web.addr,
+        "GET",
+        ann_path,
+        &[("Sec-Fetch-Site", "cross-site")],
+        b"",
+    );
+    assert_eq!(led.status, 200, "{}", led.text());
+    assert_eq!(led.header("set-cookie"), None);
+    assert!(
+        led.text()
+            .contains("A page on another site opened this login link")
+    );
+
+    // The answer counts only from the console's own page.
+    let form = format!("token={token}");
+    let form_type = ("Content-Type", "application/x-www-form-urlencoded");
+    for origin in [None, Some("http://evil.example"), Some("null")] {
+        let mut headers = vec![("Cookie", owner.cookie.as_str()), form_type];
+        if let Some(origin) = origin {
+            headers.push(("Origin", origin));
+        }
+        let refused = request(&web.addr, "POST", "/login", &headers, form.as_bytes());
+        assert_eq!(refused.status, 403, "origin {origin:?}: {}", refused.text());
+        assert_eq!(refused.header("set-cookie"), None);
+        assert!(refused.json()["error"].as_str().unwrap().contains("Origin"));
+    }
+    assert_eq!(owner.get("/api/me").json()["person"], "owner");
+    let origin = owner.origin();
+    let own_page = [
+        ("Cookie", owner.cookie.as_str()),
+        ("Origin", origin.as_str()),
+        form_type,
+    ];
+    let no_form = request(&web.addr, "POST", "/login", &own_page[..2], b"{}");
+    assert_eq!(no_form.status, 400, "{}", no_form.text());
+    let wrong = request(
+        &web.addr,
+        "POST",
+        "/login",
+        &own_page,
+        format!("token={:064x}", 7).as_bytes(),
+    );
+    assert_eq!(wrong.status, 401);
+
+    // The page's own POST, with the token in its body, replaces the session.
+    let confirmed = request(&web.addr, "POST", "/login", &own_page, form.as_bytes());
+    assert_eq!(confirmed.status, 303, "{}", confirmed.text());
+    assert_eq!(confirmed.header("location"), Some("/"));
+    let cookie = confirmed.header("set-cookie").unwrap();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(cookie.contains(attribute), "{cookie}");
+    }
+    let ann = session_from(&web, &confirmed);
+    assert_eq!(ann.get("/api/me").json()["person"], "ann");
+    let used = request(
+        &web.addr,
+        "GET",
+        ann_path,
+        &[("Cookie", &owner.cookie)],
+        b"",
+    );
+    assert_eq!(used.status, 401, "the link worked once");
+
+    // The same person's session, or none, logs in as before.
+    let again = owner.post("/api/people/ann/link", &json!({}));
+    let again = again.json()["link"].as_str().unwrap().to_string();
+    let same = request(
+        &web.addr,
+        "GET",
+        link_path(&web, &again),
+        &[("Cookie", &ann.cookie)],
+        b"",
+    );
+    assert_eq!(same.status, 303, "{}", same.text());
+    assert_eq!(
+        session_from(&web, &same).get("/api/me").json()["person"],
+        "ann"
+    );
+    let fresh = owner.post("/api/people/ann/link", &json!({}));
+    let fresh = fresh.json()["link"].as_str().unwrap().to_string();
+    let none = request(&web.addr, "GET", link_path(&web, &fresh), &[], b"");
+    assert_eq!(none.status, 303, "{}", none.text());
+}
+
 #[test]
 fn failed_logins_write_nothing_take_no_lock_and_are_slowed_past_five_a_minute() {
     let world = TestWorld::new();
@@ -531,6 +677,69 @@ fn an_open_event_stream_ends_when_its_person_is_demoted_or_removed() {
     );
     let id = sent.json()["id"].as_str().unwrap().to_string();
     owners_page.wait_for("message", EVENT_PATIENCE, |m| m["reply_to"] == id.as_str());
+}
+
+/// How soon an open stream ends once its person's tier changes or they are removed: the host
+/// looks at the people every 2 s (`PAGE_RECHECK`), with room for a busy machine.
+const STREAM_END_PATIENCE: std::time::Duration = std::time::Duration::from_secs(8);
+
+/// `sausage people ARGS --world WORLD`, run while the world runs; its stdout.
+fn people_command(world: &TestWorld, args: &[&str]) -> String {
+    let mut all = vec!["people"];
+    all.extend(args);
+    all.extend(["--world", world.root.to_str().unwrap()]);
+    let out = sausage(&all);
+    assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+#[test]
+fn an_open_event_stream_ends_when_the_command_line_demotes_or_removes_its_person() {
+    let world = TestWorld::new();
+    let web = WebHost::start(&world);
+    let owner = web.log_in();
+    // A second owner, so that the first may be demoted; and a member to remove.
+    people_command(&world, &["add", "olga", "--tier", "owner"]);
+    let added = people_command(&world, &["add", "ann", "--tier", "member"]);
+    let ann_link = added.lines().last().unwrap().trim();
+    let ann_path = ann_link.split_once("/login").unwrap().1;
+    let ann = request(&web.addr, "GET", &format!("/login{ann_path}"), &[], b"");
+    assert_eq!(ann.status, 303, "{}", ann.text());
+    let ann = session_from(&web, &ann);
+    // Streams on connections kept alive, as a browser's are: an end must close the connection
+    // too, or a client that waits for it sees the stream open.
+    let kept_alive = |client: &Client| {
+        let headers = [
+            ("Cookie", client.cookie.as_str()),
+            ("Connection", "keep-alive"),
+        ];
+        let mut stream = EventStream::open(&web.addr, "/api/events", &headers);
+        assert_eq!(stream.status, 200);
+        assert_eq!(stream.next(EVENT_PATIENCE).unwrap().kind, "hello");
+        stream
+    };
+    let mut owners_page = kept_alive(&owner);
+    let mut anns_page = kept_alive(&ann);
+
+    people_command(&world, &["tier", "owner", "guest"]);
+    assert!(
+        owners_page.closes_within(STREAM_END_PATIENCE),
+        "the demoted owner's stream ends"
+    );
+    assert_eq!(owner.get("/api/me").json()["tier"], "guest");
+    let mut as_guest = owner.events(None);
+    assert_eq!(as_guest.next(EVENT_PATIENCE).unwrap().kind, "hello");
+
+    people_command(&world, &["remove", "ann"]);
+    assert!(
+        anns_page.closes_within(STREAM_END_PATIENCE),
+        "the removed member's stream ends"
+    );
+    assert_eq!(ann.get("/api/me").status, 401);
+    assert!(
+        !as_guest.ends_within(std::time::Duration::from_secs(3)),
+        "a page whose person did not change goes on"
+    );
 }
 
 /// A line for the crasher's `say` (its stdout as it is): `body` to `web`, with `extra` fields.

@@ -356,22 +356,29 @@ impl People {
         })
     }
 
+    /// The person a login token would log in, without using it (read without the lock, writing
+    /// nothing): `None` for a token that is unknown, used or expired.
+    pub fn link_person(&self, token: &str) -> Result<Option<Person>> {
+        let hash = sessions::hash(token);
+        let now = sessions::now();
+        Ok(self.read()?.people.into_iter().find(|p| {
+            p.links
+                .iter()
+                .any(|link| link.hash == hash && link_alive(link, now))
+        }))
+    }
+
     /// Uses a login token: the person it logs in, once; `None` for a token that is unknown,
     /// used or expired. The token is first looked for in the file read without the lock, so a
     /// wrong one (a guess, a stale link) takes no lock and writes nothing; only a match takes
     /// the lock, looks again (another login may have used it meanwhile) and writes.
     pub fn use_link(&self, token: &str) -> Result<Option<Person>> {
+        if self.link_person(token)?.is_none() {
+            return Ok(None);
+        }
         let hash = sessions::hash(token);
         let now = sessions::now();
         let usable = |link: &Link| link.hash == hash && link_alive(link, now);
-        if !self
-            .read()?
-            .people
-            .iter()
-            .any(|p| p.links.iter().any(usable))
-        {
-            return Ok(None);
-        }
         self.change(|people| {
             for person in people.iter_mut() {
                 if let Some(at) = person.links.iter().position(usable) {

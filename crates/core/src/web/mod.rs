@@ -9,7 +9,9 @@
 //! No handler or task reads or writes a file on the world's thread: sessions, people, statuses
 //! and actors' files are read on the blocking pool.
 //! Security: every `/api/` call needs a session cookie (HttpOnly, SameSite=Strict) made by a
-//! one-time login link; a state-changing call must carry the page's own `Origin`; the `Host`
+//! one-time login link (which asks before it replaces another person's session); a
+//! state-changing call, and that question's answer (`POST /login`), must carry the page's own
+//! `Origin`; the `Host`
 //! header must name this server (no DNS rebinding); bodies over [`BODY_LIMIT`] are refused with
 //! 413; every response forbids framing and sniffing, and the page allows only its own scripts.
 
@@ -295,6 +297,17 @@ async fn guard(State(app): State<Arc<App>>, mut request: Request, next: Next) ->
             );
         }
         request.extensions_mut().insert(person);
+    } else if path == "/login"
+        && request.method() == Method::POST
+        && header_str(&request, header::ORIGIN) != Some(app.origin.as_str())
+    {
+        // The answer of the page that asks before a link replaces a session: only that page may
+        // send it, or a page elsewhere could swap the session with a form of its own.
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "a login must come from the console's own page (its Origin header): open the \
+             login link again",
+        );
     }
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
@@ -308,7 +321,11 @@ async fn guard(State(app): State<Arc<App>>, mut request: Request, next: Next) ->
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         (header::REFERRER_POLICY, "no-referrer"),
     ] {
-        headers.insert(name, HeaderValue::from_static(value));
+        // A page may choose its own referrer policy (the login's ask page does, so that its
+        // form's POST carries its `Origin`); the others get these.
+        headers
+            .entry(name)
+            .or_insert(HeaderValue::from_static(value));
     }
     if path.starts_with("/api/") || path == "/login" {
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));

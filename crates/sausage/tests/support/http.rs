@@ -35,7 +35,8 @@ impl Response {
 }
 
 /// Sends one request to `addr` (`host:port`) and reads the whole response. `headers` come
-/// after `Host: addr` unless they set their own `Host`.
+/// after `Host: addr` unless they set their own `Host`, and before `Connection: close` unless
+/// they set their own `Connection`.
 pub fn request(
     addr: &str,
     method: &str,
@@ -161,10 +162,14 @@ fn send_head(
     for (name, value) in headers {
         head.push_str(&format!("{name}: {value}\r\n"));
     }
-    head.push_str(&format!(
-        "Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    ));
+    // A connection closed after one response, unless the test keeps it alive as a browser does.
+    if !headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("connection"))
+    {
+        head.push_str("Connection: close\r\n");
+    }
+    head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
     let mut writer = stream.try_clone()?;
     writer.write_all(head.as_bytes())?;
     writer.write_all(body)?;
@@ -300,6 +305,33 @@ impl EventStream {
                 // `next` gives up waiting only after `left`: a `None` well before the deadline
                 // is the end of the stream.
                 return std::time::Instant::now() + Duration::from_millis(500) < deadline;
+            }
+        }
+    }
+
+    /// Whether the server closes the connection within `patience` (what a stream sends before
+    /// is passed over): for a stream opened with `Connection: keep-alive`, as browsers do, the end
+    /// of its body alone would leave the connection open.
+    pub fn closes_within(&mut self, patience: Duration) -> bool {
+        let deadline = std::time::Instant::now() + patience;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            self.stream.get_ref().set_read_timeout(Some(left)).unwrap();
+            match self.stream.fill_buf() {
+                Ok([]) => return true,
+                Ok(bytes) => {
+                    let n = bytes.len();
+                    self.stream.consume(n);
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => return true,
             }
         }
     }

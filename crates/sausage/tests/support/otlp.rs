@@ -44,7 +44,8 @@ impl Otlp {
     /// Every span received so far, in the order received: objects with `trace_id`, `span_id`
     /// and `parent_span_id` (lowercase hex; the parent `""` for a root), `name`, `kind`,
     /// `start_unix_nano`, `end_unix_nano`, `attributes` (an object of plain JSON values),
-    /// `status_code`, `status_message`, `resource` (an object) and `scope` (its name).
+    /// `events` (each `name` and `attributes`), `links` (each one's attributes), `status_code`,
+    /// `status_message`, `resource` (an object) and `scope` (its name).
     pub fn spans(&self) -> Vec<Value> {
         self.service.json_lines("spans.jsonl")
     }

@@ -54,6 +54,11 @@ def span_lines(request):
                     "start_unix_nano": span.start_time_unix_nano,
                     "end_unix_nano": span.end_time_unix_nano,
                     "attributes": attributes(span.attributes),
+                    "events": [
+                        {"name": event.name, "attributes": attributes(event.attributes)}
+                        for event in span.events
+                    ],
+                    "links": [attributes(link.attributes) for link in span.links],
                     "status_code": span.status.code,
                     "status_message": span.status.message,
                     "resource": resource,

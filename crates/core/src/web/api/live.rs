@@ -6,10 +6,11 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, header};
+use axum::response::IntoResponse;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::{Extension, Json};
-use futures_util::stream::{self, Stream};
+use futures_util::stream;
 use serde_json::Value;
 
 use super::{App, Person};
@@ -23,11 +24,14 @@ pub(super) async fn graph(State(app): State<Arc<App>>) -> Json<Value> {
 /// `GET /api/events`: server-sent events (`hello`, `message`, `actors`, `graph`, `reset`),
 /// resumable with `Last-Event-ID`. The stream ends when the page's session ends, its person is
 /// removed or their tier changes (`watch_pages`); the browser reconnects as it is now.
+/// The response says `Connection: close`: when a stream ends, its connection ends with it. A
+/// kept-alive connection would outlive the stream's last chunk, and a client that watches the
+/// connection would see the stream of a demoted person still open.
 pub(super) async fn events(
     State(app): State<Arc<App>>,
     Extension(person): Extension<Person>,
     headers: HeaderMap,
-) -> Sse<impl Stream<Item = Result<SseEvent, std::convert::Infallible>>> {
+) -> impl IntoResponse {
     let last = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -46,7 +50,10 @@ pub(super) async fn events(
         if !event.id.is_empty() {
             sse = sse.id(event.id);
         }
-        Some((Ok(sse), receiver))
+        Some((Ok::<_, std::convert::Infallible>(sse), receiver))
     });
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    (
+        [(header::CONNECTION, "close")],
+        Sse::new(stream).keep_alive(KeepAlive::default()),
+    )
 }

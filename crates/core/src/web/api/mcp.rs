@@ -238,8 +238,9 @@ impl Mcp {
 
     #[tool(
         description = "Send a message to an actor as you, and wait for its reply (the \
-        message whose reply_to is this one). Requests to `broker`, `cargo` and `scheduler` are \
-        checked against your tier; their refusals are errors of this call."
+        message whose reply_to is this one). Needs a member's tier (a guest talks to the agent \
+        with ask_agent). Requests to `broker`, `cargo` and `scheduler` are checked against your \
+        tier; their refusals are errors of this call."
     )]
     async fn send(
         &self,
@@ -247,6 +248,9 @@ impl Mcp {
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
         let person = or_answer!(caller(&context));
+        if let Some(why) = super::messages::may_not_send(&person) {
+            return failed(why);
+        }
         let to = or_answer!(actor_id(&args.to));
         if !args.body.get("type").is_some_and(Value::is_string) {
             return failed("`body` needs a string \"type\", such as {\"type\": \"ping\"}");

@@ -1,5 +1,6 @@
 //! `POST /api/send`: a person's message to any actor, sent as `web` like the console's `@`.
-//! Invariant: guests cannot send (they talk to the agent in the chat), and every message names
+//! Invariant: guests cannot send (they talk to the agent in the chat; MCP's `send` refuses them
+//! with [`may_not_send`] too), and every message names
 //! its person as the speaker, so the broker checks its requests against their tier.
 
 use std::sync::Arc;
@@ -22,15 +23,8 @@ pub(super) async fn send(
     Extension(person): Extension<Person>,
     body: Bytes,
 ) -> Response {
-    if person.tier == Tier::Guest {
-        return refuse(
-            StatusCode::FORBIDDEN,
-            &format!(
-                "{} is a guest: guests talk to the agent in the chat; sending to actors needs a \
-                 member or an owner",
-                person.id
-            ),
-        );
+    if let Some(why) = may_not_send(&person) {
+        return refuse(StatusCode::FORBIDDEN, &why);
     }
     let fields = match object(&body) {
         Ok(fields) => fields,
@@ -54,4 +48,17 @@ pub(super) async fn send(
     };
     let id = tell(&app, &person, &to, message, None).await;
     Json(json!({ "id": id })).into_response()
+}
+
+/// Why `person` may not send messages to actors, or `None` when they may. A guest's message
+/// would reach actors that act for their owners (a member's actor spawns as that member), so
+/// both ways of sending, this page's and MCP's `send`, refuse it in these words.
+pub(super) fn may_not_send(person: &Person) -> Option<String> {
+    (person.tier == Tier::Guest).then(|| {
+        format!(
+            "{} is a guest: guests talk to the agent in the chat; sending to actors needs a \
+             member or an owner",
+            person.id
+        )
+    })
 }

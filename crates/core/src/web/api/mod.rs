@@ -39,7 +39,8 @@ const INDEX: &str = include_str!("../assets/index.html");
 const SCRIPT: &str = include_str!("../assets/app.js");
 const STYLE: &str = include_str!("../assets/app.css");
 
-/// The page, its assets and the login link.
+/// The page, its assets, the login link and the answer of the page that asks before a link
+/// replaces a session.
 pub fn pages() -> Router<Arc<App>> {
     Router::new()
         .route("/", get(|| async { Html(INDEX) }))
@@ -51,7 +52,7 @@ pub fn pages() -> Router<Arc<App>> {
             "/app.css",
             get(|| async { asset("text/css; charset=utf-8", STYLE) }),
         )
-        .route("/login", get(session::login))
+        .route("/login", get(session::login).post(session::confirm_login))
 }
 
 /// Every API call, each answered in its resource's file; any other `/api/` path is a 404 with
