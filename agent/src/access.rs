@@ -464,20 +464,33 @@ pub fn answer_refusal(open: Option<(&str, &Conversation)>, answer: &Incoming) ->
     }
 }
 
-/// Whether `stopper` may stop the turn `started` began in `conversation`: its person, a member
-/// of its room, an owner, or for an actor's turn that actor.
+/// Whether `stopper`, acting for `acting` (its person, or an actor's owner, with their tier),
+/// may stop the turn `started` began in `conversation`: its person, a member of its room, an
+/// owner, for an actor's turn that actor, and an actor for its owner what they may.
 pub fn may_stop(
     data: &Path,
     stopper: &Incoming,
+    acting: (Option<&str>, Tier),
     conversation: &Conversation,
     started: &Incoming,
 ) -> bool {
-    match (&stopper.person, conversation) {
-        _ if stopper.tier() == Tier::Owner => true,
+    match (acting.0, conversation) {
+        _ if acting.1 == Tier::Owner => true,
+        _ if stopper.person.is_none()
+            && started.person.is_none()
+            && started.from == stopper.from =>
+        {
+            true
+        }
         (Some(person), Conversation::Room(room)) => Room::member_of(data, room, person).is_ok(),
-        (Some(person), _) => started.person.as_ref() == Some(person),
-        (None, _) => started.person.is_none() && started.from == stopper.from,
+        (Some(person), _) => started.person.as_deref() == Some(person),
+        (None, _) => false,
     }
+}
+
+/// Whether `actor` is one of the host's own, which act for nobody by themselves.
+pub fn is_native(actor: &str) -> bool {
+    NATIVE.contains(&actor)
 }
 
 fn with_owner(body: &Value, person: &str) -> Value {

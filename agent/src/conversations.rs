@@ -48,7 +48,7 @@ pub enum Conversation {
     Person(String),
     /// A shared room: one history that every member sees and speaks in.
     Room(String),
-    /// The messages of an actor, which speak for no person (guest rights).
+    /// The messages of an actor, which act for its owner with the owner's rights (DESIGN §18).
     Actor(String),
     /// The one conversation of an agent from before people (`/data/history.json`): only a turn
     /// that such an agent saved finishes in it, before the first owner's message moves it.
@@ -372,15 +372,19 @@ pub fn adopt_legacy(data: &Path, person: &str) -> Result<bool, String> {
 /// `{"type":"room","room","members"}` from an owner creates or changes a shared room; the answer
 /// is `room_created` (`room`, `members`, and `unheard`: members who never spoke to the agent) or
 /// an `error` whose reason says what would be right.
-pub fn room_request(data: &Path, message: &Incoming) -> Value {
+/// `tier` is the asker's: a person's own, or an actor's owner's (DESIGN §18).
+pub fn room_request(data: &Path, message: &Incoming, tier: Tier) -> Value {
     let error = |reason: String| json!({"type": "error", "request": "room", "reason": reason});
-    if message.tier() != Tier::Owner {
+    if tier != Tier::Owner {
         return error(match &message.person {
             Some(person) => format!(
                 "refused: only owners create or change rooms, and {person} is {}",
-                message.tier().a()
+                tier.a()
             ),
-            None => "refused: only owners create or change rooms, and an actor is no person".into(),
+            None => format!(
+                "refused: only owners create or change rooms, and actor {} does not act for one",
+                message.from
+            ),
         });
     }
     match Room::parse(&message.body).and_then(|room| room.save(data).map(|()| room)) {

@@ -62,6 +62,11 @@ pub struct Goal {
     /// A `goal_stop` came: why, for the `goal_stopped` message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop: Option<String>,
+    /// An actor asked for it (the message names no person): its rounds run in that actor's
+    /// conversation, for its owner as the broker names them at each round (DESIGN §18). False
+    /// for a person's goal, and for one from before people, which runs as it began.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_actor: bool,
 }
 
 impl Goal {
@@ -150,6 +155,7 @@ impl Goals {
         text: String,
         max_rounds: u32,
         max_usd: f64,
+        by_actor: bool,
     ) -> Result<Goal, String> {
         let all = self.all();
         let next = all.iter().map(|g| number(&g.id)).max().unwrap_or(0) + 1;
@@ -170,6 +176,7 @@ impl Goals {
             summaries: Vec::new(),
             plan: Value::Null,
             stop: None,
+            by_actor,
         };
         self.save(&goal)?;
         Ok(goal)
@@ -231,8 +238,12 @@ mod tests {
     fn one_goal_runs_and_the_next_waits_in_order() {
         let goals = Goals::new(&crate::testing::temp_dir("goals"));
         assert!(goals.active().is_none());
-        let first = goals.add(message("m-1"), "one".into(), 3, 1.0).unwrap();
-        let second = goals.add(message("m-2"), "two".into(), 3, 1.0).unwrap();
+        let first = goals
+            .add(message("m-1"), "one".into(), 3, 1.0, false)
+            .unwrap();
+        let second = goals
+            .add(message("m-2"), "two".into(), 3, 1.0, false)
+            .unwrap();
         assert_eq!((first.id.as_str(), first.state), ("g1", State::Running));
         assert_eq!((second.id.as_str(), second.state), ("g2", State::Queued));
         assert_eq!(goals.active().unwrap().id, "g1");
@@ -243,7 +254,7 @@ mod tests {
         // Ten goals later, `g10` still sorts after `g9`.
         for n in 3..=10 {
             goals
-                .add(message(&format!("m-{n}")), "more".into(), 1, 1.0)
+                .add(message(&format!("m-{n}")), "more".into(), 1, 1.0, false)
                 .unwrap();
         }
         let ids: Vec<String> = goals.all().into_iter().map(|g| g.id).collect();

@@ -148,6 +148,7 @@ fn a_message_both_in_the_inbox_and_in_arrived_is_kept_once() {
         }],
         turns: vec![second.clone()],
         sent: Vec::new(),
+        owners_asked: Vec::new(),
     };
     write_json(&data.join("inbox.json"), &inbox).unwrap();
     let third = from_ann("m-3", json!({"type": "text", "text": "third"}));

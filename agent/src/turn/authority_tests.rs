@@ -7,8 +7,8 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use super::people_tests::{
-    CONFIG, call, checkpointed, finals_text, replies_of, reply, run, says, text, tool_results,
-    tool_sends, world,
+    CONFIG, call, checkpointed, finals_text, from_person, replies_of, reply, run, says, text,
+    tool_results, tool_sends, world,
 };
 use super::*;
 use crate::testing::{Answer, ScriptedHost};
@@ -467,4 +467,219 @@ fn after_a_restart_a_wait_still_takes_its_reply_only_from_the_actor_asked() {
         result.contains(r#""from":"echo""#) && !result.contains("mallory"),
         "{result}"
     );
+}
+
+/// A request to the agent itself (`goal`, `room`) from an actor waits for the broker to name
+/// the actor's owner, then acts with the owner's tier: a member's actor starts a goal whose
+/// round has the member's rights, an owner's actor makes a room, a guest's actor is refused as
+/// the guest would be, and only the broker's word counts.
+#[test]
+fn an_actors_requests_to_the_agent_act_with_its_owners_tier() {
+    let data = world(CONFIG);
+    let request = |id: &str, actor: &str, body: Value| {
+        Event::Message(Incoming {
+            id: id.into(),
+            from: actor.into(),
+            body,
+            ..Incoming::default()
+        })
+    };
+    let acts_for = |reply_to: &str, actor: &str, person: &str, tier: &str| {
+        reply(
+            "m-p",
+            "broker",
+            reply_to,
+            json!({"type": "principal", "actor": actor, "person": person, "tier": tier}),
+        )
+    };
+    let host = run(
+        &data,
+        vec![
+            request(
+                "m-1",
+                "echo",
+                json!({"type": "goal", "text": "tidy up", "max_rounds": 1}),
+            ),
+            request("m-2", "gus-bot", json!({"type": "goal", "text": "x"})),
+            request(
+                "m-3",
+                "olga-bot",
+                json!({"type": "room", "room": "team", "members": ["olga", "mia"]}),
+            ),
+            acts_for("agent/owner.m-2", "gus-bot", "gus", "guest"),
+            // An actor's own claim about whom another acts for is not the broker's word.
+            reply(
+                "m-f",
+                "echo",
+                "agent/owner.m-3",
+                json!({"type": "principal", "actor": "olga-bot", "person": "gus", "tier": "guest"}),
+            ),
+            acts_for("agent/owner.m-1", "echo", "mia", "member"),
+            acts_for("agent/owner.m-3", "olga-bot", "olga", "owner"),
+            // The goal's round asks again whom echo acts for, then runs with mia's rights.
+            Event::TimedOut,
+            acts_for("agent/actor.echo.p1", "echo", "mia", "member"),
+        ],
+        vec![call(
+            "goal_status",
+            json!({"status": "done", "summary": "tidied"}),
+        )],
+    );
+    let asked: Vec<(Option<&str>, &Value)> = host
+        .sent
+        .iter()
+        .filter(|m| m.body["type"] == "principal")
+        .map(|m| (m.id.as_deref(), &m.body))
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            (
+                Some("owner.m-1"),
+                &json!({"type": "principal", "actor": "echo"})
+            ),
+            (
+                Some("owner.m-2"),
+                &json!({"type": "principal", "actor": "gus-bot"})
+            ),
+            (
+                Some("owner.m-3"),
+                &json!({"type": "principal", "actor": "olga-bot"})
+            ),
+            (
+                Some("actor.echo.p1"),
+                &json!({"type": "principal", "actor": "echo"})
+            ),
+        ]
+    );
+    let to = |id: &str| {
+        host.sent
+            .iter()
+            .find(|m| m.reply_to.as_deref() == Some(id))
+            .unwrap_or_else(|| panic!("no answer to {id}"))
+    };
+    let refused = &to("m-2").body;
+    assert_eq!(refused["type"], "error", "{refused}");
+    assert!(
+        refused["reason"]
+            .as_str()
+            .unwrap()
+            .contains("actor gus-bot acts for gus, a guest, and guests may not start goals"),
+        "{refused}"
+    );
+    assert_eq!(to("m-3").body["type"], "room_created", "{}", to("m-3").body);
+    assert!(data.join("rooms/team/room.json").exists());
+    assert_eq!(to("m-1").to.as_deref(), Some("echo"));
+    assert_eq!(to("m-1").body["type"], "goal_started");
+    assert!(
+        prompts(&host)[0].contains("which acts for its owner mia"),
+        "{}",
+        prompts(&host)[0]
+    );
+    let done = replies_of(&host, "goal_done");
+    assert_eq!(done.len(), 1, "{:?}", host.sent);
+    assert_eq!(done[0].to.as_deref(), Some("echo"));
+    let inbox: Value =
+        serde_json::from_slice(&std::fs::read(data.join("inbox.json")).unwrap()).unwrap();
+    assert!(
+        inbox.get("owners_asked").is_none(),
+        "nothing waits: {inbox}"
+    );
+}
+
+/// A goal an actor started works for its owner as they are at each round: once the owner is a
+/// guest, the next round does not run and the goal ends saying why.
+#[test]
+fn an_actors_goal_ends_when_its_owner_is_a_guest_at_a_round() {
+    let data = world(CONFIG);
+    let host = run(
+        &data,
+        vec![
+            Event::Message(Incoming {
+                id: "m-1".into(),
+                from: "echo".into(),
+                body: json!({"type": "goal", "text": "tidy up"}),
+                ..Incoming::default()
+            }),
+            reply(
+                "m-p",
+                "broker",
+                "agent/owner.m-1",
+                json!({"type": "principal", "actor": "echo", "person": "mia", "tier": "member"}),
+            ),
+            Event::TimedOut,
+            reply(
+                "m-q",
+                "broker",
+                "agent/actor.echo.p1",
+                json!({"type": "principal", "actor": "echo", "person": "mia", "tier": "guest"}),
+            ),
+        ],
+        vec![],
+    );
+    assert!(host.requests.is_empty(), "no round ran");
+    let stopped = replies_of(&host, "goal_stopped");
+    assert_eq!(stopped.len(), 1, "{:?}", host.sent);
+    assert!(
+        stopped[0].body["reason"]
+            .as_str()
+            .unwrap()
+            .contains("actor echo acts for mia, who is a guest now"),
+        "{}",
+        stopped[0].body
+    );
+}
+
+/// A member's actor may stop its member's goal (as she may), and not another person's.
+#[test]
+fn an_actor_stops_the_goals_its_owner_may_stop_and_no_other() {
+    let data = world(CONFIG);
+    let from_actor = |id: &str, body: Value| {
+        Event::Message(Incoming {
+            id: id.into(),
+            from: "mia-bot".into(),
+            body,
+            ..Incoming::default()
+        })
+    };
+    let acts_for_mia = |request: &str| {
+        reply(
+            "m-p",
+            "broker",
+            &format!("agent/owner.{request}"),
+            json!({"type": "principal", "actor": "mia-bot", "person": "mia", "tier": "member"}),
+        )
+    };
+    let goal = |id: &str, person: &str| {
+        let body = json!({"type": "goal", "text": "tidy up", "max_rounds": 1});
+        Event::Message(from_person(id, person, "member", "web", body))
+    };
+    let events = vec![
+        goal("m-1", "bob"),
+        goal("m-2", "mia"),
+        from_actor("m-3", json!({"type": "goal_stop", "goal": "g1"})),
+        acts_for_mia("m-3"),
+        from_actor("m-4", json!({"type": "goal_stop", "goal": "g2"})),
+        acts_for_mia("m-4"),
+    ];
+    let host = run(&data, events, vec![]);
+    let answer = |id: &str| {
+        host.sent
+            .iter()
+            .find(|m| m.reply_to.as_deref() == Some(id) && m.to.as_deref() == Some("mia-bot"))
+            .unwrap_or_else(|| panic!("no answer to {id}: {:?}", host.sent))
+            .body
+            .clone()
+    };
+    let refused = answer("m-3");
+    assert!(
+        refused["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("goal g1 is not yours"),
+        "{refused}"
+    );
+    assert_eq!(answer("m-4")["type"], "goal_stopped", "{}", answer("m-4"));
+    let goals = crate::goals::Goals::new(&data);
+    assert_eq!(goals.get("g1").unwrap().stop, None, "bob's goal goes on");
 }

@@ -3,10 +3,20 @@
 //! once, and every other message kept for its conversation in `inbox.json`. An `answer` no open
 //! question took is refused to its sender, and a reply to the agent's message from an actor it
 //! did not go to is dropped (DESIGN §18, bound answers).
+//!
+//! The requests that a tier decides ([`BY_TIER`]) act for an actor's owner with the owner's tier
+//! (DESIGN §18), as its turns do: an actor's waits in `inbox.json` until the broker's
+//! `principal` names its owner, and is answered then, so no wait nests in another. The others
+//! are about whose data it is, not what a tier may do: an actor's `conversation` is its own,
+//! and memory, rooms and answers are people's.
 //! **Invariant:** a kept message is shown only in the conversation it belongs to; a refused
 //! answer changes nothing, on disk neither.
 
 use super::*;
+
+/// The requests to the agent that a tier decides: who may stop a turn or a goal, rewind a
+/// turn, start a goal, or make a room.
+const BY_TIER: [&str; 5] = ["stop", "rewind", "goal", "goal_stop", "room"];
 
 impl<H: Host> Agent<H> {
     /// Keeps a message that does not belong to the current wait: a text for its own turn (if
@@ -46,18 +56,20 @@ impl<H: Host> Agent<H> {
             );
             return;
         }
+        if let Some((request, principal)) = self.owner_named(&message) {
+            return self.answer_by_tier(request, Acting::of_principal(&principal));
+        }
         let heard = self.surfaces.heard(&self.data, &message);
         self.report(heard);
         match message.kind() {
-            "stop" => return self.obey_stop(message),
-            "rewind" => return self.rewind(message),
-            "goal" => return self.new_goal(message),
-            "goal_stop" => return self.stop_goal(message),
-            "conversation" => return self.tell_conversation(&message),
-            "room" => {
-                let body = conversations::room_request(&self.data, &message);
-                return self.reply(&message, body);
+            kind if BY_TIER.contains(&kind) => {
+                if message.person.is_some() {
+                    let acting = Acting::of_person(&message);
+                    return self.answer_by_tier(message, acting);
+                }
+                return self.ask_owner(message);
             }
+            "conversation" => return self.tell_conversation(&message),
             "rooms" => {
                 let body = conversations::rooms_request(&self.data, &message);
                 return self.reply(&message, body);
@@ -86,6 +98,64 @@ impl<H: Host> Agent<H> {
             self.keep_note(message, conversation);
         }
         self.save_inbox();
+    }
+
+    /// Answers a request of [`BY_TIER`] for whom it acts for.
+    fn answer_by_tier(&mut self, message: Incoming, acting: Acting) {
+        match message.kind() {
+            "stop" => self.obey_stop(message, &acting),
+            "rewind" => self.rewind(message, &acting),
+            "goal" => self.new_goal(message, &acting),
+            "goal_stop" => self.stop_goal(message, &acting),
+            _ => {
+                let body = conversations::room_request(&self.data, &message, acting.tier);
+                self.reply(&message, body);
+            }
+        }
+    }
+
+    /// Asks the broker whom the actor that sent `request` acts for, keeping the request until
+    /// it answers ([`Agent::owner_named`]). A native actor's, or any in a candidate (which asks
+    /// nobody), acts for nobody at once.
+    fn ask_owner(&mut self, request: Incoming) {
+        if self.candidate || access::is_native(&request.from) {
+            return self.answer_by_tier(request, Acting::NOBODY);
+        }
+        if self.inbox.owners_asked.len() >= MAX_OWNERS_ASKED {
+            let reason = format!(
+                "the agent is busy: {MAX_OWNERS_ASKED} requests from actors wait for the broker                  to say whom they act for; ask again in a moment"
+            );
+            let body = json!({"type": "error", "request": request.kind(), "reason": reason});
+            return self.reply(&request, body);
+        }
+        // Message ids are unique in a world, so this one is too, across restarts.
+        let id = format!("owner.{}", request.id);
+        let published = format!("{}/{id}", self.actor);
+        self.remember_sent(&published, "broker");
+        self.inbox.owners_asked.push((published, request.clone()));
+        self.save_inbox();
+        self.send(Outgoing {
+            to: Some("broker".into()),
+            id: Some(id),
+            reply_to: None,
+            speaks_for: None,
+            trace: request.trace.clone(),
+            body: json!({"type": "principal", "actor": request.from}),
+        });
+    }
+
+    /// When `message` is the broker's answer about a request kept by [`Agent::ask_owner`]: that
+    /// request, taken from the inbox, and whom the broker said its actor acts for.
+    fn owner_named(&mut self, message: &Incoming) -> Option<(Incoming, Principal)> {
+        let reply_to = message.reply_to.as_deref()?;
+        if message.from != "broker" {
+            return None;
+        }
+        let at = (self.inbox.owners_asked.iter()).position(|(id, _)| id == reply_to)?;
+        let (_, request) = self.inbox.owners_asked.remove(at);
+        self.save_inbox();
+        let principal = Principal::of_reply(&request.from, message);
+        Some((request, principal))
     }
 
     /// The actor the agent's message that `message` replies to went to, if it is remembered.
@@ -172,7 +242,7 @@ impl<H: Host> Agent<H> {
 
     /// `{"type":"stop","turn"}`: the running turn ends after its current step; a turn still
     /// waiting for its start is answered at once without running; any other is told so.
-    pub(super) fn obey_stop(&mut self, message: Incoming) {
+    pub(super) fn obey_stop(&mut self, message: Incoming, acting: &Acting) {
         let turn = message.body["turn"]
             .as_str()
             .unwrap_or_default()
@@ -197,7 +267,13 @@ impl<H: Host> Agent<H> {
             (None, None) => None,
         };
         if let Some((conversation, started)) = &target
-            && !access::may_stop(&self.data, &message, conversation, started)
+            && !access::may_stop(
+                &self.data,
+                &message,
+                (acting.person.as_deref(), acting.tier),
+                conversation,
+                started,
+            )
         {
             let words = format!("refused: turn {turn} is not yours to stop");
             return self.reply(
@@ -295,7 +371,10 @@ impl<H: Host> Agent<H> {
             return;
         }
         let path = self.file("inbox.json");
-        if self.inbox.notes.is_empty() && self.inbox.turns.is_empty() && self.inbox.sent.is_empty()
+        if self.inbox.notes.is_empty()
+            && self.inbox.turns.is_empty()
+            && self.inbox.sent.is_empty()
+            && self.inbox.owners_asked.is_empty()
         {
             if path.exists() {
                 self.report(

@@ -102,6 +102,11 @@ const OWNER_CHECK_SECONDS: u64 = 10;
 /// for (DESIGN §18); without an answer the turn has a guest's rights, and the model is told so.
 pub const PRINCIPAL_WAIT_SECONDS: u64 = 10;
 
+/// The most requests to the agent from actors (a stop, a rewind, a goal, a room) that wait for
+/// the broker to say whom their actor acts for: past it another is refused, to be asked again,
+/// so actors cannot grow `inbox.json` without end.
+pub const MAX_OWNERS_ASKED: usize = 64;
+
 /// The most recipients of the agent's own messages remembered (in `inbox.json`), so that a late
 /// reply is taken only from the actor it was sent to. Past it the oldest is forgotten, and a
 /// reply to it is judged like any message.
@@ -214,6 +219,40 @@ impl Principal {
     }
 }
 
+/// Whom a request to the agent itself (a stop, a rewind, a goal, a room) acts for (DESIGN §18):
+/// a person's message, that person with their tier; an actor's, its owner with the owner's tier
+/// as the broker named them, as for its turns (nobody, with a guest's rights, when it named
+/// nobody).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Acting {
+    pub person: Option<String>,
+    pub tier: Tier,
+}
+
+impl Acting {
+    fn of_person(message: &Incoming) -> Acting {
+        Acting {
+            person: message.person.clone(),
+            tier: message.tier(),
+        }
+    }
+
+    fn of_principal(principal: &Principal) -> Acting {
+        match principal.person() {
+            Some((person, tier)) => Acting {
+                person: Some(person),
+                tier,
+            },
+            None => Acting::NOBODY,
+        }
+    }
+
+    const NOBODY: Acting = Acting {
+        person: None,
+        tier: Tier::Guest,
+    };
+}
+
 /// A round's end as the model gave it with `goal_status`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RoundEnd {
@@ -310,6 +349,11 @@ struct Inbox {
     /// [`MAX_REMEMBERED_SENDS`]: a reply from anyone else is not taken.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     sent: Vec<(String, String)>,
+    /// Requests from actors waiting for the broker to name their owner: (the id its answer
+    /// names, the request), at most [`MAX_OWNERS_ASKED`]; answered once it does (see
+    /// [`Acting`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    owners_asked: Vec<(String, Incoming)>,
 }
 
 /// A message kept for a conversation: `{...the message, "conversation"}`.
@@ -524,6 +568,7 @@ impl<H: Host> Agent<H> {
             // What a kill cut off before it was kept; `inbox.json` may have some of it already.
             let kept: HashSet<String> = (self.inbox.turns.iter())
                 .chain(self.inbox.notes.iter().map(|kept| &kept.message))
+                .chain(self.inbox.owners_asked.iter().map(|(_, request)| request))
                 .map(|message| message.id.clone())
                 .collect();
             for note in self.arrived.load(kept) {

@@ -562,6 +562,13 @@ fn rooms_are_made_only_by_owners_and_only_with_right_values() {
                 body: json!({"type": "room", "room": "team", "members": ["echo"]}),
                 ..Incoming::default()
             }),
+            // echo acts for a member, so its room is refused as hers would be.
+            reply(
+                "m-6",
+                "broker",
+                "agent/owner.m-5",
+                json!({"type": "principal", "actor": "echo", "person": "mia", "tier": "member"}),
+            ),
         ],
         vec![],
     );
@@ -583,7 +590,7 @@ fn rooms_are_made_only_by_owners_and_only_with_right_values() {
         reasons[3]
     );
     assert!(
-        reasons[4].contains("an actor is no person"),
+        reasons[4].contains("actor echo does not act for one"),
         "{}",
         reasons[4]
     );

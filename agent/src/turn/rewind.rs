@@ -262,8 +262,9 @@ impl<H: Host> Agent<H> {
     }
 
     /// `{"type":"rewind","turn"}`: puts back what the turn changed and cuts its conversation
-    /// before it; answers `rewound`, or an `error` that says why nothing was done.
-    pub(super) fn rewind(&mut self, message: Incoming) {
+    /// before it, for whom `acting` names; answers `rewound`, or an `error` that says why
+    /// nothing was done.
+    pub(super) fn rewind(&mut self, message: Incoming, acting: &Acting) {
         let refuse = |words: String| json!({"type": "error", "request": "rewind", "reason": words});
         let turn = message.body["turn"]
             .as_str()
@@ -287,7 +288,7 @@ impl<H: Host> Agent<H> {
             );
             return self.reply(&message, refuse(words));
         };
-        let (person, tier) = (message.person.clone(), message.tier());
+        let (person, tier) = (acting.person.clone(), acting.tier);
         match tier {
             Tier::Owner => {}
             Tier::Member if person.is_some() && person == record.person => {

@@ -202,3 +202,71 @@ fn only_owners_and_the_member_whose_turn_touched_only_their_actors_may_rewind() 
         "nothing was restored"
     );
 }
+
+/// A rewind acts for whom it comes from, an actor for its owner (DESIGN §18, §21): a member may
+/// not rewind an owner's turn, nor may a member's actor; an owner's actor may, for the owner.
+#[test]
+fn a_member_and_a_members_actor_may_not_rewind_an_owners_turn_and_an_owners_actor_may() {
+    let data = world(CONFIG);
+    old_file(&data);
+    let from_actor = |id: &str, actor: &str| {
+        Event::Message(Incoming {
+            id: id.into(),
+            from: actor.into(),
+            body: json!({"type": "rewind", "turn": "m-1"}),
+            ..Incoming::default()
+        })
+    };
+    let acts_for = |request: &str, actor: &str, person: &str, tier: &str| {
+        reply(
+            "m-p",
+            "broker",
+            &format!("agent/owner.{request}"),
+            json!({"type": "principal", "actor": actor, "person": person, "tier": tier}),
+        )
+    };
+    let events = vec![
+        says("m-1", "olga", "owner", "change things"),
+        checkpointed("agent/person.olga.k1", "a"),
+        checkpointed("agent/person.olga.k3", "b"),
+        rewind("m-2", "mia", "member", "m-1"),
+        from_actor("m-3", "mia-bot"),
+        acts_for("m-3", "mia-bot", "mia", "member"),
+        from_actor("m-4", "olga-bot"),
+        acts_for("m-4", "olga-bot", "olga", "owner"),
+        restored("agent/rewind.r1", "b"),
+        restored("agent/rewind.r2", "a"),
+    ];
+    let host = run(&data, events, the_turns_calls(&data));
+    let answer = |id: &str| {
+        host.sent
+            .iter()
+            .find(|m| m.reply_to.as_deref() == Some(id) && m.body["type"] != "text")
+            .unwrap_or_else(|| panic!("no answer to {id}: {:?}", host.sent))
+            .body
+            .clone()
+    };
+    for refused in ["m-2", "m-3"] {
+        let body = answer(refused);
+        assert_eq!(body["type"], "error", "{refused}: {body}");
+        assert!(
+            body["reason"]
+                .as_str()
+                .unwrap()
+                .contains("turn m-1 is not yours to rewind"),
+            "{refused}: {body}"
+        );
+    }
+    assert_eq!(answer("m-4")["type"], "rewound", "{}", answer("m-4"));
+    let restores: Vec<Option<&str>> = host
+        .sent
+        .iter()
+        .filter(|m| m.body["type"] == "restore")
+        .map(|m| m.speaks_for.as_deref())
+        .collect();
+    assert_eq!(
+        restores,
+        [Some("olga"), Some("olga")],
+        "restored once, for the owner the actor acts for"
+    );
+}

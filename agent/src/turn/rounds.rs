@@ -7,18 +7,35 @@ use super::*;
 
 impl<H: Host> Agent<H> {
     /// `{"type":"goal","text","max_rounds"?,"max_usd"?}`: a new goal, answered `goal_started`;
-    /// a goal works with its person's rights, so guests (and actors) may not start one.
-    pub(super) fn new_goal(&mut self, message: Incoming) {
-        if message.tier() == Tier::Guest {
-            let reason = "refused: a guest (or an actor, which speaks for no person) may not \
-                          start goals; only members and owners may";
+    /// a goal works with its person's rights (an actor's: its owner's), so a guest, and an
+    /// actor that acts for a guest or for nobody, may not start one.
+    pub(super) fn new_goal(&mut self, message: Incoming, acting: &Acting) {
+        if acting.tier == Tier::Guest {
+            let reason = match (&message.person, &acting.person) {
+                (None, Some(owner)) => format!(
+                    "refused: actor {} acts for {owner}, a guest, and guests may not start \
+                     goals; only members and owners (and their actors) may",
+                    message.from
+                ),
+                (None, None) => format!(
+                    "refused: actor {} acts for nobody, so it may not start goals; only members \
+                     and owners (and their actors) may",
+                    message.from
+                ),
+                (Some(person), _) => format!(
+                    "refused: {person} is a guest, and guests may not start goals; only members \
+                     and owners may"
+                ),
+            };
             return self.reply(
                 &message,
                 json!({"type": "error", "request": "goal", "reason": reason}),
             );
         }
-        let added = goals::parse_request(&message.body)
-            .and_then(|(text, rounds, usd)| self.goals.add(message.clone(), text, rounds, usd));
+        let by_actor = message.person.is_none();
+        let added = goals::parse_request(&message.body).and_then(|(text, rounds, usd)| {
+            self.goals.add(message.clone(), text, rounds, usd, by_actor)
+        });
         let body = match added {
             Ok(goal) => {
                 eprintln!("agent: goal {} from {}", goal.id, message.from);
@@ -34,7 +51,9 @@ impl<H: Host> Agent<H> {
     }
 
     /// `{"type":"goal_stop","goal"}`: the goal ends; a round in progress ends after its step.
-    pub(super) fn stop_goal(&mut self, message: Incoming) {
+    /// Its person (or an actor acting for them), the actor that started it, or an owner (or an
+    /// owner's actor) may stop it.
+    pub(super) fn stop_goal(&mut self, message: Incoming, acting: &Acting) {
         let id = message.body["goal"].as_str().unwrap_or_default();
         let Some(mut goal) = self.goals.get(id) else {
             let known: Vec<String> = self.goals.all().into_iter().map(|g| g.id).collect();
@@ -51,7 +70,11 @@ impl<H: Host> Agent<H> {
                 json!({"type": "error", "request": "goal_stop", "reason": reason}),
             );
         };
-        if goal.message.person != message.person && message.tier() != Tier::Owner {
+        let same_actor = goal.message.person.is_none()
+            && message.person.is_none()
+            && goal.message.from == message.from;
+        let same_person = goal.message.person.is_some() && goal.message.person == acting.person;
+        if !same_actor && !same_person && acting.tier != Tier::Owner {
             let reason =
                 format!("refused: goal {id} is not yours; only its person or an owner may stop it");
             return self.reply(
@@ -98,16 +121,42 @@ impl<H: Host> Agent<H> {
         };
         let mut message = goal.message.clone();
         message.body = json!({"type": "text", "text": goal.text});
-        // A goal is its person's; one from before people finishes as it began.
+        // A goal is its person's, or its actor's; one from before people finishes as it began.
         let conversation = match &message.person {
             Some(person) => Conversation::Person(person.clone()),
+            None if goal.by_actor => Conversation::Actor(message.from.clone()),
             None => Conversation::Legacy,
         };
-        let turn = SavedTurn {
+        let mut turn = SavedTurn {
             goal: Some(goal.id.clone()),
             plan: goal.plan.clone(),
             ..SavedTurn::new(message, conversation)
         };
+        // An actor's goal works for its owner as they are at each round: one demoted to a
+        // guest, or gone, ends it.
+        let mut actors_history = None;
+        if let Conversation::Actor(actor) = &turn.conversation {
+            let mut history = self.load_history(&turn.conversation);
+            let trace = turn.message.trace.clone();
+            let Some(principal) = self.ask_principal(&mut history, actor, trace) else {
+                return Flow::Stop;
+            };
+            let acting = Acting::of_principal(&principal);
+            if acting.tier == Tier::Guest {
+                let reason = match (&acting.person, &principal) {
+                    (Some(owner), _) => format!(
+                        "actor {actor} acts for {owner}, who is a guest now; goals are for \
+                         members and owners"
+                    ),
+                    (None, Principal::Nobody { why }) => format!("{why}; goals need a person"),
+                    (None, _) => format!("actor {actor} acts for nobody; goals need a person"),
+                };
+                self.stop_goal_because(&mut goal, reason);
+                return Flow::Continue;
+            }
+            turn.principal = Some(principal);
+            actors_history = Some(history);
+        }
         if let Some(reason) = self.past_day_cap(&config, &turn) {
             self.stop_goal_because(&mut goal, reason);
             return Flow::Continue;
@@ -116,7 +165,10 @@ impl<H: Host> Agent<H> {
         self.report(self.goals.save(&goal));
         let round = goal.rounds + 1;
         eprintln!("agent: goal {} round {round}", goal.id);
-        let mut history = self.load_history(&turn.conversation);
+        let mut history = match actors_history {
+            Some(history) => history,
+            None => self.load_history(&turn.conversation),
+        };
         history.entries.extend(self.take_notes(&turn.conversation));
         let earlier: Vec<String> = goal
             .summaries

@@ -25,6 +25,8 @@ const SEEDED: &str = "seeded";
 /// `snapshot.<id>`: the name of `id`'s current snapshot in [`super::SNAPSHOTS_BUCKET`].
 const SNAPSHOT_PREFIX: &str = "snapshot.";
 const SUBSCRIPTIONS: &str = "subscriptions";
+/// The registry's `"limits"` (per tier, what a person may own), as the first host seeded them.
+const LIMITS: &str = "limits";
 /// The scheduler's table, shared by the host that leads it for the next one.
 const SCHEDULES: &str = "schedules";
 const PEOPLE: &str = "people";
@@ -331,11 +333,15 @@ impl Cluster {
             registry.subscriptions =
                 serde_json::from_slice(&value).context("the cluster's subscriptions")?;
         }
+        if let Some(value) = self.registry.get(LIMITS).await? {
+            registry.limits = serde_json::from_slice(&value).context("the cluster's limits")?;
+        }
         Ok(registry)
     }
 
     /// Writes what changed from `old` to `new` into the shared registry: each actor's entry is
-    /// its own key, written under the actor's lease; the subscriptions one more.
+    /// its own key, written under the actor's lease; the subscriptions and the limits one
+    /// each.
     pub async fn put_registry_changes(&self, old: &Registry, new: &Registry) -> Result<()> {
         for (id, entry) in &new.actors {
             if old.actors.get(id) != Some(entry) {
@@ -360,6 +366,13 @@ impl Cluster {
                 .put(SUBSCRIPTIONS, value.into())
                 .await
                 .context("cannot share the subscriptions")?;
+        }
+        if old.limits != new.limits {
+            let value = serde_json::to_vec(&new.limits).expect("limits serialise");
+            self.registry
+                .put(LIMITS, value.into())
+                .await
+                .context("cannot share the limits")?;
         }
         Ok(())
     }

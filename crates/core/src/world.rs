@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::fs::{Mount, write_atomically};
-use crate::message::{ActorId, Envelope, NATIVES};
+use crate::message::{ActorId, Envelope, NATIVES, Tier};
 use crate::replace::{Applied, Replacement};
 use crate::runtime::MAX_MEMORY_MB;
 use crate::runtime::network::Credentials;
@@ -134,6 +134,79 @@ pub struct Registry {
     pub actors: BTreeMap<String, ActorEntry>,
     /// Publisher id → the subscribers that get what it publishes.
     pub subscriptions: BTreeMap<String, Vec<String>>,
+    /// `"limits"`: what each tier's people may own (DESIGN §11, §13); the host never changes
+    /// it, only keeps it as read when the world started.
+    #[serde(default, skip_serializing_if = "Limits::is_unset")]
+    pub limits: Limits,
+}
+
+/// A member's actors when `"limits"` does not say: enough for a person's own tools, few enough
+/// that one member cannot fill the host's process table or registry.
+pub const DEFAULT_MEMBER_MAX_ACTORS: u32 = 200;
+/// The memory a member's actors may be given together when `"limits"` does not say, in MiB
+/// (the sum of their `memory_mb` limits, not what they use): 8 GiB, 32 actors at the default
+/// 256 MiB, so one member cannot promise away the host's memory.
+pub const DEFAULT_MEMBER_MAX_MEMORY_MB: u64 = 8192;
+
+/// `"limits"` in `sausage.json`, per tier: `{"member": {"max_actors": 200, "max_memory_mb":
+/// 8192}, "guest": {...}, "owner": {...}}`. A tier or field left out has its default: members
+/// [`DEFAULT_MEMBER_MAX_ACTORS`] and [`DEFAULT_MEMBER_MAX_MEMORY_MB`], guests none at all,
+/// owners no limit. Unknown names are refused when the world opens, so a misspelt limit is
+/// never silently no limit.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<TierLimits>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<TierLimits>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest: Option<TierLimits>,
+}
+
+/// One tier's limits as written; `None` is the tier's default.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TierLimits {
+    /// How many actors one person of the tier may own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_actors: Option<u32>,
+    /// How many MiB of `memory_mb` one person's actors may have together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory_mb: Option<u64>,
+}
+
+/// What one tier may own, the defaults applied: `None` is no limit.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Allowance {
+    pub max_actors: Option<u32>,
+    pub max_memory_mb: Option<u64>,
+}
+
+impl Limits {
+    fn is_unset(&self) -> bool {
+        *self == Limits::default()
+    }
+
+    /// What a person of `tier` may own.
+    pub fn of(&self, tier: Tier) -> Allowance {
+        let (written, default) = match tier {
+            Tier::Owner => (self.owner, (None, None)),
+            Tier::Member => (
+                self.member,
+                (
+                    Some(DEFAULT_MEMBER_MAX_ACTORS),
+                    Some(DEFAULT_MEMBER_MAX_MEMORY_MB),
+                ),
+            ),
+            Tier::Guest => (self.guest, (Some(0), Some(0))),
+        };
+        let written = written.unwrap_or_default();
+        Allowance {
+            max_actors: written.max_actors.or(default.0),
+            max_memory_mb: written.max_memory_mb.or(default.1),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -1143,5 +1216,65 @@ mod tests {
         assert!(w.lock().unwrap_err().to_string().contains("another"));
         drop(held);
         w.lock().unwrap();
+    }
+
+    /// `"limits"` in `sausage.json`: each field falls back to its tier's default alone, a
+    /// misspelt name keeps the world from opening, and a registry without limits is written
+    /// without them.
+    #[test]
+    fn limits_fall_back_field_by_field_and_refuse_unknown_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = World::new(dir.path());
+        w.create().unwrap();
+        let unset = w.load_registry().unwrap();
+        assert_eq!(
+            unset.limits.of(Tier::Member),
+            Allowance {
+                max_actors: Some(DEFAULT_MEMBER_MAX_ACTORS),
+                max_memory_mb: Some(DEFAULT_MEMBER_MAX_MEMORY_MB)
+            }
+        );
+        assert_eq!(unset.limits.of(Tier::Guest).max_actors, Some(0));
+        assert_eq!(unset.limits.of(Tier::Owner).max_memory_mb, None);
+        w.save_registry(&unset).unwrap();
+        assert!(
+            !std::fs::read_to_string(w.registry_path())
+                .unwrap()
+                .contains("limits")
+        );
+
+        let written = r#"{"actors": {}, "subscriptions": {},
+            "limits": {"member": {"max_actors": 3}, "owner": {"max_memory_mb": 100}}}"#;
+        std::fs::write(w.registry_path(), written).unwrap();
+        let limits = w.load_registry().unwrap().limits;
+        assert_eq!(
+            limits.of(Tier::Member),
+            Allowance {
+                max_actors: Some(3),
+                max_memory_mb: Some(DEFAULT_MEMBER_MAX_MEMORY_MB)
+            }
+        );
+        assert_eq!(
+            limits.of(Tier::Owner),
+            Allowance {
+                max_actors: None,
+                max_memory_mb: Some(100)
+            }
+        );
+        let mut registry = w.load_registry().unwrap();
+        registry.subscriptions.insert("a".into(), vec!["b".into()]);
+        w.save_registry(&registry).unwrap();
+        assert_eq!(w.load_registry().unwrap().limits, limits, "kept by saves");
+
+        for typo in [
+            r#"{"member": {"max_actor": 3}}"#,
+            r#"{"admin": {"max_actors": 3}}"#,
+            r#"{"member": {"max_actors": -1}}"#,
+        ] {
+            let text = format!(r#"{{"actors": {{}}, "subscriptions": {{}}, "limits": {typo}}}"#);
+            std::fs::write(w.registry_path(), text).unwrap();
+            let e = format!("{:#}", w.load_registry().unwrap_err());
+            assert!(e.contains("registry is not valid"), "{typo}: {e}");
+        }
     }
 }

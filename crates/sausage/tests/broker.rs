@@ -337,3 +337,123 @@ fn a_request_whose_body_cannot_be_read_gets_an_error_and_the_broker_goes_on() {
     let reason = world.log("crasher");
     assert!(!reason.contains("panicked"), "{reason}");
 }
+
+/// Has `bot` (a `relay` actor) send `body` to the broker, and returns the broker's reply.
+fn through_actor(host: &mut Host, bot: &str, body: serde_json::Value) -> serde_json::Value {
+    host.tell(bot, json!({"type": "relay", "to": "broker", "body": body}));
+    host.wait_for(&format!("{bot}'s relayed reply"), |m| {
+        m.from == bot && m.body["type"] == "relayed"
+    })
+    .body["body"]
+        .clone()
+}
+
+/// Per-person limits (DESIGN §11, §13, §18): a member's actors, their own and those their
+/// actors spawn, count together, in number and in `memory_mb`; a spawn, fork or upgrade past
+/// either is refused, naming the limit and the fix, and changes nothing; owners have none, and
+/// a guest may be given no actor even by an owner.
+#[test]
+fn a_person_owns_actors_and_memory_up_to_their_tiers_limits() {
+    use sausage_core::message::Tier;
+    let world = TestWorld::new();
+    world.install("ann-bot", "relay");
+    world.set_owner("ann-bot", "ann");
+    let people = sausage_core::people::People::new(&sausage_core::world::World::new(&world.root));
+    people.add("ann", Tier::Member, None).unwrap();
+    people.add("gus", Tier::Guest, None).unwrap();
+    let mut registry = world.json("sausage.json");
+    registry["limits"] = json!({"member": {"max_actors": 3, "max_memory_mb": 800}});
+    std::fs::write(world.path("sausage.json"), registry.to_string()).unwrap();
+    std::fs::copy(wasm("echo"), world.path("actor/ann-bot/public/echo.wasm")).unwrap();
+    // A source whose actor.json asks for 300 MiB instead of the default 256.
+    std::fs::create_dir_all(world.path("actor/ann-bot/public/big")).unwrap();
+    std::fs::write(
+        world.path("actor/ann-bot/public/big/actor.json"),
+        r#"{"memory_mb": 300}"#,
+    )
+    .unwrap();
+    let mut host = world.run();
+    let spawn = |id: &str| json!({"type": "spawn", "actor": id, "wasm": "/public/echo.wasm"});
+    let refused = |reply: &serde_json::Value, words: &[&str]| {
+        assert_eq!(reply["type"], "error", "{reply}");
+        let reason = reply["reason"].as_str().unwrap();
+        for w in words {
+            assert!(reason.contains(w), "`{reason}` should say `{w}`");
+        }
+    };
+
+    // ann-bot (256 MiB) and a1 (256 MiB): two actors, 512 MiB.
+    let a1 = through_actor(&mut host, "ann-bot", spawn("a1"));
+    assert_eq!(a1["type"], "spawned", "{a1}");
+    let before = world.read("sausage.json");
+    // 300 MiB more would make 812 MiB.
+    let mut big = spawn("a2");
+    big["source"] = json!("/public/big");
+    refused(
+        &through_actor(&mut host, "ann-bot", big),
+        &[
+            "person ann (a member) has 512 MiB of memory in 2 actors",
+            "300 MiB more would pass the 800 MiB",
+            "max_memory_mb",
+            r#""limits": {"member": {"max_memory_mb": N}}"#,
+        ],
+    );
+    assert_eq!(
+        world.read("sausage.json"),
+        before,
+        "a refusal changes nothing"
+    );
+    assert!(!world.path("broker/versions/a2").exists());
+
+    // A third actor at 768 MiB; then raising a1 from 256 to 300 MiB would make 812.
+    let a2 = through_actor(&mut host, "ann-bot", spawn("a2"));
+    assert_eq!(a2["type"], "spawned", "{a2}");
+    let before = world.read("sausage.json");
+    let mut upgrade = spawn("a1");
+    upgrade["type"] = json!("upgrade");
+    upgrade["source"] = json!("/public/big");
+    refused(
+        &through_actor(&mut host, "ann-bot", upgrade),
+        &["has 768 MiB of memory in 3 actors, and 44 MiB more would pass the 800 MiB"],
+    );
+    assert!(!world.path("broker/versions/a1/2").exists());
+
+    // No fourth actor: not by a spawn, a fork or an owner's spawn for ann.
+    let max_actors = [
+        "person ann (a member) owns 3 actors and may own at most 3",
+        "max_actors",
+        r#""limits": {"member": {"max_actors": N}}"#,
+    ];
+    refused(
+        &through_actor(&mut host, "ann-bot", spawn("a3")),
+        &max_actors,
+    );
+    refused(
+        &through_actor(
+            &mut host,
+            "ann-bot",
+            json!({"type": "fork", "actor": "a1", "before": "m-1", "as": "a3"}),
+        ),
+        &max_actors,
+    );
+    let mut for_ann = spawn("a3");
+    for_ann["wasm"] = json!("/actor/ann-bot/public/echo.wasm");
+    for_ann["owner"] = json!("ann");
+    refused(&host.request(for_ann.clone()), &max_actors);
+    // A guest may be given none, even by an owner.
+    for_ann["owner"] = json!("gus");
+    refused(
+        &host.request(for_ann.clone()),
+        &["person gus (a guest) owns 0 actors and may own at most 0"],
+    );
+    assert_eq!(
+        world.read("sausage.json"),
+        before,
+        "refusals change nothing"
+    );
+    assert!(!world.path("broker/versions/a3").exists());
+
+    // The owner has no limit.
+    for_ann.as_object_mut().unwrap().remove("owner");
+    assert_eq!(host.request(for_ann)["type"], "spawned");
+}

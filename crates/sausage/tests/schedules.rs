@@ -167,23 +167,15 @@ fn a_persons_schedule_fires_as_them_with_its_id_and_ends_when_they_go() {
             json!({"type": "text", "text": "summarise"})
         );
 
-        // The fire speaks for ann as she is when it fires.
-        s.people.set_tier("ann", Tier::Guest).unwrap();
-        s.move_to("2026-01-13T08:00:00Z").await;
-        assert_eq!(
-            s.received().await[0].speaker.as_ref().unwrap().tier,
-            Tier::Guest
-        );
-
         let listed = s.ann(json!({"type": "schedules"})).await;
         let one = &listed["schedules"][0];
         assert_eq!(one["creator"], "ann");
-        assert_eq!(one["last"], "2026-01-13T08:00:00Z");
-        assert_eq!(one["next"], "2026-01-14T08:00:00Z");
+        assert_eq!(one["last"], "2026-01-12T08:00:00Z");
+        assert_eq!(one["next"], "2026-01-13T08:00:00Z");
         assert_eq!(one["tz"], "Europe/Berlin");
 
         s.people.remove("ann").unwrap();
-        s.move_to("2026-01-14T08:00:00Z").await;
+        s.move_to("2026-01-13T08:00:00Z").await;
         assert!(
             s.received().await.is_empty(),
             "a removed person's schedule does not fire"
@@ -197,6 +189,104 @@ fn a_persons_schedule_fires_as_them_with_its_id_and_ends_when_they_go() {
             "{}",
             world.log("scheduler")
         );
+    });
+}
+
+/// A schedule fires for its creator only while they may schedule (DESIGN §15, §18): once ann is
+/// a guest, neither her own schedule nor her actor's fires (each time is noted in the
+/// scheduler's log, and `last` stays when it last fired); once she is a member again, both fire
+/// as her again; once she is removed, hers ends and her actor's, which acts for nobody now,
+/// stays unfired.
+#[test]
+fn a_schedule_stops_acting_for_its_creator_once_they_are_a_guest_or_gone() {
+    in_world(async |world| {
+        world.install("ann-bot", "echo");
+        world.set_owner("ann-bot", "ann");
+        let mut registry = world.json("sausage.json");
+        registry["actors"]["ann-bot"]["running"] = json!(false);
+        std::fs::write(world.path("sausage.json"), registry.to_string()).unwrap();
+        let s = Scheduled::start(world, "2026-01-12T07:00:00Z").await;
+        let every = |id: &str| {
+            json!({"type": "schedule", "id": id, "every": 3600, "to": "console",
+                "body": {"type": "text", "text": id}})
+        };
+        assert_eq!(s.ann(every("hers")).await["type"], "scheduled");
+        // ann's actor asks for itself: its schedule fires for its owner, ann.
+        let bot = ActorId::parse("ann-bot").unwrap();
+        let scheduler = ActorId::parse("scheduler").unwrap();
+        s.broker
+            .send(&bot, Outgoing::new(&scheduler, &every("bots")))
+            .await;
+        let fired_as = |fired: &[Arc<Envelope>]| -> Vec<(String, Option<Tier>)> {
+            let mut all: Vec<(String, Option<Tier>)> = fired
+                .iter()
+                .map(|m| {
+                    (
+                        m.body_value()["text"].as_str().unwrap().to_string(),
+                        m.speaker.as_ref().map(|s| s.tier),
+                    )
+                })
+                .collect();
+            all.sort_by(|a, b| a.0.cmp(&b.0));
+            all
+        };
+        let both_as = |tier| {
+            vec![
+                ("bots".to_string(), Some(tier)),
+                ("hers".to_string(), Some(tier)),
+            ]
+        };
+        // Answered in order: once this is, the actor's request was too, before the clock moves.
+        let listed = s.olga(json!({"type": "schedules"})).await;
+        let bots = &listed["schedules"][1];
+        assert_eq!(
+            (&bots["creator"], &bots["owner"]),
+            (&json!("ann-bot"), &json!("ann")),
+            "{listed}"
+        );
+        s.move_to("2026-01-12T08:00:00Z").await;
+        assert_eq!(fired_as(&s.received().await), both_as(Tier::Member));
+
+        s.people.set_tier("ann", Tier::Guest).unwrap();
+        s.move_to("2026-01-12T09:00:00Z").await;
+        assert_eq!(
+            fired_as(&s.received().await),
+            [],
+            "no fire acts for a guest"
+        );
+        let log = world.log("scheduler");
+        assert!(
+            log.contains("schedule hers did not fire: ann is a guest now")
+                && log.contains("schedule bots did not fire: ann is a guest now"),
+            "{log}"
+        );
+        let listed = s.olga(json!({"type": "schedules"})).await;
+        for one in listed["schedules"].as_array().unwrap() {
+            assert_eq!(one["last"], "2026-01-12T08:00:00Z", "{one}");
+            assert_eq!(one["next"], "2026-01-12T10:00:00Z", "{one}");
+        }
+
+        s.people.set_tier("ann", Tier::Member).unwrap();
+        s.move_to("2026-01-12T10:00:00Z").await;
+        assert_eq!(fired_as(&s.received().await), both_as(Tier::Member));
+
+        s.people.remove("ann").unwrap();
+        s.move_to("2026-01-12T11:00:00Z").await;
+        assert_eq!(fired_as(&s.received().await), []);
+        let log = world.log("scheduler");
+        assert!(log.contains("schedule hers ended"), "{log}");
+        assert!(
+            log.contains("schedule bots did not fire: actor ann-bot acts for nobody"),
+            "{log}"
+        );
+        let listed = s.olga(json!({"type": "schedules"})).await;
+        let ids: Vec<&str> = listed["schedules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|one| one["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["bots"]);
     });
 }
 

@@ -304,3 +304,79 @@ fn a_fork_answers_as_the_original_did_before_that_message() {
     assert!(!world.path("broker/versions/u").exists());
     host.quit();
 }
+
+/// A shadow run (DESIGN §21) reaches no network and no host file, whatever the candidate's
+/// manifest allows: a candidate that fetches a local listener (its `actor.json` names it) gets
+/// an error where the running version answered, and the listener sees no connection; one that
+/// reads the world's credentials by `..` or by their host path gets errors, and no reply in
+/// the report holds the secret.
+#[test]
+fn a_shadow_run_reaches_no_network_and_no_host_file() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let world = TestWorld::new();
+    world.install("net", "echo");
+    world.install("files", "echo");
+    std::fs::create_dir_all(world.path("broker/credentials")).unwrap();
+    let credentials = world.path("broker/credentials/agent.json");
+    std::fs::write(
+        &credentials,
+        json!({"base_url": "http://127.0.0.1:9", "header": "authorization", "value": "Bearer sk-secret"})
+            .to_string(),
+    )
+    .unwrap();
+    let mut host = world.run();
+    // The windows: what the running versions (echo) read.
+    let url = format!("http://{addr}/leak");
+    host.tell("net", json!({"type": "get", "url": url}));
+    host.wait_type("net", "get");
+    let paths = [
+        "/actor/../broker/credentials/agent.json".to_string(),
+        "/data/../../../broker/credentials/agent.json".to_string(),
+        "/public/../../../broker/credentials/agent.json".to_string(),
+        credentials.to_str().unwrap().to_string(),
+    ];
+    for path in &paths {
+        host.tell("files", json!({"type": "read", "path": path}));
+        host.wait_type("files", "read");
+    }
+
+    let source = world.path("private/console/data/net-v2");
+    std::fs::create_dir_all(&source).unwrap();
+    std::fs::write(
+        source.join("actor.json"),
+        json!({"network": [addr]}).to_string(),
+    )
+    .unwrap();
+    let reply = host.request(json!({
+        "type": "upgrade", "actor": "net", "wasm": wasm("fetcher"), "source": source,
+    }));
+    let different = reply["shadow"]["different"].as_array().unwrap();
+    assert_eq!(different.len(), 1, "{reply}");
+    assert_eq!(different[0]["old"][0]["body"]["type"], "get", "{reply}");
+    assert_eq!(
+        different[0]["new"][0]["body"]["type"], "http_error",
+        "{reply}"
+    );
+    assert!(
+        listener.accept().is_err(),
+        "the shadow run connected to the listener: {reply}"
+    );
+    // The listener does see a version that may connect: the one installed, outside the shadow.
+    host.tell("net", json!({"type": "get", "url": url}));
+    eventually("the installed version connects", || {
+        listener.accept().is_ok()
+    });
+
+    let reply = host.request(json!({
+        "type": "upgrade", "actor": "files", "wasm": wasm("fsprobe"), "source": source,
+    }));
+    let different = reply["shadow"]["different"].as_array().unwrap();
+    assert_eq!(different.len(), paths.len(), "{reply}");
+    for one in different {
+        assert_eq!(one["new"][0]["body"]["type"], "fs_error", "{one}");
+    }
+    assert!(!reply.to_string().contains("sk-secret"), "{reply}");
+    host.quit();
+}

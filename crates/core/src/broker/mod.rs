@@ -7,6 +7,7 @@
 mod candidate;
 pub mod counters;
 pub mod journal;
+mod limits;
 pub mod mailbox;
 pub mod ports;
 pub mod principal;
@@ -154,6 +155,8 @@ pub struct Broker {
     pub cluster: Option<Ports>,
     /// What the metrics count beyond the mailboxes (DESIGN §22).
     pub counters: Arc<counters::Counters>,
+    /// The per-person locks that keep a limit's check and the change it allowed together.
+    admissions: limits::Admissions,
 }
 
 /// Requests the broker answers at once; the next waits in its mailbox until one is answered.
@@ -243,6 +246,7 @@ impl Broker {
             requests_in_flight: Arc::new(tokio::sync::Semaphore::new(REQUESTS_IN_FLIGHT)),
             counters: Arc::default(),
             cluster,
+            admissions: limits::Admissions::default(),
         });
         broker.apply_subscriptions(&registry);
         tokio::spawn(drop_stalled_writes(

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use std::path::PathBuf;
 
 use super::counters::Counters;
+use super::limits::{self, Growth};
 use super::principal::Principal;
 use super::supervisor::{CRASH_LOOP_CRASHES, CRASH_LOOP_WINDOW, CrashLoop, Install, Upgraded};
 use super::{Broker, candidate, shadow};
@@ -27,6 +28,15 @@ struct Candidate {
     wasm_file: PathBuf,
     source: Option<PathBuf>,
     meta: Value,
+}
+
+impl Candidate {
+    /// The memory limit it will run with: its source's `actor.json` is installed with it.
+    fn memory_mb(&self) -> u32 {
+        self.source.as_deref().map_or(DEFAULT_MEMORY_MB, |source| {
+            limits::memory_mb(&read_manifest(source))
+        })
+    }
 }
 
 /// The requests that operate on one actor: they run on that actor's operation queue, one
@@ -101,6 +111,16 @@ const REQUEST_SPANS: [&str; 15] = [
 
 /// A request failed: the reason goes back to the requester.
 type Answer<T = Value> = Result<T, String>;
+
+/// Who asked for a rollback, which decides whether it is held to its owner's limits.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Asked {
+    /// A `rollback` or a rewind's `restore`: it may not raise memory past the owner's limit.
+    ByPrincipal,
+    /// The broker's own, after an upgrade's crash loop: it puts back what ran before, and
+    /// refusing it would leave the actor crashing.
+    AfterCrashLoop,
+}
 
 impl Broker {
     /// Answers one request; the reply is a message to the requester with `reply_to` set.
@@ -247,6 +267,11 @@ impl Broker {
         let candidate = self
             .candidate(request, principal, body, &id, version)
             .await?;
+        let growth = Growth {
+            actors: 1,
+            memory_mb: u64::from(candidate.memory_mb()),
+        };
+        let _admitted = self.admit(&owner, growth).await?;
         self.store_version(&id, version, &candidate)
             .await
             .and_then(|()| self.world.create_actor_dirs(&id))
@@ -348,6 +373,12 @@ impl Broker {
         }
         self.known_wasm_actor(&from).await?;
         let owner = self.owner_of_spawn(principal, body).await?;
+        let memory_mb = limits::memory_mb(&self.world.manifest(&from));
+        let growth = Growth {
+            actors: 1,
+            memory_mb: u64::from(memory_mb),
+        };
+        let _admitted = self.admit(&owner, growth).await?;
         let version = self.registry().await.actors[from.as_str()].version;
         let window = self
             .router
@@ -382,13 +413,6 @@ impl Broker {
                     reads.len()
                 ));
             };
-            let memory_mb = self
-                .world
-                .manifest(&from)
-                .memory_mb
-                .ok()
-                .flatten()
-                .unwrap_or(DEFAULT_MEMORY_MB);
             let running = shadow::Version {
                 number: version,
                 program: &program,
@@ -480,6 +504,10 @@ impl Broker {
                 Some(outcome.report)
             }
         };
+        let running_mb = limits::memory_mb(&self.world.manifest(&id));
+        let _admitted = self
+            .admit_memory(&id, running_mb, candidate.memory_mb())
+            .await?;
         self.store_version(&id, version, &candidate)
             .await
             .map_err(|e| format!("cannot store version {version} of `{id}`: {e:#}"))?;
@@ -551,25 +579,15 @@ impl Broker {
                      ({e}); upgrade with \"shadow\": \"off\" to skip it"
                 )
             })?;
-        let memory = |manifest: crate::world::Manifest| {
-            manifest
-                .memory_mb
-                .ok()
-                .flatten()
-                .unwrap_or(DEFAULT_MEMORY_MB)
-        };
         let old = shadow::Version {
             number: previous,
             program: &running,
-            memory_mb: memory(self.world.manifest(id)),
+            memory_mb: limits::memory_mb(&self.world.manifest(id)),
         };
         let new = shadow::Version {
             number: version,
             program: &candidate.program,
-            memory_mb: candidate
-                .source
-                .as_deref()
-                .map_or(DEFAULT_MEMORY_MB, |source| memory(read_manifest(source))),
+            memory_mb: candidate.memory_mb(),
         };
         let window = self.router.mailbox(id).and_then(|m| m.window().cloned());
         let mut span = Span::start("shadow run", None);
@@ -614,7 +632,7 @@ impl Broker {
                     .ok_or_else(|| format!("`version` must be a version number, not {v}"))?,
             ),
         };
-        let rolled = self.roll_back(&id, target, None).await;
+        let rolled = self.roll_back(&id, target, None, Asked::ByPrincipal).await;
         if rolled.is_ok() {
             Counters::add(&self.counters.rollbacks, 1);
         }
@@ -631,6 +649,7 @@ impl Broker {
         id: &ActorId,
         target: Option<u32>,
         files: Option<&Path>,
+        asked: Asked,
     ) -> Answer {
         let handle = self.known_wasm_actor(id).await?;
         let entry = self.registry().await.actors[id.as_str()].clone();
@@ -650,6 +669,17 @@ impl Broker {
             None => *stored.iter().rev().find(|v| **v < current).ok_or_else(|| {
                 format!("`{id}` has no version older than {current} to roll back to")
             })?,
+        };
+        let _admitted = match asked {
+            Asked::ByPrincipal => {
+                let source = self.world.version_dir(id, target).join("source");
+                let (running_mb, target_mb) = (
+                    limits::memory_mb(&self.world.manifest(id)),
+                    limits::memory_mb(&read_manifest(&source)),
+                );
+                Some(self.admit_memory(id, running_mb, target_mb).await?)
+            }
+            Asked::AfterCrashLoop => None,
         };
         let wasm = self.world.version_dir(id, target).join("actor.wasm");
         let program = self
@@ -748,7 +778,12 @@ impl Broker {
             report.last_exit
         );
         let body = match self
-            .roll_back(&id, Some(report.upgrade.previous), None)
+            .roll_back(
+                &id,
+                Some(report.upgrade.previous),
+                None,
+                Asked::AfterCrashLoop,
+            )
             .await
         {
             Ok(mut body) => {

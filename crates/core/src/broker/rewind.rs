@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::{Value, json};
 
 use super::Broker;
-use super::requests::{actor_field, string_field};
+use super::requests::{Asked, actor_field, string_field};
 
 /// How long a checkpoint is kept.
 pub const CHECKPOINT_DAYS: u64 = 7;
@@ -121,7 +121,9 @@ impl Broker {
             .as_u64()
             .and_then(|v| u32::try_from(v).ok())
             .ok_or_else(|| format!("the checkpoint of `{id}` for turn `{turn}` is unreadable"))?;
-        let rolled = self.roll_back(&id, Some(version), Some(&dir)).await?;
+        let rolled = self
+            .roll_back(&id, Some(version), Some(&dir), Asked::ByPrincipal)
+            .await?;
         Ok(json!({
             "type": "restored", "turn": turn, "actor": id.as_str(), "version": version,
             "from": rolled["from"],

@@ -2,7 +2,10 @@
 //! pattern in a time zone, `every` so many seconds, or once `at` a time), `unschedule` and
 //! `schedules`. A due message goes from `scheduler`, with `"schedule":"<id>"` in its envelope,
 //! through the router like any message; one made for a person speaks for that person as they
-//! are in `people.json` when it fires.
+//! are in `people.json` when it fires, one made by an actor for the actor's owner as they are
+//! then. A schedule fires only while its creator may schedule (DESIGN §15, §18): while they
+//! are a guest, or the actor acts for nobody, its times pass unfired with a note in the
+//! scheduler's log, and it fires again once they are a member or an owner.
 //!
 //! It owns `/data/schedules.json` (its own data folder), replaced whole at each change; every
 //! decision is in `table`, which knows no I/O. **Invariant:** a reply `scheduled` or
@@ -154,8 +157,26 @@ impl Scheduler {
         let mut fires = Vec::new();
         for fire in due.fires {
             match self.speaker(&fire).await {
-                Speaks::Nobody => fires.push((fire, None)),
-                Speaks::As(speaker) => fires.push((fire, Some(speaker))),
+                Speaks::As(speaker) if speaker.tier >= Tier::Member => {
+                    fires.push((fire, Some(speaker)));
+                }
+                Speaks::As(speaker) => {
+                    self.note(&format!(
+                        "schedule {} did not fire: {} is a guest now, and a guest may not \
+                         schedule; it waits, and fires at its next time once {} is a member or \
+                         an owner again (or an owner ends it with `unschedule`)",
+                        fire.schedule, speaker.person, speaker.person
+                    ));
+                    self.table.unfired(&fire);
+                }
+                Speaks::Nobody(why) => {
+                    self.note(&format!(
+                        "schedule {} did not fire: {why}; it waits, and fires at its next time \
+                         once its actor acts for a member or an owner",
+                        fire.schedule
+                    ));
+                    self.table.unfired(&fire);
+                }
                 Speaks::Gone(reason) => {
                     self.note(&format!("schedule {} ended: {reason}", fire.schedule));
                     self.table.end(&fire.schedule);
@@ -165,6 +186,7 @@ impl Scheduler {
                         "schedule {} did not fire: {reason}",
                         fire.schedule
                     ));
+                    self.table.unfired(&fire);
                 }
             }
         }
@@ -191,11 +213,11 @@ impl Scheduler {
     async fn speaker(&self, fire: &Fire) -> Speaks {
         if fire.creator.kind == CreatorKind::Actor {
             let Ok(actor) = ActorId::parse(&fire.creator.id) else {
-                return Speaks::Nobody;
+                return Speaks::Nobody(format!("{} is not an actor's id", fire.creator.id));
             };
             return match self.broker.principal_of_actor(&actor).await {
                 Principal::Person(speaker) => Speaks::As(speaker),
-                Principal::Nobody(_) => Speaks::Nobody,
+                Principal::Nobody(why) => Speaks::Nobody(why),
             };
         }
         let id = &fire.creator.id;
@@ -325,8 +347,8 @@ impl Scheduler {
 
 /// Who a due schedule's message speaks for, decided at each fire.
 enum Speaks {
-    /// An actor's schedule whose actor acts for nobody.
-    Nobody,
+    /// An actor's schedule whose actor acts for nobody, and why.
+    Nobody(String),
     /// A person's, as they are now.
     As(Speaker),
     /// Its person was removed: the schedule ends instead of firing.

@@ -111,6 +111,8 @@ pub struct Fire {
     pub creator: Creator,
     pub to: String,
     pub body: Value,
+    /// When the schedule fired before this one, for [`Table::unfired`].
+    pub last_before: Option<DateTime<Utc>>,
 }
 
 /// What [`Table::due`] found: the messages to send, and whether the table changed (so it is
@@ -293,6 +295,7 @@ impl Table {
                     creator: s.creator.clone(),
                     to: s.to.clone(),
                     body: s.body.clone(),
+                    last_before: s.last,
                 });
                 s.last = Some(now);
             }
@@ -321,6 +324,14 @@ impl Table {
             None => true,
         });
         ended
+    }
+
+    /// A fire [`Table::due`] gave was not sent: its schedule says it last fired when it did
+    /// before (its next time stays as `due` moved it).
+    pub fn unfired(&mut self, fire: &Fire) {
+        if let Some(s) = self.schedules.iter_mut().find(|s| s.id == fire.schedule) {
+            s.last = fire.last_before;
+        }
     }
 
     /// Ends one schedule (its person is gone); true if it existed.
@@ -870,6 +881,7 @@ mod tests {
                 creator: actor("notes").creator,
                 to: "agent".into(),
                 body: json!({"type": "text", "text": "hi"}),
+                last_before: None,
             }]
         );
     }
