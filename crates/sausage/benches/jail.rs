@@ -107,7 +107,10 @@ fn main() {
     println!();
     println!("| | warm build | beside the build without the jail |");
     println!("| --- | --- | --- |");
-    println!("| without the jail (`cargo build` as the host's user) | {} | |", ms(plain));
+    println!(
+        "| without the jail (`cargo build` as the host's user) | {} | |",
+        ms(plain)
+    );
     println!(
         "| in the jail, as the `cargo` actor runs it | {} | {:+} ms |",
         ms(in_jail),
