@@ -414,10 +414,10 @@ fn no_route_gets_a_principal_past_its_tier() {
     let results = as_guest["results"]
         .as_array()
         .unwrap_or_else(|| panic!("{as_guest}"));
-    for (result, why) in results
-        .iter()
-        .zip(["guests cannot schedule", "guests cannot build"])
-    {
+    for (result, why) in results.iter().zip([
+        "sending to actors needs a member or an owner",
+        "guests cannot build",
+    ]) {
         assert_eq!(result["isError"], true, "a guest over MCP: {result}");
         let text = result["text"].as_str().unwrap_or_default();
         assert!(text.contains(why), "`{text}` should say `{why}`");
