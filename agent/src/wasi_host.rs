@@ -19,7 +19,7 @@ use wasi::http::types::{
 use wasi::io::poll::poll;
 use wasi::io::streams::{InputStream, StreamError};
 
-use crate::host::{Event, Host, Posted, STREAM_TICK};
+use crate::host::{Event, Heard, Host, Posted, STREAM_TICK};
 use crate::message::{HttpRequest, HttpResponse, Incoming, Outgoing};
 
 /// Connecting to the provider may take this long before the call fails.
@@ -97,11 +97,13 @@ impl WasiHost {
         self.stopped |= ended;
     }
 
-    /// Hands every message read and not yet returned to a `post`'s `meanwhile`, oldest first.
-    fn hand_over(&mut self, meanwhile: &mut dyn FnMut(Vec<Incoming>)) {
-        if !self.queue.is_empty() {
-            meanwhile(self.queue.drain(..).collect());
+    /// Hands every message read and not yet returned to a `post`'s `meanwhile`, oldest first,
+    /// and says what it made of them.
+    fn hand_over(&mut self, meanwhile: &mut dyn FnMut(Vec<Incoming>) -> Heard) -> Heard {
+        if self.queue.is_empty() {
+            return Heard::GoOn;
         }
+        meanwhile(self.queue.drain(..).collect())
     }
 }
 
@@ -146,7 +148,7 @@ impl Host for WasiHost {
         &mut self,
         request: &HttpRequest,
         stream: &mut dyn FnMut(&[u8]) -> Vec<Outgoing>,
-        meanwhile: &mut dyn FnMut(Vec<Incoming>),
+        meanwhile: &mut dyn FnMut(Vec<Incoming>) -> Heard,
     ) -> Posted {
         if self.candidate {
             return Posted::Failed {
@@ -185,10 +187,12 @@ impl WasiHost {
         &mut self,
         request: &HttpRequest,
         stream: &mut dyn FnMut(&[u8]) -> Vec<Outgoing>,
-        meanwhile: &mut dyn FnMut(Vec<Incoming>),
+        meanwhile: &mut dyn FnMut(Vec<Incoming>) -> Heard,
     ) -> Result<Posted, PostError> {
         // What an earlier `receive` read with its message is handed over before this long wait.
-        self.hand_over(meanwhile);
+        if self.hand_over(meanwhile) == Heard::Drop {
+            return Ok(Posted::Dropped);
+        }
         let fatal = |why: String| (why, false);
         let (scheme, rest) = request.url.split_once("://").ok_or_else(|| {
             fatal(format!(
@@ -266,7 +270,8 @@ impl WasiHost {
 
         // Waits for: the answer's headers (index 0), a message on stdin (index 1), handed over
         // before the next wait, or the tick that checks the request's deadline (index 2); a
-        // shutdown or the deadline drops the request, which cancels it.
+        // shutdown, the deadline or the caller's `Heard::Drop` drops the request, which cancels
+        // it.
         loop {
             let answered = future.subscribe();
             let readable = self.stdin.subscribe();
@@ -278,9 +283,12 @@ impl WasiHost {
                 return Err(late);
             }
             self.read_available();
-            self.hand_over(meanwhile);
+            let heard = self.hand_over(meanwhile);
             if self.stopped {
                 return Ok(Posted::Stopped);
+            }
+            if heard == Heard::Drop {
+                return Ok(Posted::Dropped);
             }
         }
         let response = match future.get() {
@@ -312,8 +320,8 @@ impl WasiHost {
                 .map_err(|()| fatal("the answer's stream was already taken".into()))?;
             loop {
                 // Waits for: bytes of the answer (index 0), a message on stdin (index 1, handed
-                // over at once; maybe a shutdown), or the tick that lets batched progress go out
-                // (index 2).
+                // over at once; maybe a shutdown, or a stop that drops the request before another
+                // byte is read), or the tick that lets batched progress go out (index 2).
                 let readable = body.subscribe();
                 let stdin = self.stdin.subscribe();
                 let tick = subscribe_duration(STREAM_TICK.as_nanos() as u64);
@@ -323,9 +331,12 @@ impl WasiHost {
                 }
                 if ready.contains(&1) {
                     self.read_available();
-                    self.hand_over(meanwhile);
+                    let heard = self.hand_over(meanwhile);
                     if self.stopped {
                         return Ok(Posted::Stopped);
+                    }
+                    if heard == Heard::Drop {
+                        return Ok(Posted::Dropped);
                     }
                 }
                 if !ready.contains(&0) {
