@@ -619,6 +619,45 @@ fn a_stop_ends_the_running_turn_after_its_step() {
     assert_eq!(fake.requests().len(), 1, "no step after the stop");
 }
 
+/// The pause between two events of the slow answer a stop cuts: its 40 words take some 6 s.
+const SLOW_EVENT_DELAY: Duration = Duration::from_millis(150);
+
+/// How soon after a stop the turn must have ended (DESIGN §27: at once).
+const STOP_WITHIN: Duration = Duration::from_secs(1);
+
+#[test]
+fn a_stop_drops_the_model_request_within_a_second_and_its_later_tool_call_never_runs() {
+    let fake = FakeLlm::start();
+    let words = ["I will deploy it now, word by word."; 5].join(" ");
+    fake.push_openai(openai::reply(vec![
+        openai::message(&words),
+        openai::function_call(
+            "write_file",
+            json!({"path": "/data/deployed.txt", "content": "deployed"}),
+        ),
+    ]));
+    fake.set_event_delay(SLOW_EVENT_DELAY);
+    let world = world_with_agent(&fake, "openai-responses");
+    let mut host = world.run();
+    host.send("deploy it");
+    let progress = host.wait_for("the answer's first words", |m| m.body["type"] == "progress");
+    let turn = progress.body["turn"].as_str().unwrap().to_string();
+    let asked = std::time::Instant::now();
+    host.tell("agent", json!({"type": "stop", "turn": turn}));
+    let reply = final_reply(&mut host);
+    let took = asked.elapsed();
+    assert!(took < STOP_WITHIN, "the stop took {took:?}: {reply}");
+    assert_eq!(reply["stopped"], "stop", "{reply}");
+    assert_eq!(reply["turn"], turn.as_str());
+    // The whole answer, its call last, would have come by now had the request gone on.
+    std::thread::sleep(SLOW_EVENT_DELAY * 60);
+    assert!(
+        !world.path("private/agent/data/deployed.txt").exists(),
+        "the tool call that came after the stop ran"
+    );
+    assert_eq!(fake.requests().len(), 1, "no request after the stop");
+}
+
 #[test]
 fn openai_chat_builds_spawns_and_messages_a_new_actor() {
     let fake = FakeLlm::start();
