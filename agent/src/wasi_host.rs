@@ -30,6 +30,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 const BETWEEN_BYTES_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
+/// How long a request whose body could not be sent may take to say why (a refused connection
+/// says so at once); past it, the closed stream is the reason given.
+const WHY_UNSENT_PATIENCE: Duration = Duration::from_secs(5);
+
 /// The largest error answer read whole; a bigger one is cut rather than filling the memory.
 const MAX_ERROR_BYTES: usize = 1024 * 1024;
 
@@ -255,18 +259,34 @@ impl WasiHost {
         let body = outgoing
             .body()
             .map_err(|()| fatal("the request body was already taken".into()))?;
-        let future = outgoing_handler::handle(outgoing, Some(options))
-            .map_err(|e| (describe(&e), !denied(&e)))?;
+        let failed = |e: &ErrorCode| (describe(e, authority), retryable(e));
+        let future = outgoing_handler::handle(outgoing, Some(options)).map_err(|e| failed(&e))?;
+        let mut unsent = None;
         {
             let out = body
                 .write()
                 .map_err(|()| fatal("the request stream was already taken".into()))?;
             for chunk in request.body.chunks(WRITE_CHUNK) {
-                out.blocking_write_and_flush(chunk)
-                    .map_err(|e| (format!("sending the request: {e:?}"), true))?;
+                if let Err(e) = out.blocking_write_and_flush(chunk) {
+                    unsent = Some(format!("sending the request: {e:?}"));
+                    break;
+                }
             }
         } // The stream must be dropped before its body is finished.
-        OutgoingBody::finish(body, None).map_err(|e| (describe(&e), !denied(&e)))?;
+        if let Some(unsent) = unsent {
+            // A connection that failed (nothing listens, say) first shows as a closed stream;
+            // the request's own error, which comes at once then, says what happened.
+            let answered = future.subscribe();
+            let patience = subscribe_duration(WHY_UNSENT_PATIENCE.as_nanos() as u64);
+            // Waits for: the request's outcome (index 0) or the patience to run out (index 1).
+            if poll(&[&answered, &patience]).contains(&0)
+                && let Some(Ok(Err(e))) = future.get()
+            {
+                return Err(failed(&e));
+            }
+            return Err((unsent, true));
+        }
+        OutgoingBody::finish(body, None).map_err(|e| failed(&e))?;
 
         // Waits for: the answer's headers (index 0), a message on stdin (index 1), handed over
         // before the next wait, or the tick that checks the request's deadline (index 2); a
@@ -293,7 +313,7 @@ impl WasiHost {
         }
         let response = match future.get() {
             Some(Ok(Ok(response))) => response,
-            Some(Ok(Err(e))) => return Err((describe(&e), !denied(&e))),
+            Some(Ok(Err(e))) => return Err(failed(&e)),
             Some(Err(())) => return Err(fatal("the answer was already taken".into())),
             None => return Err(fatal("no answer after the host said it was ready".into())),
         };
@@ -378,17 +398,38 @@ impl WasiHost {
     }
 }
 
-/// An HTTP error code in words.
-fn describe(e: &ErrorCode) -> String {
+/// An HTTP error code in words, for a person; `authority` is the provider's host and port.
+fn describe(e: &ErrorCode, authority: &str) -> String {
     match e {
         ErrorCode::HttpRequestDenied => {
             "the host denied the request (is the provider's host in the agent's actor.json?)".into()
         }
+        // The host names every failed connect so, a name that does not resolve included.
+        ErrorCode::ConnectionRefused => format!(
+            "nothing listens at {authority} (the connection was refused); check the base URL in \
+             /data/config.json and that the model server runs"
+        ),
+        ErrorCode::DnsError(_) | ErrorCode::DestinationNotFound => {
+            format!("no host is named {authority}; check the base URL in /data/config.json")
+        }
+        ErrorCode::TlsCertificateError => format!(
+            "{authority} showed a TLS certificate that is not trusted; check the base URL (http:// \
+             or https://)"
+        ),
+        ErrorCode::ConnectionTimeout => format!("{authority} did not take the connection in time"),
         other => format!("{other:?}"),
     }
 }
 
-/// Whether the host refused the request outright: trying again cannot help.
-fn denied(e: &ErrorCode) -> bool {
-    matches!(e, ErrorCode::HttpRequestDenied)
+/// Whether trying again may help: not when the host refused the request outright, nor when
+/// the base URL names nothing that listens (until a person fixes it, every try fails alike).
+fn retryable(e: &ErrorCode) -> bool {
+    !matches!(
+        e,
+        ErrorCode::HttpRequestDenied
+            | ErrorCode::ConnectionRefused
+            | ErrorCode::DnsError(_)
+            | ErrorCode::DestinationNotFound
+            | ErrorCode::TlsCertificateError
+    )
 }

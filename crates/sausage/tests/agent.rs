@@ -74,6 +74,43 @@ fn the_unconfigured_agent_and_a_provider_error_answer_in_words() {
     );
 }
 
+/// Less than the first retry's wait (1 s, then 2 s and 4 s): a refused connection is not retried.
+const NOT_RETRIED_WITHIN: Duration = Duration::from_secs(3);
+
+#[test]
+fn a_base_url_where_nothing_listens_is_named_and_not_retried() {
+    // A port that was free a moment ago: nothing listens there.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let base_url = format!("http://{closed}");
+    let world = TestWorld::new();
+    world.install_agent(Some(
+        json!({"api": "openai-responses", "base_url": base_url, "model": "test-model"}),
+    ));
+    world.give_agent_credentials(&base_url, "openai-responses");
+    let mut host = world.run();
+    let answer = ask(&mut host, "are you there?");
+    assert!(
+        answer.contains(&format!("nothing listens at {closed}")) && answer.contains("base URL"),
+        "{answer}"
+    );
+    assert!(
+        !answer.contains("Closed") && !answer.contains("busy"),
+        "{answer}"
+    );
+    // Timed once the agent runs: the same words again, without the waits of a retry.
+    let asked = std::time::Instant::now();
+    let again = ask(&mut host, "and now?");
+    assert_eq!(again, answer);
+    assert!(
+        asked.elapsed() < NOT_RETRIED_WITHIN,
+        "{:?}",
+        asked.elapsed()
+    );
+}
+
 #[test]
 fn replies_never_start_turns_and_other_actors_messages_stay_in_their_own_conversation() {
     let fake = FakeLlm::start();
