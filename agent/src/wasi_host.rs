@@ -1,7 +1,8 @@
 //! The [`Host`] of the real component: stdin read through `wasi:cli/stdin` (so a wait can have a
-//! time limit and an HTTP call can notice a shutdown), stdout through std, and model calls through
-//! `wasi:http/outgoing-handler`, where the host does the connection and TLS. A 2xx answer's body
-//! is handed on piece by piece as it arrives (the model's stream), with a tick while it is silent.
+//! time limit and an HTTP call can notice a shutdown or a stop), stdout through std, and model
+//! calls through `wasi:http/outgoing-handler`, where the host does the connection and TLS. A 2xx
+//! answer's body is handed on piece by piece as it arrives (the model's stream), with a tick while
+//! it is silent.
 //! **Invariant:** stdin is read only here, into `queue`; no message read is ever dropped: each
 //! leaves `queue` through `receive` or `arrived`, or through a `post`'s `meanwhile` in the
 //! wake-up that read it.
