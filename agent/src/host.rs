@@ -34,6 +34,19 @@ pub enum Posted {
     Failed { why: String, retry: bool },
     /// A shutdown (or the end of stdin) came while waiting; the request was abandoned.
     Stopped,
+    /// The caller's `meanwhile` said [`Heard::Drop`]: the request was abandoned at once, and
+    /// nothing more of its answer was read.
+    Dropped,
+}
+
+/// What a `post`'s caller makes of the messages handed to its `meanwhile`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heard {
+    /// Nothing among them concerns the request: it goes on.
+    GoOn,
+    /// One of them ends the request's purpose (a stop for its turn): the host drops the request
+    /// before it waits again, so no later byte of the answer (a tool call) is ever read.
+    Drop,
 }
 
 pub trait Host {
@@ -54,11 +67,12 @@ pub trait Host {
     /// message delivered for good once the actor commits a file after reading it (or 5 s after
     /// the read), so a caller that must not lose them to a kill commits them there (DESIGN §20).
     /// A shutdown among them abandons the request with `Stopped`; `receive` says `Stop` after.
+    /// When `meanwhile` answers [`Heard::Drop`] the request is abandoned with `Dropped`.
     fn post(
         &mut self,
         request: &HttpRequest,
         stream: &mut dyn FnMut(&[u8]) -> Vec<Outgoing>,
-        meanwhile: &mut dyn FnMut(Vec<Incoming>),
+        meanwhile: &mut dyn FnMut(Vec<Incoming>) -> Heard,
     ) -> Posted;
 
     /// The messages that came and were not returned yet (read together with an earlier one, or

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 
 use crate::config::McpServer;
-use crate::host::{Host, Posted};
+use crate::host::{Heard, Host, Posted};
 use crate::message::{HttpRequest, Incoming, Tier, shorten};
 use crate::provider::sse;
 use crate::tools::ToolSpec;
@@ -101,7 +101,7 @@ enum Exchanged {
 pub struct Client<'a, H: Host> {
     pub host: &'a mut H,
     pub sessions: &'a mut Sessions,
-    pub meanwhile: &'a mut dyn FnMut(Vec<Incoming>),
+    pub meanwhile: &'a mut dyn FnMut(Vec<Incoming>) -> Heard,
 }
 
 impl<H: Host> Client<'_, H> {
@@ -294,6 +294,8 @@ impl<H: Host> Client<'_, H> {
                 None => return Err(said(server, why)),
             },
             Posted::Stopped => return Err(Failed::Shutdown),
+            // A tool call's messages are only kept (`Heard::GoOn`); a stop waits for its end.
+            Posted::Dropped => return Err(said(server, "the call was dropped")),
         };
         let header = |name: &str| {
             headers
@@ -419,7 +421,7 @@ mod tests {
         let output = Client {
             host: &mut host,
             sessions: &mut sessions,
-            meanwhile: &mut |_| {},
+            meanwhile: &mut |_| Heard::GoOn,
         }
         .call_tool(&server(), "weather", &json!({"city": "Oslo"}));
         (output, host)

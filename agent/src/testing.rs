@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
-use crate::host::{Event, Host, Posted};
+use crate::host::{Event, Heard, Host, Posted};
 use crate::message::{Api, HttpRequest, HttpResponse, Incoming, Outgoing};
 
 /// A new empty folder for one test, under the test binary's target folder (not the system's
@@ -145,7 +145,7 @@ impl Host for ScriptedHost {
         &mut self,
         request: &HttpRequest,
         stream: &mut dyn FnMut(&[u8]) -> Vec<Outgoing>,
-        meanwhile: &mut dyn FnMut(Vec<Incoming>),
+        meanwhile: &mut dyn FnMut(Vec<Incoming>) -> Heard,
     ) -> Posted {
         let index = self.requests.len();
         self.requests.push(request.clone());
@@ -168,13 +168,16 @@ impl Host for ScriptedHost {
         };
         let pieces: Vec<&[u8]> = body.chunks(STREAM_PIECE).collect();
         for (n, piece) in pieces.iter().enumerate() {
-            if n == pieces.len() / 2 && !now.is_empty() {
-                meanwhile(std::mem::take(&mut now));
+            if n == pieces.len() / 2
+                && !now.is_empty()
+                && meanwhile(std::mem::take(&mut now)) == Heard::Drop
+            {
+                return Posted::Dropped;
             }
             self.sent.extend(stream(piece));
         }
-        if !now.is_empty() {
-            meanwhile(now);
+        if !now.is_empty() && meanwhile(now) == Heard::Drop {
+            return Posted::Dropped;
         }
         match answer {
             Answer::Stream(_) => Posted::Streamed {

@@ -1,7 +1,8 @@
 //! The [`Host`] of the real component: stdin read through `wasi:cli/stdin` (so a wait can have a
-//! time limit and an HTTP call can notice a shutdown), stdout through std, and model calls through
-//! `wasi:http/outgoing-handler`, where the host does the connection and TLS. A 2xx answer's body
-//! is handed on piece by piece as it arrives (the model's stream), with a tick while it is silent.
+//! time limit and an HTTP call can notice a shutdown or a stop), stdout through std, and model
+//! calls through `wasi:http/outgoing-handler`, where the host does the connection and TLS. A 2xx
+//! answer's body is handed on piece by piece as it arrives (the model's stream), with a tick while
+//! it is silent.
 //! **Invariant:** stdin is read only here, into `queue`; no message read is ever dropped: each
 //! leaves `queue` through `receive` or `arrived`, or through a `post`'s `meanwhile` in the
 //! wake-up that read it.
@@ -19,7 +20,7 @@ use wasi::http::types::{
 use wasi::io::poll::poll;
 use wasi::io::streams::{InputStream, StreamError};
 
-use crate::host::{Event, Host, Posted, STREAM_TICK};
+use crate::host::{Event, Heard, Host, Posted, STREAM_TICK};
 use crate::message::{HttpRequest, HttpResponse, Incoming, Outgoing};
 
 /// Connecting to the provider may take this long before the call fails.
@@ -29,6 +30,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// after this much silence is the call given up.
 const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 const BETWEEN_BYTES_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+
+/// How long a request whose body could not be sent may take to say why (a refused connection
+/// says so at once); past it, the closed stream is the reason given.
+const WHY_UNSENT_PATIENCE: Duration = Duration::from_secs(5);
 
 /// The largest error answer read whole; a bigger one is cut rather than filling the memory.
 const MAX_ERROR_BYTES: usize = 1024 * 1024;
@@ -97,11 +102,13 @@ impl WasiHost {
         self.stopped |= ended;
     }
 
-    /// Hands every message read and not yet returned to a `post`'s `meanwhile`, oldest first.
-    fn hand_over(&mut self, meanwhile: &mut dyn FnMut(Vec<Incoming>)) {
-        if !self.queue.is_empty() {
-            meanwhile(self.queue.drain(..).collect());
+    /// Hands every message read and not yet returned to a `post`'s `meanwhile`, oldest first,
+    /// and says what it made of them.
+    fn hand_over(&mut self, meanwhile: &mut dyn FnMut(Vec<Incoming>) -> Heard) -> Heard {
+        if self.queue.is_empty() {
+            return Heard::GoOn;
         }
+        meanwhile(self.queue.drain(..).collect())
     }
 }
 
@@ -146,7 +153,7 @@ impl Host for WasiHost {
         &mut self,
         request: &HttpRequest,
         stream: &mut dyn FnMut(&[u8]) -> Vec<Outgoing>,
-        meanwhile: &mut dyn FnMut(Vec<Incoming>),
+        meanwhile: &mut dyn FnMut(Vec<Incoming>) -> Heard,
     ) -> Posted {
         if self.candidate {
             return Posted::Failed {
@@ -185,10 +192,12 @@ impl WasiHost {
         &mut self,
         request: &HttpRequest,
         stream: &mut dyn FnMut(&[u8]) -> Vec<Outgoing>,
-        meanwhile: &mut dyn FnMut(Vec<Incoming>),
+        meanwhile: &mut dyn FnMut(Vec<Incoming>) -> Heard,
     ) -> Result<Posted, PostError> {
         // What an earlier `receive` read with its message is handed over before this long wait.
-        self.hand_over(meanwhile);
+        if self.hand_over(meanwhile) == Heard::Drop {
+            return Ok(Posted::Dropped);
+        }
         let fatal = |why: String| (why, false);
         let (scheme, rest) = request.url.split_once("://").ok_or_else(|| {
             fatal(format!(
@@ -251,22 +260,39 @@ impl WasiHost {
         let body = outgoing
             .body()
             .map_err(|()| fatal("the request body was already taken".into()))?;
-        let future = outgoing_handler::handle(outgoing, Some(options))
-            .map_err(|e| (describe(&e), !denied(&e)))?;
+        let failed = |e: &ErrorCode| (describe(e, authority), retryable(e));
+        let future = outgoing_handler::handle(outgoing, Some(options)).map_err(|e| failed(&e))?;
+        let mut unsent = None;
         {
             let out = body
                 .write()
                 .map_err(|()| fatal("the request stream was already taken".into()))?;
             for chunk in request.body.chunks(WRITE_CHUNK) {
-                out.blocking_write_and_flush(chunk)
-                    .map_err(|e| (format!("sending the request: {e:?}"), true))?;
+                if let Err(e) = out.blocking_write_and_flush(chunk) {
+                    unsent = Some(format!("sending the request: {e:?}"));
+                    break;
+                }
             }
         } // The stream must be dropped before its body is finished.
-        OutgoingBody::finish(body, None).map_err(|e| (describe(&e), !denied(&e)))?;
+        if let Some(unsent) = unsent {
+            // A connection that failed (nothing listens, say) first shows as a closed stream;
+            // the request's own error, which comes at once then, says what happened.
+            let answered = future.subscribe();
+            let patience = subscribe_duration(WHY_UNSENT_PATIENCE.as_nanos() as u64);
+            // Waits for: the request's outcome (index 0) or the patience to run out (index 1).
+            if poll(&[&answered, &patience]).contains(&0)
+                && let Some(Ok(Err(e))) = future.get()
+            {
+                return Err(failed(&e));
+            }
+            return Err((unsent, true));
+        }
+        OutgoingBody::finish(body, None).map_err(|e| failed(&e))?;
 
         // Waits for: the answer's headers (index 0), a message on stdin (index 1), handed over
         // before the next wait, or the tick that checks the request's deadline (index 2); a
-        // shutdown or the deadline drops the request, which cancels it.
+        // shutdown, the deadline or the caller's `Heard::Drop` drops the request, which cancels
+        // it.
         loop {
             let answered = future.subscribe();
             let readable = self.stdin.subscribe();
@@ -278,14 +304,17 @@ impl WasiHost {
                 return Err(late);
             }
             self.read_available();
-            self.hand_over(meanwhile);
+            let heard = self.hand_over(meanwhile);
             if self.stopped {
                 return Ok(Posted::Stopped);
+            }
+            if heard == Heard::Drop {
+                return Ok(Posted::Dropped);
             }
         }
         let response = match future.get() {
             Some(Ok(Ok(response))) => response,
-            Some(Ok(Err(e))) => return Err((describe(&e), !denied(&e))),
+            Some(Ok(Err(e))) => return Err(failed(&e)),
             Some(Err(())) => return Err(fatal("the answer was already taken".into())),
             None => return Err(fatal("no answer after the host said it was ready".into())),
         };
@@ -312,8 +341,8 @@ impl WasiHost {
                 .map_err(|()| fatal("the answer's stream was already taken".into()))?;
             loop {
                 // Waits for: bytes of the answer (index 0), a message on stdin (index 1, handed
-                // over at once; maybe a shutdown), or the tick that lets batched progress go out
-                // (index 2).
+                // over at once; maybe a shutdown, or a stop that drops the request before another
+                // byte is read), or the tick that lets batched progress go out (index 2).
                 let readable = body.subscribe();
                 let stdin = self.stdin.subscribe();
                 let tick = subscribe_duration(STREAM_TICK.as_nanos() as u64);
@@ -323,9 +352,12 @@ impl WasiHost {
                 }
                 if ready.contains(&1) {
                     self.read_available();
-                    self.hand_over(meanwhile);
+                    let heard = self.hand_over(meanwhile);
                     if self.stopped {
                         return Ok(Posted::Stopped);
+                    }
+                    if heard == Heard::Drop {
+                        return Ok(Posted::Dropped);
                     }
                 }
                 if !ready.contains(&0) {
@@ -367,17 +399,38 @@ impl WasiHost {
     }
 }
 
-/// An HTTP error code in words.
-fn describe(e: &ErrorCode) -> String {
+/// An HTTP error code in words, for a person; `authority` is the provider's host and port.
+fn describe(e: &ErrorCode, authority: &str) -> String {
     match e {
         ErrorCode::HttpRequestDenied => {
             "the host denied the request (is the provider's host in the agent's actor.json?)".into()
         }
+        // The host names every failed connect so, a name that does not resolve included.
+        ErrorCode::ConnectionRefused => format!(
+            "nothing listens at {authority} (the connection was refused); check the base URL in \
+             /data/config.json and that the model server runs"
+        ),
+        ErrorCode::DnsError(_) | ErrorCode::DestinationNotFound => {
+            format!("no host is named {authority}; check the base URL in /data/config.json")
+        }
+        ErrorCode::TlsCertificateError => format!(
+            "{authority} showed a TLS certificate that is not trusted; check the base URL (http:// \
+             or https://)"
+        ),
+        ErrorCode::ConnectionTimeout => format!("{authority} did not take the connection in time"),
         other => format!("{other:?}"),
     }
 }
 
-/// Whether the host refused the request outright: trying again cannot help.
-fn denied(e: &ErrorCode) -> bool {
-    matches!(e, ErrorCode::HttpRequestDenied)
+/// Whether trying again may help: not when the host refused the request outright, nor when
+/// the base URL names nothing that listens (until a person fixes it, every try fails alike).
+fn retryable(e: &ErrorCode) -> bool {
+    !matches!(
+        e,
+        ErrorCode::HttpRequestDenied
+            | ErrorCode::ConnectionRefused
+            | ErrorCode::DnsError(_)
+            | ErrorCode::DestinationNotFound
+            | ErrorCode::TlsCertificateError
+    )
 }

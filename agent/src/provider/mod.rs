@@ -74,6 +74,8 @@ pub enum Failure {
     ContextTooLong(String),
     /// Anything else: the turn ends with these words for a person.
     Fatal(String),
+    /// A stop for the turn came during the request, which was dropped unanswered.
+    Dropped,
 }
 
 impl Failure {
@@ -82,6 +84,7 @@ impl Failure {
         match self {
             Failure::Retry { why, .. } => why,
             Failure::ContextTooLong(why) | Failure::Fatal(why) => why,
+            Failure::Dropped => "the request was dropped: a stop for the turn came",
         }
     }
 }

@@ -73,7 +73,10 @@ impl<H: Host> Agent<H> {
         let mut client = mcp::Client {
             host: &mut self.host,
             sessions: &mut self.mcp,
-            meanwhile: &mut |messages| arrived.add(messages),
+            meanwhile: &mut |messages| {
+                arrived.add(messages);
+                Heard::GoOn
+            },
         };
         match client.call_tool(&server, &tool, arguments) {
             Ok(output) => Some(output),

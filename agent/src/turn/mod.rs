@@ -32,7 +32,7 @@ use crate::conversations::{self, Conversation, Room, Subscriptions, Surfaces};
 use crate::fairness::{self, Starts};
 use crate::goals::{self, Goal, Goals};
 use crate::history::{self, Entry, History};
-use crate::host::{Event, Host, Posted};
+use crate::host::{Event, Heard, Host, Posted};
 use crate::mcp;
 use crate::message::{HttpRequest, Incoming, Outgoing, Tier, shorten, valid_id};
 use crate::provider::{self, Failure, Reply, Usage};
@@ -1059,7 +1059,10 @@ impl<H: Host> Agent<H> {
         let mut client = mcp::Client {
             host: &mut self.host,
             sessions: &mut self.mcp,
-            meanwhile: &mut |messages| arrived.add(messages),
+            meanwhile: &mut |messages| {
+                arrived.add(messages);
+                Heard::GoOn
+            },
         };
         let servers = config.mcp_servers.iter();
         for server in servers.filter(|s| s.tools.values().any(|tiers| tiers.contains(&tier))) {
@@ -1343,6 +1346,16 @@ impl<H: Host> Agent<H> {
                 }
                 // The request is made again after the restart; this one is not reported.
                 Err(None) => return Asked::Shutdown,
+                Err(Some(Failure::Dropped)) => {
+                    let why = Some(Failure::Dropped.words().to_string());
+                    self.add_model_step(config, turn, start_ms, (Usage::default(), None), why);
+                    // The stop is weighed now (who may stop this turn); one refused asks again.
+                    self.take_arrived();
+                    if self.stop_asked {
+                        return Asked::End("I stopped, as you asked.".into(), Some(Stopped::Stop));
+                    }
+                    continue;
+                }
                 Err(Some(failure)) => failure,
             };
             let why = Some(failure.words().to_string());
@@ -1418,7 +1431,13 @@ impl<H: Host> Agent<H> {
                 lines
             },
             // In the file before the host waits again; kept by the next wait, or after the step.
-            &mut |messages| arrived.add(messages),
+            // A stop for this turn drops the request at once: the rest of the answer could call
+            // a tool (a deploy), and none that comes after a stop may run.
+            &mut |messages| {
+                let stop = messages.iter().any(|m| stops_turn(m, &id));
+                arrived.add(messages);
+                if stop { Heard::Drop } else { Heard::GoOn }
+            },
         );
         if !self.progress.pending.is_empty() {
             // The rest of the text goes now, keeping the batching interval.
@@ -1450,6 +1469,7 @@ impl<H: Host> Agent<H> {
                 }))
             }
             Posted::Stopped => Err(None),
+            Posted::Dropped => Err(Some(Failure::Dropped)),
         }
     }
 
@@ -1735,6 +1755,13 @@ impl<H: Host> Agent<H> {
             eprintln!("agent: {e}");
         }
     }
+}
+
+/// Whether `message` asks to stop the turn `turn`: such a message drops the turn's model request
+/// before the agent weighs whether its sender may stop it (`obey_stop`); a refused one only costs
+/// the request again.
+fn stops_turn(message: &Incoming, turn: &str) -> bool {
+    message.kind() == "stop" && message.body["turn"].as_str() == Some(turn)
 }
 
 /// `body` for each of `audience`, with `for` (its person), `room` and `turn` (the id of the

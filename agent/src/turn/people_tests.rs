@@ -920,6 +920,37 @@ fn history(path: &Path) -> History {
 }
 
 #[test]
+fn a_stop_from_someone_who_may_not_give_it_costs_the_request_once_and_the_turn_goes_on() {
+    let data = world(CONFIG);
+    // Bob's stop of Ann's turn comes while its request streams: it is dropped before the stop
+    // is weighed, then refused, and the request is made again.
+    let stop = from_person(
+        "m-2",
+        "bob",
+        "member",
+        "web",
+        json!({"type": "stop", "turn": "m-1"}),
+    );
+    let host = ScriptedHost {
+        events: vec![says("m-1", "ann", "member", "hello")].into(),
+        answers: vec![text("Hello, Ann."), text("Hello again, Ann.")].into(),
+        arrivals: vec![(0, stop)],
+        ..ScriptedHost::default()
+    };
+    let host = run_with(&data, host);
+    assert_eq!(host.requests.len(), 2, "the dropped request is made again");
+    let refusal = &replies_of(&host, "error")[0].body;
+    assert_eq!(refusal["request"], "stop");
+    assert!(
+        refusal["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not yours to stop")
+    );
+    assert_eq!(finals_text(&host), ["Hello again, Ann."]);
+}
+
+#[test]
 fn only_the_people_of_a_conversation_stop_its_turn_or_answer_its_question() {
     let data = world(CONFIG);
     let person = |id: &str, who: &str, reply_to: Option<&str>, body: Value| {

@@ -863,28 +863,45 @@ fn a_model_without_a_price_counts_tokens_and_its_cost_is_unknown() {
 }
 
 #[test]
-fn a_stop_ends_the_turn_after_its_current_step_with_what_it_did() {
+fn a_stop_drops_the_model_request_at_once_and_runs_no_tool_call_of_its_answer() {
     let data = world(Some(OPENAI));
+    // The stop arrives while the second request streams: the first step's call ran, the second
+    // answer's call (which could have been a deploy) is never read, so never run.
     let stop = from_console("m-2", json!({"type": "stop", "turn": "m-1"}));
     let host = ScriptedHost {
         events: vec![text("m-1", "loop")].into(),
-        answers: (0..5)
-            .map(|n| openai_call(&format!("c{n}"), "list_dir", json!({"path": "/nowhere"})))
-            .collect(),
-        arrivals: vec![(0, stop)],
+        answers: vec![
+            openai_call("c0", "list_dir", json!({"path": "/nowhere"})),
+            openai_call("c1", "note", json!({"text": "deployed"})),
+            openai_text("never asked"),
+        ]
+        .into(),
+        arrivals: vec![(1, stop)],
         ..ScriptedHost::default()
     };
     let mut agent = Agent::new(host, &data, "agent", "2", false);
     agent.run();
     let host = agent.host;
-    assert_eq!(host.requests.len(), 1, "no step after the stop");
+    assert_eq!(host.requests.len(), 2, "no request after the stop");
     let reply = the_final(&host);
     assert_eq!(reply["stopped"], "stop");
     assert!(
         reply["text"].as_str().unwrap().contains("list_dir"),
         "{reply}"
     );
-    assert!(history(&data).open_calls().is_empty());
+    assert!(
+        !data.join("notes.md").exists(),
+        "the call that came after the stop ran"
+    );
+    let history = history(&data);
+    assert!(history.open_calls().is_empty());
+    assert!(
+        !history
+            .entries
+            .iter()
+            .any(|e| matches!(e, Entry::ToolCall { id, .. } if id == "c1")),
+        "the dropped answer's call reached the history"
+    );
 }
 
 #[test]

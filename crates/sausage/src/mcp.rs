@@ -18,6 +18,9 @@ use sausage_core::world::World;
 /// How long the host may take to answer one request (an agent's turn is the longest).
 const PATIENCE: Duration = Duration::from_secs(900);
 
+/// How long the host may take to answer whether it runs, before `sausage mcp` says it does not.
+const PROBE_PATIENCE: Duration = Duration::from_secs(10);
+
 struct Bridge {
     client: reqwest::blocking::Client,
     url: String,
@@ -27,35 +30,78 @@ struct Bridge {
 }
 
 pub fn serve(world: &World) -> Result<ExitCode> {
+    match reach(world) {
+        Ok((client, base, token)) => bridge(client, &base, token),
+        Err(why) => refuse_all(&why),
+    }
+}
+
+/// The running world's host: a client, its base URL and the local token; or, when the world
+/// does not run (or is no world), what to do, in words.
+fn reach(world: &World) -> Result<(reqwest::blocking::Client, String, String), String> {
     if !world.registry_path().is_file() {
-        bail!(
+        return Err(format!(
             "{} is not a world (no {}); give the world's folder with --world",
             world.root().display(),
             sausage_core::world::REGISTRY
-        );
+        ));
     }
-    let not_running = || {
-        format!(
-            "the world in {} is not running with its web console; start it with `sausage run {}` \
-             (without --no-web), then start `sausage mcp` again",
-            world.root().display(),
-            world.root().display()
-        )
-    };
-    let address = std::fs::read_to_string(world.web_address_path()).with_context(not_running)?;
-    let token = readers::local_token(world).with_context(not_running)?;
+    let not_running = format!(
+        "the world in {} is not running with its web console; start it with `sausage run {}` \
+         (without --no-web), then start `sausage mcp` again",
+        world.root().display(),
+        world.root().display()
+    );
+    let address =
+        std::fs::read_to_string(world.web_address_path()).map_err(|_| not_running.clone())?;
+    let token = readers::local_token(world).map_err(|_| not_running.clone())?;
     let client = reqwest::blocking::Client::builder()
         .timeout(PATIENCE)
-        .build()?;
+        .build()
+        .map_err(|e| format!("cannot make an HTTP client: {e}"))?;
     let base = format!("http://{}", address.trim());
     let probe = client
         .get(format!("{base}/status"))
         .bearer_auth(&token)
-        .timeout(Duration::from_secs(10))
+        .timeout(PROBE_PATIENCE)
         .send();
     if !probe.is_ok_and(|r| r.status().is_success()) {
-        bail!(not_running());
+        return Err(not_running);
     }
+    Ok((client, base, token))
+}
+
+/// Without a world to carry them to, every request (`initialize` first) is answered with a
+/// JSON-RPC error saying why, which the client shows, rather than a closed pipe; the same words
+/// go to stderr. Ends, failing, when the client closes stdin.
+fn refuse_all(why: &str) -> Result<ExitCode> {
+    eprintln!("sausage mcp: {why}");
+    let mut stdout = std::io::stdout();
+    for line in BufReader::new(std::io::stdin()).lines() {
+        let line = line.context("reading stdin")?;
+        let id = serde_json::from_str::<serde_json::Value>(&line)
+            .ok()
+            .and_then(|m| m.get("id").cloned());
+        // A notification gets no answer, by JSON-RPC's rules.
+        if let Some(id) = id {
+            let error = error_answer(id, &format!("sausage mcp: {why}"));
+            writeln!(stdout, "{error}").and_then(|()| stdout.flush())?;
+        }
+    }
+    Ok(ExitCode::FAILURE)
+}
+
+/// A JSON-RPC error answer to the request `id` (code -32603, an internal error).
+fn error_answer(id: serde_json::Value, message: &str) -> String {
+    serde_json::json!({
+        "jsonrpc": "2.0", "id": id,
+        "error": {"code": -32603, "message": message},
+    })
+    .to_string()
+}
+
+/// Carries stdin's messages to the host at `base` until stdin ends, then ends the session.
+fn bridge(client: reqwest::blocking::Client, base: &str, token: String) -> Result<ExitCode> {
     let bridge = Arc::new(Bridge {
         client,
         url: format!("{base}/mcp"),
@@ -102,13 +148,7 @@ impl Bridge {
                 .ok()
                 .and_then(|m| m.get("id").cloned());
             match id {
-                Some(id) => self.write(
-                    &serde_json::json!({
-                        "jsonrpc": "2.0", "id": id,
-                        "error": {"code": -32603, "message": format!("sausage mcp: {e:#}")},
-                    })
-                    .to_string(),
-                ),
+                Some(id) => self.write(&error_answer(id, &format!("sausage mcp: {e:#}"))),
                 None => eprintln!("sausage mcp: {e:#}"),
             }
         }

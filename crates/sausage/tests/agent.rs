@@ -74,6 +74,43 @@ fn the_unconfigured_agent_and_a_provider_error_answer_in_words() {
     );
 }
 
+/// Less than the first retry's wait (1 s, then 2 s and 4 s): a refused connection is not retried.
+const NOT_RETRIED_WITHIN: Duration = Duration::from_secs(3);
+
+#[test]
+fn a_base_url_where_nothing_listens_is_named_and_not_retried() {
+    // A port that was free a moment ago: nothing listens there.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let base_url = format!("http://{closed}");
+    let world = TestWorld::new();
+    world.install_agent(Some(
+        json!({"api": "openai-responses", "base_url": base_url, "model": "test-model"}),
+    ));
+    world.give_agent_credentials(&base_url, "openai-responses");
+    let mut host = world.run();
+    let answer = ask(&mut host, "are you there?");
+    assert!(
+        answer.contains(&format!("nothing listens at {closed}")) && answer.contains("base URL"),
+        "{answer}"
+    );
+    assert!(
+        !answer.contains("Closed") && !answer.contains("busy"),
+        "{answer}"
+    );
+    // Timed once the agent runs: the same words again, without the waits of a retry.
+    let asked = std::time::Instant::now();
+    let again = ask(&mut host, "and now?");
+    assert_eq!(again, answer);
+    assert!(
+        asked.elapsed() < NOT_RETRIED_WITHIN,
+        "{:?}",
+        asked.elapsed()
+    );
+}
+
 #[test]
 fn replies_never_start_turns_and_other_actors_messages_stay_in_their_own_conversation() {
     let fake = FakeLlm::start();
@@ -617,6 +654,45 @@ fn a_stop_ends_the_running_turn_after_its_step() {
     assert_eq!(reply["stopped"], "stop", "{reply}");
     assert_eq!(reply["turn"], turn.as_str());
     assert_eq!(fake.requests().len(), 1, "no step after the stop");
+}
+
+/// The pause between two events of the slow answer a stop cuts: its 40 words take some 6 s.
+const SLOW_EVENT_DELAY: Duration = Duration::from_millis(150);
+
+/// How soon after a stop the turn must have ended (DESIGN §27: at once).
+const STOP_WITHIN: Duration = Duration::from_secs(1);
+
+#[test]
+fn a_stop_drops_the_model_request_within_a_second_and_its_later_tool_call_never_runs() {
+    let fake = FakeLlm::start();
+    let words = ["I will deploy it now, word by word."; 5].join(" ");
+    fake.push_openai(openai::reply(vec![
+        openai::message(&words),
+        openai::function_call(
+            "write_file",
+            json!({"path": "/data/deployed.txt", "content": "deployed"}),
+        ),
+    ]));
+    fake.set_event_delay(SLOW_EVENT_DELAY);
+    let world = world_with_agent(&fake, "openai-responses");
+    let mut host = world.run();
+    host.send("deploy it");
+    let progress = host.wait_for("the answer's first words", |m| m.body["type"] == "progress");
+    let turn = progress.body["turn"].as_str().unwrap().to_string();
+    let asked = std::time::Instant::now();
+    host.tell("agent", json!({"type": "stop", "turn": turn}));
+    let reply = final_reply(&mut host);
+    let took = asked.elapsed();
+    assert!(took < STOP_WITHIN, "the stop took {took:?}: {reply}");
+    assert_eq!(reply["stopped"], "stop", "{reply}");
+    assert_eq!(reply["turn"], turn.as_str());
+    // The whole answer, its call last, would have come by now had the request gone on.
+    std::thread::sleep(SLOW_EVENT_DELAY * 60);
+    assert!(
+        !world.path("private/agent/data/deployed.txt").exists(),
+        "the tool call that came after the stop ran"
+    );
+    assert_eq!(fake.requests().len(), 1, "no request after the stop");
 }
 
 #[test]

@@ -119,7 +119,7 @@ fn at_a_terminal_the_prompt_follows_the_turn_and_ctrl_c_stops_it_before_the_worl
     // A text to the agent starts a turn: the crasher answers it with an error, which is not
     // the turn's final reply, so the turn still runs.
     screen.type_keys("hello\r");
-    screen.wait_for(r#"unknown type \"text\""#);
+    screen.wait_for(r#"[agent] error: unknown type "text""#);
     screen.wait_for("working> ");
 
     // Tab completes a command and an actor id.
@@ -140,7 +140,7 @@ fn at_a_terminal_the_prompt_follows_the_turn_and_ctrl_c_stops_it_before_the_worl
 
     screen.type_keys("\x03");
     screen.wait_for("stopping the turn; press Ctrl-C again to stop the world");
-    screen.wait_for(r#"unknown type \"stop\""#);
+    screen.wait_for(r#"[agent] error: unknown type "stop""#);
     screen.wait_for("working> ");
     screen.type_keys("\x03");
     screen.wait_for("sausage: stopping every actor");
@@ -155,6 +155,26 @@ fn at_a_terminal_the_prompt_follows_the_turn_and_ctrl_c_stops_it_before_the_worl
             && lines[2] == "red",
         "the lines typed are kept: {history}"
     );
+}
+
+#[test]
+fn at_a_terminal_an_error_reply_is_words_and_broken_json_is_refused_where_it_breaks() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    let mut screen = Screen::start(&world.root);
+    screen.wait_for("sausage> ");
+
+    // A line that starts with `{` was meant as JSON: it is refused, not sent as text.
+    screen.type_keys("{\"type\": \"ping\"\r");
+    screen.wait_for("not JSON: EOF while parsing an object at line 1 column 15");
+
+    // The scheduler's refusal reads as words, and names the cron field that is wrong.
+    let schedule = json!({"type": "schedule", "cron": "0 25 * * *", "to": "echo",
+        "body": {"type": "ping"}});
+    screen.type_keys(&format!("@scheduler {schedule}\r"));
+    screen.wait_for(r#"[scheduler] error: `cron` "0 25 * * *": the hour field `25` is wrong"#);
+    screen.type_keys("/quit\r");
+    assert!(screen.wait_exit().success());
 }
 
 /// `sausage run` on a pseudo-terminal: keys typed in, the screen's bytes (escape codes

@@ -160,6 +160,8 @@ fn over_http_each_call_acts_for_the_tokens_person_and_their_tier() {
         .as_array()
         .unwrap_or_else(|| panic!("{as_ann}"));
     assert_eq!(results[0]["isError"], false);
+    // The session's end is a 204 the SDK takes without a warning (it warned at a 202).
+    assert_eq!(as_ann["warnings"], json!([]), "{as_ann}");
     assert_eq!(
         results[1]["isError"], true,
         "a member may not roll back the owner's echo"
@@ -196,10 +198,15 @@ fn over_http_each_call_acts_for_the_tokens_person_and_their_tier() {
         "transport": "http", "url": format!("http://{}/mcp", web.addr),
         "steps": [{"list_tools": true}],
     }));
+    // The SDK shows the refusal's own words, and the 401 names its scheme.
+    let refusal = no_token["error"].as_str().unwrap();
     assert!(
-        no_token["error"].as_str().unwrap().contains("401"),
+        refusal.contains("401") && refusal.contains("sausage people token"),
         "{no_token}"
     );
+    let refused = support::http::request(&web.addr, "POST", "/mcp", &[], b"{}");
+    assert_eq!(refused.status, 401);
+    assert_eq!(refused.header("www-authenticate"), Some("Bearer"));
     for wrong in ["nonsense", &format!("{ann}x")] {
         let refused = http(&web, wrong, json!([{"list_tools": true}]));
         assert!(
@@ -336,6 +343,15 @@ fn sausage_mcp_says_what_to_do_when_the_world_does_not_run() {
     );
     let nowhere = sausage(&["mcp", "--world", "/nonexistent/world"]);
     assert!(text(&nowhere.stderr).contains("is not a world"));
+    // The SDK's client gets the same words as the answer to its `initialize`, not a closed pipe.
+    let client = stdio(&world, json!([]));
+    let error = client["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{client}"));
+    assert!(
+        error.contains("is not running") && error.contains("sausage run"),
+        "{client}"
+    );
 }
 
 fn crate_files(greeting: &str) -> Value {

@@ -726,6 +726,20 @@ enum Command {
     Error(String),
 }
 
+/// A text that starts with `{` was meant as JSON: one that does not parse is refused with the
+/// parser's position rather than sent as text.
+fn looks_like_json(text: &str) -> Result<(), String> {
+    if !text.starts_with('{') {
+        return Ok(());
+    }
+    serde_json::from_str::<Value>(text).map(drop).map_err(|e| {
+        format!(
+            "this starts with `{{` but is not JSON: {e}; fix it, or write text that does not \
+             start with `{{`"
+        )
+    })
+}
+
 /// Understands a line. A plain line goes to the agent: as the answer while its `question` is
 /// open (DESIGN §12), as a text otherwise.
 fn command(line: &str, question: Option<&str>) -> Command {
@@ -743,11 +757,17 @@ fn command(line: &str, question: Option<&str>) -> Command {
         if text.is_empty() {
             return Command::Error(format!("@{to}: say what to send, as JSON or text"));
         }
+        if let Err(e) = looks_like_json(text) {
+            return Command::Error(format!("@{to}: {e}"));
+        }
         let body = match serde_json::from_str::<Value>(text) {
             Ok(body @ Value::Object(_)) => body,
             _ => json!({"type": "text", "text": text}),
         };
         return Command::Send { to, body };
+    }
+    if let Err(e) = looks_like_json(line) {
+        return Command::Error(e);
     }
     let Some(rest) = line.strip_prefix('/') else {
         return match question {
@@ -945,6 +965,14 @@ mod tests {
             ("/deploy x dir maybe", "not a shadow run; give same"),
             ("/rewind m-1 m-2", "usage"),
             ("/deploy x dir same more", "usage"),
+            (
+                "{\"type\": \"ping\"",
+                "not JSON: EOF while parsing an object at line 1 column 15",
+            ),
+            (
+                "@echo {\"type\": ping}",
+                "@echo: this starts with `{` but is not JSON: expected value at line 1 column 10",
+            ),
         ] {
             match command(line, None) {
                 Command::Error(e) => assert!(e.contains(expect), "{line}: {e}"),

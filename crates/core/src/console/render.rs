@@ -1,7 +1,8 @@
 //! How the console shows the messages it gets. Scripts see every message as one line
 //! (`[from] (reply) {json}` or `[from] text`), the format tests and scripts parse. A person at a
 //! terminal sees the agent's turns as they happen (DESIGN §12): the streamed text on lines of
-//! its own, one line per tool, the final reply once, and what the turn cost.
+//! its own, one line per tool, the final reply once, and what the turn cost; an error reply in
+//! words (`[scheduler] error: …`).
 //! Every decision here is a plain function of the messages in order: no terminal, no clock.
 
 use std::collections::HashMap;
@@ -156,6 +157,11 @@ impl Renderer {
                 lines
             }
             (Some("text"), Some(turn)) => self.final_reply(from, reply, &turn, body),
+            (Some("error"), _) if error_words(&body).is_some() => {
+                let mut lines = self.end_block();
+                lines.extend(error_words(&body).map(|words| format!("[{from}] error: {words}")));
+                lines
+            }
             (Some("actors"), _) if from == "broker" && body["actors"].is_array() => {
                 let mut lines = self.end_block();
                 lines.extend(actors_table(&body));
@@ -304,6 +310,17 @@ fn cut_point(text: &str, room: usize) -> usize {
 }
 
 /// A question of the agent: its text, its choices, and what the next line does.
+/// An error reply as a person reads it: its `reason`, further lines indented below. `None` when
+/// the error carries more than `type`, `reason` and `request`: then all of it is shown as JSON.
+fn error_words(body: &Value) -> Option<String> {
+    let fields = body.as_object()?;
+    let plain = fields
+        .keys()
+        .all(|k| matches!(k.as_str(), "type" | "reason" | "request"));
+    let reason = body["reason"].as_str().filter(|_| plain)?;
+    Some(reason.trim_end().replace('\n', "\n  "))
+}
+
 fn question(from: &str, body: &Value) -> Vec<String> {
     let text = body["text"].as_str().unwrap_or("");
     let mut lines = vec![format!("[{from}] asks: {}", text.replace('\n', "\n    "))];
@@ -596,6 +613,23 @@ mod tests {
             ),
             "[agent] asks: Which colour?\n  choices: red · blue\n  (the next line you type is \
              the answer)"
+        );
+    }
+
+    #[test]
+    fn an_error_reply_is_words_for_a_person() {
+        let screen = screen(
+            80,
+            &[
+                json!({"type": "error", "request": "schedule", "reason": "cron: bad hour"}),
+                json!({"type": "error", "reason": "first\nsecond"}),
+                json!({"type": "error", "reason": "with more", "report": {"ok": false}}),
+            ],
+        );
+        assert_eq!(
+            screen,
+            "[agent] error: cron: bad hour\n[agent] error: first\n  second\n[agent] (reply) \
+             {\"reason\":\"with more\",\"report\":{\"ok\":false},\"type\":\"error\"}"
         );
     }
 

@@ -510,18 +510,51 @@ fn parse_cron(cron: &str) -> Result<croner::Cron, String> {
             }
         }
     }
-    croner::parser::CronParser::builder()
-        .seconds(croner::parser::Seconds::Disallowed)
-        .year(croner::parser::Year::Disallowed)
-        .build()
-        .parse(cron)
-        .map_err(|e| {
-            format!(
+    let parse = |pattern: &str| {
+        croner::parser::CronParser::builder()
+            .seconds(croner::parser::Seconds::Disallowed)
+            .year(croner::parser::Year::Disallowed)
+            .build()
+            .parse(pattern)
+    };
+    parse(cron).map_err(|e| {
+        // The library's words ("Number out of bounds") name no field: each field is tried
+        // alone, the others `*`, and the first one refused is named with what it takes instead.
+        let fields: Vec<&str> = cron.split_whitespace().collect();
+        let wrong = (fields.len() == CRON_FIELDS.len())
+            .then(|| {
+                (0..fields.len()).find(|&n| {
+                    let mut alone = ["*"; 5];
+                    alone[n] = fields[n];
+                    parse(&alone.join(" ")).is_err()
+                })
+            })
+            .flatten();
+        match wrong {
+            Some(n) => {
+                let (name, takes) = CRON_FIELDS[n];
+                format!(
+                    "`cron` {cron:?}: the {name} field `{}` is wrong; it takes {takes} (a \
+                     pattern is {FIELDS}, such as \"*/15 * * * *\" or \"0 9 * * MON-FRI\")",
+                    fields[n]
+                )
+            }
+            None => format!(
                 "`cron` {cron:?} is not a valid pattern ({e}); a pattern has 5 fields \
                  ({FIELDS}), such as \"*/15 * * * *\" or \"0 9 * * MON-FRI\""
-            )
-        })
+            ),
+        }
+    })
 }
+
+/// The five fields of a cron pattern in order: each one's name and what it takes.
+const CRON_FIELDS: [(&str, &str); 5] = [
+    ("minute", "0-59"),
+    ("hour", "0-23"),
+    ("day-of-month", "1-31"),
+    ("month", "1-12 or JAN-DEC"),
+    ("day-of-week", "0-7 or SUN-SAT (0 and 7 are Sunday)"),
+];
 
 fn parse_tz(tz: &str) -> Result<chrono_tz::Tz, String> {
     chrono_tz::Tz::from_str(tz).map_err(|_| {
@@ -897,8 +930,22 @@ mod tests {
             ),
             (json!({"cron": "0 9 * *"}), "has 4 fields; a pattern has 5"),
             (json!({"cron": "0 0 9 * * *"}), "has 6 fields; use 5"),
-            (json!({"cron": "0 25 * * *"}), "not a valid pattern"),
-            (json!({"cron": "banana * * * *"}), "not a valid pattern"),
+            (
+                json!({"cron": "0 25 * * *"}),
+                "the hour field `25` is wrong; it takes 0-23 (a pattern is minute,",
+            ),
+            (
+                json!({"cron": "banana * * * *"}),
+                "the minute field `banana` is wrong",
+            ),
+            (
+                json!({"cron": "0 9 * 13 *"}),
+                "the month field `13` is wrong",
+            ),
+            (
+                json!({"cron": "0 9 * * 8"}),
+                "the day-of-week field `8` is wrong",
+            ),
             (json!({"cron": 9}), "must be a string of 5 fields"),
             (json!({"cron": "0 0 30 2 *"}), "never matches"),
             (

@@ -20,12 +20,14 @@ step. Steps run in order on one initialized session, each giving one result:
     {"list_resource_templates": true} {"resourceTemplates": [{"uriTemplate", "name", "mimeType"}]}
     {"read_resource": URI}            {"contents": [{"uri", "mimeType", "text" or "blob"}]}
 
-Prints `{"results": [...]}` and exits 0; on any exception prints `{"error": "<type>: <message>",
-"results": [what came before]}` and exits 2. An HTTP error status met on the way (a 401 for a
+Prints `{"results": [...], "warnings": [...]}` and exits 0; on any exception prints `{"error":
+"<type>: <message>", "results": [what came before], "warnings": [...]}` and exits 2. `warnings`
+are what the SDK logged at WARNING or above (such as "Session termination failed: 202"). An HTTP error status met on the way (a 401 for a
 refused token) is named in the error. The server's stderr (stdio) passes through to ours.
 """
 
 import json
+import logging
 import sys
 from contextlib import asynccontextmanager
 
@@ -141,16 +143,29 @@ def describe(error):
     return f"{type(error).__name__}: {error}"
 
 
+class Kept(logging.Handler):
+    """Keeps the messages the SDK logs, for the script's `warnings`."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
 def main():
     text = open(sys.argv[1]).read() if len(sys.argv) > 1 else sys.stdin.read()
     results, http_errors, at = [], [], ["connecting"]
+    warnings = Kept()
+    logging.getLogger("mcp").addHandler(warnings)
     try:
         anyio.run(run, json.loads(text), results, http_errors, at)
     except BaseException as error:  # noqa: BLE001 — every failure is reported as JSON
         message = f"{describe(error)} ({'; '.join([*http_errors, 'at ' + at[0]])})"
-        print(json.dumps({"error": message, "results": results}))
+        print(json.dumps({"error": message, "results": results, "warnings": warnings.messages}))
         sys.exit(2)
-    print(json.dumps({"results": results}))
+    print(json.dumps({"results": results, "warnings": warnings.messages}))
 
 
 if __name__ == "__main__":

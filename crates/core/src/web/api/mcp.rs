@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
@@ -31,7 +31,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler, schemars, tool, tool_handler, t
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{App, Person, ask, refuse};
+use super::{App, Person, ask};
 use crate::message::ActorId;
 use crate::people::People;
 use crate::people::readers::{Reader, reader_of};
@@ -69,7 +69,8 @@ pub fn service(app: Arc<App>) -> StreamableHttpService<Mcp, LocalSessionManager>
 }
 
 /// Lets in a request whose `Authorization: Bearer` token is a person's (theirs) or the host's
-/// local one (the console's person); refuses any other with 401 and what to do.
+/// local one (the console's person); refuses any other with [`unauthorized`]. A session's end
+/// (`DELETE`) is answered 204, as MCP clients expect, where the server library says 202.
 pub async fn authenticate(
     State(app): State<Arc<App>>,
     mut request: Request,
@@ -97,15 +98,35 @@ pub async fn authenticate(
     .ok()
     .flatten();
     let Some(person) = person else {
-        return refuse(
-            StatusCode::UNAUTHORIZED,
-            "MCP needs a person's bearer token: an owner makes one with `sausage people token \
-             ID`; send it as `Authorization: Bearer <token>`",
-        );
+        return unauthorized();
     };
+    let ends_session = request.method() == Method::DELETE;
     request.extensions_mut().insert(Caller(person));
-    next.run(request).await
+    let mut response = next.run(request).await;
+    // The official SDKs take only 200 or 204 for a session's end, and warn at every other.
+    if ends_session && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
 }
+
+/// The 401 of a request without a person's token: `WWW-Authenticate: Bearer` (RFC 6750) and, as
+/// the body, a JSON-RPC error, which an MCP client shows as the request's error (a plain body
+/// only becomes "Server returned an error response").
+fn unauthorized() -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": null, "error": {
+        "code": UNAUTHORIZED_CODE,
+        "message": "MCP needs a person's bearer token: an owner makes one with `sausage people \
+                    token ID`; send it as `Authorization: Bearer <token>`",
+    }});
+    let mut response = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+/// The JSON-RPC error code of a refused token: one of the codes JSON-RPC leaves to servers.
+const UNAUTHORIZED_CODE: i64 = -32001;
 
 #[derive(Clone)]
 pub struct Mcp {
