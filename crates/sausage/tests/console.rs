@@ -157,6 +157,38 @@ fn at_a_terminal_the_prompt_follows_the_turn_and_ctrl_c_stops_it_before_the_worl
     );
 }
 
+#[test]
+fn at_a_terminal_ctrl_c_clears_a_half_line_and_on_an_empty_line_asks_before_it_stops_the_world() {
+    let world = TestWorld::new();
+    let mut screen = Screen::start(&world.root);
+    screen.wait_for("sausage> ");
+
+    screen.type_keys("half a line\x03");
+    screen.wait_for("sausage> ");
+    // The world still runs: the next line is read and answered.
+    screen.type_keys("/list\r");
+    screen.wait_for("actors");
+    let shown = screen.everything();
+    assert!(
+        !shown.contains("stop the world") && !shown.contains("undeliverable"),
+        "a cleared line is neither sent nor a step toward stopping:\n{shown}"
+    );
+
+    screen.type_keys("\x03");
+    screen.wait_for("press Ctrl-C again or type /quit to stop the world");
+    // A line typed in between starts over: the next Ctrl-C asks again.
+    screen.type_keys("/list\r");
+    screen.wait_for("actors");
+    screen.type_keys("\x03");
+    screen.wait_for("press Ctrl-C again or type /quit to stop the world");
+    screen.type_keys("\x03");
+    screen.wait_for("sausage: stopping every actor");
+    assert!(screen.wait_exit().success());
+
+    let history = world.read("private/console/data/history");
+    assert_eq!(history, "/list\n", "a cleared line is not kept");
+}
+
 /// `sausage run` on a pseudo-terminal: keys typed in, the screen's bytes (escape codes
 /// included) read out.
 struct Screen {
@@ -214,6 +246,11 @@ impl Screen {
             output,
             seen: 0,
         }
+    }
+
+    /// Everything the screen showed so far.
+    fn everything(&self) -> String {
+        String::from_utf8_lossy(&self.output.0.lock().unwrap()).into_owned()
     }
 
     fn type_keys(&mut self, keys: &str) {

@@ -4,7 +4,7 @@
 //! broker like any actor: it sends through the router and reads its own mailbox. Scripts drive
 //! it on stdin (`run`) with `/sleep` and `/await` and see every message as one line; a person at
 //! a terminal (`run_terminal`) gets a line editor, the agent's turns shown as they happen, and
-//! Ctrl-C to stop a turn. End of input ends the run like `/quit`.
+//! Ctrl-C to clear a line, stop a turn, or (asked twice) the world. End of input ends the run like `/quit`.
 
 pub mod render;
 mod terminal;
@@ -94,7 +94,8 @@ const LINES_HELP: &str = "\
 
 /// What keys do at a terminal, for `/help`.
 const KEYS_HELP: &str = "\
-Ctrl-C              stop the agent's turn; pressed again, or when no turn runs, stop the world
+Ctrl-C              clear the line; on an empty line stop the agent's turn, or when no turn
+                    runs ask to stop the world; pressed again, stop it
 Tab                 complete a command, an actor id, a folder or an answer's choice";
 
 /// The column where `/help` describes each command.
@@ -161,7 +162,7 @@ pub async fn run(broker: Arc<Broker>, input: impl AsyncBufRead + Unpin) -> End {
 }
 
 /// Runs the console for a person at a terminal until `/quit`, Ctrl-D, or a Ctrl-C that stops
-/// the world (see [`Turns::interrupt`]). Lines typed are kept in the world's console history.
+/// the world (see [`Turns::interrupt`]); a Ctrl-C on a half-typed line only clears it. Lines typed are kept in the world's console history.
 pub async fn run_terminal(broker: Arc<Broker>) -> Result<End> {
     let prompt = LivePrompt::new();
     let known = Arc::new(Mutex::new(Known::default()));
@@ -186,8 +187,13 @@ pub async fn run_terminal(broker: Arc<Broker>) -> Result<End> {
         };
         let command = match input {
             Input::Line(line) => {
+                console.turns(Turns::typed);
                 console.refresh_ids();
                 console.command(&line)
+            }
+            Input::Cleared => {
+                console.turns(Turns::typed);
+                continue;
             }
             Input::Interrupted => match console.interrupt().await {
                 Some(end) => break end,
@@ -440,6 +446,11 @@ impl Console {
     async fn interrupt(&self) -> Option<End> {
         match self.turns(Turns::interrupt) {
             Interrupt::Quit => Some(End::Quit),
+            Interrupt::Ask => {
+                self.out
+                    .line("press Ctrl-C again or type /quit to stop the world");
+                None
+            }
             Interrupt::Stop(turns) => {
                 let agent = ActorId::parse(AGENT).expect("valid id");
                 for turn in turns {

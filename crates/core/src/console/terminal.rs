@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context as _, Result};
@@ -30,7 +30,10 @@ pub const HISTORY_LIMIT: usize = 1_000;
 #[derive(Debug, PartialEq)]
 pub enum Input {
     Line(String),
-    /// Ctrl-C.
+    /// Ctrl-C on a half-typed line: the line is dropped, as in a shell, and nothing else
+    /// happens.
+    Cleared,
+    /// Ctrl-C on an empty line (or while the editor was not reading).
     Interrupted,
     /// Ctrl-D on an empty line, or the terminal went away.
     End,
@@ -150,10 +153,15 @@ pub fn complete(before_cursor: &str, known: &Known) -> Completion {
     starting(0, &mut known.choices.iter().cloned())
 }
 
-/// The editor's helper: completion only.
+/// The editor's helper: completion, and whether a line is half typed.
 struct Helper {
     known: Arc<Mutex<Known>>,
     files: FilenameCompleter,
+    /// Whether the line being edited holds more than blanks: kept by the hinter, which the
+    /// editor asks after every change of the line, and read by [`read_lines`] when a Ctrl-C
+    /// ends the read, since rustyline's `Interrupted` does not say (its key bindings that see
+    /// the line need a feature this build leaves out).
+    half_line: Arc<AtomicBool>,
 }
 
 impl Completer for Helper {
@@ -184,6 +192,13 @@ impl Completer for Helper {
 
 impl Hinter for Helper {
     type Hint = String;
+
+    /// Offers no hint; notes whether the line is half typed.
+    fn hint(&self, line: &str, _: usize, _: &rustyline::Context<'_>) -> Option<String> {
+        self.half_line
+            .store(!line.trim().is_empty(), Ordering::Relaxed);
+        None
+    }
 }
 impl Highlighter for Helper {}
 impl Validator for Helper {}
@@ -312,7 +327,8 @@ impl Terminal {
         std::thread::Builder::new()
             .name("console-editor".into())
             .spawn(move || {
-                let mut editor = match editor(&history, known) {
+                let half_line = Arc::new(AtomicBool::new(false));
+                let mut editor = match editor(&history, known, half_line.clone()) {
                     Ok(editor) => editor,
                     Err(e) => {
                         // The console waits for this answer; if it is gone, nobody needs it.
@@ -326,7 +342,7 @@ impl Terminal {
                         .map_err(anyhow::Error::from)
                         .and_then(|p| Printer::start(Box::new(p))),
                 );
-                read_lines(editor, history, prompt, asked, send);
+                read_lines(editor, history, prompt, half_line, asked, send);
             })
             .context("cannot start the console's editor thread")?;
         let printer = started
@@ -366,7 +382,11 @@ impl Drop for Terminal {
     }
 }
 
-fn editor(history: &History, known: Arc<Mutex<Known>>) -> Result<Editor<Helper, MemHistory>> {
+fn editor(
+    history: &History,
+    known: Arc<Mutex<Known>>,
+    half_line: Arc<AtomicBool>,
+) -> Result<Editor<Helper, MemHistory>> {
     let config = Config::builder()
         .max_history_size(HISTORY_LIMIT)?
         .history_ignore_dups(true)?
@@ -376,6 +396,7 @@ fn editor(history: &History, known: Arc<Mutex<Known>>) -> Result<Editor<Helper, 
     editor.set_helper(Some(Helper {
         known,
         files: FilenameCompleter::new(),
+        half_line,
     }));
     for line in history.lines() {
         editor.add_history_entry(line)?;
@@ -389,11 +410,14 @@ fn read_lines(
     mut editor: Editor<Helper, MemHistory>,
     mut history: History,
     prompt: LivePrompt,
+    half_line: Arc<AtomicBool>,
     asked: std::sync::mpsc::Receiver<()>,
     inputs: mpsc::UnboundedSender<Input>,
 ) {
     let mut warned = false;
     while asked.recv().is_ok() {
+        // Each read starts with an empty line, which the hinter is not asked about.
+        half_line.store(false, Ordering::Relaxed);
         let input = match editor.readline(&prompt) {
             Ok(line) => {
                 if history.add(&line) {
@@ -412,6 +436,9 @@ fn read_lines(
                     }
                 }
                 Input::Line(line)
+            }
+            Err(ReadlineError::Interrupted) if half_line.swap(false, Ordering::Relaxed) => {
+                Input::Cleared
             }
             Err(ReadlineError::Interrupted) => Input::Interrupted,
             Err(ReadlineError::Eof) => Input::End,
