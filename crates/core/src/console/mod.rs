@@ -104,19 +104,25 @@ const HELP_COLUMN: usize = 20;
 /// The text of `/help`.
 fn help() -> String {
     let mut text = format!("{LINES_HELP}\n");
-    let indent = " ".repeat(HELP_COLUMN);
     for command in &COMMANDS {
-        let usage = format!("/{} {}", command.name, command.args);
-        let usage = usage.trim_end();
-        if usage.len() < HELP_COLUMN {
-            text.push_str(&format!("{usage:HELP_COLUMN$}"));
-        } else {
-            text.push_str(&format!("{usage}\n{indent}"));
-        }
-        text.push_str(&command.does.replace('\n', &format!("\n{indent}")));
+        text.push_str(&usage(command));
         text.push('\n');
     }
     text.push_str(KEYS_HELP);
+    text
+}
+
+/// One command's entry in `/help`: how it is typed, then what it does in the second column.
+fn usage(command: &CommandInfo) -> String {
+    let indent = " ".repeat(HELP_COLUMN);
+    let typed = format!("/{} {}", command.name, command.args);
+    let typed = typed.trim_end();
+    let mut text = if typed.len() < HELP_COLUMN {
+        format!("{typed:HELP_COLUMN$}")
+    } else {
+        format!("{typed}\n{indent}")
+    };
+    text.push_str(&command.does.replace('\n', &format!("\n{indent}")));
     text
 }
 
@@ -814,8 +820,8 @@ fn command(line: &str, question: Option<&str>) -> Command {
                 (_, Err(e)) => Command::Error(e),
             }
         }
-        _ if COMMANDS.iter().any(|c| c.name == name) => {
-            Command::Error(format!("/{name}: wrong arguments; usage:\n{}", help()))
+        _ if let Some(info) = COMMANDS.iter().find(|c| c.name == name) => {
+            Command::Error(format!("/{name}: wrong arguments; usage:\n{}", usage(info)))
         }
         _ => {
             let names: Vec<String> = COMMANDS.iter().map(|c| format!("/{}", c.name)).collect();
@@ -956,11 +962,19 @@ mod tests {
             ("/deploy x dir maybe", "not a shadow run; give same"),
             ("/rewind m-1 m-2", "usage"),
             ("/deploy x dir same more", "usage"),
+            ("/deploy", "usage:\n/deploy <actor> <dir> [same|off]\n"),
         ] {
             match command(line, None) {
                 Command::Error(e) => assert!(e.contains(expect), "{line}: {e}"),
                 other => panic!("{line}: {other:?}"),
             }
+        }
+        match command("/deploy", None) {
+            Command::Error(e) => assert!(
+                !e.contains("/list") && !e.contains("Ctrl-C"),
+                "only its own usage, not all of /help: {e}"
+            ),
+            other => panic!("{other:?}"),
         }
     }
 
