@@ -189,6 +189,21 @@ fn at_a_terminal_ctrl_c_clears_a_half_line_and_on_an_empty_line_asks_before_it_s
     assert_eq!(history, "/list\n", "a cleared line is not kept");
 }
 
+#[test]
+fn at_a_terminal_the_login_link_is_printed_before_the_first_prompt() {
+    let world = TestWorld::new();
+    let mut screen = Screen::start_with(&world.root, &["--web", "127.0.0.1:0"]);
+    screen.wait_for("sausage> ");
+    let shown = screen.everything();
+    let link = shown.find("web console: http://");
+    assert!(
+        link.is_some_and(|at| !shown[..at].contains("sausage> ")),
+        "the link comes before the prompt, not over it:\n{shown}"
+    );
+    screen.type_keys("/quit\r");
+    assert!(screen.wait_exit().success());
+}
+
 /// `sausage run` on a pseudo-terminal: keys typed in, the screen's bytes (escape codes
 /// included) read out.
 struct Screen {
@@ -203,12 +218,17 @@ struct Screen {
 
 impl Screen {
     fn start(world: &std::path::Path) -> Screen {
+        Screen::start_with(world, &["--no-web"])
+    }
+
+    /// `sausage run WORLD ARGS…`.
+    fn start_with(world: &std::path::Path, args: &[&str]) -> Screen {
         let (master, terminal) = open_pty();
         let mut command = Command::new(env!("CARGO_BIN_EXE_sausage"));
         command
             .arg("run")
             .arg(world)
-            .arg("--no-web")
+            .args(args)
             .env("TERM", "xterm")
             .stdin(Stdio::from(terminal.try_clone().unwrap()))
             .stdout(Stdio::from(terminal.try_clone().unwrap()))
