@@ -596,15 +596,30 @@ enum Output {
     /// A person's terminal: above the line being typed, the agent's turns rendered.
     Terminal {
         printer: Printer,
-        renderer: Mutex<Renderer>,
+        screen: Mutex<Screen>,
     },
 }
+
+/// What the console printed above the prompt, as far as it knows.
+struct Screen {
+    renderer: Renderer,
+    /// The unfinished line of streamed text drawn as the last row above the prompt, which the
+    /// next print erases and draws again (longer, or finished).
+    live: Option<String>,
+}
+
+/// Moves the cursor up one row, to its start, and erases that row: the live line, once the
+/// editor has cleared its prompt (or, while it does not read, from the row below it).
+const ERASE_LIVE_LINE: &str = "\x1b[1A\r\x1b[2K";
 
 impl Output {
     fn terminal(printer: Printer) -> Output {
         Output::Terminal {
             printer,
-            renderer: Mutex::new(Renderer::new(DEFAULT_WIDTH)),
+            screen: Mutex::new(Screen {
+                renderer: Renderer::new(DEFAULT_WIDTH),
+                live: None,
+            }),
         }
     }
 
@@ -612,13 +627,15 @@ impl Output {
     fn message(&self, from: &ActorId, reply: bool, body: Value) {
         match self {
             Output::Script => Output::script(&script_line(from.as_str(), reply, body)),
-            Output::Terminal { printer, renderer } => {
-                let mut renderer = renderer.lock().expect("renderer lock");
+            Output::Terminal { printer, screen } => {
+                let mut screen = screen.lock().expect("screen lock");
                 // One column is left free: a line that fills the last one makes some
                 // terminals wrap an empty line after it.
-                renderer.width = terminal::width().map_or(DEFAULT_WIDTH, |w| w.saturating_sub(1));
-                let lines = renderer.message(from.as_str(), reply, body);
-                print_lines(printer, lines);
+                screen.renderer.width =
+                    terminal::width().map_or(DEFAULT_WIDTH, |w| w.saturating_sub(1));
+                screen.print(printer, |renderer| {
+                    renderer.message(from.as_str(), reply, body)
+                });
             }
         }
     }
@@ -627,10 +644,13 @@ impl Output {
     fn line(&self, text: &str) {
         match self {
             Output::Script => Output::script(text),
-            Output::Terminal { printer, renderer } => {
-                let mut lines = renderer.lock().expect("renderer lock").end_block();
-                lines.push(text.to_string());
-                print_lines(printer, lines);
+            Output::Terminal { printer, screen } => {
+                let mut screen = screen.lock().expect("screen lock");
+                screen.print(printer, |renderer| {
+                    let mut lines = renderer.end_block();
+                    lines.push(text.to_string());
+                    lines
+                });
             }
         }
     }
@@ -641,14 +661,35 @@ impl Output {
     }
 }
 
-/// Prints lines above the prompt, in one piece so that the prompt is redrawn once.
-fn print_lines(printer: &Printer, lines: Vec<String>) {
-    if lines.is_empty() {
-        return;
+impl Screen {
+    /// Prints the lines `render` gives, then the unfinished streamed line, in one piece so
+    /// that the prompt is redrawn once. The live line drawn last is erased first, since what
+    /// follows it replaces it, unless something else went below it meanwhile: then it stays
+    /// as drawn and the renderer starts anew.
+    fn print(&mut self, printer: &Printer, render: impl FnOnce(&mut Renderer) -> Vec<String>) {
+        if printer.moved() && self.live.take().is_some() {
+            self.renderer.freeze();
+        }
+        let mut lines = render(&mut self.renderer);
+        let partial = self.renderer.partial();
+        if lines.is_empty() && partial == self.live {
+            return;
+        }
+        let erase = if self.live.is_some() {
+            ERASE_LIVE_LINE
+        } else {
+            ""
+        };
+        lines.extend(partial.clone());
+        self.live = partial;
+        if lines.is_empty() {
+            // Nothing replaces the live line: it stays as drawn, which is all it said.
+            return;
+        }
+        let mut text = format!("{erase}{}", lines.join("\n"));
+        text.push('\n');
+        printer.print(text);
     }
-    let mut text = lines.join("\n");
-    text.push('\n');
-    printer.print(text);
 }
 
 /// Replies a console command waits for itself (by the id of its request): they go to the

@@ -162,6 +162,8 @@ struct Helper {
     /// ends the read, since rustyline's `Interrupted` does not say (its key bindings that see
     /// the line need a feature this build leaves out).
     half_line: Arc<AtomicBool>,
+    /// See [`Printer::moved`]: a Tab may list completions below the line.
+    moved: Arc<AtomicBool>,
 }
 
 impl Completer for Helper {
@@ -173,6 +175,7 @@ impl Completer for Helper {
         pos: usize,
         _: &rustyline::Context<'_>,
     ) -> rustyline::Result<(usize, Vec<Pair>)> {
+        self.moved.store(true, Ordering::Relaxed);
         let known = self.known.lock().expect("known lock");
         match complete(&line[..pos], &known) {
             Completion::Words { start, words } => Ok((
@@ -270,10 +273,16 @@ impl History {
 pub struct Printer {
     /// Console → printing thread: text ending in a newline. Dropping it ends the thread.
     texts: std::sync::mpsc::Sender<String>,
+    /// Set by the editor thread when something the console did not print went above the
+    /// prompt (a line typed or cleared, a list of completions); taken by [`Printer::moved`].
+    moved: Arc<AtomicBool>,
 }
 
 impl Printer {
-    fn start(mut printer: Box<dyn ExternalPrinter + Send>) -> Result<Printer> {
+    fn start(
+        mut printer: Box<dyn ExternalPrinter + Send>,
+        moved: Arc<AtomicBool>,
+    ) -> Result<Printer> {
         let (texts, to_print) = std::sync::mpsc::channel::<String>();
         std::thread::Builder::new()
             .name("console-printer".into())
@@ -285,7 +294,13 @@ impl Printer {
                 }
             })
             .context("cannot start the console's printing thread")?;
-        Ok(Printer { texts })
+        Ok(Printer { texts, moved })
+    }
+
+    /// Whether something the console did not print went above the prompt since the last call:
+    /// then the last row the console printed is no longer the one right above the prompt.
+    pub fn moved(&self) -> bool {
+        self.moved.swap(false, Ordering::Relaxed)
     }
 
     pub fn print(&self, text: String) {
@@ -328,7 +343,8 @@ impl Terminal {
             .name("console-editor".into())
             .spawn(move || {
                 let half_line = Arc::new(AtomicBool::new(false));
-                let mut editor = match editor(&history, known, half_line.clone()) {
+                let moved = Arc::new(AtomicBool::new(false));
+                let mut editor = match editor(&history, known, half_line.clone(), moved.clone()) {
                     Ok(editor) => editor,
                     Err(e) => {
                         // The console waits for this answer; if it is gone, nobody needs it.
@@ -340,9 +356,9 @@ impl Terminal {
                     editor
                         .create_external_printer()
                         .map_err(anyhow::Error::from)
-                        .and_then(|p| Printer::start(Box::new(p))),
+                        .and_then(|p| Printer::start(Box::new(p), moved.clone())),
                 );
-                read_lines(editor, history, prompt, half_line, asked, send);
+                read_lines(editor, history, prompt, half_line, moved, asked, send);
             })
             .context("cannot start the console's editor thread")?;
         let printer = started
@@ -386,6 +402,7 @@ fn editor(
     history: &History,
     known: Arc<Mutex<Known>>,
     half_line: Arc<AtomicBool>,
+    moved: Arc<AtomicBool>,
 ) -> Result<Editor<Helper, MemHistory>> {
     let config = Config::builder()
         .max_history_size(HISTORY_LIMIT)?
@@ -397,6 +414,7 @@ fn editor(
         known,
         files: FilenameCompleter::new(),
         half_line,
+        moved,
     }));
     for line in history.lines() {
         editor.add_history_entry(line)?;
@@ -411,6 +429,7 @@ fn read_lines(
     mut history: History,
     prompt: LivePrompt,
     half_line: Arc<AtomicBool>,
+    moved: Arc<AtomicBool>,
     asked: std::sync::mpsc::Receiver<()>,
     inputs: mpsc::UnboundedSender<Input>,
 ) {
@@ -418,7 +437,10 @@ fn read_lines(
     while asked.recv().is_ok() {
         // Each read starts with an empty line, which the hinter is not asked about.
         half_line.store(false, Ordering::Relaxed);
-        let input = match editor.readline(&prompt) {
+        let read = editor.readline(&prompt);
+        // The line typed (or cleared) stays on the screen, above the next prompt.
+        moved.store(true, Ordering::Relaxed);
+        let input = match read {
             Ok(line) => {
                 if history.add(&line) {
                     // Only the editor's own history can refuse, and only a line it holds
