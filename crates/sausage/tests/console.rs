@@ -221,7 +221,7 @@ fn at_a_terminal_the_agents_unfinished_line_is_drawn_as_it_grows_and_never_twice
         ("p3", progress("more.\nThen")),
     ]));
     screen.wait_for("[agent] ld, and");
-    screen.wait_for("\x1b[1A\r\x1b[2K[agent] ld, and more.\r\n        Then");
+    screen.wait_for("\x1b[1A\r\x1b[J[agent] ld, and more.\r\n        Then");
     // The final reply, all of which was streamed, is not printed again.
     let reply = json!({"type": "text", "turn": "m-0",
         "text": "Hello world, and more.\nThen it ended.",

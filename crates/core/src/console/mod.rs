@@ -608,9 +608,13 @@ struct Screen {
     live: Option<String>,
 }
 
-/// Moves the cursor up one row, to its start, and erases that row: the live line, once the
-/// editor has cleared its prompt (or, while it does not read, from the row below it).
-const ERASE_LIVE_LINE: &str = "\x1b[1A\r\x1b[2K";
+/// Erases the live line of `columns` columns from the row below it (where the editor's cleared
+/// prompt starts, or the cursor rests while it does not read): up as many rows as the line
+/// takes on a terminal `width` columns wide, to the row's start, and erase to the screen's end.
+fn erase_live_line(columns: usize, width: usize) -> String {
+    let rows = columns.div_ceil(width.max(1)).max(1);
+    format!("\x1b[{rows}A\r\x1b[J")
+}
 
 impl Output {
     fn terminal(printer: Printer) -> Output {
@@ -675,10 +679,12 @@ impl Screen {
         if lines.is_empty() && partial == self.live {
             return;
         }
-        let erase = if self.live.is_some() {
-            ERASE_LIVE_LINE
-        } else {
-            ""
+        let erase = match &self.live {
+            Some(live) => erase_live_line(
+                unicode_width::UnicodeWidthStr::width(live.as_str()),
+                terminal::width().unwrap_or(DEFAULT_WIDTH),
+            ),
+            None => String::new(),
         };
         lines.extend(partial.clone());
         self.live = partial;
@@ -1017,6 +1023,14 @@ mod tests {
             ),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn the_live_line_is_erased_over_as_many_rows_as_it_takes() {
+        assert_eq!(erase_live_line(12, 80), "\x1b[1A\r\x1b[J");
+        assert_eq!(erase_live_line(80, 80), "\x1b[1A\r\x1b[J", "a full row");
+        assert_eq!(erase_live_line(81, 80), "\x1b[2A\r\x1b[J", "wrapped once");
+        assert_eq!(erase_live_line(0, 0), "\x1b[1A\r\x1b[J");
     }
 
     #[test]
