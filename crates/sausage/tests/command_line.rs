@@ -82,6 +82,23 @@ fn logs_prints_the_rotated_log_then_the_current_one_and_says_what_is_wrong() {
 }
 
 #[test]
+fn status_of_a_stopped_world_says_stopped() {
+    let world = TestWorld::new();
+    world.install("x", "echo");
+    let root = world.root.to_str().unwrap();
+    let out = sausage(&["status", "--world", root]);
+    assert!(out.status.success(), "{out:?}");
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(table.contains("is not running"), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.split_whitespace().take(2).eq(["x", "stopped"])),
+        "{table}"
+    );
+}
+
+#[test]
 fn logs_follow_goes_on_across_a_rotation() {
     let world = TestWorld::new();
     world.install("x", "echo");
