@@ -679,7 +679,8 @@ async fn run(dir: PathBuf, web: Option<SocketAddr>, cluster: Option<Joining>) ->
         dir.display()
     );
     // The web console starts beside the console: a script's first line need not wait for it.
-    // Whether it started (and its link was printed) or not, `said` is dropped.
+    // The web console's task holds `said` and drops it once the login link is printed or the
+    // start failed; that wakes a terminal console, which waits on `web_said` to draw its prompt.
     let (said, web_said) = tokio::sync::oneshot::channel::<()>();
     let web = web.map(|addr| {
         let broker = broker.clone();

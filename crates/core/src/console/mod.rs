@@ -4,7 +4,8 @@
 //! broker like any actor: it sends through the router and reads its own mailbox. Scripts drive
 //! it on stdin (`run`) with `/sleep` and `/await` and see every message as one line; a person at
 //! a terminal (`run_terminal`) gets a line editor, the agent's turns shown as they happen, and
-//! Ctrl-C to clear a line, stop a turn, or (asked twice) the world. End of input ends the run like `/quit`.
+//! Ctrl-C to clear a line, stop a turn, or (pressed twice) stop the world. End of input ends the
+//! run like `/quit`.
 
 pub mod render;
 mod terminal;
@@ -168,7 +169,8 @@ pub async fn run(broker: Arc<Broker>, input: impl AsyncBufRead + Unpin) -> End {
 }
 
 /// Runs the console for a person at a terminal until `/quit`, Ctrl-D, or a Ctrl-C that stops
-/// the world (see [`Turns::interrupt`]); a Ctrl-C on a half-typed line only clears it. Lines typed are kept in the world's console history.
+/// the world (see [`Turns::interrupt`]); a Ctrl-C on a half-typed line only clears it. Lines
+/// typed are kept in the world's console history.
 pub async fn run_terminal(broker: Arc<Broker>) -> Result<End> {
     let prompt = LivePrompt::new();
     let known = Arc::new(Mutex::new(Known::default()));

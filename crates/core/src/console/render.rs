@@ -3,7 +3,8 @@
 //! terminal sees the agent's turns as they happen (DESIGN §12): the streamed text on lines of
 //! its own (the unfinished one as it grows), one line per tool, the final reply once, and what
 //! the turn cost.
-//! Every decision here is a plain function of the messages in order: no terminal, no clock.
+//! Every decision here is a plain function of the messages in order (and of where the screen
+//! moved under the streamed text, [`Renderer::freeze`]): no terminal, no clock.
 
 use std::collections::HashMap;
 
@@ -172,7 +173,7 @@ impl Renderer {
     }
 
     /// The unfinished line of the streamed text, as it would be printed now, if there is one.
-    /// It is never wider than `width` (in characters), so it takes one row of the terminal.
+    /// It is at most `width` characters long.
     pub fn partial(&self) -> Option<String> {
         let block = self.block.as_ref()?;
         let rest = block.partial.trim_end();
