@@ -38,16 +38,26 @@ pub fn print(world: &World, actor: &str, follow: bool) -> Result<ExitCode> {
     let log = world.log_path(&id);
     let mut out = std::io::stdout().lock();
     let rotated = log.with_extension("log.1");
+    let mut printed = 0;
     if let Ok(mut file) = File::open(&rotated) {
-        std::io::copy(&mut file, &mut out).with_context(|| format!("{}", rotated.display()))?;
+        printed +=
+            std::io::copy(&mut file, &mut out).with_context(|| format!("{}", rotated.display()))?;
     }
     // The log is read through one open handle, which follows the file when it is renamed:
     // what is appended to it up to the rotation is read before the new file is opened.
     let mut current = File::open(&log).ok();
     if let Some(file) = current.as_mut() {
-        std::io::copy(file, &mut out).with_context(|| format!("{}", log.display()))?;
+        printed += std::io::copy(file, &mut out).with_context(|| format!("{}", log.display()))?;
     }
     out.flush()?;
+    if printed == 0 {
+        // On stderr, so that what stdout carries is the log and nothing else.
+        let next = if follow { "; waiting for lines" } else { "" };
+        eprintln!(
+            "sausage: {id} has written nothing to its log ({}){next}",
+            log.display()
+        );
+    }
     if !follow {
         return Ok(ExitCode::SUCCESS);
     }

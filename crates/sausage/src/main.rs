@@ -480,9 +480,9 @@ async fn init(
         return Ok(ExitCode::FAILURE);
     }
     println!();
-    println!("The world is ready. Start it with:");
+    println!("The world is ready; this runs it:");
     println!("    sausage run {}", dir.display());
-    println!("then type what you want, for example: make me an actor that counts words");
+    println!("Then type what you want, for example: make me an actor that counts words");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -546,6 +546,7 @@ fn people(world: &World, command: PeopleCommand) -> Result<ExitCode> {
             println!("    {}", login_link(world, &token));
         }
         PeopleCommand::List => {
+            println!("{:<24} {:<7} name", "id", "tier");
             for person in people.list()? {
                 println!(
                     "{:<24} {:<7} {}",
@@ -678,9 +679,13 @@ async fn run(dir: PathBuf, web: Option<SocketAddr>, cluster: Option<Joining>) ->
         dir.display()
     );
     // The web console starts beside the console: a script's first line need not wait for it.
+    // The web console's task holds `said` and drops it once the login link is printed or the
+    // start failed; that wakes a terminal console, which waits on `web_said` to draw its prompt.
+    let (said, web_said) = tokio::sync::oneshot::channel::<()>();
     let web = web.map(|addr| {
         let broker = broker.clone();
         tokio::spawn(async move {
+            let _said = said;
             match sausage_core::web::start(broker, addr).await {
                 Ok(web) => {
                     tracing::info!("web console: {}", web.login_link);
@@ -698,6 +703,9 @@ async fn run(dir: PathBuf, web: Option<SocketAddr>, cluster: Option<Joining>) ->
     // A person at a terminal gets the line editor; anything else (a pipe on either side) is a
     // script, which sees every message as one line.
     let end = if std::io::stdin().is_terminal() && std::io::stdout().is_terminal() {
+        // The login link is printed before the editor draws its first prompt, which a line
+        // printed beside it would land on. The error only says that the sender is gone.
+        let _ = web_said.await;
         // Waits for: the console to end (`/quit`, Ctrl-D, a Ctrl-C when no turn of the agent
         // runs or pressed twice; the console handles Ctrl-C itself), or SIGTERM.
         tokio::select! {

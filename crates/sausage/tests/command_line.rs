@@ -65,6 +65,37 @@ fn logs_prints_the_rotated_log_then_the_current_one_and_says_what_is_wrong() {
             .contains("its actors: x"),
         "the error lists the actors"
     );
+
+    std::fs::remove_file(world.path("actor/x/stderr.log.1")).unwrap();
+    std::fs::write(world.path("actor/x/stderr.log"), "").unwrap();
+    let out = sausage(&["logs", "x", "--world", root]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        out.stdout.is_empty(),
+        "stdout carries only the log: {out:?}"
+    );
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("x has written nothing to its log") && err.contains("stderr.log"),
+        "an empty log says so: {err}"
+    );
+}
+
+#[test]
+fn status_of_a_stopped_world_says_stopped() {
+    let world = TestWorld::new();
+    world.install("x", "echo");
+    let root = world.root.to_str().unwrap();
+    let out = sausage(&["status", "--world", root]);
+    assert!(out.status.success(), "{out:?}");
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(table.contains("is not running"), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.split_whitespace().take(2).eq(["x", "stopped"])),
+        "{table}"
+    );
 }
 
 #[test]

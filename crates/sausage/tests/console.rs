@@ -158,6 +158,111 @@ fn at_a_terminal_the_prompt_follows_the_turn_and_ctrl_c_stops_it_before_the_worl
 }
 
 #[test]
+fn at_a_terminal_ctrl_c_clears_a_half_line_and_on_an_empty_line_asks_before_it_stops_the_world() {
+    let world = TestWorld::new();
+    let mut screen = Screen::start(&world.root);
+    screen.wait_for("sausage> ");
+
+    screen.type_keys("half a line\x03");
+    screen.wait_for("sausage> ");
+    // The world still runs: the next line is read and answered.
+    screen.type_keys("/list\r");
+    screen.wait_for("actors");
+    let shown = screen.everything();
+    assert!(
+        !shown.contains("stop the world") && !shown.contains("undeliverable"),
+        "a cleared line is neither sent nor a step toward stopping:\n{shown}"
+    );
+
+    screen.type_keys("\x03");
+    screen.wait_for("press Ctrl-C again or type /quit to stop the world");
+    // A line typed in between starts over: the next Ctrl-C asks again.
+    screen.type_keys("/list\r");
+    screen.wait_for("actors");
+    screen.type_keys("\x03");
+    screen.wait_for("press Ctrl-C again or type /quit to stop the world");
+    screen.type_keys("\x03");
+    screen.wait_for("sausage: stopping every actor");
+    assert!(screen.wait_exit().success());
+
+    let history = world.read("private/console/data/history");
+    assert_eq!(history, "/list\n", "a cleared line is not kept");
+}
+
+/// The line that makes `crasher` (installed as `agent`) send the console these messages about
+/// the turn `m-0`, one right after the other, with ids `agent/<id>`.
+fn tell_the_console(messages: &[(&str, Value)]) -> String {
+    let lines: Vec<String> = messages
+        .iter()
+        .map(|(id, body)| json!({"to": "console", "id": id, "body": body}).to_string())
+        .collect();
+    let say = json!({"type": "say", "line": lines.join("\n")});
+    format!("@agent {say}\r")
+}
+
+fn progress(text: &str) -> Value {
+    json!({"type": "progress", "turn": "m-0", "text": text})
+}
+
+#[test]
+fn at_a_terminal_the_agents_unfinished_line_is_drawn_as_it_grows_and_never_twice() {
+    let world = TestWorld::new();
+    world.install("agent", "crasher");
+    let mut screen = Screen::start(&world.root);
+    screen.wait_for("sausage> ");
+
+    screen.type_keys(&tell_the_console(&[("p1", progress("Hello wor"))]));
+    screen.wait_for("[agent] Hello wor");
+    // The line typed next went below the unfinished one, which stays as it was drawn: the rest
+    // starts a block of its own. It comes in two pieces at once: the unfinished line is drawn,
+    // then erased and drawn again in place, finished.
+    screen.type_keys(&tell_the_console(&[
+        ("p2", progress("ld, and ")),
+        ("p3", progress("more.\nThen")),
+    ]));
+    screen.wait_for("[agent] ld, and");
+    screen.wait_for("\x1b[1A\r\x1b[J[agent] ld, and more.\r\n        Then");
+    // The final reply, all of which was streamed, is not printed again.
+    let reply = json!({"type": "text", "turn": "m-0",
+        "text": "Hello world, and more.\nThen it ended.",
+        "usage": {"input_tokens": 1, "output_tokens": 2, "cost_usd": null}});
+    screen.type_keys(&tell_the_console(&[
+        ("p4", progress(" it ended.\n")),
+        ("p5", reply),
+    ]));
+    screen.wait_for("[agent] it ended.");
+    screen.wait_for("1 in · 2 out · cost unknown");
+    // The typed lines hold the same words, so only the console's own lines are counted.
+    let shown = screen.everything();
+    for (text, times) in [
+        ("[agent] Hello wor", 1),
+        ("[agent] ld, and more.", 1),
+        ("        Then", 1),
+        ("[agent] it ended.", 1),
+        ("[agent] Hello world", 0),
+    ] {
+        assert_eq!(shown.matches(text).count(), times, "{text:?} in:\n{shown}");
+    }
+    screen.type_keys("/quit\r");
+    assert!(screen.wait_exit().success());
+}
+
+#[test]
+fn at_a_terminal_the_login_link_is_printed_before_the_first_prompt() {
+    let world = TestWorld::new();
+    let mut screen = Screen::start_with(&world.root, &["--web", "127.0.0.1:0"]);
+    screen.wait_for("sausage> ");
+    let shown = screen.everything();
+    let link = shown.find("web console: http://");
+    assert!(
+        link.is_some_and(|at| !shown[..at].contains("sausage> ")),
+        "the link comes before the prompt, not over it:\n{shown}"
+    );
+    screen.type_keys("/quit\r");
+    assert!(screen.wait_exit().success());
+}
+
+#[test]
 fn at_a_terminal_an_error_reply_is_words_and_broken_json_is_refused_where_it_breaks() {
     let world = TestWorld::new();
     world.install("echo", "echo");
@@ -191,12 +296,17 @@ struct Screen {
 
 impl Screen {
     fn start(world: &std::path::Path) -> Screen {
+        Screen::start_with(world, &["--no-web"])
+    }
+
+    /// `sausage run WORLD ARGS…`.
+    fn start_with(world: &std::path::Path, args: &[&str]) -> Screen {
         let (master, terminal) = open_pty();
         let mut command = Command::new(env!("CARGO_BIN_EXE_sausage"));
         command
             .arg("run")
             .arg(world)
-            .arg("--no-web")
+            .args(args)
             .env("TERM", "xterm")
             .stdin(Stdio::from(terminal.try_clone().unwrap()))
             .stdout(Stdio::from(terminal.try_clone().unwrap()))
@@ -234,6 +344,11 @@ impl Screen {
             output,
             seen: 0,
         }
+    }
+
+    /// Everything the screen showed so far.
+    fn everything(&self) -> String {
+        String::from_utf8_lossy(&self.output.0.lock().unwrap()).into_owned()
     }
 
     fn type_keys(&mut self, keys: &str) {

@@ -116,7 +116,13 @@ fn people_are_managed_while_the_world_runs_and_a_removed_persons_session_ends() 
         assert!(err.contains(says), "{args:?}: {err}");
     }
     let (_, out, _) = people(&world, &["list"]);
-    assert_eq!(out.lines().count(), 1, "only the owner is left: {out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines.len() == 2
+            && lines[0] == format!("{:<24} {:<7} name", "id", "tier")
+            && lines[1].starts_with("owner "),
+        "a header, and only the owner is left: {out}"
+    );
     let missing = TestWorld::new();
     std::fs::remove_file(missing.path("sausage.json")).unwrap();
     let (code, _, err) = people(&missing, &["list"]);

@@ -4,7 +4,8 @@
 //! broker like any actor: it sends through the router and reads its own mailbox. Scripts drive
 //! it on stdin (`run`) with `/sleep` and `/await` and see every message as one line; a person at
 //! a terminal (`run_terminal`) gets a line editor, the agent's turns shown as they happen, and
-//! Ctrl-C to stop a turn. End of input ends the run like `/quit`.
+//! Ctrl-C to clear a line, stop a turn, or (pressed twice) stop the world. End of input ends the
+//! run like `/quit`.
 
 pub mod render;
 mod terminal;
@@ -94,7 +95,8 @@ const LINES_HELP: &str = "\
 
 /// What keys do at a terminal, for `/help`.
 const KEYS_HELP: &str = "\
-Ctrl-C              stop the agent's turn; pressed again, or when no turn runs, stop the world
+Ctrl-C              clear the line; on an empty line stop the agent's turn, or when no turn
+                    runs ask to stop the world; pressed again, stop it
 Tab                 complete a command, an actor id, a folder or an answer's choice";
 
 /// The column where `/help` describes each command.
@@ -103,19 +105,25 @@ const HELP_COLUMN: usize = 20;
 /// The text of `/help`.
 fn help() -> String {
     let mut text = format!("{LINES_HELP}\n");
-    let indent = " ".repeat(HELP_COLUMN);
     for command in &COMMANDS {
-        let usage = format!("/{} {}", command.name, command.args);
-        let usage = usage.trim_end();
-        if usage.len() < HELP_COLUMN {
-            text.push_str(&format!("{usage:HELP_COLUMN$}"));
-        } else {
-            text.push_str(&format!("{usage}\n{indent}"));
-        }
-        text.push_str(&command.does.replace('\n', &format!("\n{indent}")));
+        text.push_str(&usage(command));
         text.push('\n');
     }
     text.push_str(KEYS_HELP);
+    text
+}
+
+/// One command's entry in `/help`: how it is typed, then what it does in the second column.
+fn usage(command: &CommandInfo) -> String {
+    let indent = " ".repeat(HELP_COLUMN);
+    let typed = format!("/{} {}", command.name, command.args);
+    let typed = typed.trim_end();
+    let mut text = if typed.len() < HELP_COLUMN {
+        format!("{typed:HELP_COLUMN$}")
+    } else {
+        format!("{typed}\n{indent}")
+    };
+    text.push_str(&command.does.replace('\n', &format!("\n{indent}")));
     text
 }
 
@@ -161,7 +169,8 @@ pub async fn run(broker: Arc<Broker>, input: impl AsyncBufRead + Unpin) -> End {
 }
 
 /// Runs the console for a person at a terminal until `/quit`, Ctrl-D, or a Ctrl-C that stops
-/// the world (see [`Turns::interrupt`]). Lines typed are kept in the world's console history.
+/// the world (see [`Turns::interrupt`]); a Ctrl-C on a half-typed line only clears it. Lines
+/// typed are kept in the world's console history.
 pub async fn run_terminal(broker: Arc<Broker>) -> Result<End> {
     let prompt = LivePrompt::new();
     let known = Arc::new(Mutex::new(Known::default()));
@@ -186,8 +195,13 @@ pub async fn run_terminal(broker: Arc<Broker>) -> Result<End> {
         };
         let command = match input {
             Input::Line(line) => {
+                console.turns(Turns::typed);
                 console.refresh_ids();
                 console.command(&line)
+            }
+            Input::Cleared => {
+                console.turns(Turns::typed);
+                continue;
             }
             Input::Interrupted => match console.interrupt().await {
                 Some(end) => break end,
@@ -440,6 +454,11 @@ impl Console {
     async fn interrupt(&self) -> Option<End> {
         match self.turns(Turns::interrupt) {
             Interrupt::Quit => Some(End::Quit),
+            Interrupt::Ask => {
+                self.out
+                    .line("press Ctrl-C again or type /quit to stop the world");
+                None
+            }
             Interrupt::Stop(turns) => {
                 let agent = ActorId::parse(AGENT).expect("valid id");
                 for turn in turns {
@@ -579,15 +598,34 @@ enum Output {
     /// A person's terminal: above the line being typed, the agent's turns rendered.
     Terminal {
         printer: Printer,
-        renderer: Mutex<Renderer>,
+        screen: Mutex<Screen>,
     },
+}
+
+/// What the console printed above the prompt, as far as it knows.
+struct Screen {
+    renderer: Renderer,
+    /// The unfinished line of streamed text drawn as the last row above the prompt, which the
+    /// next print erases and draws again (longer, or finished).
+    live: Option<String>,
+}
+
+/// Erases the live line of `columns` columns from the row below it (where the editor's cleared
+/// prompt starts, or the cursor rests while it does not read): up as many rows as the line
+/// takes on a terminal `width` columns wide, to the row's start, and erase to the screen's end.
+fn erase_live_line(columns: usize, width: usize) -> String {
+    let rows = columns.div_ceil(width.max(1)).max(1);
+    format!("\x1b[{rows}A\r\x1b[J")
 }
 
 impl Output {
     fn terminal(printer: Printer) -> Output {
         Output::Terminal {
             printer,
-            renderer: Mutex::new(Renderer::new(DEFAULT_WIDTH)),
+            screen: Mutex::new(Screen {
+                renderer: Renderer::new(DEFAULT_WIDTH),
+                live: None,
+            }),
         }
     }
 
@@ -595,13 +633,15 @@ impl Output {
     fn message(&self, from: &ActorId, reply: bool, body: Value) {
         match self {
             Output::Script => Output::script(&script_line(from.as_str(), reply, body)),
-            Output::Terminal { printer, renderer } => {
-                let mut renderer = renderer.lock().expect("renderer lock");
+            Output::Terminal { printer, screen } => {
+                let mut screen = screen.lock().expect("screen lock");
                 // One column is left free: a line that fills the last one makes some
                 // terminals wrap an empty line after it.
-                renderer.width = terminal::width().map_or(DEFAULT_WIDTH, |w| w.saturating_sub(1));
-                let lines = renderer.message(from.as_str(), reply, body);
-                print_lines(printer, lines);
+                screen.renderer.width =
+                    terminal::width().map_or(DEFAULT_WIDTH, |w| w.saturating_sub(1));
+                screen.print(printer, |renderer| {
+                    renderer.message(from.as_str(), reply, body)
+                });
             }
         }
     }
@@ -610,10 +650,13 @@ impl Output {
     fn line(&self, text: &str) {
         match self {
             Output::Script => Output::script(text),
-            Output::Terminal { printer, renderer } => {
-                let mut lines = renderer.lock().expect("renderer lock").end_block();
-                lines.push(text.to_string());
-                print_lines(printer, lines);
+            Output::Terminal { printer, screen } => {
+                let mut screen = screen.lock().expect("screen lock");
+                screen.print(printer, |renderer| {
+                    let mut lines = renderer.end_block();
+                    lines.push(text.to_string());
+                    lines
+                });
             }
         }
     }
@@ -624,14 +667,37 @@ impl Output {
     }
 }
 
-/// Prints lines above the prompt, in one piece so that the prompt is redrawn once.
-fn print_lines(printer: &Printer, lines: Vec<String>) {
-    if lines.is_empty() {
-        return;
+impl Screen {
+    /// Prints the lines `render` gives, then the unfinished streamed line, in one piece so
+    /// that the prompt is redrawn once. The live line drawn last is erased first, since what
+    /// follows it replaces it, unless something else went below it meanwhile: then it stays
+    /// as drawn and the renderer starts anew.
+    fn print(&mut self, printer: &Printer, render: impl FnOnce(&mut Renderer) -> Vec<String>) {
+        if printer.moved() && self.live.take().is_some() {
+            self.renderer.freeze();
+        }
+        let mut lines = render(&mut self.renderer);
+        let partial = self.renderer.partial();
+        if lines.is_empty() && partial == self.live {
+            return;
+        }
+        let erase = match &self.live {
+            Some(live) => erase_live_line(
+                unicode_width::UnicodeWidthStr::width(live.as_str()),
+                terminal::width().unwrap_or(DEFAULT_WIDTH),
+            ),
+            None => String::new(),
+        };
+        lines.extend(partial.clone());
+        self.live = partial;
+        if lines.is_empty() {
+            // Nothing replaces the live line: it stays as drawn, which is all it said.
+            return;
+        }
+        let mut text = format!("{erase}{}", lines.join("\n"));
+        text.push('\n');
+        printer.print(text);
     }
-    let mut text = lines.join("\n");
-    text.push('\n');
-    printer.print(text);
 }
 
 /// Replies a console command waits for itself (by the id of its request): they go to the
@@ -823,8 +889,8 @@ fn command(line: &str, question: Option<&str>) -> Command {
                 (_, Err(e)) => Command::Error(e),
             }
         }
-        _ if COMMANDS.iter().any(|c| c.name == name) => {
-            Command::Error(format!("/{name}: wrong arguments; usage:\n{}", help()))
+        _ if let Some(info) = COMMANDS.iter().find(|c| c.name == name) => {
+            Command::Error(format!("/{name}: wrong arguments; usage:\n{}", usage(info)))
         }
         _ => {
             let names: Vec<String> = COMMANDS.iter().map(|c| format!("/{}", c.name)).collect();
@@ -973,12 +1039,28 @@ mod tests {
                 "@echo {\"type\": ping}",
                 "@echo: this starts with `{` but is not JSON: expected value at line 1 column 10",
             ),
+            ("/deploy", "usage:\n/deploy <actor> <dir> [same|off]\n"),
         ] {
             match command(line, None) {
                 Command::Error(e) => assert!(e.contains(expect), "{line}: {e}"),
                 other => panic!("{line}: {other:?}"),
             }
         }
+        match command("/deploy", None) {
+            Command::Error(e) => assert!(
+                !e.contains("/list") && !e.contains("Ctrl-C"),
+                "only its own usage, not all of /help: {e}"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_live_line_is_erased_over_as_many_rows_as_it_takes() {
+        assert_eq!(erase_live_line(12, 80), "\x1b[1A\r\x1b[J");
+        assert_eq!(erase_live_line(80, 80), "\x1b[1A\r\x1b[J", "a full row");
+        assert_eq!(erase_live_line(81, 80), "\x1b[2A\r\x1b[J", "wrapped once");
+        assert_eq!(erase_live_line(0, 0), "\x1b[1A\r\x1b[J");
     }
 
     #[test]

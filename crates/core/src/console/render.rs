@@ -1,9 +1,10 @@
 //! How the console shows the messages it gets. Scripts see every message as one line
 //! (`[from] (reply) {json}` or `[from] text`), the format tests and scripts parse. A person at a
 //! terminal sees the agent's turns as they happen (DESIGN §12): the streamed text on lines of
-//! its own, one line per tool, the final reply once, and what the turn cost; an error reply in
-//! words (`[scheduler] error: …`).
-//! Every decision here is a plain function of the messages in order: no terminal, no clock.
+//! its own (the unfinished one as it grows), one line per tool, the final reply once, and what
+//! the turn cost; an error reply in words (`[scheduler] error: …`).
+//! Every decision here is a plain function of the messages in order (and of where the screen
+//! moved under the streamed text, [`Renderer::freeze`]): no terminal, no clock.
 
 use std::collections::HashMap;
 
@@ -97,9 +98,10 @@ pub fn schedule_lines(reply: &Value) -> Vec<String> {
         .collect()
 }
 
-/// What a person at a terminal sees. Streamed text is printed a whole line at a time (a line
-/// printed above the prompt cannot be continued later), cut at a space when it would pass
-/// `width`; the first line of a block carries `[from] `, the next ones are indented under it.
+/// What a person at a terminal sees. Streamed text is given a whole line at a time, cut at a
+/// space when it would pass `width`, and its unfinished line apart ([`Renderer::partial`]),
+/// which the console redraws as it grows; the first line of a block carries `[from] `, the
+/// next ones are indented under it.
 pub struct Renderer {
     /// Columns a streamed line may take.
     pub width: usize,
@@ -173,6 +175,21 @@ impl Renderer {
                 lines
             }
         }
+    }
+
+    /// The unfinished line of the streamed text, as it would be printed now, if there is one.
+    /// It is at most `width` characters long.
+    pub fn partial(&self) -> Option<String> {
+        let block = self.block.as_ref()?;
+        let rest = block.partial.trim_end();
+        (!rest.is_empty()).then(|| block.format(rest))
+    }
+
+    /// The unfinished line stays on the screen as it was last drawn, and something the
+    /// renderer did not print (a line the person typed) is below it: the block ends there, and
+    /// the rest of its text starts a new one.
+    pub fn freeze(&mut self) {
+        self.block = None;
     }
 
     /// Ends the block of streamed text, giving its unfinished line, so that something else can
@@ -284,6 +301,13 @@ impl Block {
     }
 
     fn line(&mut self, text: &str) -> String {
+        let line = self.format(text);
+        self.continued = true;
+        line
+    }
+
+    /// `text` as the block's next line.
+    fn format(&self, text: &str) -> String {
         let line = if self.continued {
             format!("{}{text}", " ".repeat(self.prefix_width()))
         } else {
@@ -291,7 +315,6 @@ impl Block {
             // console's own), where the next word comes with its space.
             format!("[{}] {}", self.from, text.trim_start())
         };
-        self.continued = true;
         line.trim_end().to_string()
     }
 }
@@ -600,6 +623,32 @@ mod tests {
                 .is_empty()
         );
         assert_eq!(renderer.end_block(), ["[agent] line."]);
+    }
+
+    #[test]
+    fn the_unfinished_line_is_given_apart_until_it_ends_or_is_frozen() {
+        let mut renderer = Renderer::new(80);
+        assert!(
+            renderer
+                .message("agent", true, progress("Hello wor"))
+                .is_empty()
+        );
+        assert_eq!(renderer.partial().as_deref(), Some("[agent] Hello wor"));
+        assert_eq!(
+            renderer.message("agent", true, progress("ld.\nAnd ")),
+            ["[agent] Hello world."]
+        );
+        assert_eq!(renderer.partial().as_deref(), Some("        And"));
+        renderer.freeze();
+        assert_eq!(renderer.partial(), None, "it stays as drawn");
+        assert!(renderer.message("agent", true, progress("more")).is_empty());
+        assert_eq!(
+            renderer.partial().as_deref(),
+            Some("[agent] more"),
+            "the rest starts a block of its own"
+        );
+        assert_eq!(renderer.end_block(), ["[agent] more"]);
+        assert_eq!(renderer.partial(), None);
     }
 
     #[test]

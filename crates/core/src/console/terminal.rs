@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context as _, Result};
@@ -30,7 +30,10 @@ pub const HISTORY_LIMIT: usize = 1_000;
 #[derive(Debug, PartialEq)]
 pub enum Input {
     Line(String),
-    /// Ctrl-C.
+    /// Ctrl-C on a half-typed line: the line is dropped, as in a shell, and nothing else
+    /// happens.
+    Cleared,
+    /// Ctrl-C on an empty line (or while the editor was not reading).
     Interrupted,
     /// Ctrl-D on an empty line, or the terminal went away.
     End,
@@ -150,10 +153,17 @@ pub fn complete(before_cursor: &str, known: &Known) -> Completion {
     starting(0, &mut known.choices.iter().cloned())
 }
 
-/// The editor's helper: completion only.
+/// The editor's helper: completion, and whether a line is half typed.
 struct Helper {
     known: Arc<Mutex<Known>>,
     files: FilenameCompleter,
+    /// Whether the line being edited holds more than blanks: kept by the hinter, which the
+    /// editor asks after every change of the line, and read by [`read_lines`] when a Ctrl-C
+    /// ends the read, since rustyline's `Interrupted` does not say (its key bindings that see
+    /// the line need a feature this build leaves out).
+    half_line: Arc<AtomicBool>,
+    /// See [`Printer::moved`]: a Tab may list completions below the line.
+    moved: Arc<AtomicBool>,
 }
 
 impl Completer for Helper {
@@ -165,6 +175,7 @@ impl Completer for Helper {
         pos: usize,
         _: &rustyline::Context<'_>,
     ) -> rustyline::Result<(usize, Vec<Pair>)> {
+        self.moved.store(true, Ordering::Relaxed);
         let known = self.known.lock().expect("known lock");
         match complete(&line[..pos], &known) {
             Completion::Words { start, words } => Ok((
@@ -184,6 +195,13 @@ impl Completer for Helper {
 
 impl Hinter for Helper {
     type Hint = String;
+
+    /// Offers no hint; notes whether the line is half typed.
+    fn hint(&self, line: &str, _: usize, _: &rustyline::Context<'_>) -> Option<String> {
+        self.half_line
+            .store(!line.trim().is_empty(), Ordering::Relaxed);
+        None
+    }
 }
 impl Highlighter for Helper {}
 impl Validator for Helper {}
@@ -255,10 +273,16 @@ impl History {
 pub struct Printer {
     /// Console → printing thread: text ending in a newline. Dropping it ends the thread.
     texts: std::sync::mpsc::Sender<String>,
+    /// Set by the editor thread when something the console did not print went above the
+    /// prompt (a line typed or cleared, a list of completions); taken by [`Printer::moved`].
+    moved: Arc<AtomicBool>,
 }
 
 impl Printer {
-    fn start(mut printer: Box<dyn ExternalPrinter + Send>) -> Result<Printer> {
+    fn start(
+        mut printer: Box<dyn ExternalPrinter + Send>,
+        moved: Arc<AtomicBool>,
+    ) -> Result<Printer> {
         let (texts, to_print) = std::sync::mpsc::channel::<String>();
         std::thread::Builder::new()
             .name("console-printer".into())
@@ -270,7 +294,13 @@ impl Printer {
                 }
             })
             .context("cannot start the console's printing thread")?;
-        Ok(Printer { texts })
+        Ok(Printer { texts, moved })
+    }
+
+    /// Whether something the console did not print went above the prompt since the last call:
+    /// then the last row the console printed is no longer the one right above the prompt.
+    pub fn moved(&self) -> bool {
+        self.moved.swap(false, Ordering::Relaxed)
     }
 
     pub fn print(&self, text: String) {
@@ -312,7 +342,9 @@ impl Terminal {
         std::thread::Builder::new()
             .name("console-editor".into())
             .spawn(move || {
-                let mut editor = match editor(&history, known) {
+                let half_line = Arc::new(AtomicBool::new(false));
+                let moved = Arc::new(AtomicBool::new(false));
+                let mut editor = match editor(&history, known, half_line.clone(), moved.clone()) {
                     Ok(editor) => editor,
                     Err(e) => {
                         // The console waits for this answer; if it is gone, nobody needs it.
@@ -324,9 +356,9 @@ impl Terminal {
                     editor
                         .create_external_printer()
                         .map_err(anyhow::Error::from)
-                        .and_then(|p| Printer::start(Box::new(p))),
+                        .and_then(|p| Printer::start(Box::new(p), moved.clone())),
                 );
-                read_lines(editor, history, prompt, asked, send);
+                read_lines(editor, history, prompt, half_line, moved, asked, send);
             })
             .context("cannot start the console's editor thread")?;
         let printer = started
@@ -366,7 +398,12 @@ impl Drop for Terminal {
     }
 }
 
-fn editor(history: &History, known: Arc<Mutex<Known>>) -> Result<Editor<Helper, MemHistory>> {
+fn editor(
+    history: &History,
+    known: Arc<Mutex<Known>>,
+    half_line: Arc<AtomicBool>,
+    moved: Arc<AtomicBool>,
+) -> Result<Editor<Helper, MemHistory>> {
     let config = Config::builder()
         .max_history_size(HISTORY_LIMIT)?
         .history_ignore_dups(true)?
@@ -376,6 +413,8 @@ fn editor(history: &History, known: Arc<Mutex<Known>>) -> Result<Editor<Helper, 
     editor.set_helper(Some(Helper {
         known,
         files: FilenameCompleter::new(),
+        half_line,
+        moved,
     }));
     for line in history.lines() {
         editor.add_history_entry(line)?;
@@ -389,12 +428,19 @@ fn read_lines(
     mut editor: Editor<Helper, MemHistory>,
     mut history: History,
     prompt: LivePrompt,
+    half_line: Arc<AtomicBool>,
+    moved: Arc<AtomicBool>,
     asked: std::sync::mpsc::Receiver<()>,
     inputs: mpsc::UnboundedSender<Input>,
 ) {
     let mut warned = false;
     while asked.recv().is_ok() {
-        let input = match editor.readline(&prompt) {
+        // Each read starts with an empty line, which the hinter is not asked about.
+        half_line.store(false, Ordering::Relaxed);
+        let read = editor.readline(&prompt);
+        // The line typed (or cleared) stays on the screen, above the next prompt.
+        moved.store(true, Ordering::Relaxed);
+        let input = match read {
             Ok(line) => {
                 if history.add(&line) {
                     // Only the editor's own history can refuse, and only a line it holds
@@ -412,6 +458,9 @@ fn read_lines(
                     }
                 }
                 Input::Line(line)
+            }
+            Err(ReadlineError::Interrupted) if half_line.swap(false, Ordering::Relaxed) => {
+                Input::Cleared
             }
             Err(ReadlineError::Interrupted) => Input::Interrupted,
             Err(ReadlineError::Eof) => Input::End,

@@ -22,6 +22,9 @@ pub struct Turns {
     question: Option<Question>,
     /// The last turn this console started, which `/rewind` without an id undoes.
     last: Option<String>,
+    /// Whether the last thing the person did was a Ctrl-C that asked whether to stop the
+    /// world: the next one does.
+    asked_to_quit: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -38,6 +41,8 @@ pub struct Question {
 pub enum Interrupt {
     /// Ask the agent to stop these turns (it ends each after its current step).
     Stop(Vec<String>),
+    /// Nothing runs: ask the person whether to stop the world.
+    Ask,
     /// Stop the world gracefully.
     Quit,
 }
@@ -47,6 +52,13 @@ impl Turns {
     pub fn started(&mut self, id: &str) {
         self.running.push(id.to_string());
         self.last = Some(id.to_string());
+        self.asked_to_quit = false;
+    }
+
+    /// The person typed a line or cleared one: a Ctrl-C before it no longer counts toward
+    /// stopping the world.
+    pub fn typed(&mut self) {
+        self.asked_to_quit = false;
     }
 
     /// The last turn this console started, if any.
@@ -113,11 +125,14 @@ impl Turns {
 
     /// What a Ctrl-C does now, noting the turns it asks to stop:
     ///
-    /// | turns running            | Ctrl-C                          |
-    /// |--------------------------|---------------------------------|
-    /// | none                     | quit                            |
-    /// | some not asked to stop   | ask those to stop               |
-    /// | all already asked        | quit (pressed again)            |
+    /// | turns running            | Ctrl-C                                      |
+    /// |--------------------------|---------------------------------------------|
+    /// | none                     | ask whether to stop the world               |
+    /// | none, and it just asked  | quit (pressed again)                        |
+    /// | some not asked to stop   | ask those to stop                           |
+    /// | all already asked        | quit (pressed again)                        |
+    ///
+    /// A Ctrl-C on a half-typed line never comes here: it only clears the line.
     pub fn interrupt(&mut self) -> Interrupt {
         let fresh: Vec<String> = self
             .running
@@ -125,6 +140,10 @@ impl Turns {
             .filter(|t| !self.stopping.contains(t))
             .cloned()
             .collect();
+        if self.running.is_empty() && !self.asked_to_quit {
+            self.asked_to_quit = true;
+            return Interrupt::Ask;
+        }
         if fresh.is_empty() {
             return Interrupt::Quit;
         }
@@ -155,7 +174,11 @@ mod tests {
     #[test]
     fn ctrl_c_stops_the_running_turn_then_the_world() {
         let mut turns = Turns::default();
-        assert_eq!(turns.interrupt(), Interrupt::Quit, "nothing runs");
+        assert_eq!(turns.interrupt(), Interrupt::Ask, "nothing runs");
+        turns.typed();
+        assert_eq!(turns.interrupt(), Interrupt::Ask, "a line typed between");
+        assert_eq!(turns.interrupt(), Interrupt::Quit, "pressed again");
+        let mut turns = Turns::default();
 
         turns.started("m-1");
         assert_eq!(turns.prompt(), PromptState::Working);
@@ -165,6 +188,7 @@ mod tests {
         let reply = json!({"type": "text", "turn": "m-1", "text": "stopped", "stopped": "stop"});
         assert!(turns.observe("m-2", &agent(), Some("m-1"), &reply));
         assert_eq!(turns.prompt(), PromptState::Idle);
+        assert_eq!(turns.interrupt(), Interrupt::Ask, "the turn ended");
         turns.started("m-3");
         assert_eq!(
             turns.interrupt(),
