@@ -6,6 +6,7 @@ mod init;
 mod logs;
 mod mcp;
 mod status;
+mod world_arg;
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -24,6 +25,7 @@ use sausage_core::message::Tier;
 use sausage_core::people::People;
 use sausage_core::runtime::Runtime;
 use sausage_core::world::World;
+use world_arg::WorldArg;
 
 /// `sausage --version`: the version and the commit it was built from (`build.rs`).
 const VERSION: &str = concat!(
@@ -47,9 +49,8 @@ struct Cli {
 enum Command {
     /// Create a new world and build its agent.
     Init {
-        /// The world's folder.
-        #[arg(default_value = "world")]
-        dir: PathBuf,
+        #[command(flatten)]
+        world: WorldArg,
         /// The model provider's API shape: openai-responses, anthropic-messages or openai-chat
         /// (`/v1/chat/completions`, as local servers such as llama.cpp speak it).
         #[arg(long)]
@@ -73,9 +74,8 @@ enum Command {
     },
     /// Run a world: the broker, the console, the web console and every actor that was running.
     Run {
-        /// The world's folder.
-        #[arg(default_value = "world")]
-        dir: PathBuf,
+        #[command(flatten)]
+        world: WorldArg,
         /// Where the web console listens (port 0: any free port).
         #[arg(long, value_name = "ADDR", default_value = sausage_core::web::DEFAULT_ADDR)]
         web: SocketAddr,
@@ -104,9 +104,8 @@ enum Command {
     Logs {
         /// The actor's id.
         actor: String,
-        /// The world's folder.
-        #[arg(long, value_name = "DIR", default_value = "world")]
-        world: PathBuf,
+        #[command(flatten)]
+        world: WorldArg,
         /// Keep printing what is appended, across rotations, until interrupted.
         #[arg(short, long)]
         follow: bool,
@@ -114,16 +113,14 @@ enum Command {
     /// Print the world's actors as a table: id, state, version, owner, host, queued, restarts,
     /// memory (asked of the running host; from the world's files when it does not run).
     Status {
-        /// The world's folder.
-        #[arg(long, value_name = "DIR", default_value = "world")]
-        world: PathBuf,
+        #[command(flatten)]
+        world: WorldArg,
     },
     /// The running world as an MCP server over stdio (for a coding assistant), acting for the
     /// console's person; over HTTP it is /mcp on the web address.
     Mcp {
-        /// The world's folder.
-        #[arg(long, value_name = "DIR", default_value = "world")]
-        world: PathBuf,
+        #[command(flatten)]
+        world: WorldArg,
     },
     /// MCP servers the agent may use: `sausage mcp-server add NAME URL --tool TOOL=TIERS`.
     McpServer {
@@ -150,9 +147,6 @@ enum Command {
     People {
         #[command(subcommand)]
         command: PeopleCommand,
-        /// The world's folder.
-        #[arg(long, global = true, value_name = "DIR", default_value = "world")]
-        world: PathBuf,
     },
 }
 
@@ -171,28 +165,55 @@ enum PeopleCommand {
         /// Their Matrix user id (`@ann:example.org`), for the `matrix` actor.
         #[arg(long, value_name = "USER_ID")]
         matrix: Option<String>,
+        #[command(flatten)]
+        world: WorldArg,
     },
     /// List everyone with their tier.
-    List,
+    List {
+        #[command(flatten)]
+        world: WorldArg,
+    },
     /// Remove a person; their web sessions end at once.
-    Remove { id: String },
+    Remove {
+        id: String,
+        #[command(flatten)]
+        world: WorldArg,
+    },
     /// Change a person's tier.
     Tier {
         id: String,
         #[arg(value_parser = parse_tier)]
         tier: Tier,
+        #[command(flatten)]
+        world: WorldArg,
     },
     /// Print a new one-time login link for a person.
-    Link { id: String },
+    Link {
+        id: String,
+        #[command(flatten)]
+        world: WorldArg,
+    },
     /// Print a new bearer token for a person, for MCP at the web address's /mcp (it replaces
     /// their old one); `--revoke` takes it away.
     Token {
         id: String,
         #[arg(long)]
         revoke: bool,
+        #[command(flatten)]
+        world: WorldArg,
     },
-    /// Set a person's Matrix user id (`@ann:example.org`), or clear it when none is given.
-    Matrix { id: String, user_id: Option<String> },
+    /// Set a person's Matrix user id (`@ann:example.org`), or clear it when none is given
+    /// (a folder given in its place, which cannot start with `@`, is the world's).
+    Matrix {
+        id: String,
+        user_id: Option<String>,
+        /// The world's folder (default: `world`).
+        #[arg(value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// The world's folder, as a flag: the same as DIR.
+        #[arg(long = "world", value_name = "DIR")]
+        world: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -211,9 +232,8 @@ enum McpServerCommand {
         /// How long a call may take, in seconds (default 30).
         #[arg(long = "timeout", value_name = "SECONDS")]
         timeout_seconds: Option<u64>,
-        /// The world's folder.
-        #[arg(long, value_name = "DIR", default_value = "world")]
-        world: PathBuf,
+        #[command(flatten)]
+        world: WorldArg,
     },
 }
 
@@ -221,9 +241,8 @@ enum McpServerCommand {
 enum MetricsCommand {
     /// Make a new bearer token for /metrics (the old one stops working) and print it.
     Token {
-        /// The world's folder.
-        #[arg(long, value_name = "DIR", default_value = "world")]
-        world: PathBuf,
+        #[command(flatten)]
+        world: WorldArg,
     },
 }
 
@@ -245,9 +264,8 @@ enum MatrixCommand {
     /// token (from SAUSAGE_MATRIX_TOKEN or asked; kept outside every actor's files). People
     /// reach the agent from Matrix once they have a Matrix id (`sausage people matrix ID @…`).
     Setup {
-        /// The world's folder.
-        #[arg(long, value_name = "DIR", default_value = "world")]
-        world: PathBuf,
+        #[command(flatten)]
+        world: WorldArg,
         /// The homeserver's URL, such as https://matrix.example.org (asked if missing).
         #[arg(long, value_name = "URL")]
         homeserver: Option<String>,
@@ -268,9 +286,20 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     raise_file_limit();
-    let result = match cli.command {
+    match dispatch(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("sausage: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs one command.
+fn dispatch(command: Command) -> Result<ExitCode> {
+    match command {
         Command::Init {
-            dir,
+            world,
             api,
             base_url,
             model,
@@ -289,7 +318,7 @@ fn main() -> ExitCode {
                 user_id: matrix_user,
                 token: None,
             });
-            block_on(init(dir, config, owner, matrix))
+            block_on(init(world.folder()?, config, owner, matrix))
         }
         Command::Matrix {
             command:
@@ -304,10 +333,10 @@ fn main() -> ExitCode {
                 user_id: user,
                 token: None,
             };
-            block_on(matrix_setup(World::new(world), config))
+            block_on(matrix_setup(world.existing("matrix setup")?, config))
         }
         Command::Run {
-            dir,
+            world,
             web,
             no_web,
             cluster,
@@ -315,6 +344,7 @@ fn main() -> ExitCode {
             replicas,
             otlp,
         } => {
+            let dir = world.folder()?;
             let otlp = otlp.or_else(|| {
                 std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
                     .ok()
@@ -350,9 +380,9 @@ fn main() -> ExitCode {
             print!("{}", sausage_cluster::status::report(&cluster).await?);
             Ok(ExitCode::SUCCESS)
         }),
-        Command::People { command, world } => people(&World::new(world), command),
-        Command::Status { world } => status::print(&World::new(world)),
-        Command::Mcp { world } => mcp::serve(&World::new(world)),
+        Command::People { command } => people(command),
+        Command::Status { world } => status::print(&world.existing("status")?),
+        Command::Mcp { world } => mcp::serve(&world.existing("mcp")?),
         Command::McpServer {
             command:
                 McpServerCommand::Add {
@@ -362,22 +392,21 @@ fn main() -> ExitCode {
                     timeout_seconds,
                     world,
                 },
-        } => mcp::add_server(&World::new(world), &name, &url, &tools, timeout_seconds),
+        } => mcp::add_server(
+            &world.existing("mcp-server add NAME URL --tool TOOL=TIERS")?,
+            &name,
+            &url,
+            &tools,
+            timeout_seconds,
+        ),
         Command::Metrics {
             command: MetricsCommand::Token { world },
-        } => status::metrics_token(&World::new(world)),
+        } => status::metrics_token(&world.existing("metrics token")?),
         Command::Logs {
             actor,
             world,
             follow,
-        } => actor_logs::print(&World::new(world), &actor, follow),
-    };
-    match result {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("sausage: {e:#}");
-            ExitCode::FAILURE
-        }
+        } => actor_logs::print(&world.existing("logs ACTOR")?, &actor, follow),
     }
 }
 
@@ -527,7 +556,31 @@ async fn matrix_setup(world: World, config: MatrixConfig) -> Result<ExitCode> {
 
 /// `sausage people …`: one change to `people.json` (under its lock, so a running world and
 /// this command never lose each other's change).
-fn people(world: &World, command: PeopleCommand) -> Result<ExitCode> {
+fn people(command: PeopleCommand) -> Result<ExitCode> {
+    let (named, usage) = match &command {
+        PeopleCommand::Add { world, .. } => (world.clone(), "people add ID --tier TIER"),
+        PeopleCommand::List { world } => (world.clone(), "people list"),
+        PeopleCommand::Remove { world, .. } => (world.clone(), "people remove ID"),
+        PeopleCommand::Tier { world, .. } => (world.clone(), "people tier ID TIER"),
+        PeopleCommand::Link { world, .. } => (world.clone(), "people link ID"),
+        PeopleCommand::Token { world, .. } => (world.clone(), "people token ID"),
+        PeopleCommand::Matrix {
+            user_id,
+            dir,
+            world,
+            ..
+        } => {
+            let dir = match (user_id, dir) {
+                (Some(folder), None) if !folder.starts_with('@') => Some(PathBuf::from(folder)),
+                _ => dir.clone(),
+            };
+            (
+                WorldArg::new(dir, world.clone()),
+                "people matrix ID [@USER:SERVER]",
+            )
+        }
+    };
+    let world = &named.existing(usage)?;
     world.load_registry()?;
     let people = People::new(world);
     match command {
@@ -536,6 +589,7 @@ fn people(world: &World, command: PeopleCommand) -> Result<ExitCode> {
             tier,
             name,
             matrix,
+            ..
         } => {
             let handles = matrix
                 .map(|m| ("matrix".to_string(), m))
@@ -545,7 +599,7 @@ fn people(world: &World, command: PeopleCommand) -> Result<ExitCode> {
             println!("Added {id} ({}). Their one-time login link:", tier.as_str());
             println!("    {}", login_link(world, &token));
         }
-        PeopleCommand::List => {
+        PeopleCommand::List { .. } => {
             for person in people.list()? {
                 println!(
                     "{:<24} {:<7} {}",
@@ -555,26 +609,32 @@ fn people(world: &World, command: PeopleCommand) -> Result<ExitCode> {
                 );
             }
         }
-        PeopleCommand::Remove { id } => {
+        PeopleCommand::Remove { id, .. } => {
             people.remove(&id)?;
             println!("Removed {id}; their sessions have ended.");
         }
-        PeopleCommand::Tier { id, tier } => {
+        PeopleCommand::Tier { id, tier, .. } => {
             people.set_tier(&id, tier)?;
             println!("{id} is now {}.", tier.as_str());
         }
-        PeopleCommand::Matrix { id, user_id } => {
+        PeopleCommand::Matrix {
+            id, user_id, dir, ..
+        } => {
+            // A lone folder in the user id's place names the world (see above), not a user.
+            let user_id = user_id.filter(|user| user.starts_with('@') || dir.is_some());
             people.set_handle(&id, "matrix", user_id.as_deref())?;
             match user_id {
                 Some(user_id) => println!("{id} is {user_id} on Matrix."),
                 None => println!("{id} has no Matrix user id now."),
             }
         }
-        PeopleCommand::Link { id } => {
+        PeopleCommand::Link { id, .. } => {
             let token = people.new_link(&id)?;
             println!("{}", login_link(world, &token));
         }
-        PeopleCommand::Token { id, revoke: false } => {
+        PeopleCommand::Token {
+            id, revoke: false, ..
+        } => {
             println!("{}", people.new_token(&id)?);
             eprintln!(
                 "sausage: {id}'s MCP clients connect to http://{}/mcp with `Authorization: \
@@ -582,7 +642,9 @@ fn people(world: &World, command: PeopleCommand) -> Result<ExitCode> {
                 web_address(world)
             );
         }
-        PeopleCommand::Token { id, revoke: true } => {
+        PeopleCommand::Token {
+            id, revoke: true, ..
+        } => {
             people.revoke_token(&id)?;
             println!("{id}'s token is revoked");
         }
@@ -655,6 +717,7 @@ async fn run(dir: PathBuf, web: Option<SocketAddr>, cluster: Option<Joining>) ->
             dir.display()
         );
     }
+    world_arg::must_hold_a_world(&dir, "run", true)?;
     world.load_registry()?;
     let _lock = world.lock()?;
     let cluster = match cluster {

@@ -335,7 +335,7 @@ fn sausage_mcp_says_what_to_do_when_the_world_does_not_run() {
         "{said}"
     );
     let nowhere = sausage(&["mcp", "--world", "/nonexistent/world"]);
-    assert!(text(&nowhere.stderr).contains("is not a world"));
+    assert!(text(&nowhere.stderr).contains("/nonexistent/world: no world here"));
 }
 
 fn crate_files(greeting: &str) -> Value {
