@@ -5,6 +5,7 @@ mod actor_logs;
 mod init;
 mod logs;
 mod mcp;
+mod model;
 mod status;
 mod world_arg;
 
@@ -142,6 +143,15 @@ enum Command {
         #[command(subcommand)]
         command: MatrixCommand,
     },
+    /// The agent's model settings: `sausage model show|set|test [DIR]` (`show` when none is
+    /// named).
+    #[command(args_conflicts_with_subcommands = true)]
+    Model {
+        #[command(subcommand)]
+        command: Option<ModelCommand>,
+        #[command(flatten)]
+        world: WorldArg,
+    },
     /// Manage the people who may use a world: add, list, remove, or change a tier. Works
     /// whether the world runs or not.
     People {
@@ -213,6 +223,39 @@ enum PeopleCommand {
         /// The world's folder, as a flag: the same as DIR.
         #[arg(long = "world", value_name = "DIR")]
         world: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ModelCommand {
+    /// Print the API shape, the base URL and the model (whether there is a token, never it).
+    Show {
+        #[command(flatten)]
+        world: WorldArg,
+    },
+    /// Change the API shape, the base URL, the model or the token, in every file that holds
+    /// them, then check them with one small request.
+    Set {
+        /// openai-responses, anthropic-messages or openai-chat.
+        #[arg(long)]
+        api: Option<String>,
+        /// The provider's base URL, with or without its `/v1`.
+        #[arg(long)]
+        base_url: Option<String>,
+        /// The model to use.
+        #[arg(long)]
+        model: Option<String>,
+        /// Read a new token: typed without being shown at a terminal, else a line of stdin
+        /// (never an argument, which other users could see).
+        #[arg(long)]
+        new_token: bool,
+        #[command(flatten)]
+        world: WorldArg,
+    },
+    /// Send the provider one small request, as the agent would, and say what is wrong.
+    Test {
+        #[command(flatten)]
+        world: WorldArg,
     },
 }
 
@@ -381,6 +424,26 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }),
         Command::People { command } => people(command),
+        Command::Model { command, world } => match command {
+            None => model::show(&world.existing("model show")?),
+            Some(ModelCommand::Show { world }) => model::show(&world.existing("model show")?),
+            Some(ModelCommand::Test { world }) => model::test(&world.existing("model test")?),
+            Some(ModelCommand::Set {
+                api,
+                base_url,
+                model,
+                new_token,
+                world,
+            }) => model::set(
+                &world.existing("model set")?,
+                model::Change {
+                    api,
+                    base_url,
+                    model,
+                    new_token,
+                },
+            ),
+        },
         Command::Status { world } => status::print(&world.existing("status")?),
         Command::Mcp { world } => mcp::serve(&world.existing("mcp")?),
         Command::McpServer {
@@ -477,6 +540,15 @@ async fn init(
         )?),
         None => None,
     };
+    // Before the agent's build (most of a minute): a wrong URL or token is said now, in
+    // words, and leaves no half-made world.
+    println!("Checking the model provider…");
+    if let Err(problem) = model::check(&config).await {
+        anyhow::bail!(
+            "the model provider: {problem}; no world was created (run this again once it is \
+             fixed)"
+        );
+    }
     world.create()?;
     let people = People::new(&world);
     people.create(&owner)?;
