@@ -213,7 +213,7 @@ enum PeopleCommand {
         world: WorldArg,
     },
     /// Set a person's Matrix user id (`@ann:example.org`), or clear it when none is given
-    /// (a folder given in its place, which cannot start with `@`, is the world's).
+    /// (a world's folder alone in its place names the world, and clears the id).
     Matrix {
         id: String,
         user_id: Option<String>,
@@ -245,8 +245,8 @@ enum ModelCommand {
         /// The model to use.
         #[arg(long)]
         model: Option<String>,
-        /// Read a new token: typed without being shown at a terminal, else a line of stdin
-        /// (never an argument, which other users could see).
+        /// Take a new token: from SAUSAGE_API_TOKEN, else typed without being shown at a
+        /// terminal, else a line of stdin (never an argument, which other users could see).
         #[arg(long)]
         new_token: bool,
         #[command(flatten)]
@@ -642,8 +642,10 @@ fn people(command: PeopleCommand) -> Result<ExitCode> {
             world,
             ..
         } => {
-            let dir = match (user_id, dir) {
-                (Some(folder), None) if !folder.starts_with('@') => Some(PathBuf::from(folder)),
+            let dir = match user_id {
+                Some(folder) if user_id_is_a_world(user_id, dir, world) => {
+                    Some(PathBuf::from(folder))
+                }
                 _ => dir.clone(),
             };
             (
@@ -690,10 +692,13 @@ fn people(command: PeopleCommand) -> Result<ExitCode> {
             println!("{id} is now {}.", tier.as_str());
         }
         PeopleCommand::Matrix {
-            id, user_id, dir, ..
+            id,
+            user_id,
+            dir,
+            world: flag,
         } => {
-            // A lone folder in the user id's place names the world (see above), not a user.
-            let user_id = user_id.filter(|user| user.starts_with('@') || dir.is_some());
+            let names_the_world = user_id_is_a_world(&user_id, &dir, &flag);
+            let user_id = user_id.filter(|_| !names_the_world);
             people.set_handle(&id, "matrix", user_id.as_deref())?;
             match user_id {
                 Some(user_id) => println!("{id} is {user_id} on Matrix."),
@@ -722,6 +727,24 @@ fn people(command: PeopleCommand) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether `people matrix ID X` names the world's folder with X rather than a user id (and
+/// so clears the id): X alone, not a Matrix id (which starts with `@`), with no `--world`, and
+/// a folder that holds a world; anything else is a user id, checked as one.
+fn user_id_is_a_world(
+    user_id: &Option<String>,
+    dir: &Option<PathBuf>,
+    world: &Option<PathBuf>,
+) -> bool {
+    user_id.as_deref().is_some_and(|folder| {
+        !folder.starts_with('@')
+            && dir.is_none()
+            && world.is_none()
+            && std::path::Path::new(folder)
+                .join(sausage_core::world::REGISTRY)
+                .is_file()
+    })
 }
 
 /// A login link on the web console's address: the one the world last served on, or the

@@ -274,7 +274,8 @@ pub struct Change {
     pub api: Option<String>,
     pub base_url: Option<String>,
     pub model: Option<String>,
-    /// Whether to read a new token (hidden at a terminal, else a line of stdin).
+    /// Whether to take a new token: from `SAUSAGE_API_TOKEN`, else asked (hidden at a
+    /// terminal, else a line of stdin).
     pub new_token: bool,
 }
 
@@ -299,12 +300,18 @@ pub fn set(world: &World, change: Change) -> Result<ExitCode> {
         token: (!change.new_token).then(|| old.token.clone().unwrap_or_default()),
     };
     if change.new_token {
-        new.token = Some(init::ask_token(
-            &mut std::io::stdin().lock(),
-            &mut std::io::stdout(),
-            new.api.as_deref() == Some(init::TOKENLESS_API),
-            std::io::stdin().is_terminal(),
-        )?);
+        let from_environment = std::env::var(init::TOKEN_VARIABLE)
+            .ok()
+            .filter(|token| !token.is_empty());
+        new.token = Some(match from_environment {
+            Some(token) => token,
+            None => init::ask_token(
+                &mut std::io::stdin().lock(),
+                &mut std::io::stdout(),
+                new.api.as_deref() == Some(init::TOKENLESS_API),
+                std::io::stdin().is_terminal(),
+            )?,
+        });
     }
     let new = new.complete(&mut std::io::empty(), &mut std::io::sink(), false)?;
     if new.credentials().is_none() && new.api.as_deref() != Some(init::TOKENLESS_API) {
