@@ -376,7 +376,8 @@ pub fn save(world: &World, old: &AgentConfig, new: &AgentConfig) -> Result<bool>
         != new_credentials.as_ref().map(|c| &c.base_url);
     if let Some(stale) = old_credentials.as_ref().filter(|_| moved) {
         let mut all = world.read_credentials(&agent)?;
-        all.retain(|c| c.base_url != stale.base_url);
+        // Compared as the agent joins them: a hand-written `/v1` names the same provider.
+        all.retain(|c| base_url(&c.base_url) != base_url(&stale.base_url));
         world.write_all_credentials(&agent, &all)?;
     }
     // An MCP server of the agent's on the old host keeps it allowed.
