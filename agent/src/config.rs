@@ -154,7 +154,7 @@ pub fn known_model(model: &str) -> Option<&'static KnownModel> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     pub api: Api,
-    /// Without a trailing `/`; requests go to `{base_url}/v1/...`.
+    /// Without a trailing `/` or `/v1` (see [`base_url`]); requests go to `{base_url}/v1/...`.
     pub base_url: String,
     pub model: String,
     /// Only in configurations written before the host kept the token.
@@ -190,8 +190,16 @@ fn not_configured(problem: &str) -> String {
          and model; reasoning_effort, max_tokens, max_turn_usd, max_day_usd, \
          max_world_day_usd, tier_day_usd, \
          context_window and prices are optional. The host keeps the token. Run `sausage init` to create a world with \
-         them, or write the file into the agent's data folder."
+         them, `sausage model set` to change them, or write the file into the agent's data folder."
     )
+}
+
+/// A base URL as requests join it (`{base_url}/v1/...`): without a trailing `/`, nor the `/v1`
+/// that OpenAI's, Ollama's and llama.cpp's documentation write at its end, which would otherwise
+/// become `/v1/v1/...`. `sausage init` and `sausage model set` write it so; a hand edit may not.
+pub fn base_url(url: &str) -> &str {
+    let url = url.trim().trim_end_matches('/');
+    url.strip_suffix("/v1").unwrap_or(url).trim_end_matches('/')
 }
 
 /// Reads the configuration, or says in words what is wrong with it.
@@ -276,10 +284,7 @@ fn parse(value: &Value) -> Result<Config, String> {
     let (mcp_servers, problems) = mcp_servers(&value["mcp_servers"]);
     Ok(Config {
         api,
-        base_url: text("base_url")
-            .unwrap_or_default()
-            .trim_end_matches('/')
-            .to_string(),
+        base_url: base_url(text("base_url").unwrap_or_default()).to_string(),
         price: price(&value["prices"], &model)?.or(known.map(|k| k.price)),
         model,
         token: text("token").map(str::to_string),
@@ -471,6 +476,14 @@ mod tests {
         assert_eq!(config.api, Api::AnthropicMessages);
         assert_eq!(config.base_url, "https://api.anthropic.com");
         assert_eq!(config.max_tokens, DEFAULT_MAX_TOKENS);
+        for written in ["http://127.0.0.1:11434/v1", "http://127.0.0.1:11434/v1/"] {
+            let config = parse(&json!({"api": "openai-chat", "base_url": written, "model": "m"}));
+            assert_eq!(
+                config.unwrap().base_url,
+                "http://127.0.0.1:11434",
+                "no /v1/v1: {written}"
+            );
+        }
         assert_eq!(config.reasoning_effort, None);
     }
 

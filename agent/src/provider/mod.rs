@@ -411,9 +411,10 @@ fn classify(
 
 /// What a person can do about an error, when that is known.
 fn hint(status: Option<u16>, report: &Report) -> &'static str {
-    const TOKEN: &str = " Check the token: the host keeps it (run `sausage init` again for a new \
-                         world, or ask the person who runs Sausage to fix it).";
-    const NOT_FOUND: &str = " Check base_url and model in /data/config.json.";
+    const TOKEN: &str = " Check the token: the host keeps it (the person who runs Sausage \
+                         replaces it with `sausage model set --new-token`).";
+    const NOT_FOUND: &str = " Check base_url and model in /data/config.json (`sausage model \
+                             test` says which is wrong).";
     const QUOTA: &str = " Wait a little and ask again, or check the account's plan and quota.";
     const TROUBLE: &str = " The provider may be having trouble; ask again in a while.";
     match status {
@@ -782,7 +783,7 @@ mod tests {
                 json!({"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}})
             ),
             "The model provider answered 401: invalid x-api-key Check the token: the host keeps it \
-             (run `sausage init` again for a new world, or ask the person who runs Sausage to fix it)."
+             (the person who runs Sausage replaces it with `sausage model set --new-token`)."
         );
         // Ollama's error is a string.
         assert_eq!(
@@ -791,7 +792,8 @@ mod tests {
                 json!({"error": "model \"llama9\" not found, try pulling it first"})
             ),
             "The model provider answered 404: model \"llama9\" not found, try pulling it first \
-             Check base_url and model in /data/config.json."
+             Check base_url and model in /data/config.json (`sausage model test` says which is \
+             wrong)."
         );
         assert_eq!(
             words(

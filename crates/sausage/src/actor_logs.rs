@@ -18,13 +18,6 @@ const FOLLOW_EVERY: Duration = Duration::from_millis(200);
 
 pub fn print(world: &World, actor: &str, follow: bool) -> Result<ExitCode> {
     let id = ActorId::parse(actor).map_err(|e| anyhow::anyhow!("`{actor}`: {e}"))?;
-    if !world.registry_path().is_file() {
-        bail!(
-            "{} is not a world (no {}); give the world's folder with --world",
-            world.root().display(),
-            sausage_core::world::REGISTRY
-        );
-    }
     let registry = world.load_registry()?;
     if !registry.actors.contains_key(id.as_str()) && !world.actor_dir(&id).is_dir() {
         let mut known: Vec<&str> = registry.actors.keys().map(String::as_str).collect();

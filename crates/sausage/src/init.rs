@@ -24,7 +24,7 @@ pub const APIS: [&str; 3] = ["openai-responses", "anthropic-messages", "openai-c
 
 /// The API shape whose token may be empty: local model servers (llama.cpp, vLLM, Ollama)
 /// speak it and often need none.
-const TOKENLESS_API: &str = "openai-chat";
+pub const TOKENLESS_API: &str = "openai-chat";
 
 /// The agent's spending limits `init` writes into its configuration (DESIGN §12), in USD, for
 /// a person to edit: a turn that reaches the first ends with what it did; past the second, no
@@ -37,7 +37,7 @@ pub const TOKEN_VARIABLE: &str = "SAUSAGE_API_TOKEN";
 
 /// Where in the world the carried agent source is written before it is built: the console's
 /// own files, since the console deploys it.
-const AGENT_SOURCE_DIR: &str = "agent-source";
+pub const AGENT_SOURCE_DIR: &str = "agent-source";
 
 /// Asks for the first owner's person id; an empty answer is [`sausage_core::people::DEFAULT_OWNER`].
 pub fn ask_owner(input: &mut impl BufRead, out: &mut impl Write) -> Result<String> {
@@ -96,7 +96,8 @@ impl AgentConfig {
         }
         if self.base_url.is_none() {
             self.base_url = Some(ask(
-                "Base URL of the model provider (https://…)",
+                "Base URL of the model provider, as its documentation writes it (such as \
+                 https://api.openai.com/v1 or http://127.0.0.1:8080)",
                 "give it with --base-url",
                 &check_base_url,
                 false,
@@ -112,22 +113,7 @@ impl AgentConfig {
         }
         if self.token.is_none() {
             let tokenless = self.api.as_deref() == Some(TOKENLESS_API);
-            let question = if tokenless {
-                format!("API token (empty if the server needs none, or set {TOKEN_VARIABLE})")
-            } else {
-                format!("API token (or set {TOKEN_VARIABLE})")
-            };
-            let check = if tokenless {
-                |_: &str| Ok(())
-            } else {
-                check_not_empty
-            };
-            self.token = Some(ask(
-                &question,
-                &format!("set it in the environment variable {TOKEN_VARIABLE}"),
-                &check,
-                terminal,
-            )?);
+            self.token = Some(ask_token(input, out, tokenless, terminal)?);
         }
         for (value, check) in [
             (&self.api, check_api as fn(&str) -> Result<(), String>),
@@ -139,8 +125,9 @@ impl AgentConfig {
         Ok(self)
     }
 
-    fn base_url(&self) -> &str {
-        self.base_url.as_deref().unwrap_or("").trim_end_matches('/')
+    /// The base URL as the agent joins it: without a trailing `/` or `/v1`.
+    pub fn base_url(&self) -> &str {
+        crate::model::base_url(self.base_url.as_deref().unwrap_or(""))
     }
 
     /// The agent's `/data/config.json` (everything but the token) and its credentials (the
@@ -170,7 +157,7 @@ impl AgentConfig {
 
     /// The header that carries the token: `authorization: Bearer <token>` for both OpenAI
     /// shapes, `x-api-key: <token>` for Anthropic; none without a token.
-    fn credentials(&self) -> Option<Credentials> {
+    pub fn credentials(&self) -> Option<Credentials> {
         let token = self.token.as_deref().filter(|t| !t.is_empty())?;
         let (header, value) = match self.api.as_deref() {
             Some("anthropic-messages") => ("x-api-key", token.to_string()),
@@ -184,9 +171,37 @@ impl AgentConfig {
     }
 
     /// The provider's `host[:port]`, as the agent's manifest allows it.
-    fn provider_host(&self) -> Result<String> {
+    pub fn provider_host(&self) -> Result<String> {
         host_of(self.base_url())
     }
+}
+
+/// Asks for the model token (at a `terminal` without showing it); a `tokenless` API's may be
+/// empty.
+pub fn ask_token(
+    input: &mut impl BufRead,
+    out: &mut impl Write,
+    tokenless: bool,
+    terminal: bool,
+) -> Result<String> {
+    let question = if tokenless {
+        format!("API token (empty if the server needs none, or set {TOKEN_VARIABLE})")
+    } else {
+        format!("API token (or set {TOKEN_VARIABLE})")
+    };
+    let check = if tokenless {
+        |_: &str| Ok(())
+    } else {
+        check_not_empty
+    };
+    ask_until(
+        input,
+        out,
+        &question,
+        &format!("set it in the environment variable {TOKEN_VARIABLE}"),
+        &check,
+        terminal,
+    )
 }
 
 /// Asks `question` until the answer passes `check`; `instead` says how to answer without a
@@ -383,7 +398,7 @@ fn check_matrix_user(user: &str) -> Result<(), String> {
 }
 
 /// The `host[:port]` of a URL, as a manifest allows it.
-fn host_of(url: &str) -> Result<String> {
+pub fn host_of(url: &str) -> Result<String> {
     let uri: http::Uri = url
         .parse()
         .with_context(|| format!("`{url}` is not a URL"))?;

@@ -5,7 +5,9 @@ mod actor_logs;
 mod init;
 mod logs;
 mod mcp;
+mod model;
 mod status;
+mod world_arg;
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -24,6 +26,7 @@ use sausage_core::message::Tier;
 use sausage_core::people::People;
 use sausage_core::runtime::Runtime;
 use sausage_core::world::World;
+use world_arg::WorldArg;
 
 /// `sausage --version`: the version and the commit it was built from (`build.rs`).
 const VERSION: &str = concat!(
@@ -47,9 +50,8 @@ struct Cli {
 enum Command {
     /// Create a new world and build its agent.
     Init {
-        /// The world's folder.
-        #[arg(default_value = "world")]
-        dir: PathBuf,
+        #[command(flatten)]
+        world: WorldArg,
         /// The model provider's API shape: openai-responses, anthropic-messages or openai-chat
         /// (`/v1/chat/completions`, as local servers such as llama.cpp speak it).
         #[arg(long)]
@@ -73,9 +75,8 @@ enum Command {
     },
     /// Run a world: the broker, the console, the web console and every actor that was running.
     Run {
-        /// The world's folder.
-        #[arg(default_value = "world")]
-        dir: PathBuf,
+        #[command(flatten)]
+        world: WorldArg,
         /// Where the web console listens (port 0: any free port).
         #[arg(long, value_name = "ADDR", default_value = sausage_core::web::DEFAULT_ADDR)]
         web: SocketAddr,
@@ -104,9 +105,8 @@ enum Command {
     Logs {
         /// The actor's id.
         actor: String,
-        /// The world's folder.
-        #[arg(long, value_name = "DIR", default_value = "world")]
-        world: PathBuf,
+        #[command(flatten)]
+        world: WorldArg,
         /// Keep printing what is appended, across rotations, until interrupted.
         #[arg(short, long)]
         follow: bool,
@@ -114,16 +114,14 @@ enum Command {
     /// Print the world's actors as a table: id, state, version, owner, host, queued, restarts,
     /// memory (asked of the running host; from the world's files when it does not run).
     Status {
-        /// The world's folder.
-        #[arg(long, value_name = "DIR", default_value = "world")]
-        world: PathBuf,
+        #[command(flatten)]
+        world: WorldArg,
     },
     /// The running world as an MCP server over stdio (for a coding assistant), acting for the
     /// console's person; over HTTP it is /mcp on the web address.
     Mcp {
-        /// The world's folder.
-        #[arg(long, value_name = "DIR", default_value = "world")]
-        world: PathBuf,
+        #[command(flatten)]
+        world: WorldArg,
     },
     /// MCP servers the agent may use: `sausage mcp-server add NAME URL --tool TOOL=TIERS`.
     McpServer {
@@ -145,14 +143,20 @@ enum Command {
         #[command(subcommand)]
         command: MatrixCommand,
     },
+    /// The agent's model settings: `sausage model show|set|test [DIR]` (`show` when none is
+    /// named).
+    #[command(args_conflicts_with_subcommands = true)]
+    Model {
+        #[command(subcommand)]
+        command: Option<ModelCommand>,
+        #[command(flatten)]
+        world: WorldArg,
+    },
     /// Manage the people who may use a world: add, list, remove, or change a tier. Works
     /// whether the world runs or not.
     People {
         #[command(subcommand)]
         command: PeopleCommand,
-        /// The world's folder.
-        #[arg(long, global = true, value_name = "DIR", default_value = "world")]
-        world: PathBuf,
     },
 }
 
@@ -171,28 +175,88 @@ enum PeopleCommand {
         /// Their Matrix user id (`@ann:example.org`), for the `matrix` actor.
         #[arg(long, value_name = "USER_ID")]
         matrix: Option<String>,
+        #[command(flatten)]
+        world: WorldArg,
     },
     /// List everyone with their tier.
-    List,
+    List {
+        #[command(flatten)]
+        world: WorldArg,
+    },
     /// Remove a person; their web sessions end at once.
-    Remove { id: String },
+    Remove {
+        id: String,
+        #[command(flatten)]
+        world: WorldArg,
+    },
     /// Change a person's tier.
     Tier {
         id: String,
         #[arg(value_parser = parse_tier)]
         tier: Tier,
+        #[command(flatten)]
+        world: WorldArg,
     },
     /// Print a new one-time login link for a person.
-    Link { id: String },
+    Link {
+        id: String,
+        #[command(flatten)]
+        world: WorldArg,
+    },
     /// Print a new bearer token for a person, for MCP at the web address's /mcp (it replaces
     /// their old one); `--revoke` takes it away.
     Token {
         id: String,
         #[arg(long)]
         revoke: bool,
+        #[command(flatten)]
+        world: WorldArg,
     },
-    /// Set a person's Matrix user id (`@ann:example.org`), or clear it when none is given.
-    Matrix { id: String, user_id: Option<String> },
+    /// Set a person's Matrix user id (`@ann:example.org`), or clear it when none is given
+    /// (a world's folder alone in its place names the world, and clears the id).
+    Matrix {
+        id: String,
+        user_id: Option<String>,
+        /// The world's folder (default: `world`).
+        #[arg(value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// The world's folder, as a flag: the same as DIR.
+        #[arg(long = "world", value_name = "DIR")]
+        world: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ModelCommand {
+    /// Print the API shape, the base URL and the model (whether there is a token, never it).
+    Show {
+        #[command(flatten)]
+        world: WorldArg,
+    },
+    /// Change the API shape, the base URL, the model or the token, in every file that holds
+    /// them, then check them with one small request.
+    Set {
+        /// openai-responses, anthropic-messages or openai-chat.
+        #[arg(long)]
+        api: Option<String>,
+        /// The provider's base URL, with or without its `/v1`.
+        #[arg(long)]
+        base_url: Option<String>,
+        /// The model to use.
+        #[arg(long)]
+        model: Option<String>,
+        /// Take a new token: from SAUSAGE_API_TOKEN, else typed without being shown at a
+        /// terminal, else a line of stdin (never an argument, which other users could see).
+        #[arg(long)]
+        new_token: bool,
+        #[command(flatten)]
+        world: WorldArg,
+    },
+    /// Send the provider one small request, as the agent would, and say what is wrong.
+    Test {
+        #[command(flatten)]
+        world: WorldArg,
+    },
 }
 
 #[derive(Subcommand)]
@@ -211,9 +275,8 @@ enum McpServerCommand {
         /// How long a call may take, in seconds (default 30).
         #[arg(long = "timeout", value_name = "SECONDS")]
         timeout_seconds: Option<u64>,
-        /// The world's folder.
-        #[arg(long, value_name = "DIR", default_value = "world")]
-        world: PathBuf,
+        #[command(flatten)]
+        world: WorldArg,
     },
 }
 
@@ -221,9 +284,8 @@ enum McpServerCommand {
 enum MetricsCommand {
     /// Make a new bearer token for /metrics (the old one stops working) and print it.
     Token {
-        /// The world's folder.
-        #[arg(long, value_name = "DIR", default_value = "world")]
-        world: PathBuf,
+        #[command(flatten)]
+        world: WorldArg,
     },
 }
 
@@ -245,9 +307,8 @@ enum MatrixCommand {
     /// token (from SAUSAGE_MATRIX_TOKEN or asked; kept outside every actor's files). People
     /// reach the agent from Matrix once they have a Matrix id (`sausage people matrix ID @…`).
     Setup {
-        /// The world's folder.
-        #[arg(long, value_name = "DIR", default_value = "world")]
-        world: PathBuf,
+        #[command(flatten)]
+        world: WorldArg,
         /// The homeserver's URL, such as https://matrix.example.org (asked if missing).
         #[arg(long, value_name = "URL")]
         homeserver: Option<String>,
@@ -268,9 +329,20 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     raise_file_limit();
-    let result = match cli.command {
+    match dispatch(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("sausage: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs one command.
+fn dispatch(command: Command) -> Result<ExitCode> {
+    match command {
         Command::Init {
-            dir,
+            world,
             api,
             base_url,
             model,
@@ -289,7 +361,7 @@ fn main() -> ExitCode {
                 user_id: matrix_user,
                 token: None,
             });
-            block_on(init(dir, config, owner, matrix))
+            block_on(init(world.folder()?, config, owner, matrix))
         }
         Command::Matrix {
             command:
@@ -304,10 +376,10 @@ fn main() -> ExitCode {
                 user_id: user,
                 token: None,
             };
-            block_on(matrix_setup(World::new(world), config))
+            block_on(matrix_setup(world.existing("matrix setup")?, config))
         }
         Command::Run {
-            dir,
+            world,
             web,
             no_web,
             cluster,
@@ -315,6 +387,7 @@ fn main() -> ExitCode {
             replicas,
             otlp,
         } => {
+            let dir = world.folder()?;
             let otlp = otlp.or_else(|| {
                 std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
                     .ok()
@@ -350,9 +423,29 @@ fn main() -> ExitCode {
             print!("{}", sausage_cluster::status::report(&cluster).await?);
             Ok(ExitCode::SUCCESS)
         }),
-        Command::People { command, world } => people(&World::new(world), command),
-        Command::Status { world } => status::print(&World::new(world)),
-        Command::Mcp { world } => mcp::serve(&World::new(world)),
+        Command::People { command } => people(command),
+        Command::Model { command, world } => match command {
+            None => model::show(&world.existing("model show")?),
+            Some(ModelCommand::Show { world }) => model::show(&world.existing("model show")?),
+            Some(ModelCommand::Test { world }) => model::test(&world.existing("model test")?),
+            Some(ModelCommand::Set {
+                api,
+                base_url,
+                model,
+                new_token,
+                world,
+            }) => model::set(
+                &world.existing("model set")?,
+                model::Change {
+                    api,
+                    base_url,
+                    model,
+                    new_token,
+                },
+            ),
+        },
+        Command::Status { world } => status::print(&world.existing("status")?),
+        Command::Mcp { world } => mcp::serve(&world.existing("mcp")?),
         Command::McpServer {
             command:
                 McpServerCommand::Add {
@@ -362,22 +455,21 @@ fn main() -> ExitCode {
                     timeout_seconds,
                     world,
                 },
-        } => mcp::add_server(&World::new(world), &name, &url, &tools, timeout_seconds),
+        } => mcp::add_server(
+            &world.existing("mcp-server add NAME URL --tool TOOL=TIERS")?,
+            &name,
+            &url,
+            &tools,
+            timeout_seconds,
+        ),
         Command::Metrics {
             command: MetricsCommand::Token { world },
-        } => status::metrics_token(&World::new(world)),
+        } => status::metrics_token(&world.existing("metrics token")?),
         Command::Logs {
             actor,
             world,
             follow,
-        } => actor_logs::print(&World::new(world), &actor, follow),
-    };
-    match result {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("sausage: {e:#}");
-            ExitCode::FAILURE
-        }
+        } => actor_logs::print(&world.existing("logs ACTOR")?, &actor, follow),
     }
 }
 
@@ -448,6 +540,15 @@ async fn init(
         )?),
         None => None,
     };
+    // Before the agent's build (most of a minute): a wrong URL or token is said now, in
+    // words, and leaves no half-made world.
+    println!("Checking the model provider…");
+    if let Err(problem) = model::check(&config).await {
+        anyhow::bail!(
+            "the model provider: {problem}; no world was created (run this again once it is \
+             fixed)"
+        );
+    }
     world.create()?;
     let people = People::new(&world);
     people.create(&owner)?;
@@ -527,7 +628,33 @@ async fn matrix_setup(world: World, config: MatrixConfig) -> Result<ExitCode> {
 
 /// `sausage people …`: one change to `people.json` (under its lock, so a running world and
 /// this command never lose each other's change).
-fn people(world: &World, command: PeopleCommand) -> Result<ExitCode> {
+fn people(command: PeopleCommand) -> Result<ExitCode> {
+    let (named, usage) = match &command {
+        PeopleCommand::Add { world, .. } => (world.clone(), "people add ID --tier TIER"),
+        PeopleCommand::List { world } => (world.clone(), "people list"),
+        PeopleCommand::Remove { world, .. } => (world.clone(), "people remove ID"),
+        PeopleCommand::Tier { world, .. } => (world.clone(), "people tier ID TIER"),
+        PeopleCommand::Link { world, .. } => (world.clone(), "people link ID"),
+        PeopleCommand::Token { world, .. } => (world.clone(), "people token ID"),
+        PeopleCommand::Matrix {
+            user_id,
+            dir,
+            world,
+            ..
+        } => {
+            let dir = match user_id {
+                Some(folder) if user_id_is_a_world(user_id, dir, world) => {
+                    Some(PathBuf::from(folder))
+                }
+                _ => dir.clone(),
+            };
+            (
+                WorldArg::new(dir, world.clone()),
+                "people matrix ID [@USER:SERVER]",
+            )
+        }
+    };
+    let world = &named.existing(usage)?;
     world.load_registry()?;
     let people = People::new(world);
     match command {
@@ -536,6 +663,7 @@ fn people(world: &World, command: PeopleCommand) -> Result<ExitCode> {
             tier,
             name,
             matrix,
+            ..
         } => {
             let handles = matrix
                 .map(|m| ("matrix".to_string(), m))
@@ -545,7 +673,7 @@ fn people(world: &World, command: PeopleCommand) -> Result<ExitCode> {
             println!("Added {id} ({}). Their one-time login link:", tier.as_str());
             println!("    {}", login_link(world, &token));
         }
-        PeopleCommand::List => {
+        PeopleCommand::List { .. } => {
             println!("{:<24} {:<7} name", "id", "tier");
             for person in people.list()? {
                 println!(
@@ -556,26 +684,35 @@ fn people(world: &World, command: PeopleCommand) -> Result<ExitCode> {
                 );
             }
         }
-        PeopleCommand::Remove { id } => {
+        PeopleCommand::Remove { id, .. } => {
             people.remove(&id)?;
             println!("Removed {id}; their sessions have ended.");
         }
-        PeopleCommand::Tier { id, tier } => {
+        PeopleCommand::Tier { id, tier, .. } => {
             people.set_tier(&id, tier)?;
             println!("{id} is now {}.", tier.as_str());
         }
-        PeopleCommand::Matrix { id, user_id } => {
+        PeopleCommand::Matrix {
+            id,
+            user_id,
+            dir,
+            world: flag,
+        } => {
+            let names_the_world = user_id_is_a_world(&user_id, &dir, &flag);
+            let user_id = user_id.filter(|_| !names_the_world);
             people.set_handle(&id, "matrix", user_id.as_deref())?;
             match user_id {
                 Some(user_id) => println!("{id} is {user_id} on Matrix."),
                 None => println!("{id} has no Matrix user id now."),
             }
         }
-        PeopleCommand::Link { id } => {
+        PeopleCommand::Link { id, .. } => {
             let token = people.new_link(&id)?;
             println!("{}", login_link(world, &token));
         }
-        PeopleCommand::Token { id, revoke: false } => {
+        PeopleCommand::Token {
+            id, revoke: false, ..
+        } => {
             println!("{}", people.new_token(&id)?);
             eprintln!(
                 "sausage: {id}'s MCP clients connect to http://{}/mcp with `Authorization: \
@@ -583,12 +720,32 @@ fn people(world: &World, command: PeopleCommand) -> Result<ExitCode> {
                 web_address(world)
             );
         }
-        PeopleCommand::Token { id, revoke: true } => {
+        PeopleCommand::Token {
+            id, revoke: true, ..
+        } => {
             people.revoke_token(&id)?;
             println!("{id}'s token is revoked");
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether `people matrix ID X` names the world's folder with X rather than a user id (and
+/// so clears the id): X alone, not a Matrix id (which starts with `@`), with no `--world`, and
+/// a folder that holds a world; anything else is a user id, checked as one.
+fn user_id_is_a_world(
+    user_id: &Option<String>,
+    dir: &Option<PathBuf>,
+    world: &Option<PathBuf>,
+) -> bool {
+    user_id.as_deref().is_some_and(|folder| {
+        !folder.starts_with('@')
+            && dir.is_none()
+            && world.is_none()
+            && std::path::Path::new(folder)
+                .join(sausage_core::world::REGISTRY)
+                .is_file()
+    })
 }
 
 /// A login link on the web console's address: the one the world last served on, or the
@@ -656,6 +813,7 @@ async fn run(dir: PathBuf, web: Option<SocketAddr>, cluster: Option<Joining>) ->
             dir.display()
         );
     }
+    world_arg::must_hold_a_world(&dir, "run", true)?;
     world.load_registry()?;
     let _lock = world.lock()?;
     let cluster = match cluster {

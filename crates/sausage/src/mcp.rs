@@ -1,4 +1,4 @@
-//! `sausage mcp [--world DIR]` (DESIGN §23): the running world's MCP server over stdio, for a
+//! `sausage mcp [DIR]` (DESIGN §23): the running world's MCP server over stdio, for a
 //! coding assistant's MCP configuration. It carries each JSON-RPC message read on stdin to the
 //! host's `/mcp` (streamable HTTP, with the host's local token: it acts for the console's
 //! person) and writes every message of the answer, a JSON object or an event stream, as a line
@@ -39,13 +39,6 @@ pub fn serve(world: &World) -> Result<ExitCode> {
 /// The running world's host: a client, its base URL and the local token; or, when the world
 /// does not run (or is no world), what to do, in words.
 fn reach(world: &World) -> Result<(reqwest::blocking::Client, String, String), String> {
-    if !world.registry_path().is_file() {
-        return Err(format!(
-            "{} is not a world (no {}); give the world's folder with --world",
-            world.root().display(),
-            sausage_core::world::REGISTRY
-        ));
-    }
     let not_running = format!(
         "the world in {} is not running with its web console; start it with `sausage run {}` \
          (without --no-web), then start `sausage mcp` again",
@@ -229,13 +222,6 @@ pub fn add_server(
 ) -> Result<ExitCode> {
     use sausage_core::message::ActorId;
     use serde_json::{Value, json};
-    if !world.registry_path().is_file() {
-        bail!(
-            "{} is not a world (no {}); give the world's folder with --world",
-            world.root().display(),
-            sausage_core::world::REGISTRY
-        );
-    }
     if name.is_empty()
         || name.len() > 32
         || !name

@@ -6,7 +6,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use serde_json::{Value, json};
 
 use sausage_core::console::render::actors_table;
@@ -17,7 +17,6 @@ use sausage_core::world::World;
 const PATIENCE: Duration = Duration::from_secs(10);
 
 pub fn print(world: &World) -> Result<ExitCode> {
-    must_be_a_world(world)?;
     let list = match ask_running(world) {
         Some(list) => list,
         None if world.is_running() => {
@@ -40,7 +39,6 @@ pub fn print(world: &World) -> Result<ExitCode> {
 }
 
 pub fn metrics_token(world: &World) -> Result<ExitCode> {
-    must_be_a_world(world)?;
     let token = readers::new_metrics_token(world)?;
     let address = std::fs::read_to_string(world.web_address_path())
         .map(|a| a.trim().to_string())
@@ -51,17 +49,6 @@ pub fn metrics_token(world: &World) -> Result<ExitCode> {
          any earlier metrics token no longer works"
     );
     Ok(ExitCode::SUCCESS)
-}
-
-fn must_be_a_world(world: &World) -> Result<()> {
-    if !world.registry_path().is_file() {
-        bail!(
-            "{} is not a world (no {}); give the world's folder with --world",
-            world.root().display(),
-            sausage_core::world::REGISTRY
-        );
-    }
-    Ok(())
 }
 
 /// The running host's `list`, if it runs and answers.

@@ -1,5 +1,6 @@
 //! The command line's ways of seeing inside (DESIGN §22): `sausage --version` with the commit,
-//! and `sausage logs ACTOR [-f]`, on worlds whose logs the test writes itself.
+//! and `sausage logs ACTOR [-f]`, on worlds whose logs the test writes itself; and how every
+//! command names its world (DESIGN §27), its words and exit codes when there is none.
 
 mod support;
 
@@ -50,7 +51,7 @@ fn logs_prints_the_rotated_log_then_the_current_one_and_says_what_is_wrong() {
         (vec!["logs", "Bad Id", "--world", root], "`Bad Id`"),
         (
             vec!["logs", "x", "--world", "/nonexistent/w"],
-            "is not a world",
+            "/nonexistent/w: no world here",
         ),
     ] {
         let out = sausage(&args);
@@ -147,4 +148,137 @@ fn logs_follow_goes_on_across_a_rotation() {
     assert_eq!(all, "one\ntwo\nthree\nfour\n", "nothing lost or twice");
     child.kill().unwrap();
     let _ = child.wait();
+}
+
+/// `sausage ARGS` run in `cwd`, with nothing on stdin: exit code, stdout, stderr.
+fn sausage_in(cwd: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sausage"))
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn every_command_names_its_world_by_folder_or_flag() {
+    let world = TestWorld::new();
+    world.install("x", "echo");
+    std::fs::write(world.path("actor/x/stderr.log"), "hello\n").unwrap();
+    let root = world.root.to_str().unwrap();
+    let cwd = world.root.parent().unwrap();
+    for args in [
+        vec!["status", root],
+        vec!["status", "--world", root],
+        vec!["logs", "x", root],
+        vec!["logs", "x", "--world", root],
+        vec!["people", "add", "ann", "--tier", "member", root],
+        vec!["people", "list", root],
+        vec!["people", "list", "--world", root],
+        vec!["people", "tier", "ann", "guest", root],
+        vec!["people", "matrix", "ann", "@ann:localhost", root],
+        // A folder in the user id's place names the world: it cannot start with `@`.
+        vec!["people", "matrix", "ann", root],
+        vec!["people", "link", "ann", root],
+        vec!["metrics", "token", root],
+        vec!["metrics", "token", "--world", root],
+        // The same folder twice is one world.
+        vec!["status", root, "--world", root],
+        // No folder is `./world`.
+        vec!["status"],
+    ] {
+        let (code, out, err) = sausage_in(cwd, &args);
+        assert_eq!(code, 0, "{args:?}: {out}{err}");
+    }
+    let people = world.json("broker/people.json");
+    let ann = people["people"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == "ann")
+        .unwrap();
+    assert_eq!(ann["tier"], "guest");
+    assert!(
+        ann.get("handles").is_none_or(|h| h.get("matrix").is_none()),
+        "cleared: {ann}"
+    );
+    // `mcp` finds the world and says it does not run, either way.
+    for args in [vec!["mcp", root], vec!["mcp", "--world", root]] {
+        let (code, _, err) = sausage_in(cwd, &args);
+        assert_eq!(code, 1, "{args:?}");
+        assert!(err.contains("is not running"), "{args:?}: {err}");
+    }
+    let (code, _, err) = sausage_in(cwd, &["status", root, "--world", "/elsewhere"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(&format!(
+            "two worlds named: {root} and --world /elsewhere; name one"
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_world_names_the_folder_it_looked_at_and_how_to_name_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    let looked_at = cwd.join("world");
+    for (args, usage) in [
+        (vec!["status"], "status"),
+        (vec!["logs", "x"], "logs ACTOR"),
+        (vec!["people", "list"], "people list"),
+        (
+            vec!["people", "add", "ann", "--tier", "member"],
+            "people add ID --tier TIER",
+        ),
+        (vec!["metrics", "token"], "metrics token"),
+        (vec!["mcp"], "mcp"),
+        (
+            vec![
+                "mcp-server",
+                "add",
+                "t",
+                "http://127.0.0.1:9/mcp",
+                "--tool",
+                "a=owner",
+            ],
+            "mcp-server add NAME URL --tool TOOL=TIERS",
+        ),
+        (vec!["run"], "run"),
+    ] {
+        let (code, out, err) = sausage_in(cwd, &args);
+        assert_eq!(code, 1, "{args:?}: {out}{err}");
+        assert!(
+            err.contains(&format!(
+                "sausage: {}: no world here (no sausage.json); name the world's folder: \
+                 `sausage {usage} DIR` or `sausage {usage} --world DIR`",
+                looked_at.display()
+            )),
+            "{args:?}: {err}"
+        );
+        // Only `run` may mean a world to be made; the others name an existing one.
+        assert_eq!(
+            err.contains("sausage init"),
+            args[0] == "run",
+            "{args:?}: {err}"
+        );
+    }
+    let (code, _, err) = sausage_in(cwd, &["people", "list", "elsewhere"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(&format!(
+            "{}: no world here",
+            cwd.join("elsewhere").display()
+        )),
+        "{err}"
+    );
+    assert!(
+        !cwd.join("world").exists() && !cwd.join("elsewhere").exists(),
+        "nothing made"
+    );
 }

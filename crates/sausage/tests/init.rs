@@ -1,6 +1,6 @@
 //! `sausage init` end to end: the questions answered by flags, the environment or stdin, the
-//! agent built from the source the binary carries, and the new world answering through the
-//! agent.
+//! provider checked before the build, the agent built from the source the binary carries, and
+//! the new world answering through the agent; and `sausage model show|set|test` after it.
 
 mod support;
 
@@ -8,12 +8,14 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use sausage_fake_llm::{FakeLlm, TOKEN, openai};
+use sausage_fake_llm::{FakeLlm, TOKEN, anthropic, openai};
 use support::*;
 
 #[test]
 fn init_builds_and_registers_the_agent_and_the_world_answers() {
     let fake = FakeLlm::start();
+    // The answer to init's check of the provider.
+    fake.push_openai(openai::text_reply("OK"));
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("world");
     // Only the dependencies come pre-built; the agent itself is built by the world's cargo.
@@ -24,8 +26,9 @@ fn init_builds_and_registers_the_agent_and_the_world_answers() {
         .args([
             "--api",
             "openai-responses",
+            // As OpenAI's documentation writes it: the agent must not ask for /v1/v1/….
             "--base-url",
-            &fake.base_url(),
+            &format!("{}/v1/", fake.base_url()),
             "--model",
             "m-1",
             "--owner",
@@ -65,6 +68,7 @@ fn init_builds_and_registers_the_agent_and_the_world_answers() {
     );
     let config = world.json("private/agent/data/config.json");
     assert_eq!(config["api"], "openai-responses");
+    assert_eq!(config["base_url"], fake.base_url(), "without its /v1");
     assert_eq!(config["model"], "m-1");
     assert_eq!(config["max_turn_usd"], 5.0, "budgets a person can edit");
     assert_eq!(config["max_day_usd"], 25.0);
@@ -93,6 +97,12 @@ fn init_builds_and_registers_the_agent_and_the_world_answers() {
     });
     assert_eq!(answer.body["text"], "Ready when you are.");
     assert!(host.quit().success());
+    let paths: Vec<String> = fake.requests().into_iter().map(|r| r.path).collect();
+    assert_eq!(
+        paths,
+        ["/v1/responses", "/v1/responses"],
+        "the check, then the turn"
+    );
     assert_eq!(
         world.visible_files_containing(TOKEN),
         Vec::<std::path::PathBuf>::new(),
@@ -118,16 +128,50 @@ fn init(root: &std::path::Path, args: &[&str], answers: &str) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// A local model server that needs no token: it answers every request with an empty event
+/// stream, and hands each request's head to the test.
+fn tokenless_server() -> (String, std::sync::mpsc::Receiver<String>) {
+    use std::io::{BufRead, BufReader, Read};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (heads, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut head = String::new();
+            while reader.read_line(&mut head).unwrap_or(0) > 2 && !head.ends_with("\r\n\r\n") {}
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|n| n.trim().parse().unwrap_or(0))
+                })
+                .unwrap_or(0);
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            );
+            let _ = heads.send(head);
+        }
+    });
+    (url, received)
+}
+
 #[test]
 fn a_local_openai_chat_server_needs_no_token() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("world");
     warm_cargo_for_agent(&root, sausage_core::people::DEFAULT_OWNER);
+    let (url, heads) = tokenless_server();
+    let host = url.replace("http://", "");
     let args = [
         "--api",
         "openai-chat",
         "--base-url",
-        "http://127.0.0.1:8080",
+        &url,
         "--model",
         "local",
     ];
@@ -145,17 +189,204 @@ fn a_local_openai_chat_server_needs_no_token() {
     );
     assert!(stdout.contains("deploy: agent runs version 1"), "{stdout}");
     let world = TestWorld::adopt(dir, root);
+    let head = heads.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(head.starts_with("POST /v1/chat/completions "), "{head}");
+    assert!(
+        !head.to_ascii_lowercase().contains("authorization"),
+        "no token, no header: {head}"
+    );
     let config = world.json("private/agent/data/config.json");
     assert_eq!(config["api"], "openai-chat");
-    assert_eq!(config["base_url"], "http://127.0.0.1:8080");
+    assert_eq!(config["base_url"], url);
     assert!(
         !world.path("broker/credentials/agent.json").exists(),
         "no token, no credentials: nothing is added to the agent's requests"
     );
     assert_eq!(
         world.json("actor/agent/source/actor.json"),
-        serde_json::json!({ "network": ["127.0.0.1:8080"], "window": 0 })
+        serde_json::json!({ "network": [host], "window": 0 })
     );
+}
+
+#[test]
+fn init_checks_the_provider_before_it_builds_and_names_what_is_wrong() {
+    let fake = FakeLlm::start_expecting_violations();
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("world");
+    for (base_url, token, says) in [
+        (
+            closed.clone(),
+            TOKEN,
+            format!("sausage: the model provider: nothing listens at {closed}; check the base URL"),
+        ),
+        (
+            fake.base_url(),
+            "sk-wrong",
+            "sausage: the model provider: the provider refused the token (401".to_string(),
+        ),
+        (
+            format!("{}/openai/v1", fake.base_url()),
+            TOKEN,
+            "sausage: the model provider: no such path: is the base URL right?".to_string(),
+        ),
+    ] {
+        let args = [
+            "--api",
+            "openai-responses",
+            "--base-url",
+            &base_url,
+            "--model",
+            "m",
+            "--owner",
+            "boss",
+        ];
+        let out = Command::new(env!("CARGO_BIN_EXE_sausage"))
+            .arg("init")
+            .arg(&root)
+            .args(args)
+            .env("SAUSAGE_API_TOKEN", token)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{base_url}: {stderr}");
+        assert!(stderr.contains(&says), "{base_url}: {stderr}");
+        assert!(stderr.contains("no world was created"), "{stderr}");
+        assert!(!stderr.contains("sk-wrong"), "the token is never shown");
+        assert!(!root.exists(), "{base_url}: nothing is left behind");
+    }
+    assert_eq!(fake.requests().len(), 2, "one request each");
+}
+
+/// Runs `sausage model ARGS` with `stdin`: exit code, stdout, stderr.
+fn model(args: &[&str], stdin: &str) -> (i32, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sausage"))
+        .arg("model")
+        .args(args)
+        .env_remove("SAUSAGE_API_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).unwrap();
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn model_settings_are_shown_changed_in_every_file_and_tested() {
+    let fake = FakeLlm::start();
+    let world = support::agent::world_with_agent(&fake, "openai-responses");
+    let root = world.root.to_str().unwrap();
+    let host = |url: &str| url.replace("http://", "");
+
+    let (code, out, err) = model(&["show", root], "");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        format!(
+            "api:      openai-responses\nbase URL: {}\nmodel:    test-model\ntoken:    set \
+             (kept by the host, outside every actor's files)\n",
+            fake.base_url()
+        )
+    );
+    let (_, shown, _) = model(&["--world", root], "");
+    assert_eq!(
+        shown, out,
+        "show is the default, and --world names the world too"
+    );
+
+    fake.push_openai(openai::text_reply("OK"));
+    let (code, out, err) = model(&["test", root], "");
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("The provider answers"), "{out}");
+    let checked = &fake.requests()[0];
+    assert_eq!(checked.body["model"], "test-model");
+    assert_eq!(checked.headers["authorization"], format!("Bearer {TOKEN}"));
+
+    // A new provider, with another API shape and its /v1: the token moves to it, as the header
+    // that API wants, and the old host and credentials go.
+    let other = FakeLlm::start();
+    other.push_anthropic(anthropic::text_reply("OK"));
+    let (code, out, err) = model(
+        &[
+            "set",
+            root,
+            "--api",
+            "anthropic-messages",
+            "--base-url",
+            &format!("{}/v1", other.base_url()),
+            "--model",
+            "claude-x",
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("saved") && out.contains("The provider answers"),
+        "{out}"
+    );
+    let config = world.json("private/agent/data/config.json");
+    assert_eq!(config["api"], "anthropic-messages");
+    assert_eq!(config["base_url"], other.base_url());
+    assert_eq!(config["model"], "claude-x");
+    assert_eq!(
+        world.json("broker/credentials/agent.json"),
+        serde_json::json!({"base_url": other.base_url(), "header": "x-api-key", "value": TOKEN})
+    );
+    for manifest in [
+        "actor/agent/source/actor.json",
+        "broker/versions/agent/1/source/actor.json",
+    ] {
+        assert_eq!(
+            world.json(manifest)["network"],
+            serde_json::json!([host(&other.base_url())]),
+            "{manifest}"
+        );
+    }
+    assert_eq!(other.requests()[0].headers["x-api-key"], TOKEN);
+
+    // A new token, from stdin: the provider refuses it, and the check says so.
+    let refusing = FakeLlm::start_expecting_violations();
+    let (code, out, err) = model(
+        &[
+            "set",
+            "--new-token",
+            "--base-url",
+            &refusing.base_url(),
+            "--world",
+            root,
+        ],
+        "sk-rotated\n",
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("the provider refused the token (401"), "{err}");
+    assert!(!format!("{out}{err}").contains("sk-rotated"), "never shown");
+    assert_eq!(
+        world.json("broker/credentials/agent.json")["value"],
+        "sk-rotated",
+        "saved all the same"
+    );
+    let (_, out, _) = model(&["show", root], "");
+    assert!(!out.contains("sk-rotated"), "{out}");
+
+    let (code, _, err) = model(&["set", root], "");
+    assert_eq!(code, 1);
+    assert!(err.contains("nothing to change; give --api"), "{err}");
+    let (code, _, err) = model(&["test", "/nonexistent/w"], "");
+    assert_eq!(code, 1);
+    assert!(err.contains("/nonexistent/w: no world here"), "{err}");
 }
 
 #[test]

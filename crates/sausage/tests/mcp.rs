@@ -342,7 +342,7 @@ fn sausage_mcp_says_what_to_do_when_the_world_does_not_run() {
         "{said}"
     );
     let nowhere = sausage(&["mcp", "--world", "/nonexistent/world"]);
-    assert!(text(&nowhere.stderr).contains("is not a world"));
+    assert!(text(&nowhere.stderr).contains("/nonexistent/world: no world here"));
     // The SDK's client gets the same words as the answer to its `initialize`, not a closed pipe.
     let client = stdio(&world, json!([]));
     let error = client["error"]

@@ -249,7 +249,7 @@ fn prometheus_scrapes_a_running_world_and_its_series_move_with_messages_and_a_tu
     );
     let nowhere = sausage(&["status", "--world", "/nonexistent/world"]);
     assert!(!nowhere.status.success());
-    assert!(text(&nowhere.stderr).contains("is not a world"));
+    assert!(text(&nowhere.stderr).contains("/nonexistent/world: no world here"));
 }
 
 /// Spans by name.
