@@ -770,6 +770,12 @@ impl World {
         if console && p.is_absolute() {
             return Ok(p.to_path_buf());
         }
+        if console {
+            return Err(format!(
+                "path `{path}` is relative; give an absolute path (`/deploy` takes a folder \
+                 relative to where sausage runs)"
+            ));
+        }
         if sender.is_native() {
             return Err(format!(
                 "path `{path}` is outside what {sender} may name for a person; name a file \
@@ -1058,6 +1064,13 @@ mod tests {
             Path::new("/tmp/a.wasm")
         );
         assert!(w.resolve_request_path(&console, "/tmp/../a").is_err());
+        let relative = w
+            .resolve_request_path(&console, "target/a.wasm")
+            .unwrap_err();
+        assert!(
+            relative.contains("is relative; give an absolute path"),
+            "{relative}"
+        );
         // Other native senders act for a person: no host paths, no `/data` of their own.
         for native in ["web", "scheduler", "cargo"] {
             let native = id(native);

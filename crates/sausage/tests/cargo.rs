@@ -12,6 +12,74 @@ fn build(host: &mut Host, source: &str) -> serde_json::Value {
         .body
 }
 
+/// The README's first session, typed in the repository's folder: a relative folder for
+/// `/deploy`, a relative path refused where only an absolute one is taken.
+#[test]
+fn the_readmes_first_session_works_as_printed() {
+    let world = TestWorld::new();
+    sausage_core::people::People::new(&sausage_core::world::World::new(&world.root))
+        .create(sausage_core::people::DEFAULT_OWNER)
+        .unwrap();
+    let mut host = Host::start_in(&repo(), &world.root);
+    host.send("/deploy echo actors/echo");
+    host.send("@echo hello");
+    assert_eq!(host.wait_type("echo", "text")["text"], "hello");
+    host.tell(
+        "broker",
+        json!({"type": "spawn", "actor": "echo2", "wasm": "target/actors/echo.wasm"}),
+    );
+    let refused = host
+        .wait_for("the broker's refusal", |m| {
+            m.from == "broker" && m.body["type"] == "error"
+        })
+        .body;
+    let reason = refused["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("is relative; give an absolute path"),
+        "{refused}"
+    );
+}
+
+/// The first actor of `docs/actors.md`, taken from its code blocks as a reader copies them:
+/// it builds, passes its own transcript, and answers as the page shows.
+#[test]
+fn the_first_actor_of_the_users_docs_works_as_written() {
+    let page = std::fs::read_to_string(repo().join("docs/actors.md")).unwrap();
+    let block = |fence: &str, after: &str| -> String {
+        let from = page
+            .find(after)
+            .unwrap_or_else(|| panic!("`{after}` in docs/actors.md"));
+        let start = page[from..].find(fence).unwrap() + from + fence.len();
+        let end = page[start..].find("```").unwrap() + start;
+        page[start..end].trim_start_matches('\n').to_string()
+    };
+    let world = TestWorld::new();
+    let dir = world.path("private/console/data/greeter");
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::create_dir_all(dir.join("tests")).unwrap();
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        block("```toml", "## Your first actor"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("src/main.rs"),
+        block("```rust", "## Your first actor"),
+    )
+    .unwrap();
+    let transcript = block("```text", "A test, `tests/greeter.jsonl`");
+    assert!(transcript.contains("expect"), "{transcript}");
+    std::fs::write(dir.join("tests/greeter.jsonl"), transcript).unwrap();
+    let mut host = world.run();
+    host.send(&format!("/deploy greeter {}", dir.display()));
+    host.send("@greeter Ann");
+    assert_eq!(host.wait_type("greeter", "text")["text"], "hello, Ann");
+    assert_eq!(
+        world.json("sausage.json")["actors"]["greeter"]["version"],
+        1
+    );
+}
+
 #[test]
 fn deploy_twice_spawns_then_upgrades() {
     let world = TestWorld::new();

@@ -437,6 +437,17 @@ impl Host {
         Host::spawn(command, vars)
     }
 
+    /// [`Host::start`] with `dir` as the folder the host runs in, as a person's shell would.
+    pub fn start_in(dir: &Path, world: &Path) -> Host {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sausage"));
+        command
+            .current_dir(dir)
+            .arg("run")
+            .arg(world)
+            .arg("--no-web");
+        Host::spawn(command, &[])
+    }
+
     /// [`Host::start`] as a user who is not root. When the tests run as root, the host runs as
     /// uid 1000, which owns the world's folder, with the toolchain shown where that user reads
     /// it (rustup's home is usually under `/root`, which only root passes through) and its
