@@ -96,6 +96,15 @@ fn prometheus_scrapes_a_running_world_and_its_series_move_with_messages_and_a_tu
     push_turn_with_a_tool_call(&fake);
     web.host.send("ask echo");
     assert_eq!(final_reply(&mut web.host)["text"], "Echo answered.");
+    // Two builds, the second an upgrade.
+    let greeter = world.path("private/console/data/greeter");
+    for greeting in ["hello", "hello again"] {
+        support::write_greeter_crate(&greeter, "greeter", greeting);
+        web.host
+            .send(&format!("/deploy greeter {}", greeter.display()));
+        web.host.send("@greeter hi");
+        assert_eq!(web.host.wait_type("greeter", "text")["text"], greeting);
+    }
 
     let at_least = |n: f64| move |samples: &[Value]| samples.first().is_some_and(|s| value(s) >= n);
     prometheus.wait_for_series(
@@ -161,6 +170,25 @@ fn prometheus_scrapes_a_running_world_and_its_series_move_with_messages_and_a_tu
         !samples.is_empty()
     });
 
+    // How long the turn, the builds and the upgrade took: histograms in seconds.
+    for (histogram, count, most) in [
+        ("sausage_turn_duration_seconds", 1.0, 60.0),
+        ("sausage_build_duration_seconds", 2.0, 1800.0),
+        ("sausage_upgrade_duration_seconds", 1.0, 60.0),
+    ] {
+        prometheus.wait_for_series(&format!("{histogram}_count"), SCRAPES, at_least(count));
+        prometheus.wait_for_series(
+            &format!(r#"{histogram}_bucket{{le="+Inf"}}"#),
+            SCRAPES,
+            at_least(count),
+        );
+        prometheus.wait_for_series(&format!("{histogram}_sum"), SCRAPES, |samples| {
+            samples
+                .first()
+                .is_some_and(|s| value(s) > 0.0 && value(s) < most)
+        });
+    }
+
     // What Prometheus read, as OpenMetrics text: typed and explained series, units in their
     // names, and the end marked.
     let auth = format!("Bearer {token}");
@@ -188,6 +216,8 @@ fn prometheus_scrapes_a_running_world_and_its_series_move_with_messages_and_a_tu
         "# UNIT sausage_actor_memory_bytes bytes",
         "# TYPE sausage_world_messages counter",
         "# TYPE sausage_build info",
+        "# TYPE sausage_turn_duration_seconds histogram",
+        "# UNIT sausage_turn_duration_seconds seconds",
     ] {
         assert!(body.contains(line), "{line} in:\n{body}");
     }
@@ -209,6 +239,7 @@ fn prometheus_scrapes_a_running_world_and_its_series_move_with_messages_and_a_tu
             "# TYPE sausage_actor_memory_bytes gauge",
             "# TYPE sausage_build_info gauge",
             "# TYPE process_cpu_seconds_total counter",
+            "# TYPE sausage_upgrade_duration_seconds histogram",
         ] {
             assert!(body.contains(line), "{line} in:\n{body}");
         }

@@ -3,9 +3,10 @@
 //! classic text format (0.0.4) otherwise; and `GET /status`, the broker's `list` as JSON for
 //! `sausage status` on this machine.
 //!
-//! The figures are read when scraped: the mailboxes' counts, the broker's [`Counters`], the
-//! runtime's hibernated instances, the supervisors' memory, the process's own figures from
-//! `/proc/self` and, on a cluster host, its placement. Per-actor series are kept to the [`BUSIEST`] actors by messages, so a world of
+//! The figures are read when scraped: the mailboxes' counts, the broker's [`Counters`] (and its
+//! histograms of turn, build and upgrade durations), the runtime's hibernated instances, the
+//! supervisors' memory, the process's own figures from `/proc/self` and, on a cluster host, its
+//! placement. Per-actor series are kept to the [`BUSIEST`] actors by messages, so a world of
 //! 100,000 actors does not make 100,000 series of each kind.
 //! **Invariant:** these tokens only read; nothing here sends a message or changes a file.
 
@@ -292,6 +293,26 @@ pub async fn render(broker: &Broker, build: Build) -> String {
         "What the agent's model requests cost, in US dollars (priced models only)",
         cost,
     );
+    for (name, help, histogram) in [
+        (
+            "sausage_turn_duration",
+            "How long the agent's turns took (from the spans the agent reports)",
+            &counters.durations.turns,
+        ),
+        (
+            "sausage_build_duration",
+            "How long builds by `cargo` that made a `.wasm` took",
+            &counters.durations.builds,
+        ),
+        (
+            "sausage_upgrade_duration",
+            "How long installed upgrades took, tests and shadow run included",
+            &counters.durations.upgrades,
+        ),
+    ] {
+        // A clone is the same histogram (a shared handle), so the registry reads it as it is.
+        registry.register_with_unit(name, help, Unit::Seconds, histogram.clone());
+    }
     counter(
         &mut registry,
         "sausage_spans_reported",
@@ -551,6 +572,10 @@ mod tests {
         let bytes: Counter = Counter::default();
         bytes.inc_by(7);
         registry.register_with_unit("sausage_world_message", "Bytes", Unit::Bytes, bytes);
+        let durations = crate::broker::counters::Durations::default();
+        durations.turns.observe(0.25);
+        let turns = durations.turns.clone();
+        registry.register_with_unit("sausage_turn_duration", "Turns", Unit::Seconds, turns);
         let mut text = String::new();
         encode(&mut text, &registry).unwrap();
         text
@@ -604,6 +629,12 @@ mod tests {
             "# TYPE sausage_build_info gauge",
             "sausage_build_info{version=\"1.2.3\",commit=\"abc\"} 1",
             "# TYPE process_open_fds gauge",
+            "# TYPE sausage_turn_duration_seconds histogram",
+            "sausage_turn_duration_seconds_bucket{le=\"0.2\"} 0",
+            "sausage_turn_duration_seconds_bucket{le=\"0.4\"} 1",
+            "sausage_turn_duration_seconds_bucket{le=\"+Inf\"} 1",
+            "sausage_turn_duration_seconds_sum 0.25",
+            "sausage_turn_duration_seconds_count 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
         }
