@@ -844,7 +844,11 @@ async fn run(dir: PathBuf, web: Option<SocketAddr>, cluster: Option<Joining>) ->
         let broker = broker.clone();
         tokio::spawn(async move {
             let _said = said;
-            match sausage_core::web::start(broker, addr).await {
+            let build = sausage_core::web::metrics::Build {
+                version: env!("CARGO_PKG_VERSION"),
+                commit: env!("SAUSAGE_COMMIT"),
+            };
+            match sausage_core::web::start(broker, addr, build).await {
                 Ok(web) => {
                     tracing::info!("web console: {}", web.login_link);
                     Some(web)

@@ -42,6 +42,31 @@ fn push_turn_with_a_tool_call(fake: &FakeLlm) {
     fake.push_openai(openai::text_reply("Echo answered."));
 }
 
+/// What `promtool check metrics` finds wrong with a classic text (empty when nothing).
+fn promtool_check_metrics(text: &str) -> String {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (run scripts/install-observability)");
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 fn value(sample: &Value) -> f64 {
     sample["value"][1].as_str().unwrap().parse().unwrap()
 }
@@ -71,6 +96,15 @@ fn prometheus_scrapes_a_running_world_and_its_series_move_with_messages_and_a_tu
     push_turn_with_a_tool_call(&fake);
     web.host.send("ask echo");
     assert_eq!(final_reply(&mut web.host)["text"], "Echo answered.");
+    // Two builds, the second an upgrade.
+    let greeter = world.path("private/console/data/greeter");
+    for greeting in ["hello", "hello again"] {
+        support::write_greeter_crate(&greeter, "greeter", greeting);
+        web.host
+            .send(&format!("/deploy greeter {}", greeter.display()));
+        web.host.send("@greeter hi");
+        assert_eq!(web.host.wait_type("greeter", "text")["text"], greeting);
+    }
 
     let at_least = |n: f64| move |samples: &[Value]| samples.first().is_some_and(|s| value(s) >= n);
     prometheus.wait_for_series(
@@ -104,30 +138,116 @@ fn prometheus_scrapes_a_running_world_and_its_series_move_with_messages_and_a_tu
     );
     prometheus.wait_for_series(r#"sausage_actors{state="running"}"#, SCRAPES, at_least(2.0));
 
-    // What Prometheus read, as text: typed and explained series, units in their names.
+    // The binary and the process, as Prometheus read them.
+    prometheus.wait_for_series(
+        &format!(
+            r#"sausage_build_info{{version="{}",commit="{}"}}"#,
+            env!("CARGO_PKG_VERSION"),
+            env!("SAUSAGE_COMMIT")
+        ),
+        SCRAPES,
+        |samples| samples.first().is_some_and(|s| value(s) == 1.0),
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    prometheus.wait_for_series("process_start_time_seconds", SCRAPES, |samples| {
+        samples
+            .first()
+            .is_some_and(|s| (now - 600.0..now).contains(&value(s)))
+    });
+    prometheus.wait_for_series("process_cpu_seconds_total", SCRAPES, |samples| {
+        samples.first().is_some_and(|s| value(s) > 0.0)
+    });
+    prometheus.wait_for_series("process_resident_memory_bytes", SCRAPES, |samples| {
+        samples.first().is_some_and(|s| value(s) > 10e6)
+    });
+    prometheus.wait_for_series("process_open_fds", SCRAPES, |samples| {
+        samples.first().is_some_and(|s| value(s) >= 3.0)
+    });
+    prometheus.wait_for_series("process_max_fds >= process_open_fds", SCRAPES, |samples| {
+        !samples.is_empty()
+    });
+
+    // How long the turn, the builds and the upgrade took: histograms in seconds.
+    for (histogram, count, most) in [
+        ("sausage_turn_duration_seconds", 1.0, 60.0),
+        ("sausage_build_duration_seconds", 2.0, 1800.0),
+        ("sausage_upgrade_duration_seconds", 1.0, 60.0),
+    ] {
+        prometheus.wait_for_series(&format!("{histogram}_count"), SCRAPES, at_least(count));
+        prometheus.wait_for_series(
+            &format!(r#"{histogram}_bucket{{le="+Inf"}}"#),
+            SCRAPES,
+            at_least(count),
+        );
+        prometheus.wait_for_series(&format!("{histogram}_sum"), SCRAPES, |samples| {
+            samples
+                .first()
+                .is_some_and(|s| value(s) > 0.0 && value(s) < most)
+        });
+    }
+
+    // What Prometheus read, as OpenMetrics text: typed and explained series, units in their
+    // names, and the end marked.
     let auth = format!("Bearer {token}");
-    let metrics = request(
+    let openmetrics = request(
         &web.addr,
         "GET",
         "/metrics",
-        &[("Authorization", &auth)],
+        &[
+            ("Authorization", &auth),
+            ("Accept", "application/openmetrics-text;version=1.0.0"),
+        ],
         b"",
     );
-    assert_eq!(metrics.status, 200);
+    assert_eq!(openmetrics.status, 200);
     assert!(
-        metrics
+        openmetrics
             .header("content-type")
             .is_some_and(|t| t.starts_with("application/openmetrics-text"))
     );
-    let body = metrics.text();
+    let body = openmetrics.text();
     for line in [
         "# TYPE sausage_messages_received counter",
         "# HELP sausage_messages_received Messages accepted into the actor's mailbox",
         "# TYPE sausage_actor_memory_bytes gauge",
         "# UNIT sausage_actor_memory_bytes bytes",
         "# TYPE sausage_world_messages counter",
+        "# TYPE sausage_build info",
+        "# TYPE sausage_turn_duration_seconds histogram",
+        "# UNIT sausage_turn_duration_seconds seconds",
     ] {
         assert!(body.contains(line), "{line} in:\n{body}");
+    }
+    assert!(body.ends_with("# EOF\n"), "{body}");
+    // Without that `Accept` (or with the classic one): the classic format, which `promtool`
+    // finds nothing wrong with.
+    for accept in [None, Some("text/plain;version=0.0.4")] {
+        let mut headers = vec![("Authorization", auth.as_str())];
+        headers.extend(accept.map(|accept| ("Accept", accept)));
+        let metrics = request(&web.addr, "GET", "/metrics", &headers, b"");
+        assert_eq!(metrics.status, 200);
+        assert_eq!(
+            metrics.header("content-type"),
+            Some("text/plain; version=0.0.4; charset=utf-8")
+        );
+        let body = metrics.text();
+        for line in [
+            "# TYPE sausage_messages_received_total counter",
+            "# TYPE sausage_actor_memory_bytes gauge",
+            "# TYPE sausage_build_info gauge",
+            "# TYPE process_cpu_seconds_total counter",
+            "# TYPE sausage_upgrade_duration_seconds histogram",
+        ] {
+            assert!(body.contains(line), "{line} in:\n{body}");
+        }
+        assert!(
+            !body.contains("# EOF") && !body.contains("# UNIT"),
+            "{body}"
+        );
+        assert_eq!(promtool_check_metrics(&body), "", "promtool on:\n{body}");
     }
     // Wrong, missing and misplaced tokens.
     for headers in [

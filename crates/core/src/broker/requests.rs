@@ -210,7 +210,15 @@ impl Broker {
     ) -> Answer {
         match kind {
             "spawn" => self.spawn(request, principal, body).await,
-            "upgrade" => self.upgrade(request, principal, body).await,
+            "upgrade" => {
+                let started = std::time::Instant::now();
+                let answer = self.upgrade(request, principal, body).await;
+                if matches!(&answer, Ok(reply) if reply["type"] == "upgraded") {
+                    let seconds = started.elapsed().as_secs_f64();
+                    self.counters.durations.upgrades.observe(seconds);
+                }
+                answer
+            }
             "rollback" => self.rollback(body).await,
             "remove" => self.remove(body).await,
             "stop" => self.stop(body).await,

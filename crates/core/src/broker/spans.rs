@@ -172,7 +172,11 @@ fn count_usage(counters: &Counters, spans: &[Reported]) {
             _ => 0.0,
         };
         match attr("gen_ai.operation.name").map(|v| v.as_str()) {
-            Some(op) if op == "invoke_agent" => Counters::add(&counters.turns, 1),
+            Some(op) if op == "invoke_agent" => {
+                Counters::add(&counters.turns, 1);
+                let seconds = (span.end_ms - span.start_ms) / 1000.0;
+                counters.durations.turns.observe(seconds);
+            }
             Some(op) if op == "chat" => {
                 Counters::add(
                     &counters.input_tokens,
@@ -230,6 +234,15 @@ mod tests {
         let counters = Counters::default();
         count_usage(&counters, &spans);
         assert_eq!(Counters::get(&counters.turns), 1);
+        let mut registry = prometheus_client::registry::Registry::default();
+        let turns = counters.durations.turns.clone();
+        registry.register("turns", "", turns);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains("\nturns_sum 0.5005\nturns_count 1\n"),
+            "{text}"
+        );
         assert_eq!(Counters::get(&counters.input_tokens), 120);
         assert_eq!(Counters::get(&counters.output_tokens), 30);
         assert_eq!(Counters::get(&counters.cost_micro_usd), 12_500);

@@ -125,6 +125,7 @@ pub async fn serve(broker: Arc<Broker>) {
                     if let Some(source) = body.get("source").and_then(Value::as_str) {
                         span.set("sausage.source", source.to_string());
                     }
+                    let started = Instant::now();
                     let built =
                         traces::handling(trace, builder.build(&request, &person, &body)).await;
                     let ok = built["type"] == "built";
@@ -133,6 +134,10 @@ pub async fn serve(broker: Arc<Broker>) {
                         false => &broker.counters.builds_failed,
                     };
                     Counters::add(counter, 1);
+                    if ok {
+                        let seconds = started.elapsed().as_secs_f64();
+                        broker.counters.durations.builds.observe(seconds);
+                    }
                     if !ok {
                         span.fail(built["type"].as_str().unwrap_or("error").to_string());
                     }

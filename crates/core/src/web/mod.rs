@@ -100,6 +100,8 @@ struct Waiter {
 /// The web console's shared state.
 pub struct App {
     broker: Arc<Broker>,
+    /// The binary's version and commit, for `sausage_build_info`.
+    build: metrics::Build,
     me: ActorId,
     sessions: Sessions,
     events: Events,
@@ -144,8 +146,9 @@ impl Web {
     }
 }
 
-/// Binds `addr` and serves the console of `broker`'s world there.
-pub async fn start(broker: Arc<Broker>, addr: SocketAddr) -> Result<Web> {
+/// Binds `addr` and serves the console of `broker`'s world there; `build` is what `/metrics`
+/// says the binary is.
+pub async fn start(broker: Arc<Broker>, addr: SocketAddr, build: metrics::Build) -> Result<Web> {
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
         format!(
             "the web console cannot listen on {addr}; choose another with --web ADDR, or --no-web"
@@ -197,6 +200,7 @@ pub async fn start(broker: Arc<Broker>, addr: SocketAddr) -> Result<Web> {
     let app = Arc::new(App {
         me: ActorId::parse("web").expect("a valid id"),
         broker: broker.clone(),
+        build,
         sessions,
         events: Events::new(run),
         waiting: Mutex::default(),
