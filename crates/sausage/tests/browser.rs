@@ -244,6 +244,30 @@ fn an_actor_is_stopped_and_started_from_its_page_and_the_table_follows() {
 }
 
 #[test]
+fn an_unknown_actors_page_says_it_does_not_exist_and_shows_nothing_of_the_one_before() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    let web = WebHost::start(&world);
+    let browser = logged_in(&web);
+    browser.goto(&format!("http://{}/#/actor/echo", web.addr));
+    browser.wait_text("#actor-state", "running");
+    browser.wait_shown("#actor-stop");
+
+    browser.goto(&format!("http://{}/#/actor/nobody", web.addr));
+    browser.wait_text("#actor-id", "nobody");
+    browser.wait_text("#actor-error", "there is no actor `nobody` in this world");
+    for part in [
+        "#actor-state",
+        "#actor-stop",
+        "#actor-start",
+        "#actor-rollback",
+        "#versions",
+    ] {
+        assert!(!browser.is_shown(part), "{part} is shown");
+    }
+}
+
+#[test]
 fn a_rollback_from_the_actor_page_makes_version_one_current_again() {
     let world = TestWorld::new();
     world.install("echo", "echo");

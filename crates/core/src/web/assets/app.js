@@ -892,6 +892,8 @@ function openActor(id) {
     }
     showError($('#actor-error'), '');
     $('#actor-notice').hidden = true;
+    // Nothing of the actor shown before may stay while this one loads, or if it does not exist.
+    showActorParts(false);
   }
   loadActor();
   clearInterval(actorPage.timer);
@@ -916,7 +918,12 @@ function loadActor() {
       const detail = await api('GET', `/api/actors/${encodeURIComponent(id)}`);
       if (actorPage.id === id) renderActor(detail);
     } catch (error) {
-      if (actorPage.id === id) showError($('#actor-error'), error.message);
+      if (actorPage.id !== id) return;
+      if (error.status === 404) {
+        clearInterval(actorPage.timer);
+        showActorParts(false);
+      }
+      showError($('#actor-error'), error.message);
     } finally {
       actorPage.loading = null;
       if (actorPage.again) {
@@ -937,8 +944,14 @@ function when(time) {
   return date && !Number.isNaN(date.getTime()) ? date.toLocaleString() : (time || '');
 }
 
+/** The badge, the buttons and the cards: hidden until an actor's detail comes. */
+function showActorParts(shown) {
+  for (const part of ['#actor-state', '#actor-actions', '#actor-cards', '#actor-log-card']) $(part).hidden = !shown;
+}
+
 function renderActor(detail) {
   actorPage.detail = detail;
+  showActorParts(true);
   const status = detail.status || {};
   const state = detail.kind === 'native' ? 'running' : (status.state || 'unknown');
   const badge = $('#actor-state');
