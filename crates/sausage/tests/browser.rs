@@ -622,6 +622,14 @@ fn an_upgrades_shadow_run_shows_the_one_different_answer_side_by_side() {
         "#versions tr[data-version='2'] .shadow-report",
         "12 of 13 same, 1 different",
     );
+    // At a laptop's 1280 px the versions table fits its card: no column is cut off.
+    let overflow = browser.eval(
+        "const wrap = document.querySelector('#versions').parentElement; \
+         return wrap.scrollWidth - wrap.clientWidth",
+        json!([]),
+    );
+    assert_eq!(overflow, 0, "the versions table overflows by {overflow} px");
+    browser.screenshot("the_versions_table_at_1280_px").unwrap();
     browser.click("#versions tr[data-version='2'] .shadow-report");
     browser.wait_shown("#shadow-view");
     browser.wait_text("#shadow-old", "Version 1 wrote");
