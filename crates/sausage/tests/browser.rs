@@ -109,6 +109,29 @@ fn logging_in_and_a_streamed_answer_with_its_tool_lines() {
 }
 
 #[test]
+fn logged_out_the_page_says_so_once() {
+    let world = TestWorld::new();
+    let web = WebHost::start(&world);
+    let browser = Browser::open();
+    browser.goto(&format!("http://{}/", web.addr));
+    browser.wait_text(
+        "#login-banner",
+        "not logged in: open the login link sausage run printed",
+    );
+    // Every view's load fails alike; only the banner says why.
+    for view in ["chat", "actors", "graph", "people", "schedules", "chat"] {
+        browser.goto(&format!("http://{}/#/{view}", web.addr));
+        browser.wait_shown(&format!("#view-{view}"));
+        let said = browser.eval(
+            "return [...document.querySelectorAll('body *')].filter((e) => e.offsetParent !== null \
+               && [...e.childNodes].some((n) => n.nodeType === 3 && n.textContent.includes('not logged in:'))).length",
+            json!([]),
+        );
+        assert_eq!(said, 1, "#/{view} says it is not logged in {said} times");
+    }
+}
+
+#[test]
 fn a_question_is_answered_with_a_choice_button() {
     let fake = FakeLlm::start();
     let world = world_with_agent(&fake, "openai-responses");

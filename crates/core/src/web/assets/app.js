@@ -42,7 +42,10 @@ function svg(tag, attrs = {}, ...children) {
   return append(node, children);
 }
 
+/** Shows `message` in `node`, or hides it when empty. A missing login is not shown here: the
+ * banner says it, once for the whole page. */
 function showError(node, message) {
+  if (message === NOT_LOGGED_IN) message = '';
   node.textContent = message || '';
   node.hidden = !message;
 }
@@ -1152,7 +1155,8 @@ async function loadGraph() {
     const [snapshot] = await Promise.all([api('GET', '/api/graph'), actors.length ? null : loadActors()]);
     onGraph(snapshot);
   } catch (error) {
-    $('#graph').replaceChildren(el('p', { class: 'error' }, error.message));
+    // A missing login is said by the banner.
+    $('#graph').replaceChildren(...(error.status === 401 ? [] : [el('p', { class: 'error' }, error.message)]));
   }
 }
 
