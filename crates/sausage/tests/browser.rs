@@ -132,6 +132,28 @@ fn logged_out_the_page_says_so_once() {
 }
 
 #[test]
+fn the_page_has_a_favicon_from_the_binary() {
+    let world = TestWorld::new();
+    let web = WebHost::start(&world);
+    let browser = logged_in(&web);
+    let icon = browser.eval(
+        "const link = document.querySelector('link[rel=icon]'); \
+         return fetch(link.href).then(async (r) => [r.status, r.headers.get('content-type'), await r.text()])",
+        json!([]),
+    );
+    assert_eq!(icon[0], 200, "{icon}");
+    assert_eq!(icon[1], "image/svg+xml", "{icon}");
+    assert!(icon[2].as_str().unwrap().starts_with("<svg"), "{icon}");
+    // The icon is an image the page may show (its policy allows images from itself).
+    let width = browser.eval(
+        "const img = new Image(); img.src = '/favicon.svg'; \
+         return img.decode().then(() => img.naturalWidth)",
+        json!([]),
+    );
+    assert!(width.as_u64().unwrap() > 0, "{width}");
+}
+
+#[test]
 fn a_question_is_answered_with_a_choice_button() {
     let fake = FakeLlm::start();
     let world = world_with_agent(&fake, "openai-responses");
