@@ -370,6 +370,10 @@ fn the_graph_shows_who_sends_to_whom() {
         json!([edge]),
     );
     assert!(width.as_f64().unwrap() > 1.5, "{width}");
+    // A legend says what circles, dashes and arrows mean.
+    browser.wait_text("#graph-legend", "native actor");
+    browser.wait_text("#graph-legend", "from sender to recipient");
+    browser.wait_shown("#graph-legend .node.native circle");
 }
 
 #[test]
