@@ -228,7 +228,15 @@ impl<H: Host> Agent<H> {
                 }
                 match history::load(&asked.history(&self.data)) {
                     Ok(history) => {
-                        json!({"type": "conversation", "entries": conversation(&history)})
+                        let mut entries = conversation(&history);
+                        // A turn that changed an actor or a file has a checkpoint to rewind.
+                        for entry in &mut entries {
+                            if let Some(id) = entry["id"].as_str() {
+                                let kept = super::rewind::load(&self.data, id).is_some();
+                                entry["rewindable"] = json!(kept);
+                            }
+                        }
+                        json!({"type": "conversation", "entries": entries})
                     }
                     Err(e) => json!({
                         "type": "error", "request": "conversation",
@@ -389,7 +397,7 @@ impl<H: Host> Agent<H> {
 
 /// The last [`CONVERSATION_ENTRIES`] entries of `history` as a person reads them:
 /// `{"role":"user","from","id","person"?,"text"}` for a message that started a turn (`person`
-/// in a room's), `{"role":"note",
+/// in a room's; the asker adds `rewindable`), `{"role":"note",
 /// "text"}` for other messages shown to the model, `{"role":"assistant","text","steps"?}`
 /// (`steps`: the waterfall of the turn this text answered),
 /// `{"role":"tool","name","preview"}` for each call (no arguments, no output), and

@@ -1662,10 +1662,12 @@ impl<H: Host> Agent<H> {
 
     /// The final reply of a turn, with its usage, to everyone who follows the turn.
     /// It carries the turn's waterfall: `steps`, and `steps_dropped` past
-    /// [`spans::MAX_STEPS_SHOWN`].
+    /// [`spans::MAX_STEPS_SHOWN`]; and `rewindable`, whether it changed something to undo.
     fn answer_ending(&mut self, turn: &SavedTurn, text: String, stopped: Option<Stopped>) {
         let cost = (!turn.unpriced).then_some(turn.cost_usd);
         let mut body = answer_body(&turn.message, text, &turn.usage, cost, stopped);
+        // A turn that changed an actor or a file has a checkpoint: it can be rewound.
+        body["rewindable"] = json!(rewind::load(&self.data, &turn.message.id).is_some());
         if let Some(trace) = &turn.trace {
             let (steps, dropped) = trace.waterfall(unix_ms(self.host.now()));
             body["steps"] = json!(steps);

@@ -704,6 +704,8 @@ fn the_rewind_button_undoes_a_turns_upgrade() {
     let world = world_with_agent(&fake, "openai-responses");
     world.install("echo", "echo");
     std::fs::copy(wasm("echo"), world.path("actor/echo/public/next.wasm")).unwrap();
+    // A turn that changes nothing has nothing to rewind: no button, live or after a reload.
+    fake.push_openai(openai::text_reply("Hello."));
     fake.push_openai(openai::reply(vec![openai::function_call(
         "send_message",
         json!({"to": "broker", "wait_seconds": 60, "body": {
@@ -714,12 +716,28 @@ fn the_rewind_button_undoes_a_turns_upgrade() {
     fake.push_openai(openai::text_reply("Upgraded echo to version 2."));
     let web = WebHost::start(&world);
     let browser = logged_in(&web);
-    browser.type_into("#chat-input", &format!("upgrade echo{ENTER}"));
-    browser.wait_text(
-        ".turn[data-done=true] .turn-answer",
-        "Upgraded echo to version 2.",
+    browser.type_into("#chat-input", &format!("hello{ENTER}"));
+    browser.wait_text(".turn[data-done=true] .turn-answer", "Hello.");
+    assert!(
+        !browser.is_shown(".turn .turn-rewind"),
+        "hello changed nothing"
     );
+    browser.type_into("#chat-input", &format!("upgrade echo{ENTER}"));
+    let upgraded = "return [...document.querySelectorAll('.turn[data-done=true] .turn-answer')] \
+        .some((a) => a.textContent.includes('Upgraded echo to version 2.'))";
+    browser.wait_until("the upgrade's answer", upgraded);
     assert_eq!(world.json("sausage.json")["actors"]["echo"]["version"], 2);
+    let rewinds = "return [...document.querySelectorAll('.turn')].map((t) => \
+        [t.querySelector('.bubble.user').textContent, !!t.querySelector('.turn-rewind')])";
+    let live = browser.wait_until_with(
+        "the upgrade's Rewind button",
+        &(rewinds.replace("return ", "const r = ") + "; return r.some(([, b]) => b) && r"),
+        json!([]),
+    );
+    assert_eq!(live, json!([["hello", false], ["upgrade echo", true]]));
+    browser.reload();
+    browser.wait_until("the upgrade's answer", upgraded);
+    assert_eq!(browser.eval(rewinds, json!([])), live, "after a reload");
 
     browser.click(".turn[data-done=true] .turn-rewind");
     browser.wait_text("#confirm-text", "Rewind this turn?");

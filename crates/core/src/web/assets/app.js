@@ -336,12 +336,12 @@ function setRunning(turn, running) {
   } else if (!running) {
     stop?.remove();
     working?.remove();
-    offerRewind(turn);
   }
   $('#chat-stop').hidden = ![...turns.values()].some((t) => t.running);
 }
 
-/** A finished turn's Rewind button, once. */
+/** A finished turn's Rewind button, once; offered only for a turn the agent says it can
+ * rewind (`rewindable`: the turn changed an actor or a file, so it has a checkpoint). */
 function offerRewind(turn) {
   if ($('.turn-rewind', turn.footer) || turn.el.classList.contains('is-rewound')) return;
   const rewind = el('button', {
@@ -566,7 +566,7 @@ function finalAnswer(turn, body) {
     el('span', { class: 'tokens' }, tokens),
     body.stopped ? el('span', { class: 'stopped' }, `stopped (${body.stopped})`) : null,
   ]);
-  offerRewind(turn);
+  if (body.rewindable) offerRewind(turn);
 }
 
 function note(text, className = 'note', turn = null) {
@@ -641,7 +641,7 @@ async function loadConversation() {
         current = turnOf(entry.id || `h${turns.size}`, null);
         current.el.prepend(bubble);
         current.el.dataset.done = 'true';
-        if (entry.id) offerRewind(current);
+        if (entry.rewindable) offerRewind(current);
         break;
       }
       case 'assistant': {
