@@ -101,10 +101,18 @@ fn logging_in_and_a_streamed_answer_with_its_tool_lines() {
     browser.wait_text(".turn-footer .turn-cost", "");
     assert!(!browser.is_shown("#chat-stop"));
 
-    // A reload shows the same conversation, from the agent.
+    // A reload shows the same conversation, from the agent: the same tool line (its outcome
+    // and time) and the same cost line.
+    let turn = "const t = document.querySelector('.turn'); \
+        return [[...t.querySelectorAll('.tool-line')].map((l) => [l.dataset.state, l.dataset.ok, l.textContent]), \
+        t.querySelector('.turn-footer').textContent]";
+    let live = browser.eval(turn, json!([]));
     browser.reload();
     browser.wait_text(".turn-answer", "There is one file");
     browser.wait_text(".tool-line[data-tool=list_dir]", "/data");
+    browser.wait_text(".turn-footer .turn-cost", "");
+    assert_eq!(browser.eval(turn, json!([])), live);
+    assert!(live[1].as_str().unwrap().contains(" in · "), "{live}");
     fake.assert_clean();
 }
 

@@ -514,7 +514,7 @@ function waterfall(steps, dropped) {
   const rows = steps.map((step) => {
     const model = step.kind === 'model';
     const detail = model
-      ? ` ${step.input_tokens ?? 0} in / ${step.output_tokens ?? 0} out · ${money(step.cost_usd)}`
+      ? ` ${thousands(step.input_tokens)} in / ${thousands(step.output_tokens)} out · ${money(step.cost_usd)}`
       : ` ${step.preview || ''} · ${duration(ms(step.ms))}${step.ok === false ? ' · failed' : ''}`;
     const label = `${step.name}${detail}`;
     const bar = el('div', {
@@ -557,16 +557,41 @@ function finalAnswer(turn, body) {
   });
   turn.el.querySelectorAll('.question:not([data-answered]) button, .question:not([data-answered]) input')
     .forEach((c) => (c.disabled = true));
-  const usage = body.usage || {};
-  const tokens = `${usage.input_tokens ?? 0} in · ${usage.output_tokens ?? 0} out` +
-    (usage.cache_read_tokens ? ` · ${usage.cache_read_tokens} cached` : '') + ' tokens';
+  turnEnding(turn, body);
+  if (body.rewindable) offerRewind(turn);
+}
+
+/** A number of tokens for people: with thousands separators. */
+function thousands(n) {
+  return Number(n ?? 0).toLocaleString('en-US');
+}
+
+/** A finished turn as its answer (live) or its history entry (reloaded) tells it, the same
+ * both ways: each tool line's outcome and time from the waterfall's steps, and the cost line
+ * (`usage`, `stopped`). */
+function turnEnding(turn, ending) {
+  const lines = [...turn.el.querySelectorAll('.tool-line')];
+  const tools = (Array.isArray(ending.steps) ? ending.steps : []).filter((step) => step.kind === 'tool');
+  tools.forEach((step, i) => {
+    const line = lines[i];
+    if (!line || line.dataset.tool !== step.name) return;
+    line.dataset.state = 'finished';
+    line.dataset.ok = step.ok === false ? 'false' : 'true';
+    $('.seconds', line)?.remove();
+    line.append(el('span', { class: 'seconds' }, `${(Math.max(0, step.ms || 0) / 1000).toFixed(1)} s`));
+  });
+  if (!ending.usage) return;
+  const usage = ending.usage;
+  const rewind = $('.turn-rewind', turn.footer);
+  const tokens = `${thousands(usage.input_tokens)} in · ${thousands(usage.output_tokens)} out` +
+    (usage.cache_read_tokens ? ` · ${thousands(usage.cache_read_tokens)} cached` : '') + ' tokens';
   turn.footer.replaceChildren();
   append(turn.footer, [
     el('span', { class: 'turn-cost', title: tokens }, money(usage.cost_usd)),
     el('span', { class: 'tokens' }, tokens),
-    body.stopped ? el('span', { class: 'stopped' }, `stopped (${body.stopped})`) : null,
+    ending.stopped ? el('span', { class: 'stopped' }, `stopped (${ending.stopped})`) : null,
+    rewind,
   ]);
-  if (body.rewindable) offerRewind(turn);
 }
 
 function note(text, className = 'note', turn = null) {
@@ -651,11 +676,12 @@ async function loadConversation() {
         else log.append(bubble);
         const steps = waterfall(entry.steps);
         if (steps) bubble.after(steps);
+        if (current && (entry.usage || entry.steps)) turnEnding(current, entry);
         break;
       }
       case 'tool': {
         const line = el('div', { class: 'tool-line', 'data-tool': entry.name, 'data-state': 'history' },
-          el('span', { class: 'icon', 'aria-hidden': 'true' }, '•'),
+          el('span', { class: 'icon', 'aria-hidden': 'true' }),
           el('span', { class: 'name' }, entry.name),
           el('span', { class: 'preview', title: entry.preview || '' }, entry.preview || ''));
         if (current) addToTurn(current, line);
