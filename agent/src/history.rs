@@ -50,6 +50,10 @@ pub enum Entry {
         /// the conversation a page loads shows it too. No provider is sent it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         steps: Option<Value>,
+        /// On a turn's final answer: its `usage` and `stopped`, as the answer gave them, so a
+        /// reloaded page shows the same cost line. No provider is sent it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Value>,
     },
     ToolCall {
         id: String,
@@ -81,6 +85,7 @@ impl Entry {
             text: text.into(),
             item_id: None,
             steps: None,
+            usage: None,
         }
     }
 }

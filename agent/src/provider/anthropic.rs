@@ -667,6 +667,7 @@ mod tests {
                 text: "Empty.".into(),
                 item_id: Some("msg_1".into()),
                 steps: None,
+                usage: None,
             },
             Entry::user("and now?"),
         ];

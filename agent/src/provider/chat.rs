@@ -404,6 +404,7 @@ mod tests {
                 text: "Looking.".into(),
                 item_id: Some("msg_1".into()),
                 steps: None,
+                usage: None,
             },
             call("call_1", "list_dir", json!({"path": "/data"})),
             call("call_2", "read_file", json!("{\"path\": ")),

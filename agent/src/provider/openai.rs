@@ -119,6 +119,7 @@ pub fn parse(response: &Value) -> Result<Reply, String> {
                     text: text.concat(),
                     item_id: item["id"].as_str().map(str::to_string),
                     steps: None,
+                    usage: None,
                 });
             }
             Some("function_call") => reply.entries.push(Entry::ToolCall {
@@ -365,6 +366,7 @@ mod tests {
                 text: "One file.".into(),
                 item_id: Some("msg_1".into()),
                 steps: None,
+                usage: None,
             },
         ];
         let body = body(&request(&config(None), "p", &history, &[]));
@@ -432,6 +434,7 @@ mod tests {
                 text: "2+2 = 4".into(),
                 item_id: Some("msg_0dbef2d9d14a548c00696d5e6fb1a08190941cffd38695ae38".into()),
                 steps: None,
+                usage: None,
             }]
         );
         assert_eq!(reply.cut_short, None);

@@ -228,7 +228,15 @@ impl<H: Host> Agent<H> {
                 }
                 match history::load(&asked.history(&self.data)) {
                     Ok(history) => {
-                        json!({"type": "conversation", "entries": conversation(&history)})
+                        let mut entries = conversation(&history);
+                        // A turn that changed an actor or a file has a checkpoint to rewind.
+                        for entry in &mut entries {
+                            if let Some(id) = entry["id"].as_str() {
+                                let kept = super::rewind::load(&self.data, id).is_some();
+                                entry["rewindable"] = json!(kept);
+                            }
+                        }
+                        json!({"type": "conversation", "entries": entries})
                     }
                     Err(e) => json!({
                         "type": "error", "request": "conversation",
@@ -389,9 +397,10 @@ impl<H: Host> Agent<H> {
 
 /// The last [`CONVERSATION_ENTRIES`] entries of `history` as a person reads them:
 /// `{"role":"user","from","id","person"?,"text"}` for a message that started a turn (`person`
-/// in a room's), `{"role":"note",
-/// "text"}` for other messages shown to the model, `{"role":"assistant","text","steps"?}`
-/// (`steps`: the waterfall of the turn this text answered),
+/// in a room's; the asker adds `rewindable`), `{"role":"note",
+/// "text"}` for other messages shown to the model,
+/// `{"role":"assistant","text","steps"?,"usage"?,"stopped"?}` (on a turn's answer: its
+/// waterfall and its cost line, as the answer gave them),
 /// `{"role":"tool","name","preview"}` for each call (no arguments, no output), and
 /// `{"role":"summary","text"}` where older entries were summarised. Provider items are left out.
 fn conversation(history: &History) -> Vec<Value> {
@@ -400,10 +409,21 @@ fn conversation(history: &History) -> Vec<Value> {
         .iter()
         .filter_map(|entry| match entry {
             Entry::User { text } => Some(user_entry(text)),
-            Entry::Assistant { text, steps, .. } if !text.is_empty() => Some(match steps {
-                Some(steps) => json!({"role": "assistant", "text": text, "steps": steps}),
-                None => json!({"role": "assistant", "text": text}),
-            }),
+            Entry::Assistant {
+                text, steps, usage, ..
+            } if !text.is_empty() => {
+                let mut entry = json!({"role": "assistant", "text": text});
+                if let Some(steps) = steps {
+                    entry["steps"] = steps.clone();
+                }
+                // A turn's final answer: its cost line (`usage`, and `stopped` if it was).
+                if let Some(Value::Object(ending)) = usage {
+                    for (key, value) in ending {
+                        entry[key.as_str()] = value.clone();
+                    }
+                }
+                Some(entry)
+            }
             Entry::ToolCall {
                 name, arguments, ..
             } => Some(json!({"role": "tool", "name": name, "preview": preview(name, arguments)})),

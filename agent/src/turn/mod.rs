@@ -1094,19 +1094,33 @@ impl<H: Host> Agent<H> {
             ),
             Outcome::Answered(_) | Outcome::Status => (None, None),
         };
-        // The answer's waterfall stays with it in the history, for a page that reloads.
-        if let (Some(trace), false) = (&turn.trace, matches!(outcome, Outcome::Status)) {
-            let (waterfall, _) = trace.waterfall(unix_ms(self.host.now()));
+        // The answer's waterfall and cost line stay with it in the history, so a page that
+        // reloads shows the turn as it showed it live.
+        if !matches!(outcome, Outcome::Status) {
+            let waterfall = turn
+                .trace
+                .as_ref()
+                .map(|trace| trace.waterfall(unix_ms(self.host.now())).0);
+            let cost = (!turn.unpriced).then_some(turn.cost_usd);
+            let mut ending = json!({"usage": usage_body(&turn.usage, cost)});
+            if let Some(stopped) = stopped {
+                ending["stopped"] = json!(stopped);
+            }
             let answer = history
                 .entries
                 .iter_mut()
                 .rev()
                 .find_map(|entry| match entry {
-                    Entry::Assistant { text, steps, .. } if !text.is_empty() => Some(steps),
+                    Entry::Assistant {
+                        text, steps, usage, ..
+                    } if !text.is_empty() => Some((steps, usage)),
                     _ => None,
                 });
-            if let Some(steps) = answer {
-                *steps = Some(Value::Array(waterfall));
+            if let Some((steps, usage)) = answer {
+                if let Some(waterfall) = waterfall {
+                    *steps = Some(Value::Array(waterfall));
+                }
+                *usage = Some(ending);
             }
         }
         match (&turn.goal, outcome) {
@@ -1662,10 +1676,12 @@ impl<H: Host> Agent<H> {
 
     /// The final reply of a turn, with its usage, to everyone who follows the turn.
     /// It carries the turn's waterfall: `steps`, and `steps_dropped` past
-    /// [`spans::MAX_STEPS_SHOWN`].
+    /// [`spans::MAX_STEPS_SHOWN`]; and `rewindable`, whether it changed something to undo.
     fn answer_ending(&mut self, turn: &SavedTurn, text: String, stopped: Option<Stopped>) {
         let cost = (!turn.unpriced).then_some(turn.cost_usd);
         let mut body = answer_body(&turn.message, text, &turn.usage, cost, stopped);
+        // A turn that changed an actor or a file has a checkpoint: it can be rewound.
+        body["rewindable"] = json!(rewind::load(&self.data, &turn.message.id).is_some());
         if let Some(trace) = &turn.trace {
             let (steps, dropped) = trace.waterfall(unix_ms(self.host.now()));
             body["steps"] = json!(steps);
@@ -1809,18 +1825,23 @@ fn answer_body(
 ) -> Value {
     let mut body = json!({
         "type": "text", "text": text, "turn": message.id,
-        "usage": {
-            "input_tokens": usage.input_tokens,
-            "output_tokens": usage.output_tokens,
-            "cache_read_tokens": usage.cache_read_tokens,
-            "cache_write_tokens": usage.cache_write_tokens,
-            "cost_usd": cost_usd.map(|usd| (usd * 1e6).round() / 1e6),
-        },
+        "usage": usage_body(usage, cost_usd),
     });
     if let Some(stopped) = stopped {
         body["stopped"] = json!(stopped.name());
     }
     body
+}
+
+/// A turn's `usage` as its answer (and its history entry) tells it.
+fn usage_body(usage: &Usage, cost_usd: Option<f64>) -> Value {
+    json!({
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+        "cost_usd": cost_usd.map(|usd| (usd * 1e6).round() / 1e6),
+    })
 }
 
 fn unix_seconds(t: std::time::SystemTime) -> u64 {

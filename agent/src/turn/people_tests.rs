@@ -511,7 +511,7 @@ fn a_room_is_one_history_that_every_member_hears_and_no_private_one_holds() {
     assert_eq!(conversations.len(), 1, "only bob may read the room");
     assert_eq!(
         conversations[0].body["entries"][0],
-        json!({"role": "user", "id": "m-3", "from": "web", "person": "ann", "text": "let us plan the party"})
+        json!({"role": "user", "id": "m-3", "from": "web", "person": "ann", "text": "let us plan the party", "rewindable": false})
     );
     assert_eq!(conversations[0].body["room"], "team");
     let errors = replies_of(&host, "error");

@@ -261,21 +261,28 @@ impl<H: Host> Agent<H> {
             .map_err(|e| format!("refused: the turn's checkpoint could not be saved ({e})"))
     }
 
-    /// `{"type":"rewind","turn"}`: puts back what the turn changed and cuts its conversation
+    /// `{"type":"rewind","turn"?}`: puts back what the turn changed (without `turn`, the last
+    /// turn of the asker's conversation that changed something) and cuts its conversation
     /// before it, for whom `acting` names; answers `rewound`, or an `error` that says why
     /// nothing was done.
     pub(super) fn rewind(&mut self, message: Incoming, acting: &Acting) {
         let refuse = |words: String| json!({"type": "error", "request": "rewind", "reason": words});
-        let turn = message.body["turn"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        if turn.is_empty() {
-            let words = "A rewind needs the id of the turn: {\"type\":\"rewind\",\"turn\":\"<id \
-                         of the message that started it>\"}."
-                .to_string();
-            return self.reply(&message, refuse(words));
-        }
+        let named = message.body["turn"].as_str().unwrap_or_default();
+        let turn = if named.is_empty() {
+            match self.last_changed(&message) {
+                Some(turn) => turn,
+                None => {
+                    let words = format!(
+                        "nothing to rewind: no turn of this conversation changed an actor or a \
+                         file in the last 7 days (or the last {MAX_PER_CONVERSATION} such turns \
+                         were rewound)"
+                    );
+                    return self.reply(&message, refuse(words));
+                }
+            }
+        } else {
+            named.to_string()
+        };
         if self.running.is_some() || self.rewinding {
             let words = "refused: a turn is running; rewind once it has ended".to_string();
             return self.reply(&message, refuse(words));
@@ -352,6 +359,17 @@ impl<H: Host> Agent<H> {
                 "conversation": conversation, "not_recalled": not_recalled,
             }),
         );
+    }
+
+    /// The last turn of the asker's conversation that changed something: the newest kept
+    /// checkpoint (a turn that changed nothing has none), which a rewind without a `turn` undoes.
+    fn last_changed(&self, message: &Incoming) -> Option<String> {
+        let asked = Conversation::of_text(message, &self.data).ok()?;
+        all(&self.data)
+            .into_iter()
+            .rev()
+            .find(|(_, record)| record.conversation == asked)
+            .map(|(_, record)| record.turn)
     }
 
     /// For a member's rewind: every actor the turn changed is theirs (or gone).

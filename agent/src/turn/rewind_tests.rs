@@ -166,7 +166,8 @@ fn only_owners_and_the_member_whose_turn_touched_only_their_actors_may_rewind() 
         rewind("m-2", "bob", "member", "m-1"),
         rewind("m-3", "gus", "guest", "m-1"),
         rewind("m-4", "mia", "member", "m-99"),
-        rewind("m-5", "mia", "member", ""),
+        // Without a turn, bob's last turn that changed something: he has none.
+        rewind("m-5", "bob", "member", ""),
         // b was given to bob since: mia may no longer rewind the turn.
         rewind("m-6", "mia", "member", "m-1"),
         reply(
@@ -195,7 +196,10 @@ fn only_owners_and_the_member_whose_turn_touched_only_their_actors_may_rewind() 
     says("m-2", "not yours to rewind");
     says("m-3", "not yours to rewind");
     says("m-4", "has nothing to rewind");
-    says("m-5", "needs the id of the turn");
+    says(
+        "m-5",
+        "nothing to rewind: no turn of this conversation changed",
+    );
     says("m-6", "b, which is not yours");
     assert!(
         !host.sent.iter().any(|m| m.body["type"] == "restore"),
@@ -269,4 +273,46 @@ fn a_member_and_a_members_actor_may_not_rewind_an_owners_turn_and_an_owners_acto
         [Some("olga"), Some("olga")],
         "restored once, for the owner the actor acts for"
     );
+}
+
+#[test]
+fn a_rewind_without_a_turn_undoes_the_last_turn_that_changed_something() {
+    let data = world(CONFIG);
+    let upgrade = json!({"to": "broker", "body": {"type": "upgrade", "actor": "a", "wasm": "/actor/cargo/public/builds/2/x.wasm"}});
+    let events = vec![
+        says("m-1", "olga", "owner", "upgrade a"),
+        checkpointed("agent/person.olga.k1", "a"),
+        says("m-3", "olga", "owner", "just talk"),
+        Event::Message(from_person(
+            "m-4",
+            "olga",
+            "owner",
+            "console",
+            json!({"type": "rewind"}),
+        )),
+        restored("agent/rewind.r1", "a"),
+    ];
+    let answers = vec![call("send_message", upgrade), text("Done."), text("Hi.")];
+    let host = run(&data, events, answers);
+    // Each turn's answer says whether there is something to rewind.
+    let rewindable: Vec<(&str, &Value)> = host
+        .sent
+        .iter()
+        .filter(|m| m.body["type"] == "text")
+        .map(|m| (m.body["turn"].as_str().unwrap(), &m.body["rewindable"]))
+        .collect();
+    assert_eq!(rewindable, [("m-1", &json!(true)), ("m-3", &json!(false))]);
+    let restores: Vec<&Value> = host
+        .sent
+        .iter()
+        .filter(|m| m.body["type"] == "restore")
+        .map(|m| &m.body)
+        .collect();
+    assert_eq!(
+        restores,
+        [&json!({"type": "restore", "turn": "m-1", "actor": "a"})],
+        "m-3, the last turn, changed nothing: the one before it is undone"
+    );
+    let answer = rewound(&host);
+    assert_eq!(answer["turn"], "m-1", "{answer}");
 }

@@ -268,7 +268,11 @@ fn the_answer_and_the_history_carry_the_turns_waterfall() {
     let entries = told.body["entries"].as_array().unwrap();
     assert_eq!(
         entries.last().unwrap(),
-        &json!({"role": "assistant", "text": "It says: remember the milk.", "steps": waterfall})
+        &json!({
+            "role": "assistant", "text": "It says: remember the milk.", "steps": waterfall,
+            "usage": answer["usage"],
+        }),
+        "the history tells the answer's waterfall and cost line as the answer did"
     );
     // Only the final answer carries it; the model is never sent it.
     assert_eq!(told.body.to_string().matches("\"steps\"").count(), 1);

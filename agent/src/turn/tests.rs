@@ -184,7 +184,7 @@ fn the_conversation_is_told_as_a_person_reads_it_without_tool_output() {
     let entries = told.body["entries"].as_array().unwrap();
     assert_eq!(
         entries[0],
-        json!({"role": "user", "id": "m-1", "from": "console", "text": "what does my note say?"})
+        json!({"role": "user", "id": "m-1", "from": "console", "text": "what does my note say?", "rewindable": false})
     );
     assert_eq!(entries[1]["role"], "tool");
     assert_eq!(entries[1]["name"], "read_file");

@@ -101,11 +101,64 @@ fn logging_in_and_a_streamed_answer_with_its_tool_lines() {
     browser.wait_text(".turn-footer .turn-cost", "");
     assert!(!browser.is_shown("#chat-stop"));
 
-    // A reload shows the same conversation, from the agent.
+    // A reload shows the same conversation, from the agent: the same tool line (its outcome
+    // and time) and the same cost line.
+    let turn = "const t = document.querySelector('.turn'); \
+        return [[...t.querySelectorAll('.tool-line')].map((l) => [l.dataset.state, l.dataset.ok, l.textContent]), \
+        t.querySelector('.turn-footer').textContent]";
+    let live = browser.eval(turn, json!([]));
     browser.reload();
     browser.wait_text(".turn-answer", "There is one file");
     browser.wait_text(".tool-line[data-tool=list_dir]", "/data");
+    browser.wait_text(".turn-footer .turn-cost", "");
+    assert_eq!(browser.eval(turn, json!([])), live);
+    assert!(live[1].as_str().unwrap().contains(" in · "), "{live}");
     fake.assert_clean();
+}
+
+#[test]
+fn logged_out_the_page_says_so_once() {
+    let world = TestWorld::new();
+    let web = WebHost::start(&world);
+    let browser = Browser::open();
+    browser.goto(&format!("http://{}/", web.addr));
+    browser.wait_text(
+        "#login-banner",
+        "not logged in: open the login link sausage run printed",
+    );
+    // Every view's load fails alike; only the banner says why.
+    for view in ["chat", "actors", "graph", "people", "schedules", "chat"] {
+        browser.goto(&format!("http://{}/#/{view}", web.addr));
+        browser.wait_shown(&format!("#view-{view}"));
+        let said = browser.eval(
+            "return [...document.querySelectorAll('body *')].filter((e) => e.offsetParent !== null \
+               && [...e.childNodes].some((n) => n.nodeType === 3 && n.textContent.includes('not logged in:'))).length",
+            json!([]),
+        );
+        assert_eq!(said, 1, "#/{view} says it is not logged in {said} times");
+    }
+}
+
+#[test]
+fn the_page_has_a_favicon_from_the_binary() {
+    let world = TestWorld::new();
+    let web = WebHost::start(&world);
+    let browser = logged_in(&web);
+    let icon = browser.eval(
+        "const link = document.querySelector('link[rel=icon]'); \
+         return fetch(link.href).then(async (r) => [r.status, r.headers.get('content-type'), await r.text()])",
+        json!([]),
+    );
+    assert_eq!(icon[0], 200, "{icon}");
+    assert_eq!(icon[1], "image/svg+xml", "{icon}");
+    assert!(icon[2].as_str().unwrap().starts_with("<svg"), "{icon}");
+    // The icon is an image the page may show (its policy allows images from itself).
+    let width = browser.eval(
+        "const img = new Image(); img.src = '/favicon.svg'; \
+         return img.decode().then(() => img.naturalWidth)",
+        json!([]),
+    );
+    assert!(width.as_u64().unwrap() > 0, "{width}");
 }
 
 #[test]
@@ -244,6 +297,30 @@ fn an_actor_is_stopped_and_started_from_its_page_and_the_table_follows() {
 }
 
 #[test]
+fn an_unknown_actors_page_says_it_does_not_exist_and_shows_nothing_of_the_one_before() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    let web = WebHost::start(&world);
+    let browser = logged_in(&web);
+    browser.goto(&format!("http://{}/#/actor/echo", web.addr));
+    browser.wait_text("#actor-state", "running");
+    browser.wait_shown("#actor-stop");
+
+    browser.goto(&format!("http://{}/#/actor/nobody", web.addr));
+    browser.wait_text("#actor-id", "nobody");
+    browser.wait_text("#actor-error", "there is no actor `nobody` in this world");
+    for part in [
+        "#actor-state",
+        "#actor-stop",
+        "#actor-start",
+        "#actor-rollback",
+        "#versions",
+    ] {
+        assert!(!browser.is_shown(part), "{part} is shown");
+    }
+}
+
+#[test]
 fn a_rollback_from_the_actor_page_makes_version_one_current_again() {
     let world = TestWorld::new();
     world.install("echo", "echo");
@@ -301,6 +378,10 @@ fn the_graph_shows_who_sends_to_whom() {
         json!([edge]),
     );
     assert!(width.as_f64().unwrap() > 1.5, "{width}");
+    // A legend says what circles, dashes and arrows mean.
+    browser.wait_text("#graph-legend", "native actor");
+    browser.wait_text("#graph-legend", "from sender to recipient");
+    browser.wait_shown("#graph-legend .node.native circle");
 }
 
 #[test]
@@ -598,6 +679,14 @@ fn an_upgrades_shadow_run_shows_the_one_different_answer_side_by_side() {
         "#versions tr[data-version='2'] .shadow-report",
         "12 of 13 same, 1 different",
     );
+    // At a laptop's 1280 px the versions table fits its card: no column is cut off.
+    let overflow = browser.eval(
+        "const wrap = document.querySelector('#versions').parentElement; \
+         return wrap.scrollWidth - wrap.clientWidth",
+        json!([]),
+    );
+    assert_eq!(overflow, 0, "the versions table overflows by {overflow} px");
+    browser.screenshot("the_versions_table_at_1280_px").unwrap();
     browser.click("#versions tr[data-version='2'] .shadow-report");
     browser.wait_shown("#shadow-view");
     browser.wait_text("#shadow-old", "Version 1 wrote");
@@ -623,6 +712,8 @@ fn the_rewind_button_undoes_a_turns_upgrade() {
     let world = world_with_agent(&fake, "openai-responses");
     world.install("echo", "echo");
     std::fs::copy(wasm("echo"), world.path("actor/echo/public/next.wasm")).unwrap();
+    // A turn that changes nothing has nothing to rewind: no button, live or after a reload.
+    fake.push_openai(openai::text_reply("Hello."));
     fake.push_openai(openai::reply(vec![openai::function_call(
         "send_message",
         json!({"to": "broker", "wait_seconds": 60, "body": {
@@ -633,12 +724,28 @@ fn the_rewind_button_undoes_a_turns_upgrade() {
     fake.push_openai(openai::text_reply("Upgraded echo to version 2."));
     let web = WebHost::start(&world);
     let browser = logged_in(&web);
-    browser.type_into("#chat-input", &format!("upgrade echo{ENTER}"));
-    browser.wait_text(
-        ".turn[data-done=true] .turn-answer",
-        "Upgraded echo to version 2.",
+    browser.type_into("#chat-input", &format!("hello{ENTER}"));
+    browser.wait_text(".turn[data-done=true] .turn-answer", "Hello.");
+    assert!(
+        !browser.is_shown(".turn .turn-rewind"),
+        "hello changed nothing"
     );
+    browser.type_into("#chat-input", &format!("upgrade echo{ENTER}"));
+    let upgraded = "return [...document.querySelectorAll('.turn[data-done=true] .turn-answer')] \
+        .some((a) => a.textContent.includes('Upgraded echo to version 2.'))";
+    browser.wait_until("the upgrade's answer", upgraded);
     assert_eq!(world.json("sausage.json")["actors"]["echo"]["version"], 2);
+    let rewinds = "return [...document.querySelectorAll('.turn')].map((t) => \
+        [t.querySelector('.bubble.user').textContent, !!t.querySelector('.turn-rewind')])";
+    let live = browser.wait_until_with(
+        "the upgrade's Rewind button",
+        &(rewinds.replace("return ", "const r = ") + "; return r.some(([, b]) => b) && r"),
+        json!([]),
+    );
+    assert_eq!(live, json!([["hello", false], ["upgrade echo", true]]));
+    browser.reload();
+    browser.wait_until("the upgrade's answer", upgraded);
+    assert_eq!(browser.eval(rewinds, json!([])), live, "after a reload");
 
     browser.click(".turn[data-done=true] .turn-rewind");
     browser.wait_text("#confirm-text", "Rewind this turn?");

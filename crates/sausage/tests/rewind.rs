@@ -145,7 +145,7 @@ fn a_rewind_puts_back_both_versions_and_the_files_and_cuts_the_conversation() {
         again["reason"]
             .as_str()
             .unwrap()
-            .contains("has nothing to rewind"),
+            .contains("nothing to rewind"),
         "{again}"
     );
     host.quit();

@@ -37,6 +37,17 @@ fn a_login_link_opens_one_session_and_everything_else_is_refused() {
     let client = web.log_in();
     let again = request(addr, "GET", &web.login_path(), &[], b"");
     assert_eq!(again.status, 401, "a login link works once");
+    // A used link's page is in the console's style and says how to get a new link.
+    let page = again.text();
+    assert!(
+        page.contains(r#"<link rel="stylesheet" href="/app.css">"#),
+        "{page}"
+    );
+    assert!(
+        page.contains("<code>sausage people link ID</code>"),
+        "{page}"
+    );
+    assert!(page.contains("prints a new link at once"), "{page}");
     let login = {
         // The cookie's attributes, from a fresh login of another run is not possible: check the
         // one this client got by logging in again through a new host later; here, its shape.

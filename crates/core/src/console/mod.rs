@@ -49,7 +49,7 @@ const COMMANDS: [CommandInfo; 8] = [
     CommandInfo {
         name: "rewind",
         args: "[<turn>]",
-        does: "undo what the agent's turn changed (the last one of this console without an id):\n\
+        does: "undo what the agent's turn changed (the last that changed anything without an id):\n\
                the actors it upgraded, spawned or removed, the files it wrote, the conversation",
     },
     CommandInfo {
@@ -387,18 +387,14 @@ impl Console {
                 self.send(&agent, &body, Some(&question)).await;
             }
             Command::Rewind(turn) => {
-                let turn = turn.or_else(|| self.turns(|t| t.last().map(str::to_string)));
-                match turn {
-                    Some(turn) => {
-                        let agent = ActorId::parse(AGENT).expect("valid id");
-                        let body = json!({"type": "rewind", "turn": turn});
-                        self.send(&agent, &body, None).await;
-                    }
-                    None => self.out.line(
-                        "rewind: this console started no turn yet; give the id of the turn to \
-                         undo (/rewind <turn>)",
-                    ),
-                }
+                // Without an id the agent picks the last turn of this conversation that
+                // changed something: only it knows which turns have a checkpoint.
+                let agent = ActorId::parse(AGENT).expect("valid id");
+                let body = match turn {
+                    Some(turn) => json!({"type": "rewind", "turn": turn}),
+                    None => json!({"type": "rewind"}),
+                };
+                self.send(&agent, &body, None).await;
             }
             Command::Help => self.out.line(&help()),
             Command::Schedules => {
@@ -787,7 +783,7 @@ enum Command {
         /// The upgrade's `"shadow"`, when given.
         shadow: Option<&'static str>,
     },
-    /// `/rewind [<turn>]`: the turn to undo, or the last one this console started.
+    /// `/rewind [<turn>]`: the turn to undo, or (none) the last one that changed something.
     Rewind(Option<String>),
     Error(String),
 }

@@ -20,8 +20,6 @@ pub struct Turns {
     stopping: Vec<String>,
     /// The agent's question waiting for the person's next plain line.
     question: Option<Question>,
-    /// The last turn this console started, which `/rewind` without an id undoes.
-    last: Option<String>,
     /// Whether the last thing the person did was a Ctrl-C that asked whether to stop the
     /// world: the next one does.
     asked_to_quit: bool,
@@ -51,7 +49,6 @@ impl Turns {
     /// The console sent the text `id` to the agent: a turn for it runs until its final reply.
     pub fn started(&mut self, id: &str) {
         self.running.push(id.to_string());
-        self.last = Some(id.to_string());
         self.asked_to_quit = false;
     }
 
@@ -59,11 +56,6 @@ impl Turns {
     /// stopping the world.
     pub fn typed(&mut self) {
         self.asked_to_quit = false;
-    }
-
-    /// The last turn this console started, if any.
-    pub fn last(&self) -> Option<&str> {
-        self.last.as_deref()
     }
 
     /// Takes note of a message to the console. Returns whether it ended a turn.

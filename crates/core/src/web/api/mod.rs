@@ -38,6 +38,7 @@ const CONVERSATION_PATIENCE: Duration = Duration::from_secs(15);
 const INDEX: &str = include_str!("../assets/index.html");
 const SCRIPT: &str = include_str!("../assets/app.js");
 const STYLE: &str = include_str!("../assets/app.css");
+const ICON: &str = include_str!("../assets/favicon.svg");
 
 /// The page, its assets, the login link and the answer of the page that asks before a link
 /// replaces a session.
@@ -51,6 +52,10 @@ pub fn pages() -> Router<Arc<App>> {
         .route(
             "/app.css",
             get(|| async { asset("text/css; charset=utf-8", STYLE) }),
+        )
+        .route(
+            "/favicon.svg",
+            get(|| async { asset("image/svg+xml", ICON) }),
         )
         .route("/login", get(session::login).post(session::confirm_login))
 }

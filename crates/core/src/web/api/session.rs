@@ -26,6 +26,9 @@ use crate::web::{SESSION_COOKIE, empty};
 /// form that POSTs the token to `/login`. No script, so the page's policy holds as it is.
 const ASK_PAGE: &str = include_str!("../assets/login.html");
 
+/// The page a used, unknown or out-of-date login link answers.
+const NOT_VALID_PAGE: &str = include_str!("../assets/link-not-valid.html");
+
 /// The ask page's referrer policy. Browsers send `Origin: null` with a form's POST from a page
 /// whose policy is `no-referrer` (every other page's), and the POST must carry the console's own
 /// `Origin`; `strict-origin` sends the origin, never the address (which holds the token).
@@ -261,12 +264,10 @@ fn escape(text: &str) -> String {
     escaped
 }
 
-/// The answer to a link that logs nobody in.
+/// The answer to a link that logs nobody in: a page in the console's style that says how to
+/// get a new link (no script, like the ask page).
 fn not_valid() -> Response {
-    let page = "<!doctype html><meta charset=utf-8><title>Sausage</title>\
-        <p>This login link is not valid: it was used already, or it is from an earlier run. \
-        Each <code>sausage run</code> prints a new one.</p>";
-    (StatusCode::UNAUTHORIZED, Html(page)).into_response()
+    (StatusCode::UNAUTHORIZED, Html(NOT_VALID_PAGE)).into_response()
 }
 
 /// `GET /api/me`: who the session is.

@@ -42,7 +42,10 @@ function svg(tag, attrs = {}, ...children) {
   return append(node, children);
 }
 
+/** Shows `message` in `node`, or hides it when empty. A missing login is not shown here: the
+ * banner says it, once for the whole page. */
 function showError(node, message) {
+  if (message === NOT_LOGGED_IN) message = '';
   node.textContent = message || '';
   node.hidden = !message;
 }
@@ -333,12 +336,12 @@ function setRunning(turn, running) {
   } else if (!running) {
     stop?.remove();
     working?.remove();
-    offerRewind(turn);
   }
   $('#chat-stop').hidden = ![...turns.values()].some((t) => t.running);
 }
 
-/** A finished turn's Rewind button, once. */
+/** A finished turn's Rewind button, once; offered only for a turn the agent says it can
+ * rewind (`rewindable`: the turn changed an actor or a file, so it has a checkpoint). */
 function offerRewind(turn) {
   if ($('.turn-rewind', turn.footer) || turn.el.classList.contains('is-rewound')) return;
   const rewind = el('button', {
@@ -511,7 +514,7 @@ function waterfall(steps, dropped) {
   const rows = steps.map((step) => {
     const model = step.kind === 'model';
     const detail = model
-      ? ` ${step.input_tokens ?? 0} in / ${step.output_tokens ?? 0} out · ${money(step.cost_usd)}`
+      ? ` ${thousands(step.input_tokens)} in / ${thousands(step.output_tokens)} out · ${money(step.cost_usd)}`
       : ` ${step.preview || ''} · ${duration(ms(step.ms))}${step.ok === false ? ' · failed' : ''}`;
     const label = `${step.name}${detail}`;
     const bar = el('div', {
@@ -554,16 +557,41 @@ function finalAnswer(turn, body) {
   });
   turn.el.querySelectorAll('.question:not([data-answered]) button, .question:not([data-answered]) input')
     .forEach((c) => (c.disabled = true));
-  const usage = body.usage || {};
-  const tokens = `${usage.input_tokens ?? 0} in · ${usage.output_tokens ?? 0} out` +
-    (usage.cache_read_tokens ? ` · ${usage.cache_read_tokens} cached` : '') + ' tokens';
+  turnEnding(turn, body);
+  if (body.rewindable) offerRewind(turn);
+}
+
+/** A number of tokens for people: with thousands separators. */
+function thousands(n) {
+  return Number(n ?? 0).toLocaleString('en-US');
+}
+
+/** A finished turn as its answer (live) or its history entry (reloaded) tells it, the same
+ * both ways: each tool line's outcome and time from the waterfall's steps, and the cost line
+ * (`usage`, `stopped`). */
+function turnEnding(turn, ending) {
+  const lines = [...turn.el.querySelectorAll('.tool-line')];
+  const tools = (Array.isArray(ending.steps) ? ending.steps : []).filter((step) => step.kind === 'tool');
+  tools.forEach((step, i) => {
+    const line = lines[i];
+    if (!line || line.dataset.tool !== step.name) return;
+    line.dataset.state = 'finished';
+    line.dataset.ok = step.ok === false ? 'false' : 'true';
+    $('.seconds', line)?.remove();
+    line.append(el('span', { class: 'seconds' }, `${(Math.max(0, step.ms || 0) / 1000).toFixed(1)} s`));
+  });
+  if (!ending.usage) return;
+  const usage = ending.usage;
+  const rewind = $('.turn-rewind', turn.footer);
+  const tokens = `${thousands(usage.input_tokens)} in · ${thousands(usage.output_tokens)} out` +
+    (usage.cache_read_tokens ? ` · ${thousands(usage.cache_read_tokens)} cached` : '') + ' tokens';
   turn.footer.replaceChildren();
   append(turn.footer, [
     el('span', { class: 'turn-cost', title: tokens }, money(usage.cost_usd)),
     el('span', { class: 'tokens' }, tokens),
-    body.stopped ? el('span', { class: 'stopped' }, `stopped (${body.stopped})`) : null,
+    ending.stopped ? el('span', { class: 'stopped' }, `stopped (${ending.stopped})`) : null,
+    rewind,
   ]);
-  offerRewind(turn);
 }
 
 function note(text, className = 'note', turn = null) {
@@ -638,7 +666,7 @@ async function loadConversation() {
         current = turnOf(entry.id || `h${turns.size}`, null);
         current.el.prepend(bubble);
         current.el.dataset.done = 'true';
-        if (entry.id) offerRewind(current);
+        if (entry.rewindable) offerRewind(current);
         break;
       }
       case 'assistant': {
@@ -648,11 +676,12 @@ async function loadConversation() {
         else log.append(bubble);
         const steps = waterfall(entry.steps);
         if (steps) bubble.after(steps);
+        if (current && (entry.usage || entry.steps)) turnEnding(current, entry);
         break;
       }
       case 'tool': {
         const line = el('div', { class: 'tool-line', 'data-tool': entry.name, 'data-state': 'history' },
-          el('span', { class: 'icon', 'aria-hidden': 'true' }, '•'),
+          el('span', { class: 'icon', 'aria-hidden': 'true' }),
           el('span', { class: 'name' }, entry.name),
           el('span', { class: 'preview', title: entry.preview || '' }, entry.preview || ''));
         if (current) addToTurn(current, line);
@@ -892,6 +921,8 @@ function openActor(id) {
     }
     showError($('#actor-error'), '');
     $('#actor-notice').hidden = true;
+    // Nothing of the actor shown before may stay while this one loads, or if it does not exist.
+    showActorParts(false);
   }
   loadActor();
   clearInterval(actorPage.timer);
@@ -916,7 +947,12 @@ function loadActor() {
       const detail = await api('GET', `/api/actors/${encodeURIComponent(id)}`);
       if (actorPage.id === id) renderActor(detail);
     } catch (error) {
-      if (actorPage.id === id) showError($('#actor-error'), error.message);
+      if (actorPage.id !== id) return;
+      if (error.status === 404) {
+        clearInterval(actorPage.timer);
+        showActorParts(false);
+      }
+      showError($('#actor-error'), error.message);
     } finally {
       actorPage.loading = null;
       if (actorPage.again) {
@@ -937,8 +973,14 @@ function when(time) {
   return date && !Number.isNaN(date.getTime()) ? date.toLocaleString() : (time || '');
 }
 
+/** The badge, the buttons and the cards: hidden until an actor's detail comes. */
+function showActorParts(shown) {
+  for (const part of ['#actor-state', '#actor-actions', '#actor-cards', '#actor-log-card']) $(part).hidden = !shown;
+}
+
 function renderActor(detail) {
   actorPage.detail = detail;
+  showActorParts(true);
   const status = detail.status || {};
   const state = detail.kind === 'native' ? 'running' : (status.state || 'unknown');
   const badge = $('#actor-state');
@@ -1139,7 +1181,8 @@ async function loadGraph() {
     const [snapshot] = await Promise.all([api('GET', '/api/graph'), actors.length ? null : loadActors()]);
     onGraph(snapshot);
   } catch (error) {
-    $('#graph').replaceChildren(el('p', { class: 'error' }, error.message));
+    // A missing login is said by the banner.
+    $('#graph').replaceChildren(...(error.status === 401 ? [] : [el('p', { class: 'error' }, error.message)]));
   }
 }
 
