@@ -169,6 +169,19 @@ impl View {
         self
     }
 
+    /// Each folder with bubblewrap's option that binds it: the read-only ones, then the writable.
+    fn folders(&self) -> impl Iterator<Item = (&'static str, &PathBuf, &PathBuf)> {
+        let read_only = self
+            .read_only
+            .iter()
+            .map(|(host, jail)| ("--ro-bind", host, jail));
+        let writable = self
+            .writable
+            .iter()
+            .map(|(host, jail)| ("--bind", host, jail));
+        read_only.chain(writable)
+    }
+
     fn add_existing(&mut self, host: PathBuf, jail: PathBuf) {
         if host.is_dir() {
             self.read_only.push((host, jail));
@@ -239,19 +252,10 @@ pub fn command(view: &View, program: &[&OsStr]) -> Result<Jailed, String> {
         arg(&a);
     }
     system(&mut arg);
-    let folders = view
-        .read_only
-        .iter()
-        .map(|(host, jail)| ("--ro-bind", host, jail))
-        .chain(
-            view.writable
-                .iter()
-                .map(|(host, jail)| ("--bind", host, jail)),
-        );
     // Folders bubblewrap makes on the way to a mount are its user's alone; the jail's user must
     // pass through them.
     let mut made = vec![PathBuf::from("/"), PathBuf::from("/sausage")];
-    for (how, host, jail) in folders {
+    for (how, host, jail) in view.folders() {
         for parent in jail
             .ancestors()
             .skip(1)
@@ -314,16 +318,7 @@ pub fn command(view: &View, program: &[&OsStr]) -> Result<Jailed, String> {
     arg(&"--tmpfs");
     arg(&"/tmp");
     system(&mut arg);
-    for (how, _, jail) in view
-        .read_only
-        .iter()
-        .map(|(host, jail)| ("--ro-bind", host, jail))
-        .chain(
-            view.writable
-                .iter()
-                .map(|(host, jail)| ("--bind", host, jail)),
-        )
-    {
+    for (how, _, jail) in view.folders() {
         arg(&how);
         arg(jail);
         arg(jail);
