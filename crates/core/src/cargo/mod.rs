@@ -40,7 +40,7 @@ pub const TARGET: &str = "wasm32-wasip2";
 const CONSOLE: &str = "console";
 
 /// The most path dependencies outside the crate's folder that a build of the console's owner
-/// binds into the sandbox, counted over all the crates they lead to; past it the build is
+/// binds into the jail, counted over all the crates they lead to; past it the build is
 /// refused, so a chain of manifests cannot make the host walk the disk without end.
 pub const MAX_OUTSIDE_DEPENDENCIES: usize = 64;
 
@@ -197,7 +197,7 @@ struct Builder {
     jail_checked: std::sync::atomic::AtomicBool,
 }
 
-/// One build: what is built, for whom, and what its sandbox binds.
+/// One build: what is built, for whom, and what its jail binds.
 struct Job {
     /// The binary whose `.wasm` is the actor.
     binary: String,
