@@ -189,6 +189,28 @@ fn prometheus_scrapes_a_running_world_and_its_series_move_with_messages_and_a_tu
         });
     }
 
+    // How long messages waited in mailboxes: every delivery counted, in the histogram's
+    // buckets from a millisecond up.
+    prometheus.wait_for_series(
+        "sausage_delivery_duration_seconds_count",
+        SCRAPES,
+        at_least(3.0),
+    );
+    prometheus.wait_for_series(
+        r#"sausage_delivery_duration_seconds_bucket{le="0.001"}"#,
+        SCRAPES,
+        at_least(1.0),
+    );
+    prometheus.wait_for_series(
+        "sausage_delivery_duration_seconds_sum",
+        SCRAPES,
+        |samples| {
+            samples
+                .first()
+                .is_some_and(|s| (0.0..600.0).contains(&value(s)))
+        },
+    );
+
     // What Prometheus read, as OpenMetrics text: typed and explained series, units in their
     // names, and the end marked.
     let auth = format!("Bearer {token}");
@@ -240,6 +262,7 @@ fn prometheus_scrapes_a_running_world_and_its_series_move_with_messages_and_a_tu
             "# TYPE sausage_build_info gauge",
             "# TYPE process_cpu_seconds_total counter",
             "# TYPE sausage_upgrade_duration_seconds histogram",
+            "# TYPE sausage_delivery_duration_seconds histogram",
         ] {
             assert!(body.contains(line), "{line} in:\n{body}");
         }

@@ -1,12 +1,16 @@
 //! What the host counts for its metrics (DESIGN §22) besides what the mailboxes count: requests
 //! by type, restarts, rollbacks, builds, and the turns, tokens and cost actors report in their
-//! spans; and how long turns, builds and upgrades took. Plain atomics, small maps and
-//! histograms (shared handles that `/metrics` registers as they are), read by `web`'s
-//! `/metrics`.
+//! spans; and how long turns, builds and upgrades took, and how long messages waited to be
+//! delivered. Plain atomics, small maps and histograms (shared handles that `/metrics`
+//! registers as they are), read by `web`'s `/metrics`.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
 
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use rustc_hash::FxHashMap;
@@ -35,10 +39,7 @@ pub struct Counters {
     pub durations: Durations,
 }
 
-/// How long things took, in seconds. Deliveries are not timed: the mailbox stamps messages with
-/// the kernel's coarse clock because the precise one cost 2.4% of the flood's samples, its tick
-/// (milliseconds) is longer than most deliveries, and a histogram's lock on every message would
-/// slow the path the world bench measures.
+/// How long things took, in seconds (deliveries apart: [`Waits`]).
 pub struct Durations {
     /// Agent turns, from the `invoke_agent` spans the agent reports.
     pub turns: Histogram,
@@ -62,6 +63,62 @@ impl Default for Durations {
             builds: histogram(),
             upgrades: histogram(),
         }
+    }
+}
+
+/// The upper bounds of [`Waits`]' buckets, in seconds: from 1 ms, four times each.
+pub const WAIT_BOUNDS: [f64; 9] = [
+    0.001, 0.004, 0.016, 0.064, 0.256, 1.024, 4.096, 16.384, 65.536,
+];
+
+/// How long messages waited in a mailbox before their actor took them: a histogram that each
+/// mailbox keeps under the lock its reads take anyway (a shared histogram's lock, or atomics
+/// two cores fight over, on every message would slow the path the world bench measures), made
+/// at its first delivery, and summed by `/metrics`. The times come from the coarse clock the
+/// mailbox stamps messages with (the precise one cost 2.4% of the flood's samples), so a wait
+/// shorter than the kernel's tick (1 to 4 ms) counts as none.
+#[derive(Clone, Debug, Default)]
+pub struct Waits {
+    /// Deliveries in each bucket of [`WAIT_BOUNDS`] (not cumulated), then those past the last.
+    counts: [u64; WAIT_BOUNDS.len() + 1],
+    sum: Duration,
+}
+
+impl Waits {
+    pub fn observe(&mut self, waited: Duration) {
+        let seconds = waited.as_secs_f64();
+        let bucket = WAIT_BOUNDS
+            .iter()
+            .position(|bound| seconds <= *bound)
+            .unwrap_or(WAIT_BOUNDS.len());
+        self.counts[bucket] += 1;
+        self.sum += waited;
+    }
+
+    pub fn add(&mut self, other: &Waits) {
+        for (count, more) in self.counts.iter_mut().zip(other.counts) {
+            *count += more;
+        }
+        self.sum += other.sum;
+    }
+
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+}
+
+impl EncodeMetric for Waits {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let buckets: Vec<(f64, u64)> = WAIT_BOUNDS
+            .into_iter()
+            .chain([f64::INFINITY])
+            .zip(self.counts)
+            .collect();
+        encoder.encode_histogram::<NoLabelSet>(self.sum.as_secs_f64(), self.count(), &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
     }
 }
 
@@ -103,5 +160,41 @@ impl Counters {
 
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus_client::registry::{Registry, Unit};
+
+    #[test]
+    fn a_wait_counts_in_the_first_bucket_it_fits_and_the_text_cumulates_them() {
+        let mut waits = Waits::default();
+        for ms in [0, 0, 4, 5, 300, 100_000] {
+            waits.observe(Duration::from_millis(ms));
+        }
+        let mut more = Waits::default();
+        more.observe(Duration::from_millis(1));
+        waits.add(&more);
+        assert_eq!(waits.count(), 7);
+        let mut registry = Registry::default();
+        registry.register_with_unit("wait", "Waits", Unit::Seconds, waits);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            "# TYPE wait_seconds histogram",
+            "wait_seconds_sum 100.31",
+            "wait_seconds_count 7",
+            r#"wait_seconds_bucket{le="0.001"} 3"#,
+            r#"wait_seconds_bucket{le="0.004"} 4"#,
+            r#"wait_seconds_bucket{le="0.016"} 5"#,
+            r#"wait_seconds_bucket{le="0.256"} 5"#,
+            r#"wait_seconds_bucket{le="1.024"} 6"#,
+            r#"wait_seconds_bucket{le="65.536"} 6"#,
+            r#"wait_seconds_bucket{le="+Inf"} 7"#,
+        ] {
+            assert!(text.contains(line), "{line} in:\n{text}");
+        }
     }
 }

@@ -18,7 +18,9 @@ use bytes::Bytes;
 use rustc_hash::FxHashMap;
 use tokio::sync::Notify;
 
+use super::counters::Waits;
 use super::journal::{Journal, Waiting};
+use super::router::Traffic;
 use super::window::Window;
 use crate::message::{ActorId, Envelope, Trace};
 use crate::runtime::stdio::{BoxFuture, GuestInput};
@@ -155,6 +157,9 @@ struct Inner {
     /// When the instance last took bytes, was attached, or had a stalled message dropped: the
     /// latest moment the stall clock of [`STDIN_WRITE_TIMEOUT`] can start from.
     last_read: Instant,
+    /// How long the messages taken so far waited; made at the first, so an idle actor's
+    /// mailbox holds a pointer only.
+    waits: Option<Box<Waits>>,
 }
 
 /// Who reads the queue now.
@@ -254,6 +259,7 @@ impl Mailbox {
                 unsettled: VecDeque::new(),
                 last_read_pos: None,
                 last_read: Instant::now(),
+                waits: None,
             }),
             arrived: Notify::new(),
             space: Notify::new(),
@@ -470,21 +476,20 @@ impl Mailbox {
         self.lock().queue.len()
     }
 
-    /// How many messages each sender got accepted into this mailbox since the host started.
-    pub fn accepted_from(&self) -> Vec<(ActorId, u64)> {
-        self.traffic().1
-    }
-
-    /// The messages waiting, each sender's messages accepted since the host started, and their
-    /// bytes, read together.
-    pub fn traffic(&self) -> (usize, Vec<(ActorId, u64)>, u64) {
+    /// What went through this mailbox, `actor`'s, read together.
+    pub fn traffic(&self, actor: ActorId) -> Traffic {
         let inner = self.lock();
-        let from = inner
-            .accepted_from
-            .iter()
-            .map(|(from, n)| (from.clone(), *n))
-            .collect();
-        (inner.queue.len(), from, inner.accepted_bytes)
+        Traffic {
+            actor,
+            queued: inner.queue.len(),
+            accepted_from: inner
+                .accepted_from
+                .iter()
+                .map(|(from, n)| (from.clone(), *n))
+                .collect(),
+            accepted_bytes: inner.accepted_bytes,
+            waits: inner.waits.as_deref().cloned().unwrap_or_default(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -506,6 +511,7 @@ impl Mailbox {
     pub fn take_now(&self) -> Option<Arc<Envelope>> {
         let mut inner = self.lock();
         let queued = inner.dequeue(0)?;
+        inner.delivered(&queued, coarse_now());
         self.forget(&queued);
         drop(inner);
         self.space.notify_waiters();
@@ -654,6 +660,12 @@ impl Inner {
             }
     }
 
+    /// Counts how long `queued` waited, as its actor takes it `now`.
+    fn delivered(&mut self, queued: &Queued, now: Instant) {
+        let waited = now.saturating_duration_since(queued.queued_at);
+        self.waits.get_or_insert_default().observe(waited);
+    }
+
     /// Takes the message at `index` out of the queue.
     fn dequeue(&mut self, index: usize) -> Option<Queued> {
         let queued = self.queue.remove(index)?;
@@ -708,6 +720,7 @@ impl GuestInput for MailboxInput {
                     // Read, but on disk it still waits until it settles: a kill of the host
                     // before the guest commits gives it again.
                     let now = coarse_now();
+                    inner.delivered(&queued, now);
                     mailbox.settle_old(&mut inner, now);
                     while inner.unsettled.len() >= MAX_UNSETTLED {
                         let oldest = inner.unsettled.pop_front().expect("not empty");

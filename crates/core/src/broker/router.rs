@@ -64,6 +64,8 @@ pub struct Traffic {
     pub accepted_from: Vec<(ActorId, u64)>,
     /// The bytes of those messages (as stdin lines).
     pub accepted_bytes: u64,
+    /// How long the messages its actor took waited in it.
+    pub waits: super::counters::Waits,
 }
 
 /// A message on its way: its envelope and the recipients it has not reached yet.
@@ -220,15 +222,7 @@ impl Router {
             .collect();
         mailboxes
             .into_iter()
-            .map(|(actor, mailbox)| {
-                let (queued, accepted_from, accepted_bytes) = mailbox.traffic();
-                Traffic {
-                    actor,
-                    queued,
-                    accepted_from,
-                    accepted_bytes,
-                }
-            })
+            .map(|(actor, mailbox)| mailbox.traffic(actor))
             .collect()
     }
 

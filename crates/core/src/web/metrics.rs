@@ -4,7 +4,7 @@
 //! `sausage status` on this machine.
 //!
 //! The figures are read when scraped: the mailboxes' counts, the broker's [`Counters`] (and its
-//! histograms of turn, build and upgrade durations), the runtime's hibernated instances, the
+//! histograms of turn, build and upgrade durations), the mailboxes' delivery waits, the runtime's hibernated instances, the
 //! supervisors' memory, the process's own figures from `/proc/self` and, on a cluster host, its
 //! placement. Per-actor series are kept to the [`BUSIEST`] actors by messages, so a world of
 //! 100,000 actors does not make 100,000 series of each kind.
@@ -26,7 +26,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use super::{App, refuse};
 use crate::broker::Broker;
-use crate::broker::counters::Counters;
+use crate::broker::counters::{Counters, Waits};
 use crate::message::ActorId;
 use crate::people::readers::{Reader, reader_of};
 
@@ -163,7 +163,9 @@ pub async fn render(broker: &Broker, build: Build) -> String {
     let memory = broker.memory_in_use();
     let restarts = broker.counters.restarts();
     let mut actors: HashMap<ActorId, ActorFigures> = HashMap::new();
+    let mut waits = Waits::default();
     for traffic in broker.router.traffic() {
+        waits.add(&traffic.waits);
         for (from, n) in &traffic.accepted_from {
             actors.entry(from.clone()).or_default().sent += n;
         }
@@ -313,6 +315,13 @@ pub async fn render(broker: &Broker, build: Build) -> String {
         // A clone is the same histogram (a shared handle), so the registry reads it as it is.
         registry.register_with_unit(name, help, Unit::Seconds, histogram.clone());
     }
+    registry.register_with_unit(
+        "sausage_delivery_duration",
+        "How long messages waited in this host's mailboxes before their actors took them \
+         (a wait within the kernel's clock tick, 1 to 4 ms, counts as none)",
+        Unit::Seconds,
+        waits,
+    );
     counter(
         &mut registry,
         "sausage_spans_reported",

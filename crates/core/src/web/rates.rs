@@ -136,6 +136,7 @@ mod tests {
             queued,
             accepted_from: from.iter().map(|(f, n)| (id(f), *n)).collect(),
             accepted_bytes: 0,
+            waits: Default::default(),
         }
     }
 
