@@ -10,6 +10,7 @@ pub mod broker;
 pub mod cargo;
 pub mod console;
 pub mod fs;
+pub mod http;
 pub mod message;
 pub mod people;
 pub mod replace;

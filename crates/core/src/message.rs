@@ -40,7 +40,7 @@ pub struct Native {
 }
 
 /// The one table of native actors.
-pub const NATIVES: [Native; 5] = [
+pub const NATIVES: [Native; 6] = [
     Native {
         id: BROKER,
         runs: Runs::EveryHost,
@@ -58,6 +58,11 @@ pub const NATIVES: [Native; 5] = [
     },
     Native {
         id: "web",
+        runs: Runs::EveryHost,
+        made_at_init: false,
+    },
+    Native {
+        id: "http",
         runs: Runs::EveryHost,
         made_at_init: false,
     },

@@ -4,6 +4,8 @@
 //! that allows one `sausage run` per world. Every file it writes is replaced atomically, so a
 //! hard kill of the host leaves the old or the new content, never a mix.
 
+pub mod routes;
+
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -138,6 +140,9 @@ pub struct Registry {
     /// it, only keeps it as read when the world started.
     #[serde(default, skip_serializing_if = "Limits::is_unset")]
     pub limits: Limits,
+    /// HTTP routes by path (DESIGN §24).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub routes: BTreeMap<String, routes::Route>,
 }
 
 /// A member's actors when `"limits"` does not say: enough for a person's own tools, few enough
@@ -508,6 +513,11 @@ impl World {
     /// made by `sausage people` point at it.
     pub fn web_address_path(&self) -> PathBuf {
         self.root.join("broker/web/address")
+    }
+
+    /// `broker/http/address`: where the running host serves the world's routes (DESIGN §24).
+    pub fn http_address_path(&self) -> PathBuf {
+        self.root.join("broker/http/address")
     }
 
     /// `broker/uploads/`: crates a person sent to deploy (MCP's `deploy`), each in a folder of 32
@@ -948,6 +958,8 @@ pub struct Manifest {
     /// `"window"`: how many of the messages it read last the broker keeps for shadow runs and
     /// forks (DESIGN §21), if it sets it (0 to [`MAX_WINDOW`]; 0 keeps none).
     pub window: Result<Option<usize>, String>,
+    /// `"http"`: the routes it serves (DESIGN §24), by path; missing means none.
+    pub http: Result<Vec<(String, routes::Route)>, String>,
 }
 
 /// The messages an actor's window keeps when its manifest does not say (DESIGN §21).
@@ -1009,10 +1021,24 @@ pub fn parse_manifest(text: &[u8]) -> Manifest {
             )),
         },
     };
+    let http = match &manifest["http"] {
+        serde_json::Value::Null => Ok(Vec::new()),
+        serde_json::Value::Array(routes) => routes
+            .iter()
+            .map(|route| {
+                routes::parse_route(route, "", true)
+                    .map_err(|e| format!("{MANIFEST}: \"http\": {e}"))
+            })
+            .collect(),
+        other => Err(format!(
+            "{MANIFEST}: \"http\" is {other}, not a list of routes such as [{{\"path\": \"/hooks/github\"}}]"
+        )),
+    };
     Manifest {
         network,
         memory_mb,
         window,
+        http,
     }
 }
 
@@ -1021,7 +1047,8 @@ impl Manifest {
         Manifest {
             network: Err(problem.clone()),
             memory_mb: Err(problem.clone()),
-            window: Err(problem),
+            window: Err(problem.clone()),
+            http: Err(problem),
         }
     }
 }

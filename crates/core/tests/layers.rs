@@ -18,7 +18,7 @@ const LAYERS: &[&[&str]] = &[
     &["people"],
     &["broker"],
     // The native actors.
-    &["console", "cargo", "schedules", "web"],
+    &["console", "cargo", "http", "schedules", "web"],
 ];
 
 /// One `crate::<module>` a file names.

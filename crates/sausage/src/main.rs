@@ -83,6 +83,18 @@ enum Command {
         /// Do not serve the web console.
         #[arg(long)]
         no_web: bool,
+        /// Where the world's public address serves the actors' HTTP routes (port 0: any free
+        /// port); nothing of the web console is served there.
+        #[arg(
+            long,
+            value_name = "ADDR",
+            env = "SAUSAGE_HTTP",
+            default_value = sausage_core::http::DEFAULT_ADDR
+        )]
+        http: SocketAddr,
+        /// Do not serve the public address.
+        #[arg(long)]
+        no_http: bool,
         /// Run this world together with other hosts on NATS JetStream, as `--host-id`: the
         /// server's address (nats://HOST:PORT), or a NATS cluster's nodes separated by commas,
         /// tried in that order.
@@ -382,6 +394,8 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             world,
             web,
             no_web,
+            http,
+            no_http,
             cluster,
             host_id,
             replicas,
@@ -412,7 +426,11 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                     host,
                     replicas,
                 });
-                let ran = block_on(run(dir, (!no_web).then_some(web), cluster));
+                let addresses = Addresses {
+                    web: (!no_web).then_some(web),
+                    http: (!no_http).then_some(http),
+                };
+                let ran = block_on(run(dir, addresses, cluster));
                 sausage_core::traces::flush();
                 ran
             })
@@ -803,7 +821,13 @@ struct Joining {
     replicas: Option<usize>,
 }
 
-async fn run(dir: PathBuf, web: Option<SocketAddr>, cluster: Option<Joining>) -> Result<ExitCode> {
+/// Where a run serves the web console and the public address; `None` for neither.
+struct Addresses {
+    web: Option<SocketAddr>,
+    http: Option<SocketAddr>,
+}
+
+async fn run(dir: PathBuf, addresses: Addresses, cluster: Option<Joining>) -> Result<ExitCode> {
     let world = World::new(&dir);
     if cluster.is_some() && !world.registry_path().exists() {
         // A host joining a cluster needs no world of its own: it takes the shared one.
@@ -840,7 +864,20 @@ async fn run(dir: PathBuf, web: Option<SocketAddr>, cluster: Option<Joining>) ->
     // The web console's task holds `said` and drops it once the login link is printed or the
     // start failed; that wakes a terminal console, which waits on `web_said` to draw its prompt.
     let (said, web_said) = tokio::sync::oneshot::channel::<()>();
-    let web = web.map(|addr| {
+    let http = match addresses.http {
+        Some(addr) => match sausage_core::http::start(broker.clone(), addr).await {
+            Ok(http) => {
+                tracing::info!("public address: http://{}", http.addr);
+                Some(http)
+            }
+            Err(e) => {
+                tracing::error!("{e:#}; running without it");
+                None
+            }
+        },
+        None => None,
+    };
+    let web = addresses.web.map(|addr| {
         let broker = broker.clone();
         tokio::spawn(async move {
             let _said = said;
@@ -890,6 +927,9 @@ async fn run(dir: PathBuf, web: Option<SocketAddr>, cluster: Option<Joining>) ->
         && let Ok(Some(web)) = starting.await
     {
         web.stop();
+    }
+    if let Some(http) = http {
+        http.stop();
     }
     close(&broker, services).await;
     Ok(match end? {

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use rustc_hash::FxHashMap;
@@ -37,6 +39,44 @@ pub struct Counters {
     pub cost_micro_usd: AtomicU64,
     pub spans: AtomicU64,
     pub durations: Durations,
+    /// The public address's answers (DESIGN §24).
+    pub http: HttpCounts,
+}
+
+/// A route's label set: its path, and the status of the answer.
+pub type RouteLabels = Vec<(&'static str, String)>;
+
+/// What the public address answered, by route (its path as written, `none` where no route
+/// matched) and status, and how long each took to its head, by route. Shared handles, which
+/// `/metrics` registers as they are.
+pub struct HttpCounts {
+    pub answers: Family<RouteLabels, Counter>,
+    pub durations: Family<RouteLabels, Histogram, fn() -> Histogram>,
+}
+
+impl Default for HttpCounts {
+    fn default() -> HttpCounts {
+        fn histogram() -> Histogram {
+            // From a quarter of a millisecond, doubling: up to about 4 minutes.
+            Histogram::new(exponential_buckets(0.000_25, 2.0, 20))
+        }
+        HttpCounts {
+            answers: Family::default(),
+            durations: Family::new_with_constructor(histogram),
+        }
+    }
+}
+
+impl HttpCounts {
+    /// Counts an answer of `route` with `status`, `seconds` after the request came.
+    pub fn answered(&self, route: &str, status: u16, seconds: f64) {
+        let route = route.to_string();
+        let labels = vec![("route", route.clone()), ("status", status.to_string())];
+        self.answers.get_or_create(&labels).inc();
+        self.durations
+            .get_or_create(&vec![("route", route)])
+            .observe(seconds);
+    }
 }
 
 /// How long things took, in seconds (deliveries apart: [`Waits`]).

@@ -219,7 +219,16 @@ impl Mailbox {
     /// `actor`'s mailbox, recorded in `journal`, holding the messages that were waiting for it
     /// when the journal was opened.
     pub fn durable(actor: ActorId, journal: Arc<Journal>) -> Mailbox {
-        let waiting = journal.claim(&actor);
+        let mut waiting = journal.claim(&actor);
+        // An HTTP request is delivered at most once: its caller was answered (or cut off) when
+        // the host that took it ended, so it is not given again.
+        waiting.retain(|(pos, envelope)| {
+            let request = envelope.from.as_str() == HTTP;
+            if request && let Err(e) = journal.take(&actor, *pos) {
+                tracing::warn!("actor {actor}: an old HTTP request stays in the journal: {e}");
+            }
+            !request
+        });
         Mailbox::with_queue(waiting, Store::Journal { journal, actor })
     }
 
@@ -605,6 +614,9 @@ impl Mailbox {
         Some(dropped.envelope)
     }
 }
+
+/// The native actor whose requests are never given twice (DESIGN §24).
+const HTTP: &str = "http";
 
 /// Which end of the queue a message joins.
 enum End {

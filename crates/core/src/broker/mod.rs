@@ -14,6 +14,7 @@ pub mod principal;
 mod requests;
 mod rewind;
 pub mod router;
+mod routes;
 mod shadow;
 mod spans;
 pub mod stdio;
@@ -157,6 +158,9 @@ pub struct Broker {
     pub counters: Arc<counters::Counters>,
     /// The per-person locks that keep a limit's check and the change it allowed together.
     admissions: limits::Admissions,
+    /// The registry's HTTP routes as the public address looks them up (DESIGN §24), made anew
+    /// at each change of them.
+    routes: std::sync::RwLock<Arc<crate::world::routes::RouteTable>>,
 }
 
 /// Requests the broker answers at once; the next waits in its mailbox until one is answered.
@@ -247,8 +251,10 @@ impl Broker {
             counters: Arc::default(),
             cluster,
             admissions: limits::Admissions::default(),
+            routes: std::sync::RwLock::default(),
         });
         broker.apply_subscriptions(&registry);
+        broker.apply_routes(&registry);
         tokio::spawn(drop_stalled_writes(
             Arc::downgrade(&broker.router),
             broker.world.clone(),
@@ -666,8 +672,20 @@ impl Broker {
             .await
             .map_err(|e| anyhow::anyhow!("host bug: saving the registry failed: {e}"))??;
         self.apply_subscriptions(&changed);
+        if registry.routes != changed.routes {
+            self.apply_routes(&changed);
+        }
         *registry = changed;
         Ok(result)
+    }
+
+    /// Whether `id` is a WASM actor that should run (not stopped).
+    pub async fn runs(&self, id: &ActorId) -> bool {
+        let registry = self.registry.lock().await;
+        registry
+            .actors
+            .get(id.as_str())
+            .is_some_and(|entry| entry.running)
     }
 
     pub async fn registry(&self) -> Registry {

@@ -19,6 +19,7 @@ use crate::message::{ActorId, Envelope, Outgoing, Speaker};
 use crate::replace::Replacement;
 use crate::runtime::{DEFAULT_MEMORY_MB, Program};
 use crate::traces::{self, Span};
+use crate::world::routes::Route;
 use crate::world::{ActorEntry, read_manifest};
 
 /// A version that passed its tests, ready to store and run.
@@ -37,11 +38,19 @@ impl Candidate {
             limits::memory_mb(&read_manifest(source))
         })
     }
+
+    /// The HTTP routes its `actor.json` asks for (DESIGN §24), or what is wrong with them.
+    fn routes(&self) -> Answer<Vec<(String, Route)>> {
+        match self.source.as_deref() {
+            Some(source) => read_manifest(source).http,
+            None => Ok(Vec::new()),
+        }
+    }
 }
 
 /// The requests that operate on one actor: they run on that actor's operation queue, one
 /// after another, in the order they arrived.
-const OPERATIONS: [&str; 10] = [
+const OPERATIONS: [&str; 12] = [
     "spawn",
     "upgrade",
     "rollback",
@@ -52,6 +61,8 @@ const OPERATIONS: [&str; 10] = [
     "window",
     "checkpoint",
     "restore",
+    "route",
+    "unroute",
 ];
 
 /// The actor a request operates on, when it is an operation with a valid `actor`.
@@ -64,7 +75,7 @@ pub(super) fn operand(body: &Value) -> Option<ActorId> {
 }
 
 /// The request types, as an unknown type's error lists them.
-pub const REQUESTS: [&str; 15] = [
+pub const REQUESTS: [&str; 18] = [
     "spawn",
     "upgrade",
     "rollback",
@@ -80,6 +91,9 @@ pub const REQUESTS: [&str; 15] = [
     "list",
     "principal",
     "spans",
+    "route",
+    "unroute",
+    "routes",
 ];
 
 /// A request's span name: `request <type>` for the known types, one name for the rest (a
@@ -91,7 +105,7 @@ fn request_span_name(kind: &str) -> &'static str {
     }
 }
 
-const REQUEST_SPANS: [&str; 15] = [
+const REQUEST_SPANS: [&str; 18] = [
     "request spawn",
     "request upgrade",
     "request rollback",
@@ -107,6 +121,9 @@ const REQUEST_SPANS: [&str; 15] = [
     "request list",
     "request principal",
     "request spans",
+    "request route",
+    "request unroute",
+    "request routes",
 ];
 
 /// A request failed: the reason goes back to the requester.
@@ -231,6 +248,9 @@ impl Broker {
             "unsubscribe" => self.subscribe(request, body, false).await,
             "list" => Ok(self.list().await),
             "spans" => self.spans(request, body),
+            "route" => self.route(body).await,
+            "unroute" => self.unroute(body).await,
+            "routes" => self.list_routes(body).await,
             "principal" => {
                 let actor = actor_field(body)?;
                 if !self.registry().await.actors.contains_key(actor.as_str()) {
@@ -275,6 +295,9 @@ impl Broker {
         let candidate = self
             .candidate(request, principal, body, &id, version)
             .await?;
+        let routes = candidate.routes()?;
+        let tier = principal.person().map(|speaker| speaker.tier);
+        self.check_routes(&id, tier, &routes, true).await?;
         let growth = Growth {
             actors: 1,
             memory_mb: u64::from(candidate.memory_mb()),
@@ -287,6 +310,9 @@ impl Broker {
             .map_err(|e| format!("cannot install `{id}`: {e:#}"))?;
         self.start_new(&id, version, owner, candidate.program)
             .await?;
+        if let Err(e) = self.take_routes(&id, tier, routes, true).await {
+            tracing::warn!("actor {id}: runs without the routes of its actor.json: {e}");
+        }
         Ok(json!({
             "type": "spawned", "actor": id.as_str(), "version": version, "tests": candidate.report,
         }))
@@ -494,6 +520,9 @@ impl Broker {
         let mut candidate = self
             .candidate(request, principal, body, &id, version)
             .await?;
+        let routes = candidate.routes()?;
+        let tier = self.owner_tier(&id).await?;
+        self.check_routes(&id, tier, &routes, true).await?;
         let shadow = match mode {
             shadow::Mode::Off => None,
             mode => {
@@ -552,6 +581,9 @@ impl Broker {
             .await;
         if entry.running {
             handle.start().await;
+        }
+        if let Err(e) = self.take_routes(&id, tier, routes, true).await {
+            tracing::warn!("actor {id}: version {version} runs with the routes it had: {e}");
         }
         if let Some(cluster) = &self.cluster
             && let Err(e) = cluster.shared.snapshot(&self.world, &id).await
@@ -855,6 +887,9 @@ impl Broker {
         self.actors.lock().expect("actors lock").remove(&id);
         self.update_registry(|registry| {
             registry.actors.remove(id.as_str());
+            registry
+                .routes
+                .retain(|_, route| route.actor != id.as_str());
             registry.subscriptions.remove(id.as_str());
             for subscribers in registry.subscriptions.values_mut() {
                 subscribers.retain(|s| s != id.as_str());
@@ -1134,6 +1169,10 @@ impl Broker {
     pub async fn list(&self) -> Value {
         let registry = self.registry().await;
         let memory = self.memory_in_use();
+        let mut routes: std::collections::HashMap<&str, Vec<&str>> = Default::default();
+        for (path, route) in &registry.routes {
+            routes.entry(route.actor.as_str()).or_default().push(path);
+        }
         let mut actors = Vec::new();
         for (id, kind) in self.known_actors().await {
             let actor = ActorId::parse(&id).expect("known ids are valid");
@@ -1149,6 +1188,7 @@ impl Broker {
                 "restarts": status.restarts,
                 "queued": self.router.mailbox(&actor).map_or(0, |m| m.len()),
                 "memory": memory.get(&actor).filter(|bytes| **bytes > 0),
+                "routes": routes.get(id.as_str()).cloned().unwrap_or_default(),
             }));
             if let (Some(cluster), Some(row)) = (&self.cluster, actors.last_mut()) {
                 let here = cluster.placement.host().to_string();

@@ -481,8 +481,14 @@ impl Task {
             }
         };
         let last_taken = self.sup.mailbox.detach();
-        if let (Ended::ByItself(_), Some(message)) = (&ended, last_taken) {
-            self.park(message);
+        match (&ended, last_taken) {
+            // An HTTP request is answered once and never given again: its caller hears now.
+            (Ended::ByItself(exit), Some(message)) if message.from.as_str() == "http" => {
+                let reason = format!("it crashed while handling the request ({exit})");
+                (self.sup.router).report_undeliverable(&message, self.sup.id.as_str(), &reason);
+            }
+            (Ended::ByItself(_), Some(message)) => self.park(message),
+            _ => {}
         }
         ended
     }

@@ -5,10 +5,10 @@
 //!
 //! | request | guest | member | owner |
 //! | --- | --- | --- | --- |
-//! | `list`, `principal` | yes | yes | yes |
+//! | `list`, `principal`, `routes` | yes | yes | yes |
 //! | `spawn` | no | yes, owned by the member; never a surface's id | yes |
 //! | `checkpoint`, `restore` | no | only actors the member owns (`checkpoint` also one not made yet), never a surface | yes |
-//! | `upgrade`, `rollback`, `stop`, `start`, `remove`, `subscribe`, `unsubscribe`, `fork`, `window` | no | only actors the member owns, never a surface | yes |
+//! | `upgrade`, `rollback`, `stop`, `start`, `remove`, `subscribe`, `unsubscribe`, `fork`, `window`, `route`, `unroute` | no | only actors the member owns, never a surface | yes |
 //!
 //! A **surface** is an actor that speaks for people: `agent`, `matrix` and any actor an owner
 //! granted a kind of handle. Changing one changes what every person's conversation can do.
@@ -18,7 +18,7 @@ use crate::message::{Speaker, Tier};
 
 /// The requests anyone may make: they change nothing of the world (`spans` only reports what
 /// its sender did, for traces and metrics).
-pub const READ_ONLY: [&str; 3] = ["list", "principal", "spans"];
+pub const READ_ONLY: [&str; 4] = ["list", "principal", "spans", "routes"];
 
 /// Whether `speaker` may make the broker request `kind` on `actor`, whose owner (a person, as
 /// `broker::principal` resolves it) is `owner` (`None` for an actor that does not exist yet);
@@ -89,6 +89,10 @@ mod tests {
             (&ann, "remove", Some("mine"), Some("ann"), false, true),
             (&ann, "upgrade", Some("theirs"), Some("bob"), false, false),
             (&ann, "fork", Some("mine"), Some("ann"), false, true),
+            (&ann, "route", Some("mine"), Some("ann"), false, true),
+            (&ann, "unroute", Some("theirs"), Some("bob"), false, false),
+            (&gus, "route", Some("x"), Some("gus"), false, false),
+            (&gus, "routes", None, None, false, true),
             (&ann, "checkpoint", Some("new"), None, false, true),
             (
                 &ann,

@@ -315,6 +315,17 @@ pub async fn render(broker: &Broker, build: Build) -> String {
         // A clone is the same histogram (a shared handle), so the registry reads it as it is.
         registry.register_with_unit(name, help, Unit::Seconds, histogram.clone());
     }
+    registry.register(
+        "sausage_http_requests",
+        "Requests the public address answered, by route (`none`: no route matched) and status",
+        counters.http.answers.clone(),
+    );
+    registry.register_with_unit(
+        "sausage_http_request_duration",
+        "How long the public address took to answer, to the response's head, by route",
+        Unit::Seconds,
+        counters.http.durations.clone(),
+    );
     registry.register_with_unit(
         "sausage_delivery_duration",
         "How long messages waited in this host's mailboxes before their actors took them \

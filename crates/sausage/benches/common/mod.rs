@@ -110,6 +110,8 @@ impl Host {
             .arg("run")
             .arg(world.root())
             .args(args)
+            // The public address on any free port, so benches beside a running world work.
+            .env("SAUSAGE_HTTP", "127.0.0.1:0")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

@@ -540,6 +540,8 @@ impl Host {
 
     fn spawn(mut command: Command, vars: &[(&str, &str)]) -> Host {
         let mut child = command
+            // Tests run many hosts at once: each serves its public address on a free port.
+            .env("SAUSAGE_HTTP", "127.0.0.1:0")
             .envs(vars.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -1,0 +1,532 @@
+//! The world's public address (DESIGN §24): the native actor `http`, a client of the broker like
+//! the web console, serving the routes actors hold.
+//!
+//! `start` binds the address and runs the accept loop (hyper's HTTP/1, with a deadline on each
+//! request's head and a bound on its size), the reader of `http`'s mailbox (each answer goes to
+//! the request waiting for it) and the writer of the access lines in actors' logs. A request
+//! is found in the broker's route table; a static route is served from the actor's committed
+//! `/public` files (`files`) without waking it; any other becomes a message in the actor's
+//! mailbox, journalled like every message, and its answer is the response (`message`).
+//! Security: nothing of the web console is served here (a separate listener and router, no
+//! cookie of the console); `cookie`, `authorization` and the connection's headers reach an
+//! actor only where its route passes them; bodies past the route's `max_body` are refused
+//! before they are read whole; every failure is answered with its status and a short plain
+//! body.
+
+mod files;
+mod message;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use axum::body::Body;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use http::{HeaderValue, Method, Response, StatusCode, header};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::broker::Broker;
+use crate::message::{ActorId, Envelope, Outgoing, Trace};
+use crate::traces::{self, Span};
+use crate::world::routes::Route;
+use message::Chunk;
+
+/// Where `sausage run` serves the world's routes unless `--http ADDR` says otherwise.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:8080";
+/// How long a client has to send a request's head; a slower one is cut off.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest request head (request line and headers) accepted.
+const MAX_HEAD_BYTES: usize = 64 << 10;
+/// How often the rate limiters forget the clients they have not seen for a while.
+const FORGET_CLIENTS_EVERY: Duration = Duration::from_secs(60);
+
+/// A running public address.
+pub struct Http {
+    pub addr: SocketAddr,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Http {
+    /// Stops serving.
+    pub fn stop(self) {
+        for task in self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// A route's limit of requests a second by client address.
+type Limiter = DefaultKeyedRateLimiter<IpAddr>;
+
+/// What the request handlers share.
+struct App {
+    broker: Arc<Broker>,
+    me: ActorId,
+    /// Requests sent to actors and waiting: message id → where the answer goes.
+    waiting: Mutex<HashMap<String, Waiter>>,
+    /// Each route's rate limiter (by client address), with the rate it was made for.
+    limiters: Mutex<HashMap<String, (u32, Arc<Limiter>)>>,
+    /// To the task that appends each answer's line to its actor's log.
+    access: mpsc::UnboundedSender<(ActorId, String)>,
+}
+
+/// A request waiting for its actor's answer (and, for a streamed one, the rest of it).
+struct Waiter {
+    to: ActorId,
+    answers: mpsc::UnboundedSender<Arc<Envelope>>,
+}
+
+/// Binds `addr` and serves the routes of `broker`'s world there.
+pub async fn start(broker: Arc<Broker>, addr: SocketAddr) -> Result<Http> {
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+        format!(
+            "the public address cannot listen on {addr}; choose another with --http ADDR, or \
+             --no-http"
+        )
+    })?;
+    let addr = listener.local_addr()?;
+    let world = broker.world.clone();
+    tokio::task::spawn_blocking(move || {
+        let path = world.http_address_path();
+        std::fs::create_dir_all(path.parent().expect("in broker/http"))
+            .and_then(|()| crate::fs::write_atomically_unsynced(&path, addr.to_string().as_bytes()))
+            .with_context(|| format!("{}: cannot record the public address", path.display()))
+    })
+    .await
+    .context("host bug: recording the public address failed")??;
+    let (access, lines) = mpsc::unbounded_channel();
+    let app = Arc::new(App {
+        me: ActorId::parse("http").expect("a valid id"),
+        broker: broker.clone(),
+        waiting: Mutex::default(),
+        limiters: Mutex::default(),
+        access,
+    });
+    let tasks = vec![
+        tokio::spawn(accept(listener, app.clone())),
+        tokio::spawn(read_mailbox(app.clone())),
+        tokio::spawn(write_access_lines(broker.world.clone(), lines)),
+        tokio::spawn(forget_clients(app)),
+    ];
+    Ok(Http { addr, tasks })
+}
+
+/// Accepts connections and serves each on its own task.
+async fn accept(listener: tokio::net::TcpListener, app: Arc<App>) {
+    loop {
+        let (stream, remote) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of file descriptors, say: wait a little rather than spin.
+                tracing::warn!("the public address cannot accept a connection: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let app = app.clone();
+                async move { Ok::<_, Infallible>(handle(app, remote, request).await) }
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEAD_TIMEOUT)
+                .max_buf_size(MAX_HEAD_BYTES)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            // A client that goes away, or breaks the protocol, ends only its connection.
+            let _ = connection.await;
+        });
+    }
+}
+
+/// Answers one request, counts the answer by route and status, and, for a route's actor, adds
+/// its line to the actor's log.
+async fn handle(
+    app: Arc<App>,
+    remote: SocketAddr,
+    request: http::Request<Incoming>,
+) -> Response<Body> {
+    let started = Instant::now();
+    let (method, path) = (request.method().clone(), request.uri().path().to_string());
+    let mut span = traces::on().then(|| {
+        let parent = request
+            .headers()
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| Trace::parse(v).ok());
+        let mut span = Span::start(format!("{method} http"), parent);
+        span.set("http.request.method", method.to_string());
+        span.set("url.path", path.clone());
+        span
+    });
+    let trace = span.as_ref().map(Span::trace);
+    let (route, response) = route_request(&app, remote, request, trace).await;
+    let status = response.status().as_u16();
+    let seconds = started.elapsed().as_secs_f64();
+    let at = route.as_ref().map_or("none", |(at, _)| at.as_str());
+    app.broker.counters.http.answered(at, status, seconds);
+    if let Some(mut span) = span.take() {
+        span.set("http.route", at.to_string());
+        span.set("http.response.status_code", i64::from(status));
+        if status >= 500 {
+            span.fail(format!("answered {status}"));
+        }
+        span.end();
+    }
+    if let Some((_, actor)) = route {
+        let line = format!(
+            "{method} {path} {status} {} ms",
+            started.elapsed().as_millis()
+        );
+        let _ = app.access.send((actor, line));
+    }
+    response
+}
+
+/// Finds the route of a request and answers it: the route's path and actor (when one matched)
+/// and the response.
+async fn route_request(
+    app: &Arc<App>,
+    remote: SocketAddr,
+    request: http::Request<Incoming>,
+    trace: Option<Trace>,
+) -> (Option<(String, ActorId)>, Response<Body>) {
+    let path = request.uri().path().to_string();
+    if let Err(why) = files::check_request_path(&path) {
+        return (None, plain(StatusCode::BAD_REQUEST, &why));
+    }
+    let table = app.broker.route_table();
+    let Some((at, route)) = table.find(&path) else {
+        let refused = plain(
+            StatusCode::NOT_FOUND,
+            &format!("nothing is served at {path}"),
+        );
+        return (None, refused);
+    };
+    let (at, route) = (at.to_string(), route.clone());
+    drop(table);
+    let Ok(actor) = ActorId::parse(&route.actor) else {
+        let refused = plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the route's actor is not valid",
+        );
+        return (None, refused);
+    };
+    let method = request.method().clone();
+    let allowed = match &route.static_dir {
+        Some(_) => method == Method::GET || method == Method::HEAD,
+        None => route.allows(method.as_str()) || (method == Method::HEAD && route.allows("GET")),
+    };
+    let response = if !allowed {
+        let mut refused = plain(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &format!("{path} does not answer {method}"),
+        );
+        let allow = match &route.static_dir {
+            Some(_) => "GET, HEAD".to_string(),
+            None => route.methods.join(", "),
+        };
+        if let Ok(allow) = HeaderValue::from_str(&allow) {
+            refused.headers_mut().insert(header::ALLOW, allow);
+        }
+        refused
+    } else if !app.admit(&at, &route, remote.ip()) {
+        let mut refused = plain(
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!(
+                "too many requests from {} to {at}; try again in a second",
+                remote.ip()
+            ),
+        );
+        (refused.headers_mut()).insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        refused
+    } else {
+        match &route.static_dir {
+            Some(dir) => files::serve(&app.broker.world, &actor, dir, &at, request).await,
+            None => app.ask(&actor, &route, remote, request, trace).await,
+        }
+    };
+    (Some((at, actor)), response)
+}
+
+impl App {
+    /// Whether `client` may make one more request of route `at` now.
+    fn admit(&self, at: &str, route: &Route, client: IpAddr) -> bool {
+        let Some(rate) = NonZeroU32::new(route.rate()) else {
+            return true;
+        };
+        let limiter = {
+            let mut limiters = self.limiters.lock().unwrap_or_else(|e| e.into_inner());
+            match limiters.get(at) {
+                Some((made_for, limiter)) if *made_for == rate.get() => limiter.clone(),
+                _ => {
+                    let limiter = Arc::new(RateLimiter::keyed(Quota::per_second(rate)));
+                    limiters.insert(at.to_string(), (rate.get(), limiter.clone()));
+                    limiter
+                }
+            }
+        };
+        limiter.check_key(&client).is_ok()
+    }
+
+    /// Sends `request` to `actor` as a message and makes its answer the response.
+    async fn ask(
+        self: &Arc<Self>,
+        actor: &ActorId,
+        route: &Route,
+        remote: SocketAddr,
+        request: http::Request<Incoming>,
+        trace: Option<Trace>,
+    ) -> Response<Body> {
+        let (parts, body) = request.into_parts();
+        let max_body = route.max_body();
+        let declared = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > max_body) {
+            return too_large(max_body);
+        }
+        let timeout = Duration::from_secs(u64::from(route.timeout_s()));
+        let limited = http_body_util::Limited::new(body, max_body as usize);
+        let body = match tokio::time::timeout(timeout, limited.collect()).await {
+            Err(_) => {
+                return plain(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "the request's body did not arrive in time",
+                );
+            }
+            Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return too_large(max_body),
+            Ok(Err(_)) => return plain(StatusCode::BAD_REQUEST, "the request's body was cut off"),
+            Ok(Ok(collected)) => collected.to_bytes(),
+        };
+        if !self.broker.runs(actor).await {
+            return unavailable(&format!("actor `{actor}` is stopped"));
+        }
+        let message = message::Request {
+            method: parts.method.as_str(),
+            path: parts.uri.path(),
+            query: parts.uri.query(),
+            headers: &parts.headers,
+            remote: remote.to_string(),
+            body: &body,
+            pass: &route.pass,
+        }
+        .to_body();
+        let own = self.broker.router.next_id();
+        let id = format!("{}/{own}", self.me);
+        let (answers, mut answered) = mpsc::unbounded_channel();
+        let pending = Pending {
+            app: self.clone(),
+            id: id.clone(),
+        };
+        self.lock_waiting().insert(
+            id.clone(),
+            Waiter {
+                to: actor.clone(),
+                answers,
+            },
+        );
+        let mut out = Outgoing::new(actor, &message);
+        out.id = Some(own);
+        out.trace = trace;
+        let mut delivery = self.broker.router.accept(&self.me, out);
+        if !self.broker.router.try_deliver(&mut delivery) {
+            return unavailable(&format!("actor `{actor}` has a full mailbox"));
+        }
+        let first = match tokio::time::timeout(timeout, answered.recv()).await {
+            Ok(Some(first)) => first,
+            Ok(None) | Err(_) => {
+                return plain(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    &format!(
+                        "actor `{actor}` did not answer within {} s",
+                        timeout.as_secs()
+                    ),
+                );
+            }
+        };
+        let reply = first.body_value();
+        if first.from == ActorId::broker() {
+            let reason = reply["reason"]
+                .as_str()
+                .unwrap_or("the request did not reach it");
+            return unavailable(&format!("actor `{actor}` could not answer: {reason}"));
+        }
+        let answer = match message::answer(&reply) {
+            Ok(answer) => answer,
+            Err(why) => {
+                self.broker.world.log_note(
+                    actor,
+                    &format!(
+                        "the answer to {} {} was not sent: {why}",
+                        parts.method,
+                        parts.uri.path()
+                    ),
+                );
+                return plain(
+                    StatusCode::BAD_GATEWAY,
+                    &format!("actor `{actor}` answered with something that is not a response"),
+                );
+            }
+        };
+        let mut response = Response::new(Body::empty());
+        *response.status_mut() = answer.status;
+        *response.headers_mut() = answer.headers;
+        if !answer.stream {
+            *response.body_mut() = Body::from(answer.body);
+            return response;
+        }
+        let first =
+            (!answer.body.is_empty()).then(|| Ok::<_, Infallible>(Bytes::from(answer.body)));
+        let world = self.broker.world.clone();
+        let actor = actor.clone();
+        let rest = futures_util::stream::unfold(
+            (answered, pending, false),
+            move |(mut answered, pending, ended)| {
+                let (world, actor) = (world.clone(), actor.clone());
+                async move {
+                    if ended {
+                        return None;
+                    }
+                    let next = answered.recv().await?;
+                    match message::chunk(&next.body_value()) {
+                        Ok(Chunk::Data(data)) => {
+                            Some((Ok(Bytes::from(data)), (answered, pending, false)))
+                        }
+                        Ok(Chunk::End) => None,
+                        Err(why) => {
+                            world
+                                .log_note(&actor, &format!("a streamed answer was cut off: {why}"));
+                            None
+                        }
+                    }
+                }
+            },
+        );
+        let stream = futures_util::stream::iter(first).chain(rest);
+        *response.body_mut() = Body::from_stream(stream);
+        response
+    }
+
+    fn lock_waiting(&self) -> std::sync::MutexGuard<'_, HashMap<String, Waiter>> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A request's place among the waiting ones, given up when the response is done with it (or
+/// the client went away).
+struct Pending {
+    app: Arc<App>,
+    id: String,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.app.lock_waiting().remove(&self.id);
+    }
+}
+
+/// Reads `http`'s mailbox: each answer goes to the request waiting for it, when it comes from
+/// the actor the request went to (or is the broker's notice that it could not go). Anything
+/// else (an answer after its request gave up) is dropped.
+async fn read_mailbox(app: Arc<App>) {
+    let mailbox = app.broker.native_mailbox(app.me.as_str());
+    loop {
+        let message = mailbox.recv().await;
+        let Some(id) = message.reply_to.as_deref() else {
+            continue;
+        };
+        let waiting = app.lock_waiting();
+        if let Some(waiter) = waiting.get(id)
+            && (message.from == waiter.to || message.from == ActorId::broker())
+        {
+            let _ = waiter.answers.send(message.clone());
+        }
+    }
+}
+
+/// Appends each answer's line (`GET /path 200 3 ms`) to its actor's log, off the world's
+/// thread, a batch at a time.
+async fn write_access_lines(
+    world: crate::world::World,
+    mut lines: mpsc::UnboundedReceiver<(ActorId, String)>,
+) {
+    let mut batch = Vec::new();
+    while lines.recv_many(&mut batch, 1024).await > 0 {
+        let (world, lines) = (world.clone(), std::mem::take(&mut batch));
+        let written = tokio::task::spawn_blocking(move || {
+            let mut by_actor: HashMap<ActorId, String> = HashMap::new();
+            for (actor, line) in lines {
+                let text = by_actor.entry(actor).or_default();
+                text.push_str("[sausage] http: ");
+                text.push_str(&line);
+                text.push('\n');
+            }
+            for (actor, text) in by_actor {
+                let mut log = crate::world::ActorLog::new(world.log_path(&actor));
+                if let Err(e) = log.append(text.as_bytes()) {
+                    tracing::warn!("actor {actor}: cannot write its HTTP lines: {e}");
+                }
+            }
+        })
+        .await;
+        if written.is_err() {
+            return;
+        }
+    }
+}
+
+/// Every [`FORGET_CLIENTS_EVERY`]: the rate limiters forget clients whose allowance is full
+/// again, and the limiters of routes that are gone.
+async fn forget_clients(app: Arc<App>) {
+    let mut tick = tokio::time::interval(FORGET_CLIENTS_EVERY);
+    loop {
+        tick.tick().await;
+        let table = app.broker.route_table();
+        let mut limiters = app.limiters.lock().unwrap_or_else(|e| e.into_inner());
+        limiters.retain(|at, _| table.has(at));
+        for (_, limiter) in limiters.values() {
+            limiter.retain_recent();
+            limiter.shrink_to_fit();
+        }
+    }
+}
+
+/// A response with a short plain body.
+fn plain(status: StatusCode, text: &str) -> Response<Body> {
+    let mut response = Response::new(Body::from(format!("{text}\n")));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+fn unavailable(why: &str) -> Response<Body> {
+    let mut response = plain(StatusCode::SERVICE_UNAVAILABLE, why);
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+fn too_large(max_body: u64) -> Response<Body> {
+    plain(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &format!("the body is larger than this route takes ({max_body} bytes)"),
+    )
+}

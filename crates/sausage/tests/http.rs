@@ -1,0 +1,305 @@
+//! The world's public address (DESIGN §24) over real HTTP against a running world: routes from
+//! `actor.json` and from `route`, a request as a message and its answer as the response, each
+//! failure's status, streamed answers, static folders, and what may not be routed.
+
+mod support;
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+use support::http::{Response, request};
+use support::*;
+
+/// The address the running host of `world` serves its routes at.
+fn public_address(world: &TestWorld) -> String {
+    let path = world.path("broker/http/address");
+    eventually("the public address to be recorded", || path.exists());
+    std::fs::read_to_string(path).unwrap()
+}
+
+/// `webapp`'s source with `manifest` as its `actor.json`, in a folder of its own under `dir`.
+fn webapp_source(dir: &Path, manifest: Value) -> String {
+    let source = dir.join("webapp-source");
+    std::fs::create_dir_all(source.join("tests")).unwrap();
+    for test in std::fs::read_dir(support::source("webapp").join("tests")).unwrap() {
+        let test = test.unwrap().path();
+        std::fs::copy(&test, source.join("tests").join(test.file_name().unwrap())).unwrap();
+    }
+    std::fs::write(source.join("actor.json"), manifest.to_string()).unwrap();
+    source.display().to_string()
+}
+
+fn get(addr: &str, path: &str) -> Response {
+    request(addr, "GET", path, &[], b"")
+}
+
+#[test]
+fn an_actors_routes_answer_over_http_and_every_failure_has_its_status() {
+    let world = TestWorld::new();
+    let dir = tempfile::tempdir().unwrap();
+    let source = webapp_source(
+        dir.path(),
+        json!({"http": [
+            {"path": "/api/*", "timeout": 2, "max_body": 1000, "rate": 0},
+            {"path": "/hooks/github", "methods": ["POST"]},
+            {"path": "/limited/*", "rate": 2},
+            {"path": "/", "static": "/public/site"},
+        ]}),
+    );
+    let mut host = world.run();
+    let spawned = host.request(json!({
+        "type": "spawn", "actor": "shop", "wasm": wasm("webapp"), "source": source,
+    }));
+    assert_eq!(spawned["type"], "spawned", "{spawned}");
+    let addr = public_address(&world);
+    let addr = addr.as_str();
+
+    // A request is a message; its answer is the response. Cookies and credentials stay out.
+    let echoed = request(
+        addr,
+        "GET",
+        "/api/echo?x=1",
+        &[
+            ("Cookie", "sausage_session=s"),
+            ("Authorization", "Bearer t"),
+            ("X-Custom", "yes"),
+        ],
+        b"",
+    );
+    assert_eq!(echoed.status, 200, "{}", echoed.text());
+    assert_eq!(
+        echoed.header("content-type"),
+        Some("application/json"),
+        "{}",
+        echoed.text()
+    );
+    let seen = echoed.json();
+    assert_eq!(
+        (
+            &seen["method"],
+            &seen["path"],
+            &seen["query"],
+            &seen["body"]
+        ),
+        (
+            &json!("GET"),
+            &json!("/api/echo"),
+            &json!("x=1"),
+            &json!("")
+        )
+    );
+    assert_eq!(seen["headers"]["x-custom"], "yes");
+    assert!(seen["headers"].get("cookie").is_none(), "{seen}");
+    assert!(seen["headers"].get("authorization").is_none(), "{seen}");
+    assert!(seen["remote"].as_str().unwrap().starts_with("127.0.0.1:"));
+    let binary = request(addr, "POST", "/api/echo", &[], &[0xff, 0, 1]);
+    assert_eq!(binary.json()["body_base64"], "/wAB");
+    assert!(binary.json().get("body").is_none());
+
+    // State committed between requests; statuses and headers as the actor wrote them.
+    for n in [1, 2] {
+        let counted = request(addr, "POST", "/api/count", &[], b"");
+        assert_eq!(counted.json(), json!({"count": n}));
+    }
+    let teapot = get(addr, "/api/status/418");
+    assert_eq!((teapot.status, teapot.text()), (418, "status 418".into()));
+    let bytes = get(addr, "/api/binary");
+    assert_eq!(bytes.body, (0..=255).collect::<Vec<u8>>());
+    assert_eq!(
+        bytes.header("content-type"),
+        Some("application/octet-stream")
+    );
+    let cookies = get(addr, "/api/cookie");
+    let set: Vec<&str> = (cookies.headers.iter())
+        .filter(|(n, _)| n == "set-cookie")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(set, ["a=1; Path=/", "b=2; Path=/"]);
+
+    // A streamed answer: server-sent events as the actor sends them.
+    let events = get(addr, "/api/stream?n=3");
+    assert_eq!(events.status, 200);
+    assert_eq!(events.header("content-type"), Some("text/event-stream"));
+    assert_eq!(events.text(), "data: 0\n\ndata: 1\n\ndata: 2\n\n");
+
+    // Each failure with its status and a plain reason.
+    let cases: [(&str, &str, &[u8], u16, &str); 6] = [
+        ("GET", "/hooks/github", b"", 405, "does not answer GET"),
+        (
+            "POST",
+            "/api/echo",
+            &[b'x'; 2000],
+            413,
+            "larger than this route takes",
+        ),
+        ("GET", "/api/never", b"", 504, "did not answer within 2 s"),
+        ("GET", "/api/wrong", b"", 502, "not a response"),
+        ("GET", "/api/../secret", b"", 400, ". or .. segment"),
+        ("GET", "/a/%2e%2e/b", b"", 400, "encoded"),
+    ];
+    for (method, path, body, status, says) in cases {
+        let answer = request(addr, method, path, &[], body);
+        assert_eq!(answer.status, status, "{method} {path}: {}", answer.text());
+        assert!(
+            answer.text().contains(says),
+            "{method} {path}: {}",
+            answer.text()
+        );
+    }
+    // A crash while handling a request answers it at once; the request is not given again.
+    let crashed = get(addr, "/api/crash");
+    assert_eq!(crashed.status, 503, "{}", crashed.text());
+    assert!(
+        crashed.text().contains("crashed while handling"),
+        "{}",
+        crashed.text()
+    );
+    assert_eq!(crashed.header("retry-after"), Some("1"));
+    assert_eq!(get(addr, "/api/echo").status, 200, "restarted, it answers");
+    assert!(
+        !world
+            .read("actor/shop/status.json")
+            .contains("\"parked\":\"http/")
+    );
+    assert_eq!(get(addr, "/hooks/github").header("allow"), Some("POST"));
+    let hook = request(addr, "POST", "/hooks/github", &[], b"{}");
+    assert_eq!(hook.text(), "hello from webapp");
+    assert!(
+        world
+            .log("shop")
+            .contains("answered a request with a `text` message"),
+        "{}",
+        world.log("shop")
+    );
+    let limited: Vec<u16> = (0..3).map(|_| get(addr, "/limited/x").status).collect();
+    assert_eq!(limited, [200, 200, 429]);
+    assert_eq!(get(addr, "/limited/x").header("retry-after"), Some("1"));
+
+    // Static files: committed by the actor, served by the host without waking it.
+    let site = [
+        ("/public/site/index.html", "<h1>home</h1>"),
+        ("/public/site/css/a.css", "h1 { color: red }"),
+        ("/public/site/.env", "TOKEN=secret"),
+        ("/public/secret.txt", "outside the folder"),
+    ];
+    for (path, text) in site {
+        host.tell("shop", json!({"type": "write", "path": path, "text": text}));
+        host.wait_for("the file written", |m| m.body["type"] == "written");
+    }
+    let home = get(addr, "/");
+    assert_eq!((home.status, home.text()), (200, "<h1>home</h1>".into()));
+    assert_eq!(home.header("content-type"), Some("text/html"));
+    let etag = home.header("etag").expect("an ETag").to_string();
+    let again = request(addr, "GET", "/", &[("If-None-Match", &etag)], b"");
+    assert_eq!((again.status, again.body.len()), (304, 0));
+    let part = request(addr, "GET", "/index.html", &[("Range", "bytes=0-3")], b"");
+    assert_eq!((part.status, part.text()), (206, "<h1>".into()));
+    assert_eq!(
+        get(addr, "/css/a.css").header("content-type"),
+        Some("text/css")
+    );
+    assert_eq!(get(addr, "/css").status, 404, "no listings");
+    for hidden in [
+        "/.env",
+        "/%2eenv",
+        "/../secret.txt",
+        "/metrics",
+        "/api-not/x",
+        "/login",
+    ] {
+        let refused = get(addr, hidden);
+        assert!(
+            matches!(refused.status, 400 | 404),
+            "{hidden}: {}",
+            refused.status
+        );
+        let text = refused.text();
+        assert!(
+            !text.contains("TOKEN") && !text.contains("outside the folder"),
+            "{hidden}: {text}"
+        );
+    }
+    // A new commit is served from the next request on, with a new ETag.
+    host.tell(
+        "shop",
+        json!({"type": "write", "path": "/public/site/index.html", "text": "<h1>new</h1>"}),
+    );
+    host.wait_for("the file written", |m| m.body["type"] == "written");
+    let changed = request(addr, "GET", "/", &[("If-None-Match", &etag)], b"");
+    assert_eq!(
+        (changed.status, changed.text()),
+        (200, "<h1>new</h1>".into())
+    );
+
+    // Each answer is a line in the actor's log.
+    eventually("the access lines in the actor's log", || {
+        world.log("shop").contains("http: GET /api/echo 200")
+    });
+
+    // Routes are listed, taken away, and never shared between actors.
+    let routes = host.request(json!({"type": "routes"}));
+    let paths: Vec<&str> = routes["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["/", "/api/*", "/hooks/github", "/limited/*"]);
+    let unrouted =
+        host.request(json!({"type": "unroute", "actor": "shop", "path": "/hooks/github"}));
+    assert_eq!(unrouted["type"], "unrouted", "{unrouted}");
+    assert_eq!(request(addr, "POST", "/hooks/github", &[], b"").status, 405);
+    let theirs = webapp_source(dir.path(), json!({"http": [{"path": "/api/*"}]}));
+    let refused = host.request(json!({
+        "type": "spawn", "actor": "other", "wasm": wasm("webapp"), "source": theirs,
+    }));
+    assert_eq!(refused["type"], "error", "{refused}");
+    assert!(
+        refused["reason"]
+            .as_str()
+            .unwrap()
+            .contains("served by actor `shop`"),
+        "{refused}"
+    );
+    assert!(
+        !world.json("sausage.json")["actors"]
+            .as_object()
+            .unwrap()
+            .contains_key("other")
+    );
+    let routed =
+        host.request(json!({"type": "route", "actor": "shop", "path": "/new", "methods": ["PUT"]}));
+    assert_eq!(routed["type"], "routed", "{routed}");
+    assert_eq!(
+        request(addr, "PUT", "/new", &[], b"").text(),
+        "hello from webapp"
+    );
+    let wrong = host.request(json!({"type": "route", "actor": "shop", "path": "new"}));
+    assert!(
+        wrong["reason"]
+            .as_str()
+            .unwrap()
+            .contains("does not start with /"),
+        "{wrong}"
+    );
+
+    // A stopped actor: 503 and when to try again; started, it answers again.
+    let stopped = host.request(json!({"type": "stop", "actor": "shop"}));
+    assert_eq!(stopped["type"], "stopped", "{stopped}");
+    let unavailable = get(addr, "/api/echo");
+    assert_eq!(unavailable.status, 503, "{}", unavailable.text());
+    assert_eq!(unavailable.header("retry-after"), Some("1"));
+    assert_eq!(
+        get(addr, "/").status,
+        200,
+        "static files need no running actor"
+    );
+    host.request(json!({"type": "start", "actor": "shop"}));
+    assert_eq!(get(addr, "/api/echo").status, 200);
+
+    // A removed actor's routes go with it.
+    let removed = host.request(json!({"type": "remove", "actor": "shop"}));
+    assert_eq!(removed["type"], "removed", "{removed}");
+    assert_eq!(get(addr, "/api/echo").status, 404);
+    assert!(host.quit().success());
+}
