@@ -6,6 +6,8 @@
 //! **Invariant:** only the host sets who a message speaks for ([`Speaker`]): the line an actor
 //! writes cannot carry one, whatever fields it holds.
 
+pub mod http;
+
 use std::fmt;
 use std::sync::Arc;
 

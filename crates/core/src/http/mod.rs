@@ -14,7 +14,6 @@
 //! body.
 
 mod files;
-mod message;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -35,10 +34,10 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::broker::Broker;
+use crate::message::http::{self as message, Chunk};
 use crate::message::{ActorId, Envelope, Outgoing, Trace};
 use crate::traces::{self, Span};
 use crate::world::routes::Route;
-use message::Chunk;
 
 /// Where `sausage run` serves the world's routes unless `--http ADDR` says otherwise.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:8080";

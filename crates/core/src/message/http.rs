@@ -1,5 +1,6 @@
-//! A request as the message its actor reads, and the actor's answer as the response
-//! (DESIGN §24): no I/O here, so every shape an actor can write is tried in unit tests.
+//! HTTP as messages (DESIGN §24): a request as the message its actor reads, and the actor's
+//! answer as the response, for the public address and for transcripts' `http` steps alike. No
+//! I/O here, so every shape an actor can write is tried in unit tests.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
