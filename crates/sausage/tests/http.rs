@@ -303,3 +303,178 @@ fn an_actors_routes_answer_over_http_and_every_failure_has_its_status() {
     assert_eq!(get(addr, "/api/echo").status, 404);
     assert!(host.quit().success());
 }
+
+/// Writes `bytes` on a new connection to `addr` and reads what comes back until the server
+/// closes the connection or `patience` passes.
+fn raw(addr: &str, bytes: &[u8], patience: std::time::Duration) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(patience)).unwrap();
+    stream.write_all(bytes).unwrap();
+    let mut got = Vec::new();
+    let _ = stream.read_to_end(&mut got);
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[test]
+fn the_public_address_holds_against_a_hostile_client() {
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+    let world = TestWorld::new();
+    let dir = tempfile::tempdir().unwrap();
+    let source = webapp_source(
+        dir.path(),
+        json!({"http": [{"path": "/api/*", "timeout": 2, "max_body": 1000, "rate": 0}]}),
+    );
+    let mut host = world.run();
+    let spawned = host.request(json!({
+        "type": "spawn", "actor": "shop", "wasm": wasm("webapp"), "source": source,
+    }));
+    assert_eq!(spawned["type"], "spawned", "{spawned}");
+    let addr = public_address(&world);
+    let addr = addr.as_str();
+    let patience = Duration::from_secs(5);
+
+    // A head past 64 KiB is refused whole.
+    let big = format!(
+        "GET /api/echo HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(65 << 10)
+    );
+    let answer = raw(addr, big.as_bytes(), patience);
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer:.200}");
+
+    // Smuggling: a second request hidden in a body framed two ways never reaches the actor.
+    let smuggled = "POST /api/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\
+                    Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /api/status/299 HTTP/1.1\r\n\
+                    Host: x\r\n\r\n";
+    let answer = raw(addr, smuggled.as_bytes(), patience);
+    assert!(!answer.contains("299"), "{answer}");
+    let conflicting = "POST /api/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\
+                       Content-Length: 5\r\n\r\nabcde";
+    let answer = raw(addr, conflicting.as_bytes(), patience);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+
+    // A body that trickles is cut off at the route's timeout.
+    let started = Instant::now();
+    let slow_body = "POST /api/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab";
+    let answer = raw(addr, slow_body.as_bytes(), patience);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Slow heads (slowloris): many connections that never finish their head hold nothing;
+    // each is closed after 10 s, and other clients are answered meanwhile.
+    let mut slow: Vec<std::net::TcpStream> = (0..200)
+        .map(|_| {
+            let mut stream = std::net::TcpStream::connect(addr).unwrap();
+            stream
+                .write_all(b"GET /api/echo HTTP/1.1\r\nHost: x\r\n")
+                .unwrap();
+            stream
+        })
+        .collect();
+    let started = Instant::now();
+    assert_eq!(get(addr, "/api/echo").status, 200);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let cut_off = raw(
+        addr,
+        b"GET /api/echo HTTP/1.1\r\nHost: x\r\n",
+        Duration::from_secs(20),
+    );
+    assert!(!cut_off.contains("200 OK"), "{cut_off}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    slow.clear();
+
+    // Nothing of it reached the actor but the whole requests.
+    let log = world.log("shop");
+    assert!(!log.contains("/api/status/299"), "{log}");
+    assert!(host.quit().success());
+}
+
+#[test]
+fn routes_belong_to_their_actors_owners_and_tiers_hold() {
+    let world = TestWorld::new();
+    world.install("site", "webapp");
+    world.install("mine", "webapp");
+    world.set_owner("mine", "ann");
+    let added = sausage(&[
+        "people",
+        "add",
+        "ann",
+        "--tier",
+        "member",
+        "--world",
+        world.root.to_str().unwrap(),
+    ]);
+    assert!(added.status.success(), "{}", text(&added.stderr));
+    let added = sausage(&[
+        "people",
+        "add",
+        "gus",
+        "--tier",
+        "guest",
+        "--world",
+        world.root.to_str().unwrap(),
+    ]);
+    assert!(added.status.success(), "{}", text(&added.stderr));
+    world.install("guests", "webapp");
+    world.set_owner("guests", "gus");
+    let mut host = world.run();
+    let addr = public_address(&world);
+    let addr = addr.as_str();
+
+    // The owner's actor (the console speaks for the owner) takes a prefix.
+    let routed = host.request(json!({"type": "route", "actor": "site", "path": "/shop/*"}));
+    assert_eq!(routed["type"], "routed", "{routed}");
+    // A member's actor: free paths outside it, nothing under it, nothing another holds.
+    for (path, ok) in [
+        ("/ann/*", true),
+        ("/shop/x", false),
+        ("/shop/*", false),
+        ("/shop", false),
+    ] {
+        let answer = host.request(json!({"type": "route", "actor": "mine", "path": path}));
+        assert_eq!(answer["type"] == "routed", ok, "{path}: {answer}");
+    }
+    // A guest's actor: none.
+    let answer = host.request(json!({"type": "route", "actor": "guests", "path": "/gus"}));
+    assert!(
+        answer["reason"]
+            .as_str()
+            .unwrap()
+            .contains("only members and owners"),
+        "{answer}"
+    );
+    // Each refusal changed nothing.
+    let routes = host.request(json!({"type": "routes"}));
+    let paths: Vec<&str> = (routes["routes"].as_array().unwrap().iter())
+        .map(|r| r["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["/ann/*", "/shop/*"]);
+    assert_eq!(
+        request(addr, "GET", "/ann/x", &[], b"").text(),
+        "hello from webapp"
+    );
+    assert_eq!(get(addr, "/gus").status, 404);
+    // Another actor's route is not the console's to take away by the wrong name.
+    let answer = host.request(json!({"type": "unroute", "actor": "site", "path": "/ann/*"}));
+    assert!(
+        answer["reason"]
+            .as_str()
+            .unwrap()
+            .contains("served by actor `mine`"),
+        "{answer}"
+    );
+    assert!(host.quit().success());
+}

@@ -43,8 +43,9 @@ use crate::world::routes::Route;
 pub const DEFAULT_ADDR: &str = "127.0.0.1:8080";
 /// How long a client has to send a request's head; a slower one is cut off.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
-/// The largest request head (request line and headers) accepted.
-const MAX_HEAD_BYTES: usize = 64 << 10;
+/// The read buffer a request head (request line and headers) must fit in: hyper refuses a
+/// head that does not end within about twice this (its buffer grows by reads), with 431.
+const MAX_HEAD_BYTES: usize = 32 << 10;
 /// How often the rate limiters forget the clients they have not seen for a while.
 const FORGET_CLIENTS_EVERY: Duration = Duration::from_secs(60);
 
