@@ -31,6 +31,9 @@ const LIMITS: &str = "limits";
 const SCHEDULES: &str = "schedules";
 const PEOPLE: &str = "people";
 const ACTOR_PREFIX: &str = "actor.";
+/// `route.<path in hex>`: an HTTP route (DESIGN §24), one key each, so 10,000 routes are
+/// 10,000 small values rather than one large one (a key holds no `/` or `*`).
+const ROUTE_PREFIX: &str = "route.";
 const CREDENTIALS_PREFIX: &str = "credentials.";
 /// How long a joining host waits for the first host to finish seeding.
 const SEEDING_LIMIT: Duration = Duration::from_secs(120);
@@ -329,6 +332,18 @@ impl Cluster {
                 registry.actors.insert(id.to_string(), entry);
             }
         }
+        let mut keys = self.registry.keys().await?;
+        while let Some(key) = keys.next().await {
+            let key = key?;
+            let Some(path) = key.strip_prefix(ROUTE_PREFIX).and_then(route_path) else {
+                continue;
+            };
+            if let Some(value) = self.registry.get(&key).await? {
+                let route = serde_json::from_slice(&value)
+                    .with_context(|| format!("the cluster's route `{path}`"))?;
+                registry.routes.insert(path, route);
+            }
+        }
         if let Some(value) = self.registry.get(SUBSCRIPTIONS).await? {
             registry.subscriptions =
                 serde_json::from_slice(&value).context("the cluster's subscriptions")?;
@@ -366,6 +381,23 @@ impl Cluster {
                 .put(SUBSCRIPTIONS, value.into())
                 .await
                 .context("cannot share the subscriptions")?;
+        }
+        for (path, route) in &new.routes {
+            if old.routes.get(path) != Some(route) {
+                let value = serde_json::to_vec(route).expect("a route serialises");
+                self.registry
+                    .put(route_key(path), value.into())
+                    .await
+                    .with_context(|| format!("cannot share the route {path}"))?;
+            }
+        }
+        for path in old.routes.keys() {
+            if !new.routes.contains_key(path) {
+                self.registry
+                    .delete(route_key(path))
+                    .await
+                    .with_context(|| format!("cannot remove the shared route {path}"))?;
+            }
         }
         if old.limits != new.limits {
             let value = serde_json::to_vec(&new.limits).expect("limits serialise");
@@ -777,6 +809,13 @@ pub async fn apply_registry_entry(broker: &Broker, entry: kv::Entry) {
             None
         };
         broker.apply_shared_entry(&id, value).await;
+    } else if let Some(path) = entry.key.strip_prefix(ROUTE_PREFIX).and_then(route_path) {
+        let route = if put {
+            serde_json::from_slice(&entry.value).ok()
+        } else {
+            None
+        };
+        broker.apply_shared_route(&path, route).await;
     } else if entry.key == SUBSCRIPTIONS
         && put
         && let Ok(subscriptions) = serde_json::from_slice(&entry.value)
@@ -785,9 +824,44 @@ pub async fn apply_registry_entry(broker: &Broker, entry: kv::Entry) {
     }
 }
 
+/// The key of the route at `path`.
+fn route_key(path: &str) -> String {
+    let mut key = String::from(ROUTE_PREFIX);
+    for byte in path.bytes() {
+        key.push_str(&format!("{byte:02x}"));
+    }
+    key
+}
+
+/// The path a route key's hex names, if it names one.
+fn route_path(hex: &str) -> Option<String> {
+    let bytes: Option<Vec<u8>> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect();
+    String::from_utf8(bytes?).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_route_key_names_its_path_and_nothing_else() {
+        for path in ["/", "/shop/*", "/a-b_c.d~e"] {
+            let key = route_key(path);
+            assert!(
+                key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.'),
+                "{key}"
+            );
+            assert_eq!(
+                route_path(key.strip_prefix(ROUTE_PREFIX).unwrap()).as_deref(),
+                Some(path)
+            );
+        }
+        assert_eq!(route_path("2"), None);
+        assert_eq!(route_path("zz"), None);
+    }
 
     #[test]
     fn a_packed_tree_unpacks_whole_without_temporaries_and_its_fingerprint_follows_commits() {

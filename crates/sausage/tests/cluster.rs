@@ -1294,3 +1294,53 @@ fn a_trace_crosses_hosts_and_a_cluster_hosts_metrics_count_its_hosts_and_leases(
         "{text}"
     );
 }
+
+#[test]
+fn every_host_serves_every_route_and_reaches_the_actor_where_it_runs() {
+    use support::http::request;
+    let nats = Nats::start();
+    let (one, two) = (TestWorld::new(), TestWorld::new());
+    let mut a = host(&one, &nats, "a");
+    let mut b = host(&two, &nats, "b");
+    list_until(&mut a, "two hosts", |l| alive_hosts(l).len() == 2);
+    spawn(&mut a, "shop", "webapp");
+    let routed = a.request(json!({"type": "route", "actor": "shop", "path": "/api/*", "rate": 0}));
+    assert_eq!(routed["type"], "routed", "{routed}");
+    let list = list_until(&mut b, "shop runs, with its route", |l| {
+        actor(l, "shop")["state"] == "running" && actor(l, "shop")["routes"] == json!(["/api/*"])
+    });
+    let runs_on = actor(&list, "shop")["host"].as_str().unwrap().to_string();
+
+    // Both hosts answer, the one that does not run the actor through the one that does.
+    let address = |world: &TestWorld| {
+        let path = world.path("broker/http/address");
+        support::eventually("the public address", || path.exists());
+        std::fs::read_to_string(path).unwrap()
+    };
+    for (id, world) in [("a", &one), ("b", &two)] {
+        let addr = address(world);
+        let answer = request(&addr, "GET", "/api/echo?from=test", &[], b"");
+        assert_eq!(
+            answer.status,
+            200,
+            "host {id} (shop runs on {runs_on}): {}",
+            answer.text()
+        );
+        assert_eq!(answer.json()["query"], "from=test");
+        // A crash is answered on the host the request came to, wherever the actor runs.
+        let crashed = request(&addr, "GET", "/api/crash", &[], b"");
+        assert_eq!(crashed.status, 503, "host {id}: {}", crashed.text());
+        support::eventually("shop to run again", || {
+            request(&addr, "GET", "/api/echo", &[], b"").status == 200
+        });
+    }
+    // A route taken away on one host is gone from every host.
+    let unrouted = b.request(json!({"type": "unroute", "actor": "shop", "path": "/api/*"}));
+    assert_eq!(unrouted["type"], "unrouted", "{unrouted}");
+    for world in [&one, &two] {
+        let addr = address(world);
+        support::eventually("the route gone", || {
+            request(&addr, "GET", "/api/echo", &[], b"").status == 404
+        });
+    }
+}

@@ -531,6 +531,20 @@ impl Broker {
         self.save_mirror(&registry).await;
     }
 
+    /// Takes the route at `path` another host of the cluster made (`None`: removed).
+    pub async fn apply_shared_route(&self, path: &str, route: Option<crate::world::routes::Route>) {
+        let mut registry = self.registry.lock().await;
+        if registry.routes.get(path) == route.as_ref() {
+            return;
+        }
+        match route {
+            Some(route) => registry.routes.insert(path.to_string(), route),
+            None => registry.routes.remove(path),
+        };
+        self.apply_routes(&registry);
+        self.save_mirror(&registry).await;
+    }
+
     /// Saves this host's copy of the shared registry.
     async fn save_mirror(&self, registry: &Registry) {
         let (world, saved) = (self.world.clone(), registry.clone());

@@ -444,6 +444,17 @@ impl Router {
             },
             body: raw(&json!({"type": "undeliverable", "reason": reason, "to": to})),
         };
+        // A native sender on another host of a cluster (a request of its web console or
+        // public address) hears where it waits.
+        if failed.from.is_native()
+            && let Some(joined) = self.remote.get()
+            && let Some(host) = joined.remote.origin(&failed.id)
+        {
+            joined
+                .remote
+                .forward(&host, &failed.from, &Arc::new(notice));
+            return;
+        }
         // Dropping the notice when the sender's own mailbox is full is right: waiting here
         // could deadlock two actors that flood each other.
         let _ = sender.try_push(Arc::new(notice));
