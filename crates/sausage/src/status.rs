@@ -74,6 +74,12 @@ fn ask_running(world: &World) -> Option<Value> {
 /// counts only while the world runs).
 fn from_files(world: &World, running: bool) -> Result<Value> {
     let registry = world.load_registry()?;
+    let routes = |id: &str| -> Vec<&str> {
+        (registry.routes.iter())
+            .filter(|(_, route)| route.actor == id)
+            .map(|(path, _)| path.as_str())
+            .collect()
+    };
     let actors: Vec<Value> = registry
         .actors
         .iter()
@@ -85,7 +91,7 @@ fn from_files(world: &World, running: bool) -> Result<Value> {
             json!({
                 "id": id, "kind": "wasm", "version": entry.version, "owner": entry.owner,
                 "state": if running { json!(status.state) } else { json!("stopped") },
-                "restarts": status.restarts,
+                "restarts": status.restarts, "routes": routes(id),
             })
         })
         .collect();

@@ -398,16 +398,28 @@ fn thousands(n: u64) -> String {
     out
 }
 
+/// An actor's routes as one cell: `/api/*, /hooks/github`, or `—`.
+fn routes(routes: &Value) -> String {
+    let paths: Vec<&str> = (routes.as_array().into_iter().flatten())
+        .filter_map(Value::as_str)
+        .collect();
+    match paths.is_empty() {
+        true => "—".to_string(),
+        false => paths.join(", "),
+    }
+}
+
 /// Bytes as MiB with one decimal: `1.1 MiB`.
 fn mebibytes(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
 }
 
 /// The broker's `list` as a table for a person (DESIGN §22): one row per actor, by id, with its
-/// state, version, owner, host (on a cluster), waiting messages, restarts and memory.
+/// state, version, owner, host (on a cluster), waiting messages, restarts, memory and the HTTP
+/// routes it serves.
 pub fn actors_table(list: &Value) -> Vec<String> {
-    const HEADS: [&str; 8] = [
-        "id", "state", "version", "owner", "host", "queued", "restarts", "memory",
+    const HEADS: [&str; 9] = [
+        "id", "state", "version", "owner", "host", "queued", "restarts", "memory", "routes",
     ];
     let cell = |value: &Value| match value {
         Value::Null => "—".to_string(),
@@ -434,6 +446,7 @@ pub fn actors_table(list: &Value) -> Vec<String> {
                         cell(&actor["queued"]),
                         cell(&actor["restarts"]),
                         actor["memory"].as_u64().map_or("—".into(), mebibytes),
+                        routes(&actor["routes"]),
                     ]
                 })
                 .collect()
@@ -694,7 +707,7 @@ mod tests {
     fn a_list_from_the_broker_is_a_table_for_a_person() {
         let list = json!({"type": "actors", "actors": [
             {"id": "notes", "kind": "wasm", "version": 3, "owner": "ann", "state": "running",
-             "restarts": 1, "queued": 12, "memory": 1179648},
+             "restarts": 1, "queued": 12, "memory": 1179648, "routes": ["/", "/api/*"]},
             {"id": "broker", "kind": "native", "version": null, "owner": null, "state": "running",
              "restarts": 0, "queued": 0},
             {"id": "counter", "kind": "wasm", "version": 1, "owner": "owner", "state": "broken",
@@ -705,10 +718,10 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "id       state    version  owner  host  queued  restarts  memory",
-                "broker   native   —        —      —     0       0         —",
-                "counter  broken   1        owner  b     0       4         —",
-                "notes    running  3        ann    —     12      1         1.1 MiB",
+                "id       state    version  owner  host  queued  restarts  memory   routes",
+                "broker   native   —        —      —     0       0         —        —",
+                "counter  broken   1        owner  b     0       4         —        —",
+                "notes    running  3        ann    —     12      1         1.1 MiB  /, /api/*",
                 "3 actors",
             ]
         );
