@@ -50,7 +50,13 @@ use calls::{answer_words, preview};
 use spans::{Ended, Step, TurnTrace, What, unix_ms};
 
 /// What the model is told at every step: the whole design of the world it works in.
-const PROMPT: &str = include_str!("../prompt.md");
+/// The model's instructions: the world, then writing, serving and deploying actors (two files,
+/// so the agent can read each whole with one `read_file` when it changes itself).
+const PROMPT: &str = concat!(
+    include_str!("../prompt.md"),
+    "\n",
+    include_str!("../actors.md")
+);
 
 /// The most model steps (requests) one turn may take; then the person is told what was done, so
 /// a model that loops cannot spend without end.

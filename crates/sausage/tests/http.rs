@@ -53,6 +53,16 @@ fn an_actors_routes_answer_over_http_and_every_failure_has_its_status() {
     assert_eq!(spawned["type"], "spawned", "{spawned}");
     let addr = public_address(&world);
     let addr = addr.as_str();
+    let url = |path: &str| json!(format!("http://{addr}{path}"));
+    assert_eq!(
+        spawned["urls"],
+        json!([
+            url("/"),
+            url("/api/"),
+            url("/hooks/github"),
+            url("/limited/")
+        ])
+    );
 
     // A request is a message; its answer is the response. Cookies and credentials stay out.
     let echoed = request(
@@ -270,6 +280,7 @@ fn an_actors_routes_answer_over_http_and_every_failure_has_its_status() {
     let routed =
         host.request(json!({"type": "route", "actor": "shop", "path": "/new", "methods": ["PUT"]}));
     assert_eq!(routed["type"], "routed", "{routed}");
+    assert_eq!(routed["url"], url("/new"));
     assert_eq!(
         request(addr, "PUT", "/new", &[], b"").text(),
         "hello from webapp"

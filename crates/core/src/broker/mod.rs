@@ -161,6 +161,8 @@ pub struct Broker {
     /// The registry's HTTP routes as the public address looks them up (DESIGN §24), made anew
     /// at each change of them.
     routes: std::sync::RwLock<Arc<crate::world::routes::RouteTable>>,
+    /// Where this host serves the routes, once it does: what replies about routes name.
+    public_address: std::sync::OnceLock<std::net::SocketAddr>,
 }
 
 /// Requests the broker answers at once; the next waits in its mailbox until one is answered.
@@ -252,6 +254,7 @@ impl Broker {
             cluster,
             admissions: limits::Admissions::default(),
             routes: std::sync::RwLock::default(),
+            public_address: std::sync::OnceLock::new(),
         });
         broker.apply_subscriptions(&registry);
         broker.apply_routes(&registry);

@@ -313,9 +313,14 @@ impl Broker {
         if let Err(e) = self.take_routes(&id, tier, routes, true).await {
             tracing::warn!("actor {id}: runs without the routes of its actor.json: {e}");
         }
-        Ok(json!({
+        let mut spawned = json!({
             "type": "spawned", "actor": id.as_str(), "version": version, "tests": candidate.report,
-        }))
+        });
+        let urls = self.route_urls(&id).await;
+        if !urls.is_empty() {
+            spawned["urls"] = json!(urls);
+        }
+        Ok(spawned)
     }
 
     /// Records a new actor, installed as `version`, in the registry and starts it (on a
@@ -596,6 +601,10 @@ impl Broker {
         });
         if let Some(shadow) = shadow {
             reply["shadow"] = shadow;
+        }
+        let urls = self.route_urls(&id).await;
+        if !urls.is_empty() {
+            reply["urls"] = json!(urls);
         }
         Ok(reply)
     }

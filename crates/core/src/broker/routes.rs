@@ -28,6 +28,32 @@ impl Broker {
         self.routes.read().expect("routes lock").clone()
     }
 
+    /// Notes where this host serves the routes (the public address, once it listens).
+    pub fn serving_http_at(&self, addr: std::net::SocketAddr) {
+        let _ = self.public_address.set(addr);
+    }
+
+    /// The URL a person opens for the route at `path` on this host, when it serves them.
+    pub(super) fn route_url(&self, path: &str) -> Option<String> {
+        let addr = self.public_address.get()?;
+        let stem = crate::world::routes::stem(path);
+        let slash = if path.ends_with("/*") && stem != "/" {
+            "/"
+        } else {
+            ""
+        };
+        Some(format!("http://{addr}{stem}{slash}"))
+    }
+
+    /// The URLs of `actor`'s routes, for the reply to its spawn or upgrade.
+    pub(super) async fn route_urls(&self, actor: &ActorId) -> Vec<String> {
+        let registry = self.registry().await;
+        (registry.routes.iter())
+            .filter(|(_, route)| route.actor == actor.as_str())
+            .filter_map(|(path, _)| self.route_url(path))
+            .collect()
+    }
+
     /// Makes the table the public address reads from `registry`'s routes.
     pub(super) fn apply_routes(&self, registry: &Registry) {
         let table = Arc::new(RouteTable::new(&registry.routes));
@@ -45,11 +71,15 @@ impl Broker {
             }
         }
         let (path, route) = parse_route(&Value::Object(spec), id.as_str(), false)?;
-        let reply = route.to_json(&path);
+        let (reply, url) = (route.to_json(&path), self.route_url(&path));
         let tier = self.owner_tier(&id).await?;
         self.take_routes(&id, tier, vec![(path, route)], false)
             .await?;
-        Ok(json!({"type": "routed", "actor": id.as_str(), "route": reply}))
+        let mut routed = json!({"type": "routed", "actor": id.as_str(), "route": reply});
+        if let Some(url) = url {
+            routed["url"] = json!(url);
+        }
+        Ok(routed)
     }
 
     /// `unroute`: `actor` no longer serves `path`.

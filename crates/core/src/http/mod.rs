@@ -94,6 +94,7 @@ pub async fn start(broker: Arc<Broker>, addr: SocketAddr) -> Result<Http> {
         )
     })?;
     let addr = listener.local_addr()?;
+    broker.serving_http_at(addr);
     let world = broker.world.clone();
     tokio::task::spawn_blocking(move || {
         let path = world.http_address_path();
