@@ -238,6 +238,9 @@ fn an_actor_is_stopped_and_started_from_its_page_and_the_table_follows() {
     world.install("echo", "echo");
     world.install("crasher", "crasher");
     std::fs::write(world.path("actor/echo/public/hello.txt"), "hello, world").unwrap();
+    let mut registry = world.json("sausage.json");
+    registry["routes"] = json!({"/echo/*": {"actor": "echo"}});
+    std::fs::write(world.path("sausage.json"), registry.to_string()).unwrap();
     let web = WebHost::start(&world);
     let browser = logged_in(&web);
 
@@ -261,6 +264,17 @@ fn an_actor_is_stopped_and_started_from_its_page_and_the_table_follows() {
     browser.wait_text("#actor-state", "running");
     browser.click("a.file[data-path='hello.txt']");
     browser.wait_text("#file-text", "hello, world");
+    // Its route, a link to the public address.
+    browser.wait_text("#actor-routes", "/echo/*");
+    let href = browser.eval(
+        "return document.querySelector('#actor-routes a').href",
+        json!([]),
+    );
+    assert!(
+        href.as_str().unwrap().starts_with("http://127.0.0.1:"),
+        "{href}"
+    );
+    assert!(href.as_str().unwrap().ends_with("/echo/"), "{href}");
 
     // Stop, after a confirmation that can be cancelled.
     browser.click("#actor-stop");

@@ -34,7 +34,7 @@ impl Broker {
     }
 
     /// The URL a person opens for the route at `path` on this host, when it serves them.
-    pub(super) fn route_url(&self, path: &str) -> Option<String> {
+    pub fn route_url(&self, path: &str) -> Option<String> {
         let addr = self.public_address.get()?;
         let stem = crate::world::routes::stem(path);
         let slash = if path.ends_with("/*") && stem != "/" {

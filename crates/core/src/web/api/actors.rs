@@ -113,20 +113,24 @@ pub(super) async fn known(app: &App, id: &str) -> Result<(ActorId, &'static str)
 }
 
 /// `GET /api/actors/{id}`: `owner` (who created it), `status`, `versions` (each version's
-/// `meta.json` with `current`, and the report of the shadow run that let it in),
+/// `meta.json` with `current`, and the report of the shadow run that let it in), its HTTP
+/// `routes` (each with its `url` on this host's public address),
 /// the files of `public` and `source` (paths), and `log_size`.
 pub(super) async fn actor(State(app): State<Arc<App>>, UrlPath(id): UrlPath<String>) -> Response {
     let (actor, kind) = match known(&app, &id).await {
         Ok(known) => known,
         Err(refused) => return refused.into_response(),
     };
-    let owner = app
-        .broker
-        .registry()
-        .await
-        .actors
-        .get(actor.as_str())
-        .and_then(|entry| entry.owner.clone());
+    let registry = app.broker.registry().await;
+    let owner = (registry.actors.get(actor.as_str())).and_then(|entry| entry.owner.clone());
+    let routes: Vec<Value> = (registry.routes.iter())
+        .filter(|(_, route)| route.actor == actor.as_str())
+        .map(|(path, route)| {
+            let mut route = route.to_json(path);
+            route["url"] = json!(app.broker.route_url(path));
+            route
+        })
+        .collect();
     let world = app.broker.world.clone();
     let details = tokio::task::spawn_blocking(move || {
         let status = world.read_status(&actor);
@@ -150,7 +154,7 @@ pub(super) async fn actor(State(app): State<Arc<App>>, UrlPath(id): UrlPath<Stri
             .collect();
         json!({
             "id": actor.as_str(), "kind": kind, "owner": owner, "status": status,
-            "versions": versions,
+            "versions": versions, "routes": routes,
             "public": list_files(&world.public_dir(&actor)),
             "source": list_files(&world.source_dir(&actor)),
             "log_size": std::fs::metadata(world.log_path(&actor)).map_or(0, |m| m.len()),

@@ -968,6 +968,19 @@ function fact(name, value) {
   return value === null || value === undefined || value === '' ? [] : [el('dt', {}, name), el('dd', {}, String(value))];
 }
 
+/** An actor's HTTP routes, each a link to its URL on the public address. */
+function routesFact(routes) {
+  if (!routes || !routes.length) return [];
+  const list = el('dd', { id: 'actor-routes' });
+  routes.forEach((route, i) => {
+    if (i) list.append(', ');
+    list.append(route.url
+      ? el('a', { href: route.url, target: '_blank', rel: 'noopener', class: 'route' }, route.path)
+      : el('span', { class: 'route' }, route.path));
+  });
+  return [el('dt', {}, 'routes'), list];
+}
+
 function when(time) {
   const date = time ? new Date(time) : null;
   return date && !Number.isNaN(date.getTime()) ? date.toLocaleString() : (time || '');
@@ -993,7 +1006,8 @@ function renderActor(detail) {
     ...fact('kind', detail.kind), ...fact('state', state), ...fact('version', status.version),
     ...fact('restarts', status.restarts), ...fact('last exit', status.last_exit),
     ...fact('parked message', status.parked), ...fact('previous version', status.previous_version),
-    ...fact('log size', detail.log_size !== undefined ? `${detail.log_size} bytes` : null));
+    ...fact('log size', detail.log_size !== undefined ? `${detail.log_size} bytes` : null),
+    ...routesFact(detail.routes));
   $('#versions tbody').replaceChildren(...(detail.versions || []).map((v) => {
     let action;
     if (v.current) action = el('span', { class: 'current' }, 'current');
