@@ -478,6 +478,11 @@ fn routes_belong_to_their_actors_owners_and_tiers_hold() {
         "hello from webapp"
     );
     assert_eq!(get(addr, "/gus").status, 404);
+    // Nothing of the web console is served here.
+    for path in ["/api/actors", "/metrics", "/mcp", "/login", "/status", "/"] {
+        let answer = request(addr, "GET", path, &[("Cookie", "sausage_session=x")], b"");
+        assert_eq!(answer.status, 404, "{path}: {}", answer.text());
+    }
     // Another actor's route is not the console's to take away by the wrong name.
     let answer = host.request(json!({"type": "unroute", "actor": "site", "path": "/ann/*"}));
     assert!(
@@ -486,6 +491,57 @@ fn routes_belong_to_their_actors_owners_and_tiers_hold() {
             .unwrap()
             .contains("served by actor `mine`"),
         "{answer}"
+    );
+    assert!(host.quit().success());
+}
+
+#[test]
+fn a_request_is_delivered_at_most_once_even_across_a_killed_host() {
+    let world = TestWorld::new();
+    let dir = tempfile::tempdir().unwrap();
+    let source = webapp_source(dir.path(), json!({"http": [{"path": "/api/*", "rate": 0}]}));
+    let mut host = world.run();
+    let spawned = host.request(json!({
+        "type": "spawn", "actor": "shop", "wasm": wasm("webapp"), "source": source,
+    }));
+    assert_eq!(spawned["type"], "spawned", "{spawned}");
+    let addr = public_address(&world);
+    assert_eq!(
+        request(&addr, "POST", "/api/count", &[], b"").json(),
+        json!({"count": 1})
+    );
+    // A slow request, then a count queued behind it; the host is killed before either ends.
+    let slow = {
+        let addr = addr.clone();
+        std::thread::spawn(move || {
+            support::http::try_request(&addr, "GET", "/api/slow?ms=5000", &[], b"")
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let queued = {
+        let addr = addr.clone();
+        std::thread::spawn(move || {
+            support::http::try_request(&addr, "POST", "/api/count", &[], b"")
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    host.kill();
+    assert!(
+        slow.join().unwrap().is_err(),
+        "the slow request's connection died with the host"
+    );
+    assert!(queued.join().unwrap().is_err(), "so did the queued one's");
+
+    // The next host never gives either again: the count goes on from 1.
+    std::fs::remove_file(world.path("broker/http/address")).unwrap();
+    let mut host = world.run();
+    let addr = public_address(&world);
+    support::eventually("shop to answer again", || {
+        request(&addr, "GET", "/api/echo", &[], b"").status == 200
+    });
+    assert_eq!(
+        request(&addr, "POST", "/api/count", &[], b"").json(),
+        json!({"count": 2})
     );
     assert!(host.quit().success());
 }
