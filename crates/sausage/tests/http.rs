@@ -534,7 +534,7 @@ fn a_request_is_delivered_at_most_once_even_across_a_killed_host() {
 
     // The next host never gives either again: the count goes on from 1.
     std::fs::remove_file(world.path("broker/http/address")).unwrap();
-    let mut host = world.run();
+    let host = world.run();
     let addr = public_address(&world);
     support::eventually("shop to answer again", || {
         request(&addr, "GET", "/api/echo", &[], b"").status == 200
