@@ -545,3 +545,41 @@ fn a_request_is_delivered_at_most_once_even_across_a_killed_host() {
     );
     assert!(host.quit().success());
 }
+
+#[test]
+fn each_route_counts_its_answers_by_status_and_time_in_the_metrics() {
+    let world = TestWorld::new();
+    world.install("shop", "webapp");
+    let root = world.root.to_str().unwrap();
+    let made = sausage(&["metrics", "token", "--world", root]);
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    let token = text(&made.stdout).trim().to_string();
+    let mut web = support::web::WebHost::start(&world);
+    let routed = web
+        .host
+        .request(json!({"type": "route", "actor": "shop", "path": "/api/*", "rate": 0}));
+    assert_eq!(routed["type"], "routed", "{routed}");
+    let addr = public_address(&world);
+    for path in ["/api/echo", "/api/echo", "/api/status/418", "/nothing"] {
+        get(&addr, path);
+    }
+    let auth = format!("Bearer {token}");
+    let metrics = request(
+        &web.addr,
+        "GET",
+        "/metrics",
+        &[("Authorization", &auth)],
+        b"",
+    );
+    assert_eq!(metrics.status, 200);
+    let body = metrics.text();
+    for line in [
+        r#"sausage_http_requests_total{route="/api/*",status="200"} 2"#,
+        r#"sausage_http_requests_total{route="/api/*",status="418"} 1"#,
+        r#"sausage_http_requests_total{route="none",status="404"} 1"#,
+        r#"sausage_http_request_duration_seconds_count{route="/api/*"} 3"#,
+        "# TYPE sausage_http_request_duration_seconds histogram",
+    ] {
+        assert!(body.contains(line), "{line} in:\n{body}");
+    }
+}
