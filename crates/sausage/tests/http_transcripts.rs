@@ -18,8 +18,8 @@ fn public_address(world: &TestWorld) -> String {
     std::fs::read_to_string(path).unwrap()
 }
 
-/// `webapp`'s source in `dir/name`, served at `/api/*`, with webapp's own transcripts and
-/// `extra` ones (name, text).
+/// `webapp`'s source in `dir/name`, served at `/api/*` (passing `authorization`), with
+/// webapp's own transcripts and `extra` ones (name, text).
 fn webapp_source(dir: &Path, name: &str, extra: &[(&str, &str)]) -> String {
     let source = dir.join(name);
     std::fs::create_dir_all(source.join("tests")).unwrap();
@@ -30,7 +30,7 @@ fn webapp_source(dir: &Path, name: &str, extra: &[(&str, &str)]) -> String {
     for (name, text) in extra {
         std::fs::write(source.join("tests").join(name), text).unwrap();
     }
-    let manifest = json!({"http": [{"path": "/api/*", "rate": 0}]});
+    let manifest = json!({"http": [{"path": "/api/*", "rate": 0, "pass": ["authorization"]}]});
     std::fs::write(source.join("actor.json"), manifest.to_string()).unwrap();
     source.display().to_string()
 }
@@ -65,8 +65,14 @@ fn http_steps_test_a_spawn_and_an_upgrade_that_answers_wrong_is_refused() {
     let world = TestWorld::new();
     let dir = tempfile::tempdir().unwrap();
     let mut host = world.run();
-    // webapp's own transcripts ask over `http` steps, a streamed answer among them.
-    spawn_shop(&mut host, &webapp_source(dir.path(), "v1", &[]));
+    // webapp's own transcripts ask over `http` steps, a streamed answer among them; a header
+    // is passed as the route of its `actor.json` passes it.
+    let passed = "{\"http\": {\"path\": \"/api/echo\", \"headers\": {\"Authorization\": \"Bearer t\"}}}\n\
+                  {\"expect_http\": {\"body\": {\"headers\": {\"authorization\": \"Bearer t\"}}}}\n";
+    spawn_shop(
+        &mut host,
+        &webapp_source(dir.path(), "v1", &[("passed.jsonl", passed)]),
+    );
     let addr = public_address(&world);
     assert_eq!(get(&addr, "/api/version").text(), "version 1");
 
