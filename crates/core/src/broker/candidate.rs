@@ -222,11 +222,19 @@ impl Instance {
         at: &str,
         wanted: &str,
     ) -> Result<Value, String> {
+        let mut first_other = None;
         loop {
-            let got = self.next(at, wanted).await?;
+            let got = self.next(at, wanted).await.map_err(|e| match &first_other {
+                None => e,
+                Some(other) => format!(
+                    "{e}; it wrote {other} instead, which answers no request (an answer goes to \
+                     `{HTTP_FROM}` with `reply_to` the request's `id`)"
+                ),
+            })?;
             if got["to"] == HTTP_FROM && got["reply_to"] == id {
                 return Ok(got["body"].clone());
             }
+            first_other.get_or_insert_with(|| got.to_string());
             aside.push_back(got);
         }
     }

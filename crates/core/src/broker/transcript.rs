@@ -413,9 +413,14 @@ pub fn judge_answer(expected: &ExpectedAnswer, answered: &Answered) -> Result<()
     if status_ok && headers_ok && body_ok {
         return Ok(());
     }
-    let shown: String = text.chars().take(BODY_SHOWN_CHARS).collect();
-    let cut = if shown.len() < text.len() { "…" } else { "" };
-    let mut came = format!("status {} and body {shown:?}{cut}", answered.status);
+    // A JSON body is shown as JSON, any other as a quoted string, either cut to its start.
+    let body = match serde_json::from_slice::<Value>(&answered.body) {
+        Ok(json) if !json.is_string() => json.to_string(),
+        _ => format!("{text:?}"),
+    };
+    let shown: String = body.chars().take(BODY_SHOWN_CHARS).collect();
+    let cut = if shown.len() < body.len() { "…" } else { "" };
+    let mut came = format!("status {} and body {shown}{cut}", answered.status);
     if !headers_ok {
         let headers: Map<String, Value> = answered
             .headers
@@ -640,7 +645,7 @@ mod tests {
         for (wrong, says) in [
             (
                 json!({"status": 200}),
-                "got status 201 and body \"{\\\"id\\\": 7",
+                "got status 201 and body {\"id\":7,\"tags\":[\"a\"]}",
             ),
             (
                 json!({"body": {"id": 8}}),
