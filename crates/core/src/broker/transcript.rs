@@ -12,7 +12,8 @@ use serde_json::{Map, Value};
 
 use crate::message::http::Request;
 
-/// How long an `expect` waits for the candidate's next message.
+/// How long an `expect` (or an `expect_http`, for each message of the answer) waits for the
+/// candidate's next message.
 pub const EXPECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The sender of a `send` step without `from`.
@@ -85,7 +86,7 @@ impl HttpRequest {
 /// An `expect_http` step: `{"status", "headers", "body"}`, each checked only when given.
 #[derive(Debug, PartialEq)]
 pub struct ExpectedAnswer {
-    /// The step as written, for messages.
+    /// The step as written, for error messages.
     pub written: Value,
     pub status: Option<u16>,
     /// Lower-case names to the values expected (repeated headers joined with `, `).
