@@ -9,6 +9,7 @@
 //! - `/never`: answers nothing. `/crash`: panics. `/wrong`: answers a `text`, not a response.
 //! - `/stream?n=N`: an event stream, N `data: i` events, then the end.
 //! - `/binary`: bytes 0 to 255 in base64. `/cookie`: sets two cookies.
+//! - `/version`: `version N`, N its `SAUSAGE_VERSION` (so an upgrade answers differently).
 //! - `/site/…` files: written by `{"type":"write","path":"/public/site/…","text":…}` (a
 //!   message, not a request), which a static route serves.
 //! - anything else: 200 `hello from webapp`.
@@ -105,6 +106,10 @@ fn answer(msg: &proto::Message) {
                 msg,
                 json!({"type": "http_response", "body_base64": base64(&bytes)}),
             );
+        }
+        "/version" => {
+            let version = std::env::var("SAUSAGE_VERSION").unwrap_or_default();
+            respond(200, json!({}), json!(format!("version {version}")));
         }
         "/cookie" => respond(
             200,

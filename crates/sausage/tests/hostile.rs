@@ -1145,6 +1145,11 @@ fn bad_step() -> impl Strategy<Value = String> {
             "{\"send\": {\"n\": 1e999999}}",
             "{\"expect\": {\"s\": \"\\ud800\"}}",
             "/ not a comment",
+            "{\"http\": {\"path\": \"/\"}}",
+            "{\"expect_http\": {\"status\": 200}}",
+            "{\"http\": {\"path\": \"x\"}}",
+            "{\"http\": {\"path\": \"/\", \"query\": \"a\"}}",
+            "{\"http\": {}, \"to\": \"x\"}",
         ])
         .prop_map(str::to_owned),
         (1usize..300).prop_map(|n| format!("{{\"send\": {}", "[".repeat(n))),

@@ -1,9 +1,12 @@
 //! Tests a candidate version before `spawn` or `upgrade` installs it (DESIGN §3).
 //!
 //! Transcripts (`tests/*.jsonl` of the new source) run each in a fresh instance; without any,
-//! the candidate must pass the smoke test. A candidate runs on scratch copies of the actor's `/data` and `/public`, without HTTP and
-//! with `SAUSAGE_CANDIDATE=1`; nothing it writes reaches the real actor or any other.
+//! the candidate must pass the smoke test. A candidate runs on scratch copies of the actor's
+//! `/data` and `/public`, without network and with `SAUSAGE_CANDIDATE=1`; nothing it writes
+//! reaches the real actor or any other (its answers to `http` steps included: every line it
+//! writes is only captured here).
 
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,11 +16,13 @@ use tokio::sync::mpsc;
 
 use super::mailbox::Mailbox;
 use super::stdio::{Captured, Line, Lines, WRITE_CHUNK};
-use super::transcript::{self, EXPECT_TIMEOUT, StepKind, Transcript};
+use super::transcript::{self, Answered, EXPECT_TIMEOUT, HTTP_FROM, StepKind, Transcript};
+use crate::message::http::{Chunk, answer, chunk};
 use crate::message::{ActorId, Envelope, Trace, raw};
 use crate::runtime::network::Network;
 use crate::runtime::stdio::{BoxFuture, GuestOutput};
 use crate::runtime::{DEFAULT_MEMORY_MB, Exit, InstanceConfig, Program, Runtime};
+use crate::world::routes::RouteTable;
 use crate::world::{World, read_manifest};
 
 /// A candidate without transcript tests must start and stay up this long.
@@ -73,10 +78,16 @@ pub async fn test(
         Some(source) => transcript::load(source)?,
         None => Vec::new(),
     };
-    // The candidate runs with the memory its own manifest asks for, as it will once installed.
-    let memory_mb = source
-        .and_then(|source| read_manifest(source).memory_mb.ok().flatten())
+    // The candidate runs with the memory its own manifest asks for, as it will once installed,
+    // and its `http` steps pass the headers its manifest's routes pass.
+    let manifest = source.map(read_manifest);
+    let memory_mb = (manifest.as_ref())
+        .and_then(|manifest| manifest.memory_mb.clone().ok().flatten())
         .unwrap_or(DEFAULT_MEMORY_MB);
+    let routes: BTreeMap<_, _> = (manifest.and_then(|manifest| manifest.http.ok()))
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
     let under = Under {
         runtime,
         world,
@@ -84,6 +95,7 @@ pub async fn test(
         version,
         program,
         memory_mb,
+        routes: RouteTable::new(&routes),
     };
     if transcripts.is_empty() {
         return smoke_test(&under).await;
@@ -106,6 +118,8 @@ struct Under<'a> {
     version: u32,
     program: &'a Program,
     memory_mb: u32,
+    /// The routes of its `actor.json`, for the headers an `http` step's route passes.
+    routes: RouteTable,
 }
 
 /// One candidate instance: its stdin, what it writes, and its stderr.
@@ -125,6 +139,7 @@ impl Instance {
             version,
             program,
             memory_mb,
+            ..
         } = *under;
         let stdin = Arc::new(Mailbox::default());
         let stderr = Captured::default();
@@ -168,6 +183,90 @@ impl Instance {
             format!("the candidate {exit}; stderr ends with:\n{tail}")
         }
     }
+
+    /// The next message the candidate writes; `Err` (for the step at `at`, which expected
+    /// `wanted`) when it ends or writes nothing within [`EXPECT_TIMEOUT`].
+    async fn next(&mut self, at: &str, wanted: &str) -> Result<Value, String> {
+        // Waits for: the candidate's next message, its exit (its stdout closes first, so a
+        // closed stdout waits for the exit to say how it ended), or the expect's timeout.
+        let got = tokio::select! {
+            got = self.written.recv() => got.ok_or(true),
+            _ = tokio::time::sleep(EXPECT_TIMEOUT) => Err(false),
+        };
+        match got {
+            Ok(got) => Ok(got),
+            Err(true) => {
+                let ended = tokio::time::timeout(EXPECT_TIMEOUT, &mut self.run).await;
+                Err(match ended {
+                    Ok(exit) => {
+                        let exit = exit.unwrap_or_else(|e| Exit::Trap(e.to_string()));
+                        format!("{at}: expected {wanted}, but {}", self.exited(&exit))
+                    }
+                    Err(_) => format!("{at}: expected {wanted}, but it closed its stdout"),
+                })
+            }
+            Err(false) => Err(format!(
+                "{at}: expected {wanted}, but no message came within {} s",
+                EXPECT_TIMEOUT.as_secs()
+            )),
+        }
+    }
+
+    /// The next message that answers the request `id` (sent to `http` with that `reply_to`),
+    /// as the public address would take it; the messages it writes meanwhile wait in `aside`
+    /// for the `expect` steps after.
+    async fn next_answer(
+        &mut self,
+        id: &str,
+        aside: &mut VecDeque<Value>,
+        at: &str,
+        wanted: &str,
+    ) -> Result<Value, String> {
+        let mut first_other = None;
+        loop {
+            let got = self.next(at, wanted).await.map_err(|e| match &first_other {
+                None => e,
+                Some(other) => format!(
+                    "{e}; it wrote {other} instead, which answers no request (an answer goes to \
+                     `{HTTP_FROM}` with `reply_to` the request's `id`)"
+                ),
+            })?;
+            if got["to"] == HTTP_FROM && got["reply_to"] == id {
+                return Ok(got["body"].clone());
+            }
+            first_other.get_or_insert_with(|| got.to_string());
+            aside.push_back(got);
+        }
+    }
+
+    /// The whole answer to the request `id`: its `http_response`, and when that streams, every
+    /// `http_chunk` up to its `http_end`, read as the public address reads them.
+    async fn answer(
+        &mut self,
+        id: &str,
+        aside: &mut VecDeque<Value>,
+        at: &str,
+        wanted: &str,
+    ) -> Result<Answered, String> {
+        let wrong = |e: String| format!("{at}: expected {wanted}, but {e}");
+        let first = self.next_answer(id, aside, at, wanted).await?;
+        let answer = answer(&first).map_err(wrong)?;
+        let mut body = answer.body;
+        if answer.stream {
+            loop {
+                let part = self.next_answer(id, aside, at, wanted).await?;
+                match chunk(&part).map_err(wrong)? {
+                    Chunk::Data(data) => body.extend(data),
+                    Chunk::End => break,
+                }
+            }
+        }
+        Ok(Answered {
+            status: answer.status.as_u16(),
+            headers: answer.headers,
+            body,
+        })
+    }
 }
 
 impl Drop for Instance {
@@ -183,54 +282,35 @@ async fn run_transcript(
     transcript: &Transcript,
 ) -> Result<(), String> {
     let mut instance = Instance::start(under, scratch);
+    // What the candidate wrote while an `expect_http` waited for its answer, for the `expect`
+    // steps after, in the order written.
+    let mut aside = VecDeque::new();
+    // The id of the request the last `http` step sent.
+    let mut asked = String::new();
     for step in &transcript.steps {
         let at = format!("{} line {}", transcript.name, step.line);
         match &step.kind {
             StepKind::Send { from, body } => {
                 let from = ActorId::parse(from).map_err(|e| format!("{at}: `from`: {e}"))?;
-                let envelope = Envelope {
-                    id: format!("t-{}", step.line),
-                    from,
-                    reply_to: None,
-                    speaker: None,
-                    schedule: None,
-                    trace: Trace::NONE,
-                    body: raw(body),
-                };
-                if instance.stdin.try_push(Arc::new(envelope)).is_err() {
-                    return Err(format!("{at}: the candidate stopped reading its stdin"));
-                }
+                deliver(&instance, &at, format!("t-{}", step.line), from, body)?;
+            }
+            StepKind::Http(request) => {
+                let pass = (under.routes.find(&request.path))
+                    .map(|(_, route)| route.pass.clone())
+                    .unwrap_or_default();
+                // Shaped as the public address's own ids (`http/m-12`).
+                asked = format!("{HTTP_FROM}/t-{}", step.line);
+                let from = ActorId::parse(HTTP_FROM).expect("`http` is a valid actor name");
+                deliver(&instance, &at, asked.clone(), from, &request.to_body(&pass))?;
             }
             StepKind::Expect { to, body } => {
                 let wanted = match to {
                     Some(to) => format!("{body} to `{to}`"),
                     None => body.to_string(),
                 };
-                // Waits for: the candidate's next message, its exit (its stdout closes first,
-                // so a closed stdout waits for the exit to say how it ended), or the expect's
-                // timeout.
-                let got = tokio::select! {
-                    got = instance.written.recv() => got.ok_or(true),
-                    _ = tokio::time::sleep(EXPECT_TIMEOUT) => Err(false),
-                };
-                let got = match got {
-                    Ok(got) => got,
-                    Err(true) => {
-                        let ended = tokio::time::timeout(EXPECT_TIMEOUT, &mut instance.run).await;
-                        return Err(match ended {
-                            Ok(exit) => {
-                                let exit = exit.unwrap_or_else(|e| Exit::Trap(e.to_string()));
-                                format!("{at}: expected {wanted}, but {}", instance.exited(&exit))
-                            }
-                            Err(_) => format!("{at}: expected {wanted}, but it closed its stdout"),
-                        });
-                    }
-                    Err(false) => {
-                        return Err(format!(
-                            "{at}: expected {wanted}, but no message came within {} s",
-                            EXPECT_TIMEOUT.as_secs()
-                        ));
-                    }
+                let got = match aside.pop_front() {
+                    Some(got) => got,
+                    None => instance.next(&at, &wanted).await?,
                 };
                 let to_ok = to.as_deref().is_none_or(|to| got["to"] == to);
                 if !to_ok || !transcript::matches(body, &got["body"]) {
@@ -241,9 +321,37 @@ async fn run_transcript(
                     return Err(format!("{at}: expected {wanted}, got {came}"));
                 }
             }
+            StepKind::ExpectHttp(expected) => {
+                let wanted = format!("an answer {}", expected.written);
+                let answered = instance.answer(&asked, &mut aside, &at, &wanted).await?;
+                transcript::judge_answer(expected, &answered).map_err(|e| format!("{at}: {e}"))?;
+            }
         }
     }
     Ok(())
+}
+
+/// Puts a message on the candidate's stdin.
+fn deliver(
+    instance: &Instance,
+    at: &str,
+    id: String,
+    from: ActorId,
+    body: &Value,
+) -> Result<(), String> {
+    let envelope = Envelope {
+        id,
+        from,
+        reply_to: None,
+        speaker: None,
+        schedule: None,
+        trace: Trace::NONE,
+        body: raw(body),
+    };
+    instance
+        .stdin
+        .try_push(Arc::new(envelope))
+        .map_err(|_| format!("{at}: the candidate stopped reading its stdin"))
 }
 
 /// A candidate's stdout: every message it writes, parsed, for `expect` to judge. Lines that are

@@ -3,10 +3,11 @@
 //! scratch copy of its files as they were before the first of them, with a clock that replays
 //! the delivery times, the same seeded random numbers and no network. The running version runs
 //! twice: what differs between its own two runs is noisy and not held against the candidate.
-//! What each wrote for each message, and the files each left, are compared into a report.
+//! What each wrote for each message, and the files each left, are compared into a report; an
+//! answer to an HTTP request of the window by the response it makes.
 //!
-//! Nothing a shadow run writes reaches the actor or any other: its lines are only captured, its
-//! files are scratch copies removed after.
+//! Nothing a shadow run writes reaches the actor or any other (the answers to replayed `http`
+//! requests included): its lines are only captured, its files are scratch copies removed after.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -20,6 +21,7 @@ use tokio::sync::{Notify, watch};
 
 use super::stdio::{Captured, Line, Lines, WRITE_CHUNK};
 use super::window::{Read, Window};
+use crate::message::http::{Chunk, answer, chunk};
 use crate::message::{ActorId, Envelope};
 use crate::runtime::network::Network;
 use crate::runtime::replay::{Replay, ReplayClock};
@@ -572,11 +574,13 @@ fn compare(
         .min(two.wrote.len())
         .min(candidate.wrote.len());
     let crashed_at = |ran: &Ran| ran.crashed.as_ref().map(|(index, _)| *index);
+    let says = |ran: &Ran, index: usize| ran.wrote[index].iter().map(said).collect::<Vec<_>>();
     let (mut same, mut noisy, mut different) = (0, 0, Vec::new());
     for index in 0..compared {
-        let noise = one.wrote[index] != two.wrote[index]
+        let old = says(one, index);
+        let noise = old != says(two, index)
             || (crashed_at(one) == Some(index)) != (crashed_at(two) == Some(index));
-        if one.wrote[index] == candidate.wrote[index] {
+        if old == says(candidate, index) {
             same += 1;
         } else if noise {
             noisy += 1;
@@ -657,6 +661,34 @@ fn compare(
         None
     };
     Outcome { report, refusal }
+}
+
+/// What a written message says, for comparing: an answer to the public address (`to` `http`)
+/// as the response it makes (status, headers, body bytes), so two answers that make the same
+/// response are the same however each is written (`"status": 200` or none, a JSON body as an
+/// object or as its text with its type); any other message as written.
+fn said(message: &Value) -> Value {
+    if message["to"] != "http" {
+        return message.clone();
+    }
+    let body = &message["body"];
+    let response = match (answer(body), chunk(body)) {
+        (Ok(answer), _) => {
+            let mut headers: Vec<(String, Vec<u8>)> = (answer.headers.iter())
+                .map(|(name, value)| (name.to_string(), value.as_bytes().to_vec()))
+                .collect();
+            headers.sort();
+            json!({
+                "status": answer.status.as_u16(), "headers": headers, "body": answer.body,
+                "stream": answer.stream,
+            })
+        }
+        (_, Ok(Chunk::Data(data))) => json!({"chunk": data}),
+        (_, Ok(Chunk::End)) => json!({"end": true}),
+        // An answer the public address would refuse (502) is compared as written.
+        (Err(_), Err(_)) => return message.clone(),
+    };
+    json!({"to": "http", "reply_to": message["reply_to"], "says": response})
 }
 
 /// A message as the actor read it.
@@ -753,6 +785,36 @@ mod tests {
         old.crashed = Some((2, "trapped: unreachable".into()));
         let outcome = compare(&reads(3), [&old, &old, &new], 4, &id, Mode::Report);
         assert!(outcome.refusal.is_none(), "{}", outcome.report);
+    }
+
+    #[test]
+    fn http_answers_are_compared_by_the_response_they_make() {
+        let id = ActorId::parse("a").unwrap();
+        let answers = |bodies: &[Value]| Ran {
+            wrote: bodies
+                .iter()
+                .map(|body| vec![json!({"to": "http", "reply_to": "http/m-1", "body": body})])
+                .collect(),
+            crashed: None,
+            files: BTreeMap::new(),
+        };
+        let old = answers(&[
+            json!({"type": "http_response", "status": 200, "body": {"id": 7}}),
+            json!({"type": "http_response", "body": "hi"}),
+            json!({"type": "http_chunk", "data": "a"}),
+        ]);
+        let new = answers(&[
+            json!({"type": "http_response", "headers": {"content-type": "application/json"},
+                   "body_base64": "eyJpZCI6N30="}),
+            json!({"type": "http_response", "status": 404, "body": "hi"}),
+            json!({"type": "http_chunk", "data_base64": "YQ=="}),
+        ]);
+        let outcome = compare(&reads(3), [&old, &old, &new], 2, &id, Mode::Same);
+        let report = outcome.report;
+        assert_eq!(report["same"], 2, "{report}");
+        assert_eq!(report["different"][0]["message"]["id"], "m-1", "{report}");
+        assert_eq!(report["different"][0]["new"][0]["body"]["status"], 404);
+        assert!(outcome.refusal.is_some());
     }
 
     #[test]
