@@ -1334,6 +1334,47 @@ fn every_host_serves_every_route_and_reaches_the_actor_where_it_runs() {
             request(&addr, "GET", "/api/echo", &[], b"").status == 200
         });
     }
+    // A static route: the files are where the actor runs, and every host serves them.
+    a.tell(
+        "shop",
+        json!({"type": "write", "path": "/public/site/index.html", "text": "<h1>home</h1>"}),
+    );
+    a.wait_for("the file written", |m| m.body["type"] == "written");
+    let routed = a.request(json!({
+        "type": "route", "actor": "shop", "path": "/site/*", "static": "/public/site",
+    }));
+    assert_eq!(routed["type"], "routed", "{routed}");
+    let elsewhere = if runs_on == "a" { &two } else { &one };
+    assert!(
+        !elsewhere.path("actor/shop/public/site/index.html").exists(),
+        "the host that does not run shop has no copy of its files: it asks"
+    );
+    for (id, world) in [("a", &one), ("b", &two)] {
+        let addr = address(world);
+        support::eventually("the static route on every host", || {
+            request(&addr, "GET", "/site/", &[], b"").status == 200
+        });
+        let home = request(&addr, "GET", "/site/", &[], b"");
+        assert_eq!(home.text(), "<h1>home</h1>", "host {id}");
+        assert_eq!(home.header("content-type"), Some("text/html"), "host {id}");
+        let etag = home.header("etag").expect("an ETag").to_string();
+        let again = request(&addr, "GET", "/site/", &[("If-None-Match", &etag)], b"");
+        assert_eq!(again.status, 304, "host {id}: {}", again.text());
+        let part = request(
+            &addr,
+            "GET",
+            "/site/index.html",
+            &[("Range", "bytes=0-3")],
+            b"",
+        );
+        assert_eq!(
+            (part.status, part.text()),
+            (206, "<h1>".into()),
+            "host {id}"
+        );
+        assert_eq!(request(&addr, "GET", "/site/missing", &[], b"").status, 404);
+    }
+
     // A route taken away on one host is gone from every host.
     let unrouted = b.request(json!({"type": "unroute", "actor": "shop", "path": "/api/*"}));
     assert_eq!(unrouted["type"], "unrouted", "{unrouted}");

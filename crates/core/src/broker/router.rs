@@ -414,6 +414,17 @@ impl Router {
         }
     }
 
+    /// Sends a message from the native actor `from` to the native actor of the same id on
+    /// `host`, another host of the cluster (`out.to` names it); its id, or `None` when this
+    /// host is in no cluster.
+    pub fn send_to_host(&self, host: &str, from: &ActorId, out: Outgoing) -> Option<String> {
+        let joined = self.remote.get()?;
+        let to = ActorId::parse(out.to.as_deref()?).ok()?;
+        let delivery = self.accept(from, out);
+        joined.remote.forward(host, &to, &delivery.envelope);
+        Some(delivery.envelope.id.clone())
+    }
+
     /// Routes one message from `from` to the end, waiting as needed.
     pub async fn send(&self, from: &ActorId, out: Outgoing) -> String {
         let delivery = self.accept(from, out);

@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 
 use axum::body::Body;
 use http::{HeaderValue, Request, Response, StatusCode, header};
-use hyper::body::Incoming;
 use percent_encoding::percent_decode_str;
 use tower::ServiceExt;
 use tower_http::services::ServeDir;
@@ -36,12 +35,12 @@ pub fn check_request_path(path: &str) -> Result<(), String> {
 }
 
 /// Serves `request` from folder `dir` (under `actor`'s `/public`) of the static route `at`.
-pub async fn serve(
+pub async fn serve<B: Send + 'static>(
     world: &World,
     actor: &ActorId,
     dir: &str,
     at: &str,
-    request: Request<Incoming>,
+    request: Request<B>,
 ) -> Response<Body> {
     let path = request.uri().path().to_string();
     let rest = match stem(at) {

@@ -14,6 +14,7 @@
 //! body.
 
 mod files;
+mod peers;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -254,7 +255,14 @@ async fn route_request(
         refused
     } else {
         match &route.static_dir {
-            Some(dir) => files::serve(&app.broker.world, &actor, dir, &at, request).await,
+            Some(dir) => {
+                let elsewhere = (app.broker.cluster.as_ref())
+                    .and_then(|cluster| cluster.placement.runs_elsewhere(&actor));
+                match elsewhere {
+                    Some(host) => app.static_elsewhere(&host, &actor, dir, &at, request).await,
+                    None => files::serve(&app.broker.world, &actor, dir, &at, request).await,
+                }
+            }
             None => app.ask(&actor, &route, remote, request, trace).await,
         }
     };
@@ -448,6 +456,10 @@ async fn read_mailbox(app: Arc<App>) {
     loop {
         let message = mailbox.recv().await;
         let Some(id) = message.reply_to.as_deref() else {
+            // Another host of the cluster asks for a static answer of an actor this one runs.
+            if message.from == app.me && message.body_value()["type"] == peers::ASK {
+                tokio::spawn(peers::answer_peer(app.clone(), message));
+            }
             continue;
         };
         let waiting = app.lock_waiting();
