@@ -4,6 +4,7 @@
 //! - `/echo…`: 200 with the request it read, as JSON (method, path, query, headers, remote,
 //!   `body` or `body_base64`).
 //! - `/status/N`: status N, body `status N`.
+//! - `/hello`: 200 `{"hello":"world"}`, the small JSON answer `cargo bench --bench http` loads.
 //! - `/count` (POST): adds 1 to `/data/count` (committed), answers the count.
 //! - `/slow?ms=N`: answers after N ms.
 //! - `/never`: answers nothing. `/crash`: panics. `/wrong`: answers a `text`, not a response.
@@ -64,6 +65,7 @@ fn answer(msg: &proto::Message) {
     };
     match path {
         p if p.starts_with("/echo") => respond(200, json!({}), request.clone()),
+        "/hello" => respond(200, json!({}), json!({"hello": "world"})),
         p if p.starts_with("/status/") => {
             let status = p["/status/".len()..].parse::<u64>().unwrap_or(500);
             respond(status, json!({}), json!(format!("status {status}")));
