@@ -29,6 +29,19 @@ fn webapp_source(dir: &Path, manifest: Value) -> String {
     source.display().to_string()
 }
 
+/// A running world whose actor `shop` runs `webapp` spawned with `manifest` as its
+/// `actor.json`: the host and the public address.
+fn shop_with(world: &TestWorld, dir: &Path, manifest: Value) -> (support::Host, String) {
+    let source = webapp_source(dir, manifest);
+    let mut host = world.run();
+    let spawned = host.request(json!({
+        "type": "spawn", "actor": "shop", "wasm": wasm("webapp"), "source": source,
+    }));
+    assert_eq!(spawned["type"], "spawned", "{spawned}");
+    let addr = public_address(world);
+    (host, addr)
+}
+
 fn get(addr: &str, path: &str) -> Response {
     request(addr, "GET", path, &[], b"")
 }
@@ -333,16 +346,8 @@ fn the_public_address_holds_against_a_hostile_client() {
     use std::time::{Duration, Instant};
     let world = TestWorld::new();
     let dir = tempfile::tempdir().unwrap();
-    let source = webapp_source(
-        dir.path(),
-        json!({"http": [{"path": "/api/*", "timeout": 2, "max_body": 1000, "rate": 0}]}),
-    );
-    let mut host = world.run();
-    let spawned = host.request(json!({
-        "type": "spawn", "actor": "shop", "wasm": wasm("webapp"), "source": source,
-    }));
-    assert_eq!(spawned["type"], "spawned", "{spawned}");
-    let addr = public_address(&world);
+    let manifest = json!({"http": [{"path": "/api/*", "timeout": 2, "max_body": 1000, "rate": 0}]});
+    let (host, addr) = shop_with(&world, dir.path(), manifest);
     let addr = addr.as_str();
     let patience = Duration::from_secs(5);
 
@@ -499,13 +504,8 @@ fn routes_belong_to_their_actors_owners_and_tiers_hold() {
 fn a_request_is_delivered_at_most_once_even_across_a_killed_host() {
     let world = TestWorld::new();
     let dir = tempfile::tempdir().unwrap();
-    let source = webapp_source(dir.path(), json!({"http": [{"path": "/api/*", "rate": 0}]}));
-    let mut host = world.run();
-    let spawned = host.request(json!({
-        "type": "spawn", "actor": "shop", "wasm": wasm("webapp"), "source": source,
-    }));
-    assert_eq!(spawned["type"], "spawned", "{spawned}");
-    let addr = public_address(&world);
+    let manifest = json!({"http": [{"path": "/api/*", "rate": 0}]});
+    let (host, addr) = shop_with(&world, dir.path(), manifest);
     assert_eq!(
         request(&addr, "POST", "/api/count", &[], b"").json(),
         json!({"count": 1})
