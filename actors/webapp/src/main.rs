@@ -8,7 +8,8 @@
 //! - `/count` (POST): adds 1 to `/data/count` (committed), answers the count.
 //! - `/slow?ms=N`: answers after N ms.
 //! - `/never`: answers nothing. `/crash`: panics. `/wrong`: answers a `text`, not a response.
-//! - `/stream?n=N`: an event stream, N `data: i` events, then the end.
+//! - `/stream?n=N&size=S`: an event stream, N `data: i` events (padded with S `x`s), then the
+//!   end.
 //! - `/binary`: bytes 0 to 255 in base64. `/cookie`: sets two cookies.
 //! - `/version`: `version N`, N its `SAUSAGE_VERSION` (so an upgrade answers differently).
 //! - `/site/…` files: written by `{"type":"write","path":"/public/site/…","text":…}` (a
@@ -94,10 +95,12 @@ fn answer(msg: &proto::Message) {
                     "headers": {"content-type": "text/event-stream"},
                 }),
             );
+            // `size=N` pads each event to N bytes: a stream faster than its client reads.
+            let pad = "x".repeat(number("size").unwrap_or(0) as usize);
             for i in 0..number("n").unwrap_or(3) {
                 proto::reply(
                     msg,
-                    json!({"type": "http_chunk", "data": format!("data: {i}\n\n")}),
+                    json!({"type": "http_chunk", "data": format!("data: {i}{pad}\n\n")}),
                 );
             }
             proto::reply(msg, json!({"type": "http_end"}));

@@ -412,6 +412,30 @@ fn the_public_address_holds_against_a_hostile_client() {
     );
     slow.clear();
 
+    // A client that reads slower than the actor streams has its answer cut off: the host does
+    // not hold what it does not read.
+    let started = Instant::now();
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .write_all(
+            b"GET /api/stream?n=4000&size=20000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .unwrap();
+    eventually("the cut-off in the actor's log", || {
+        world.log("shop").contains("a streamed answer was cut off")
+    });
+    let mut got = Vec::new();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    std::io::Read::read_to_end(&mut stream, &mut got).expect("the cut-off answer ends");
+    assert!(got.len() < 4000 * 20_000, "{} bytes", got.len());
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+
     // Nothing of it reached the actor but the whole requests.
     let log = world.log("shop");
     assert!(!log.contains("/api/status/299"), "{log}");

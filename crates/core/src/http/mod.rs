@@ -83,8 +83,12 @@ struct App {
 /// A request waiting for its actor's answer (and, for a streamed one, the rest of it).
 struct Waiter {
     to: ActorId,
-    answers: mpsc::UnboundedSender<Arc<Envelope>>,
+    answers: mpsc::Sender<Arc<Envelope>>,
 }
+
+/// The messages of a streamed answer that may wait for a slow client; past them the answer is
+/// cut off, so an actor that streams faster than its client reads cannot fill the host.
+const STREAM_BACKLOG: usize = 1024;
 
 /// Binds `addr` and serves the routes of `broker`'s world there.
 pub async fn start(broker: Arc<Broker>, addr: SocketAddr) -> Result<Http> {
@@ -336,7 +340,7 @@ impl App {
         .to_body();
         let own = self.broker.router.next_id();
         let id = format!("{}/{own}", self.me);
-        let (answers, mut answered) = mpsc::unbounded_channel();
+        let (answers, mut answered) = mpsc::channel(STREAM_BACKLOG);
         let pending = Pending {
             app: self.clone(),
             id: id.clone(),
@@ -465,8 +469,17 @@ async fn read_mailbox(app: Arc<App>) {
         let waiting = app.lock_waiting();
         if let Some(waiter) = waiting.get(id)
             && (message.from == waiter.to || message.from == ActorId::broker())
+            && let Err(mpsc::error::TrySendError::Full(_)) =
+                waiter.answers.try_send(message.clone())
         {
-            let _ = waiter.answers.send(message.clone());
+            // The client reads slower than the actor streams: its answer ends here.
+            let note = format!(
+                "a streamed answer was cut off: its client read slower than {STREAM_BACKLOG} \
+                 messages could wait"
+            );
+            app.broker.world.log_note(&waiter.to, &note);
+            drop(waiting);
+            app.lock_waiting().remove(id);
         }
     }
 }

@@ -51,7 +51,7 @@ impl App {
         });
         let own = self.broker.router.next_id();
         let id = format!("{}/{own}", self.me);
-        let (answers, mut answered) = mpsc::unbounded_channel();
+        let (answers, mut answered) = mpsc::channel(1);
         let _pending = Pending {
             app: self.clone(),
             id: id.clone(),
