@@ -160,13 +160,10 @@ fn etag(file: &Path) -> String {
 }
 
 fn not_found(path: &str) -> Response<Body> {
-    let mut response = Response::new(Body::from(format!("nothing is served at {path}\n")));
-    *response.status_mut() = StatusCode::NOT_FOUND;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    response
+    super::plain(
+        StatusCode::NOT_FOUND,
+        &format!("nothing is served at {path}"),
+    )
 }
 
 #[cfg(test)]

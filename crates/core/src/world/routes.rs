@@ -303,10 +303,6 @@ impl RouteTable {
         table
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.exact.is_empty() && self.prefixes.is_empty()
-    }
-
     /// Whether a route's path is `path`.
     pub fn has(&self, path: &str) -> bool {
         self.exact.contains_key(path)
