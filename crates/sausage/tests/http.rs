@@ -607,3 +607,109 @@ fn each_route_counts_its_answers_by_status_and_time_in_the_metrics() {
         assert!(body.contains(line), "{line} in:\n{body}");
     }
 }
+
+/// `greeter`'s source (a `wstd` component, its transcripts) with `manifest` as its `actor.json`.
+fn greeter_source(dir: &Path, manifest: Value) -> String {
+    let source = dir.join("greeter-source");
+    std::fs::create_dir_all(source.join("tests")).unwrap();
+    for test in std::fs::read_dir(support::source("greeter").join("tests")).unwrap() {
+        let test = test.unwrap().path();
+        std::fs::copy(&test, source.join("tests").join(test.file_name().unwrap())).unwrap();
+    }
+    std::fs::write(source.join("actor.json"), manifest.to_string()).unwrap();
+    source.display().to_string()
+}
+
+#[test]
+fn a_standard_wasi_http_component_is_served_unchanged() {
+    let world = TestWorld::new();
+    let dir = tempfile::tempdir().unwrap();
+    let source = greeter_source(dir.path(), json!({"http": [{"path": "/*", "rate": 0}]}));
+    let mut host = world.run();
+    // Its transcripts' `http` steps ran against it before it was deployed.
+    let spawned = host.request(json!({
+        "type": "spawn", "actor": "greeter", "wasm": wasm("greeter"), "source": source,
+    }));
+    assert_eq!(spawned["type"], "spawned", "{spawned}");
+    let addr = public_address(&world);
+
+    let hello = get(&addr, "/");
+    assert_eq!(hello.status, 200);
+    assert_eq!(hello.text(), "Hello from a wasi:http component\n");
+    // The request as the component reads it: the route's private headers dropped.
+    let echo = request(
+        &addr,
+        "POST",
+        "/echo?x=1",
+        &[("x-custom", "yes"), ("cookie", "session=secret")],
+        b"hi there",
+    );
+    let text = echo.text();
+    assert!(text.starts_with("POST /echo?x=1\n"), "{text}");
+    assert!(text.contains("\nx-custom: yes\n"), "{text}");
+    assert!(text.ends_with("\n\nhi there"), "{text}");
+    assert!(
+        !text.contains("secret"),
+        "a cookie reached the component: {text}"
+    );
+    let teapot = get(&addr, "/status/418");
+    assert_eq!(
+        (teapot.status, teapot.header("x-status")),
+        (418, Some("418"))
+    );
+    // One instance answers request after request; its mount keeps what it commits.
+    let hits: Vec<u64> = (0..3)
+        .map(|_| get(&addr, "/hits").text().parse().unwrap())
+        .collect();
+    assert_eq!(hits[1], hits[0] + 1, "{hits:?}");
+    assert_eq!(hits[2], hits[0] + 2, "{hits:?}");
+    assert_eq!(request(&addr, "POST", "/count", &[], b"").text(), "1");
+    assert_eq!(request(&addr, "POST", "/count", &[], b"").text(), "2");
+    // A body that keeps coming is streamed as it comes.
+    let streamed = get(&addr, "/stream?n=6");
+    assert_eq!(streamed.status, 200);
+    assert_eq!(
+        streamed.text(),
+        (0..6).map(|i| format!("line {i}\n")).collect::<String>()
+    );
+    // Its allow-list is empty: an outgoing request is refused.
+    let fetched = get(&addr, "/fetch?url=http://127.0.0.1:9/").text();
+    assert!(fetched.starts_with("cannot fetch"), "{fetched}");
+    // A handler's error is a 500; its trap a 503, and the next request finds it running again.
+    assert_eq!(get(&addr, "/fail").status, 500);
+    let crashed = get(&addr, "/crash");
+    assert_eq!(crashed.status, 503, "{}", crashed.text());
+    support::eventually("greeter to answer again after its crash", || {
+        get(&addr, "/").status == 200
+    });
+    // A message that is not a request is answered with why.
+    host.tell("greeter", json!({"type": "ping"}));
+    let refused = host.wait_for("greeter's refusal", |m| m.from == "greeter");
+    let reason = refused.body["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("answers `http` requests only"),
+        "{}",
+        refused.body
+    );
+    support::eventually("the answers in its log", || {
+        world.log("greeter").contains("GET /status/418 418")
+    });
+
+    // An upgrade swaps it without dropping a request in flight.
+    let slow = {
+        let addr = addr.clone();
+        std::thread::spawn(move || get(&addr, "/stream?n=40"))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let upgraded = host.request(json!({
+        "type": "upgrade", "actor": "greeter", "wasm": wasm("greeter"), "source": source,
+    }));
+    assert_eq!(upgraded["type"], "upgraded", "{upgraded}");
+    let slow = slow.join().unwrap();
+    assert_eq!(slow.status, 200);
+    assert_eq!(slow.text().lines().count(), 40, "{}", slow.text());
+    support::eventually("the upgrade to answer", || {
+        get(&addr, "/version").text() == "version 2"
+    });
+    assert!(host.quit().success());
+}

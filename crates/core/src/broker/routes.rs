@@ -15,7 +15,7 @@ use super::Broker;
 use super::principal::Principal;
 use crate::message::{ActorId, Tier};
 use crate::world::Registry;
-use crate::world::routes::{Route, RouteTable, covers, is_prefix, parse_route};
+use crate::world::routes::{Route, RouteTable, covers, is_prefix, parse_route, stem};
 
 /// The fields of a `route` request that are the route's own (the rest address the request).
 const ROUTE_FIELDS: [&str; 7] = [
@@ -251,6 +251,20 @@ pub(super) fn claim(
             }
             Some(Tier::Owner) => {}
         }
+        // `/site` serving a folder and `/site/*` are one prefix: one route may hold it.
+        let same_prefix = claimed.iter().find(|(at, held)| {
+            **at != path
+                && is_prefix(at, held)
+                && is_prefix(&path, &route)
+                && stem(at) == stem(&path)
+        });
+        if let Some((at, held)) = same_prefix {
+            return Err(format!(
+                "path {path} is the same prefix as {at}, which actor `{}` serves; choose another \
+                 path, or `unroute` {at} first",
+                held.actor
+            ));
+        }
         match claimed.get(&path) {
             Some(held) if held.actor != actor => {
                 return Err(format!(
@@ -308,6 +322,22 @@ mod tests {
         assert!(err.contains("served by actor `shop`"), "{err}");
         // The actor itself may take its path again (changing the route).
         assert!(take("shop", Tier::Owner, "/shop/*").is_ok());
+        // Nor one prefix under two names: `/shop` serving a folder is `/shop/*`.
+        let folder = parse_route(
+            &json!({"path": "/shop", "static": "/public/s"}),
+            "shop",
+            false,
+        );
+        let err = claim(
+            &held,
+            "shop",
+            Some(Tier::Owner),
+            by_owner,
+            vec![folder.unwrap()],
+            false,
+        )
+        .unwrap_err();
+        assert!(err.contains("the same prefix as /shop/*"), "{err}");
         // Guests and actors of nobody: none.
         let err = take("g", Tier::Guest, "/g").unwrap_err();
         assert!(err.contains("only members and owners"), "{err}");

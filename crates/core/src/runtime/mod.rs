@@ -1,4 +1,5 @@
-//! The runtime: one wasmtime engine, one linker, and instances of `wasi:cli/run` components.
+//! The runtime: one wasmtime engine, one linker, and instances of `wasi:cli/run` components
+//! and of standard `wasi:http/proxy` ones (`proxy`).
 //!
 //! It runs a component with the mounts, environment and stdio it is given and reports how the
 //! run ended. It knows nothing of routing, actors or versions. Only this module and its
@@ -8,6 +9,7 @@ pub mod cache;
 pub mod hibernate;
 pub mod memory;
 pub mod network;
+pub mod proxy;
 pub mod replay;
 pub mod run_until;
 pub mod stdio;
@@ -24,6 +26,7 @@ use wasmtime::component::{Component, HasData, Linker, ResourceTable};
 use wasmtime::{Config, Engine, ResourceLimiter, Store};
 use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi::{I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::p2::bindings::ProxyPre;
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::fs::Mount;
@@ -48,10 +51,27 @@ pub const MAX_MEMORY_MB: u32 = 4096;
 /// A compiled component, linked and ready to instantiate. Cheap to clone.
 #[derive(Clone)]
 pub struct Program {
-    pre: CommandPre<Guest>,
+    entry: Entry,
     /// Its memories as instantiation leaves them, from its first instance: what a packed
     /// instance of it gets back without keeping (`hibernate`).
     image: Arc<OnceLock<Image>>,
+}
+
+/// What the host calls of a component.
+#[derive(Clone)]
+enum Entry {
+    /// `wasi:cli/run`: an actor reading messages on stdin.
+    Command(CommandPre<Guest>),
+    /// `wasi:http/incoming-handler`: a standard component, called once per `http` message
+    /// (`proxy`).
+    Proxy(ProxyPre<Guest>),
+}
+
+impl Program {
+    /// Whether it is a standard `wasi:http/proxy` component rather than a command.
+    pub fn serves_http(&self) -> bool {
+        matches!(self.entry, Entry::Proxy(_))
+    }
 }
 
 /// Everything one instance gets from its host.
@@ -198,10 +218,25 @@ impl Runtime {
             .linker
             .instantiate_pre(&component)
             .map_err(|e| anyhow::anyhow!("cannot link the component: {e:#}"))?;
-        let pre = CommandPre::new(pre)
-            .map_err(|e| anyhow::anyhow!("the component does not export `wasi:cli/run`: {e:#}"))?;
+        // A component made for `wasmtime serve` may export `wasi:cli/run` too (a Rust binary
+        // does): its handler is what it is for.
+        let serves_http = component
+            .component_type()
+            .exports(&self.engine)
+            .any(|(name, _)| name.starts_with(proxy::HANDLER_EXPORT));
+        let entry = match serves_http {
+            true => Entry::Proxy(ProxyPre::new(pre).map_err(|e| {
+                anyhow::anyhow!("its `wasi:http/incoming-handler` cannot be called: {e:#}")
+            })?),
+            false => Entry::Command(CommandPre::new(pre).map_err(|e| {
+                anyhow::anyhow!(
+                    "the component exports neither `wasi:cli/run` nor \
+                     `wasi:http/incoming-handler`: {e:#}"
+                )
+            })?),
+        };
         Ok(Program {
-            pre,
+            entry,
             image: Arc::default(),
         })
     }
@@ -238,6 +273,11 @@ impl Runtime {
         on_running: impl FnOnce(),
     ) -> Exit {
         let mut wasi = WasiCtxBuilder::new();
+        let (input, output, errors) = (
+            config.stdin.clone(),
+            config.stdout.clone(),
+            config.stderr.clone(),
+        );
         let hooks = Hooks {
             stdin: config.stdin.clone(),
             stdout: config.stdout.clone(),
@@ -276,10 +316,20 @@ impl Runtime {
         store.epoch_deadline_callback(slices(sleeper.clone(), self.run_until.clone(), term));
         let instance = sleeper.clone();
         let run = async {
-            let command = program.pre.instantiate_async(&mut store).await?;
-            instance.remember_image(&program.image);
-            on_running();
-            command.wasi_cli_run().call_run(&mut store).await
+            match &program.entry {
+                Entry::Command(pre) => {
+                    let command = pre.instantiate_async(&mut store).await?;
+                    instance.remember_image(&program.image);
+                    on_running();
+                    command.wasi_cli_run().call_run(&mut store).await
+                }
+                Entry::Proxy(pre) => {
+                    let handler = pre.instantiate_async(&mut store).await?;
+                    instance.remember_image(&program.image);
+                    on_running();
+                    proxy::serve(&mut store, &handler, &input, &output, &errors).await
+                }
+            }
         };
         let ticking = Ticking::new(
             self.ticker.clone(),

@@ -268,7 +268,11 @@ fn is_header_name(name: &str) -> bool {
 
 /// The part of a route's path that requests under it start with: `/shop` for `/shop/*`.
 pub fn stem(path: &str) -> &str {
-    path.strip_suffix("/*").unwrap_or(path)
+    match path.strip_suffix("/*") {
+        Some("") => "/",
+        Some(stem) => stem,
+        None => path,
+    }
 }
 
 /// Whether a route at `path` matches more than its own path.
@@ -450,5 +454,12 @@ mod tests {
         assert!(table.find("/").is_none());
         assert!(covers("/shop/*", "/shop/hat") && covers("/shop/*", "/shop"));
         assert!(!covers("/shop/*", "/shopping") && covers("/", "/anything"));
+        // `/*` is every path, `/` itself included.
+        let mut everything = no_root.clone();
+        everything.insert("/*".into(), routes["/shop/*"].clone());
+        let table = RouteTable::new(&everything);
+        assert_eq!(table.find("/").map(|(at, _)| at), Some("/*"));
+        assert_eq!(table.find("/nothing").map(|(at, _)| at), Some("/*"));
+        assert!(table.has("/*") && covers("/*", "/") && covers("/*", "/a/b"));
     }
 }
