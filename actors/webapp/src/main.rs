@@ -5,7 +5,7 @@
 //!   `body` or `body_base64`).
 //! - `/status/N`: status N, body `status N`.
 //! - `/hello`: 200 `{"hello":"world"}`, the small JSON answer `cargo bench --bench http` loads.
-//! - `/count` (POST): adds 1 to `/data/count` (committed), answers the count.
+//! - `/count` (POST): adds 1 to `/data/count` (committed), answers the count; after `?ms=N` ms.
 //! - `/slow?ms=N`: answers after N ms.
 //! - `/never`: answers nothing. `/crash`: panics. `/wrong`: answers a `text`, not a response.
 //! - `/stream?n=N&size=S`: an event stream, N `data: i` events (padded with S `x`s), then the
@@ -72,6 +72,8 @@ fn answer(msg: &proto::Message) {
             respond(status, json!({}), json!(format!("status {status}")));
         }
         "/count" => {
+            // `?ms=N`: counts after N ms, for a host to die in between.
+            std::thread::sleep(Duration::from_millis(number("ms").unwrap_or(0)));
             let n = std::fs::read_to_string(COUNT)
                 .ok()
                 .and_then(|t| t.trim().parse::<u64>().ok())

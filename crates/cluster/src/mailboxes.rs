@@ -343,6 +343,17 @@ impl Streams {
         term: Term,
     ) {
         let mut reading = Reading::default();
+        let taken_over = (self.view.lock().expect("view lock")).taken_over(&actor);
+        if taken_over {
+            // Its last host died: the requests it may have handled are answered, not given again.
+            match self.last_position().await {
+                Ok(pos) => mailbox.lose_requests_through(pos),
+                Err(e) => tracing::warn!(
+                    "actor {actor}: taken over, but the mailboxes' last position is unknown ({e:#}); \
+                     HTTP requests its last host took may be given again"
+                ),
+            }
+        }
         while self.run_until.settled(term).await {
             match self.consume(&actor, &mailbox, &mut reading, term).await {
                 Ok(why) => {
@@ -544,11 +555,26 @@ impl Streams {
         );
         for (pos, envelope) in envelopes {
             self.remember_origin(&envelope, origin.as_deref());
-            if delivery.mailbox.arrive(pos, envelope) == Arrival::Read {
-                self.ack(actor, pos);
+            match delivery.mailbox.arrive(pos, envelope.clone()) {
+                Arrival::Read => self.ack(actor, pos),
+                Arrival::Lost => {
+                    self.ack(actor, pos);
+                    if let Some(router) = self.router.get().and_then(Weak::upgrade) {
+                        let reason = "the host that ran it died with the request";
+                        router.report_lost(&envelope, actor.as_str(), reason);
+                    }
+                }
+                Arrival::New | Arrival::Held => {}
             }
         }
         Ok(true)
+    }
+
+    /// The position of the last message of any mailbox stored so far.
+    async fn last_position(&self) -> Result<i64> {
+        let mut stream = self.js.get_stream(super::MAILBOX_STREAM).await?;
+        let last = stream.info().await?.state.last_sequence;
+        Ok(position(last as i64 + 1, 0) - 1)
     }
 
     /// Forgets the acknowledgements of `actor`'s messages this host was handed (it no longer

@@ -41,6 +41,9 @@ pub struct View {
     held: HashMap<String, u64>,
     /// Lease key → the revision of its removal, for leases removed since this host joined.
     removed: HashMap<String, u64>,
+    /// Actors this host is starting after their last host died (another, or this one before a
+    /// kill): their mailbox's consumer answers the HTTP requests that host took ([`View::taken_over`]).
+    taken_over: HashSet<ActorId>,
 }
 
 /// A fencing token no lease has (revisions are stream sequences, far below it): the token of a
@@ -137,6 +140,7 @@ impl Default for View {
             busy: HashSet::new(),
             held: HashMap::new(),
             removed: HashMap::new(),
+            taken_over: HashSet::new(),
         }
     }
 }
@@ -161,6 +165,11 @@ impl View {
     /// This host runs `id` (or leads it) under its lease at `revision` from now on.
     pub fn hold(&mut self, id: &str, revision: u64) {
         self.held.insert(id.to_string(), revision);
+    }
+
+    /// Whether `id` is starting here after its last host died; asked once.
+    pub fn taken_over(&mut self, id: &ActorId) -> bool {
+        self.taken_over.remove(id)
     }
 
     /// The host lease `id` names, as this host last saw it.
@@ -435,6 +444,12 @@ impl Cluster {
             let Some((revision, take)) = decision else {
                 continue;
             };
+            // Only a lease nobody held is a fresh start: one named this host (which did not run
+            // the actor) or a dead one means the host that ran it died.
+            if !(take && revision.is_none()) {
+                let mut view = self.view.lock().expect("view lock");
+                view.taken_over.insert(id.clone());
+            }
             if take {
                 if !self.take_lease(id.as_str(), revision).await {
                     continue;

@@ -1385,3 +1385,62 @@ fn every_host_serves_every_route_and_reaches_the_actor_where_it_runs() {
         });
     }
 }
+
+#[test]
+fn a_request_whose_host_dies_is_answered_502_and_never_handled_again() {
+    use support::http::{request, try_request};
+    let nats = Nats::start();
+    let (one, two) = (TestWorld::new(), TestWorld::new());
+    one.install("shop", "webapp");
+    let mut a = host(&one, &nats, "a");
+    list_until(&mut a, "shop runs on a", |l| {
+        actor(l, "shop")["host"] == "a" && actor(l, "shop")["state"] == "running"
+    });
+    let routed = a.request(json!({"type": "route", "actor": "shop", "path": "/api/*", "rate": 0}));
+    assert_eq!(routed["type"], "routed", "{routed}");
+    let _b = {
+        let mut b = host(&two, &nats, "b");
+        list_until(&mut b, "two hosts", |l| alive_hosts(l).len() == 2);
+        b
+    };
+    let path = two.path("broker/http/address");
+    support::eventually("b's public address", || path.exists());
+    let addr = std::fs::read_to_string(path).unwrap();
+    support::eventually("b to serve shop's route", || {
+        request(&addr, "GET", "/api/echo", &[], b"").status == 200
+    });
+    assert_eq!(
+        request(&addr, "POST", "/api/count", &[], b"").json(),
+        json!({"count": 1})
+    );
+
+    // Host a takes a count that ends after 3 s, and dies before.
+    let slow = {
+        let addr = addr.clone();
+        std::thread::spawn(move || try_request(&addr, "POST", "/api/count?ms=3000", &[], b""))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    a.kill();
+    let killed = std::time::Instant::now();
+    let answer = slow.join().unwrap().expect("b answers");
+    assert_eq!(answer.status, 502, "{}", answer.text());
+    assert!(
+        answer.text().contains("died with the request"),
+        "{}",
+        answer.text()
+    );
+    eprintln!(
+        "the lost request was answered {:?} after its host was killed",
+        killed.elapsed()
+    );
+    // b runs shop now, and the request was handled nowhere: the count goes on from 1.
+    let next = request(&addr, "POST", "/api/count", &[], b"");
+    assert_eq!((next.status, next.json()), (200, json!({"count": 2})));
+    std::thread::sleep(std::time::Duration::from_millis(3500));
+    let last = request(&addr, "POST", "/api/count", &[], b"");
+    assert_eq!(
+        last.json(),
+        json!({"count": 3}),
+        "the lost request was never given again"
+    );
+}

@@ -154,6 +154,9 @@ struct Inner {
     /// The position of the last message an instance read (for a streamed mailbox, its stream
     /// sequence): what a replicated commit records (DESIGN §20).
     last_read_pos: Option<i64>,
+    /// On a streamed mailbox taken over from a host that died, the last stream position
+    /// published before: an HTTP request at or before it is [`Arrival::Lost`].
+    lost_through: i64,
     /// When the instance last took bytes, was attached, or had a stalled message dropped: the
     /// latest moment the stall clock of [`STDIN_WRITE_TIMEOUT`] can start from.
     last_read: Instant,
@@ -197,6 +200,10 @@ pub enum Arrival {
     Held,
     /// Handed over before and read already.
     Read,
+    /// An HTTP request from before this host took the actor over from one that died: it may
+    /// have been handled there, so it is not given again (DESIGN §24, at most once); its
+    /// caller is answered 502.
+    Lost,
 }
 
 /// Why a push did not go in; the message comes back.
@@ -267,6 +274,7 @@ impl Mailbox {
                 last_taken: None,
                 unsettled: VecDeque::new(),
                 last_read_pos: None,
+                lost_through: 0,
                 last_read: Instant::now(),
                 waits: None,
             }),
@@ -358,10 +366,20 @@ impl Mailbox {
             return if waits { Arrival::Held } else { Arrival::Read };
         }
         inner.next_back = pos + 1;
+        if pos <= inner.lost_through && envelope.from.as_str() == HTTP {
+            return Arrival::Lost;
+        }
         inner.accept(pos, envelope);
         drop(inner);
         self.arrived.notify_one();
         Arrival::New
+    }
+
+    /// This host took the actor over from a host that died (or from its own run before a
+    /// kill): HTTP requests the stream holds up to position `pos` may have been handled there,
+    /// and are not given again ([`Arrival::Lost`]).
+    pub fn lose_requests_through(&self, pos: i64) {
+        self.lock().lost_through = pos;
     }
 
     /// The position of the last message the actor's instances read on this host, if any.
@@ -964,6 +982,38 @@ mod tests {
             Arrival::New,
             "the next owner starts over"
         );
+    }
+
+    #[test]
+    fn a_mailbox_taken_over_from_a_dead_host_gives_none_of_its_old_http_requests() {
+        let mailbox = Mailbox::streamed(
+            ActorId::parse("a").unwrap(),
+            Arc::new(Recorded::default()),
+        );
+        let from_http = |n: usize| {
+            Arc::new(Envelope {
+                id: format!("http/m-{n}"),
+                from: ActorId::parse(HTTP).unwrap(),
+                reply_to: None,
+                speaker: None,
+                schedule: None,
+                trace: Default::default(),
+                body: raw(&serde_json::json!({"type": "http", "path": "/"})),
+            })
+        };
+        mailbox.lose_requests_through(10);
+        assert_eq!(mailbox.arrive(9, from_http(9)), Arrival::Lost);
+        assert_eq!(
+            mailbox.arrive(10, message(10)),
+            Arrival::New,
+            "any other message is given"
+        );
+        assert_eq!(
+            mailbox.arrive(11, from_http(11)),
+            Arrival::New,
+            "a request that came after the take-over is given"
+        );
+        assert_eq!(mailbox.len(), 2);
     }
 
     /// A body of about `kib` KiB.

@@ -209,6 +209,12 @@ impl Router {
         self.undeliverable(failed, to, reason);
     }
 
+    /// Tells the sender of a message lost with a host that died (`"lost": true` in the
+    /// notice): an HTTP request's caller is answered 502.
+    pub fn report_lost(&self, failed: &Envelope, to: &str, reason: &str) {
+        self.notify_undeliverable(failed, to, reason, true);
+    }
+
     /// Every mailbox's depth and what each sender got into it since the host started, for
     /// rates and the graph of who talks to whom. Takes each mailbox's lock for a moment, like a
     /// push.
@@ -436,6 +442,10 @@ impl Router {
     /// Tells the sender its message did not reach `to`. Never waits and never reports on a
     /// report, so two actors cannot bounce notices forever.
     fn undeliverable(&self, failed: &Envelope, to: &str, reason: &str) {
+        self.notify_undeliverable(failed, to, reason, false);
+    }
+
+    fn notify_undeliverable(&self, failed: &Envelope, to: &str, reason: &str, lost: bool) {
         let broker = ActorId::broker();
         if failed.from == broker {
             return;
@@ -453,7 +463,10 @@ impl Router {
                 true => Trace::child_of(Some(&failed.trace), true),
                 false => Trace::NONE,
             },
-            body: raw(&json!({"type": "undeliverable", "reason": reason, "to": to})),
+            body: raw(&match lost {
+                true => json!({"type": "undeliverable", "reason": reason, "to": to, "lost": true}),
+                false => json!({"type": "undeliverable", "reason": reason, "to": to}),
+            }),
         };
         // A native sender on another host of a cluster (a request of its web console or
         // public address) hears where it waits.

@@ -376,7 +376,11 @@ impl App {
             let reason = reply["reason"]
                 .as_str()
                 .unwrap_or("the request did not reach it");
-            return unavailable(&format!("actor `{actor}` could not answer: {reason}"));
+            let why = format!("actor `{actor}` could not answer: {reason}");
+            if reply["lost"] == true {
+                return plain(StatusCode::BAD_GATEWAY, &why);
+            }
+            return unavailable(&why);
         }
         let answer = match message::answer(&reply) {
             Ok(answer) => answer,
