@@ -679,7 +679,19 @@ fn a_standard_wasi_http_component_is_served_unchanged() {
     assert_eq!(get(&addr, "/fail").status, 500);
     let crashed = get(&addr, "/crash");
     assert_eq!(crashed.status, 503, "{}", crashed.text());
-    support::eventually("greeter to answer again after its crash", || {
+    // Crashing again and again, it restarts later each time: past a second off, a request is
+    // told when to come back rather than kept waiting.
+    assert_eq!(get(&addr, "/crash").status, 503);
+    assert_eq!(get(&addr, "/crash").status, 503);
+    let crashing = get(&addr, "/");
+    assert_eq!(crashing.status, 503, "{}", crashing.text());
+    assert!(
+        crashing.text().contains("is crashing; it restarts in 2 s"),
+        "{}",
+        crashing.text()
+    );
+    assert_eq!(crashing.header("retry-after"), Some("2"));
+    support::eventually("greeter to answer again after its crashes", || {
         get(&addr, "/").status == 200
     });
     // A message that is not a request is answered with why.

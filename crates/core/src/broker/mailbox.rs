@@ -986,10 +986,8 @@ mod tests {
 
     #[test]
     fn a_mailbox_taken_over_from_a_dead_host_gives_none_of_its_old_http_requests() {
-        let mailbox = Mailbox::streamed(
-            ActorId::parse("a").unwrap(),
-            Arc::new(Recorded::default()),
-        );
+        let mailbox =
+            Mailbox::streamed(ActorId::parse("a").unwrap(), Arc::new(Recorded::default()));
         let from_http = |n: usize| {
             Arc::new(Envelope {
                 id: format!("http/m-{n}"),

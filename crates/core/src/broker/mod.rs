@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use tokio::sync::mpsc;
@@ -412,6 +413,18 @@ impl Broker {
             .collect()
     }
 
+    /// How long until `id`, which this host supervises, restarts after a crash; `None` when it
+    /// is not waiting to.
+    pub fn restarts_in(&self, id: &ActorId) -> Option<Duration> {
+        let at = (self.actors.lock().expect("actors lock").get(id))?
+            .restarting
+            .load(Ordering::Relaxed);
+        let at = UNIX_EPOCH + Duration::from_millis(at);
+        (at > UNIX_EPOCH)
+            .then(|| at.duration_since(SystemTime::now()).ok())
+            .flatten()
+    }
+
     /// The WASM actors this host supervises.
     pub fn local_ids(&self) -> Vec<ActorId> {
         self.actors
@@ -637,6 +650,7 @@ impl Broker {
             crash_loops: self.crash_loops.clone(),
             counters: self.counters.clone(),
             memory: Arc::default(),
+            restarting: Arc::default(),
         }
         .spawn(running, status, preread);
         self.actors

@@ -5,8 +5,8 @@
 //! an [`ActorHandle`]; the mailbox outlives every instance, so messages wait across restarts.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
@@ -52,6 +52,9 @@ pub struct ActorHandle {
     commands: mpsc::Sender<Command>,
     /// The running instance's linear memory, in bytes (0 while none runs).
     pub memory: Arc<AtomicUsize>,
+    /// While it waits to restart after a crash, when it restarts (ms since the Unix epoch);
+    /// 0 otherwise.
+    pub restarting: Arc<AtomicU64>,
 }
 
 enum Command {
@@ -171,6 +174,8 @@ pub struct Supervisor {
     pub counters: Arc<Counters>,
     /// The running instance's linear memory, in bytes.
     pub memory: Arc<AtomicUsize>,
+    /// When it restarts after a crash (see [`ActorHandle::restarting`]).
+    pub restarting: Arc<AtomicU64>,
 }
 
 impl Supervisor {
@@ -178,7 +183,7 @@ impl Supervisor {
     /// `preread`; the actor starts at once when `running`.
     pub fn spawn(self, running: bool, status: Status, preread: Preread) -> ActorHandle {
         let (commands, rx) = mpsc::channel(COMMAND_QUEUE);
-        let memory = self.memory.clone();
+        let (memory, restarting) = (self.memory.clone(), self.restarting.clone());
         // A parked message outlives the host: a restart between a crash and the upgrade that
         // fixes it still delivers it. `status.json` says what is really parked, not what a
         // host before this one last wrote.
@@ -199,7 +204,11 @@ impl Supervisor {
             }
             .run(),
         );
-        ActorHandle { commands, memory }
+        ActorHandle {
+            commands,
+            memory,
+            restarting,
+        }
     }
 }
 
@@ -314,7 +323,14 @@ impl Task {
                         ),
                     );
                     self.set_state(State::Restarting);
+                    let at = SystemTime::now() + restart.after;
+                    let at_ms = at
+                        .duration_since(UNIX_EPOCH)
+                        .unwrap_or_default()
+                        .as_millis();
+                    (self.sup.restarting).store(at_ms as u64, Ordering::Relaxed);
                     self.wait_to_restart(restart.after).await;
+                    self.sup.restarting.store(0, Ordering::Relaxed);
                 }
             }
         }

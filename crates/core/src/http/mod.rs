@@ -47,6 +47,9 @@ const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// The read buffer a request head (request line and headers) must fit in: hyper refuses a
 /// head that does not end within about twice this (its buffer grows by reads), with 431.
 const MAX_HEAD_BYTES: usize = 32 << 10;
+/// A request to an actor that restarts after a crash at least this far off is answered 503
+/// with `Retry-After` rather than kept waiting; a nearer restart is waited for.
+const CRASHING: Duration = Duration::from_secs(1);
 /// How often the rate limiters forget the clients they have not seen for a while.
 const FORGET_CLIENTS_EVERY: Duration = Duration::from_secs(60);
 
@@ -327,6 +330,21 @@ impl App {
         };
         if !self.broker.runs(actor).await {
             return unavailable(&format!("actor `{actor}` is stopped"));
+        }
+        // A crash loop's back-off is not waited out: the caller is told when to come back.
+        if let Some(left) = self
+            .broker
+            .restarts_in(actor)
+            .filter(|left| *left >= CRASHING)
+        {
+            let seconds = left.as_secs() + 1;
+            let mut response = unavailable(&format!(
+                "actor `{actor}` is crashing; it restarts in {seconds} s"
+            ));
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            return response;
         }
         let message = message::Request {
             method: parts.method.as_str(),
