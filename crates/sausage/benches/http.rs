@@ -4,10 +4,11 @@
 //! release `sausage run` with the `webapp` actor spawned, loaded by Debian's `wrk` (keep-alive,
 //! `CONNECTIONS` connections, `THREADS` threads) on a JSON route and on a static 1 KB file, the
 //! same file from an `nginx` this bench starts with its own configuration, an open-loop load at
-//! a fixed rate for the latency a steady load sees, and the JSON route again on a second host
-//! that holds 10,000 more routes. Prints one table with the targets beside the figures.
-//! `DURATION=s` changes each load's length (10 s); `scripts/install-bench-tools` installs `wrk`
-//! and `nginx`.
+//! a fixed rate for the latency a steady load sees, a standard `wasi:http` component (`greeter`)
+//! beside the same file under `wasmtime serve` (the CLI of the same wasmtime), and the JSON
+//! route again on a second host that holds 10,000 more routes. Prints one table with the
+//! targets beside the figures. `DURATION=s` changes each load's length (10 s);
+//! `scripts/install-bench-tools` installs `wrk`, `nginx` and `wasmtime`.
 
 mod common;
 use common::{Host, build_actors, world};
@@ -36,6 +37,8 @@ const START_PATIENCE: Duration = Duration::from_secs(30);
 
 /// The JSON actor route: `webapp` answers `{"hello":"world"}` there.
 const JSON_PATH: &str = "/api/hello";
+/// What `greeter` answers at `/`.
+const HELLO: &str = "Hello from a wasi:http component\n";
 /// The static file, served by Sausage under `/site/*` and by nginx from its root.
 const FILE_PATH: &str = "/site/1k.html";
 
@@ -139,6 +142,44 @@ fn main() {
         how: "".into(),
     });
 
+    // A standard `wasi:http` component, `greeter` (made with `wstd`): on the first host at
+    // `/*` (the other routes are longer prefixes), and alone under `wasmtime serve`.
+    let greeter = actors.join("greeter.wasm");
+    spawn_greeter(&mut one, &dir.path().join("greeter"), &greeter);
+    check(&one_addr, "/", HELLO);
+    eprintln!("wrk on Sausage's wasi:http component, {seconds} s");
+    let component_sausage = tools.wrk(&one_addr, "/", load);
+    eprintln!("wrk on `wasmtime serve` with the same component, {seconds} s");
+    let serve = Serve::start(&tools.wasmtime, &greeter, &dir.path().join("serve"));
+    check(&serve.addr, "/", HELLO);
+    let component_serve = tools.wrk(&serve.addr, "/", load);
+    drop(serve);
+    figures.push(Figure {
+        what: "`wasi:http` hello component (`wstd`), requests a second".into(),
+        value: component_sausage.rate(),
+        target: "".into(),
+        how: component_sausage.how(),
+    });
+    figures.push(Figure {
+        what: "… the same component under `wasmtime serve`".into(),
+        value: component_serve.rate(),
+        target: "".into(),
+        how: format!(
+            "{}; {}, `serve -S cli`, its defaults (a new instance a request)",
+            component_serve.how(),
+            tools.wasmtime_version
+        ),
+    });
+    figures.push(Figure {
+        what: "… Sausage beside `wasmtime serve`".into(),
+        value: format!(
+            "{:.2}×",
+            component_sausage.per_second / component_serve.per_second
+        ),
+        target: "≥ 1.0×".into(),
+        how: "the same component file, one after the other".into(),
+    });
+
     // The second host: the same actor, the JSON route, and `MORE_ROUTES` more taken by `route`
     // requests (half exact paths, half prefixes) through the console.
     let (_many_dir, many_world) = world(&actors, &[]);
@@ -204,12 +245,6 @@ fn main() {
             registering.as_secs_f64() * 1000.0 / MORE_ROUTES as f64
         ),
     });
-    figures.push(Figure {
-        what: "`wasi:http` hello component beside `wasmtime serve`".into(),
-        value: "not measured".into(),
-        target: "≥ 1.0×".into(),
-        how: "standard components (`wasi:http/incoming-handler`) are not served yet".into(),
-    });
     one.quit();
     many.quit();
 
@@ -242,6 +277,24 @@ fn spawn_webapp(host: &mut Host, dir: &Path, wasm: &Path, routes: Value) {
     host.tell(
         "broker",
         json!({"type": "spawn", "actor": "shop", "wasm": wasm, "source": source}),
+    );
+    host.wait("broker", "spawned");
+}
+
+/// Spawns `greeter` (a `wasi:http` component) as actor `hello`, routed at `/*`.
+fn spawn_greeter(host: &mut Host, dir: &Path, wasm: &Path) {
+    let source = dir.join("greeter-source");
+    std::fs::create_dir_all(source.join("tests")).unwrap();
+    let tests = common::repo().join("actors/greeter/tests");
+    for test in std::fs::read_dir(tests).expect("greeter's tests") {
+        let test = test.unwrap().path();
+        std::fs::copy(&test, source.join("tests").join(test.file_name().unwrap())).unwrap();
+    }
+    let manifest = json!({"http": [{"path": "/*", "rate": 0}]});
+    std::fs::write(source.join("actor.json"), manifest.to_string()).unwrap();
+    host.tell(
+        "broker",
+        json!({"type": "spawn", "actor": "hello", "wasm": wasm, "source": source}),
     );
     host.wait("broker", "spawned");
 }
@@ -284,6 +337,9 @@ struct Tools {
     wrk_version: String,
     nginx: PathBuf,
     nginx_version: String,
+    /// The `wasmtime` CLI of the wasmtime Sausage is built on, for `wasmtime serve`.
+    wasmtime: PathBuf,
+    wasmtime_version: String,
 }
 
 impl Tools {
@@ -318,10 +374,25 @@ impl Tools {
             .next()
             .unwrap_or("")
             .to_string();
+        // Built from the registry at the version Sausage links (`scripts/install-bench-tools`).
+        let wasmtime = std::env::var_os("WASMTIME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| common::repo().join("target/bench-tools/bin/wasmtime"));
+        let Ok(version) = Command::new(&wasmtime).arg("--version").output() else {
+            missing(&format!("`wasmtime` ({})", wasmtime.display()));
+        };
+        // `wasmtime 48.0.8 (…)`.
+        let wasmtime_version = String::from_utf8_lossy(&version.stdout)
+            .split_whitespace()
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(" ");
         Tools {
             wrk_version,
             nginx,
             nginx_version,
+            wasmtime,
+            wasmtime_version,
         }
     }
 
@@ -563,6 +634,52 @@ impl Client {
 
 /// An nginx serving one file from a temporary folder with its own configuration, as the user
 /// the bench runs as; stopped when dropped.
+/// `wasmtime serve` with one component, on a free port of its own.
+struct Serve {
+    child: Child,
+    addr: String,
+}
+
+impl Serve {
+    fn start(wasmtime: &Path, wasm: &Path, dir: &Path) -> Serve {
+        std::fs::create_dir_all(dir).unwrap();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let log = std::fs::File::create(dir.join("serve.log")).unwrap();
+        // `-S cli`: the component imports what any `wasm32-wasip2` program does, beyond the
+        // proxy world.
+        let child = Command::new(wasmtime)
+            .args(["serve", "-S", "cli", "--addr", &addr])
+            .arg(wasm)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("wasmtime serve starts");
+        let serve = Serve { child, addr };
+        let started = Instant::now();
+        while TcpStream::connect(&serve.addr).is_err() {
+            assert!(
+                started.elapsed() < START_PATIENCE,
+                "wasmtime serve did not listen on {}; see {}",
+                serve.addr,
+                dir.join("serve.log").display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        serve
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 struct Nginx {
     child: Child,
     addr: String,
