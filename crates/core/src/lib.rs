@@ -16,6 +16,7 @@ pub mod people;
 pub mod replace;
 pub mod runtime;
 pub mod schedules;
+pub mod secrets;
 pub mod traces;
 pub mod web;
 pub mod world;

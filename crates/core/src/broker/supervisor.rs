@@ -610,7 +610,7 @@ impl Task {
 }
 
 /// The network of the next instance of `id`: the hosts its manifest lists, its credentials if
-/// it has any, and a note in its log for every denied request. Problems go to its log; the
+/// it has any, the secrets granted to it (read at each request), and a note in its log for every denied request. Problems go to its log; the
 /// instance then runs without what could not be read.
 fn network(world: &World, id: &ActorId, files: StartFiles) -> Network {
     let allowed = files.manifest.network.unwrap_or_else(|problem| {
@@ -621,10 +621,12 @@ fn network(world: &World, id: &ActorId, files: StartFiles) -> Network {
         world.log_note(id, &format!("{e:#}; running without credentials"));
         Vec::new()
     });
+    let granted = Some(crate::secrets::Secrets::new(world).grants_for(id));
     let (world, id) = (world.clone(), id.clone());
     Network {
         allowed,
         credentials,
+        granted,
         on_denied: Some(Arc::new(move |host: &str| {
             world.log_note(
                 &id,

@@ -536,7 +536,7 @@ fn owners(people: &[Person]) -> usize {
 }
 
 /// Takes the exclusive lock of `path` until the returned file is dropped (or the process ends).
-fn lock(path: &Path) -> Result<std::fs::File> {
+pub(crate) fn lock(path: &Path) -> Result<std::fs::File> {
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)

@@ -24,6 +24,24 @@ pub struct Network {
     /// Called with the request's `host[:port]` each time a request is denied, so the caller
     /// can tell whom it concerns (the runtime keeps no logs).
     pub on_denied: Option<OnDenied>,
+    /// Secrets granted to the instance's actor, asked at each request (a grant or a
+    /// revocation holds from the next one): each also allows its base URL's host.
+    pub granted: Option<Arc<dyn Grants>>,
+}
+
+/// What an actor is granted now, and where its uses are told.
+pub trait Grants: Send + Sync {
+    fn current(&self) -> Arc<Vec<Granted>>;
+    /// A request went out with secret `secret`'s header: its response's status, or why none
+    /// came.
+    fn used(&self, secret: &str, url: &str, status: Result<u16, String>);
+}
+
+/// One granted secret, as the header it adds.
+#[derive(Clone)]
+pub struct Granted {
+    pub secret: String,
+    pub credentials: Credentials,
 }
 
 /// Told the `host[:port]` of a denied request.
@@ -31,11 +49,21 @@ pub type OnDenied = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// A header added by the host to every request whose URL starts with `base_url`, replacing
 /// any header of that name the guest sent.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Credentials {
     pub base_url: String,
     pub header: String,
     pub value: String,
+}
+
+/// Never the value: a debug print ends up in logs.
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("base_url", &self.base_url)
+            .field("header", &self.header)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Credentials {
@@ -85,25 +113,39 @@ pub(super) struct HttpHooks {
 }
 
 impl HttpHooks {
-    /// The request's `host[:port]` when the allow-list denies it.
-    fn denied(&self, uri: &http::Uri) -> Option<String> {
+    /// The request's `host[:port]` when neither the allow-list nor a granted secret's base
+    /// URL allows it.
+    fn denied(&self, uri: &http::Uri, granted: &[Granted]) -> Option<String> {
         let host = uri.host().unwrap_or_default();
-        let port = uri
-            .port_u16()
-            .unwrap_or(if uri.scheme() == Some(&Scheme::HTTP) {
-                80
-            } else {
-                443
-            });
+        let port = uri.port_u16().unwrap_or(default_port(uri));
         let allowed = self
             .network
             .allowed
             .iter()
-            .any(|entry| allows(entry, host, port));
+            .any(|entry| allows(entry, host, port))
+            || granted.iter().any(|g| {
+                g.credentials
+                    .base_url
+                    .parse::<http::Uri>()
+                    .is_ok_and(|base| {
+                        base.scheme() == uri.scheme()
+                            && base.host().is_some_and(|h| h.eq_ignore_ascii_case(host))
+                            && base.port_u16().unwrap_or(default_port(&base)) == port
+                    })
+            });
         (!allowed).then(|| match uri.port_u16() {
             Some(port) => format!("{host}:{port}"),
             None => host.to_string(),
         })
+    }
+}
+
+/// The port a URI's scheme implies.
+fn default_port(uri: &http::Uri) -> u16 {
+    if uri.scheme() == Some(&Scheme::HTTP) {
+        80
+    } else {
+        443
     }
 }
 
@@ -132,18 +174,26 @@ impl WasiHttpHooks for HttpHooks {
     ) -> Sent {
         // Nothing reports on `fut` here: errors come back through the returned future.
         drop(fut);
-        if let Some(host) = self.denied(request.uri()) {
+        let granted = match &self.network.granted {
+            Some(grants) => grants.current(),
+            None => Arc::default(),
+        };
+        if let Some(host) = self.denied(request.uri(), &granted) {
             if let Some(on_denied) = &self.network.on_denied {
                 on_denied(&host);
             }
             return Box::new(async { Err(Error::HttpRequestDenied) });
         }
         let url = request.uri().to_string();
-        // The credentials of the most precise base the request is under.
-        let credentials = (self.network.credentials.iter())
-            .filter(|c| under_base(&url, &c.base_url))
-            .max_by_key(|c| c.base_url.len());
-        if let Some(credentials) = credentials {
+        // The credentials of the most precise base the request is under; a granted secret's
+        // before the host's own for the same base.
+        let credentials = (granted.iter().map(|g| (Some(&g.secret), &g.credentials)))
+            .chain(self.network.credentials.iter().map(|c| (None, c)))
+            .filter(|(_, c)| under_base(&url, &c.base_url))
+            .rev()
+            .max_by_key(|(_, c)| c.base_url.len());
+        let mut using = None;
+        if let Some((secret, credentials)) = credentials {
             // Credentials come from the host's own files; an unusable one is skipped (the
             // provider then refuses the request and says so).
             if let (Ok(name), Ok(value)) = (
@@ -151,10 +201,19 @@ impl WasiHttpHooks for HttpHooks {
                 HeaderValue::try_from(credentials.value.as_str()),
             ) {
                 request.headers_mut().insert(name, value);
+                using = secret.cloned().zip(self.network.granted.clone());
             }
         }
         Box::new(async move {
-            let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            let sent = wasmtime_wasi_http::default_send_request(request, options).await;
+            if let Some((secret, grants)) = using {
+                let status = match &sent {
+                    Ok((response, _)) => Ok(response.status().as_u16()),
+                    Err(e) => Err(format!("{e:?}")),
+                };
+                grants.used(&secret, &url, status);
+            }
+            let (response, io) = sent?;
             Ok((
                 response.map(WasiBody::new),
                 Box::new(io) as Box<dyn Future<Output = _> + Send>,
@@ -195,15 +254,45 @@ mod tests {
         };
         let uri = |u: &str| u.parse::<http::Uri>().unwrap();
         let h = hooks(&["example.com:443", "plain.example:80"]);
-        assert_eq!(h.denied(&uri("https://example.com/x")), None);
-        assert_eq!(h.denied(&uri("http://plain.example/")), None);
+        assert_eq!(h.denied(&uri("https://example.com/x"), &[]), None);
+        assert_eq!(h.denied(&uri("http://plain.example/"), &[]), None);
         assert_eq!(
-            h.denied(&uri("http://example.com/")),
+            h.denied(&uri("http://example.com/"), &[]),
             Some("example.com".into())
         );
         assert_eq!(
-            hooks(&[]).denied(&uri("http://127.0.0.1:5/")),
+            hooks(&[]).denied(&uri("http://127.0.0.1:5/"), &[]),
             Some("127.0.0.1:5".into())
+        );
+        // A granted secret allows its base URL's host, scheme and port.
+        let granted = |base: &str| Granted {
+            secret: "s".into(),
+            credentials: Credentials {
+                base_url: base.into(),
+                header: "authorization".into(),
+                value: "v".into(),
+            },
+        };
+        let g = [granted("https://api.example/v1")];
+        assert_eq!(
+            hooks(&[]).denied(&uri("https://api.example/other"), &g),
+            None
+        );
+        assert!(hooks(&[]).denied(&uri("http://api.example/"), &g).is_some());
+        assert!(
+            hooks(&[])
+                .denied(&uri("https://api.example:8443/"), &g)
+                .is_some()
+        );
+        assert!(
+            hooks(&[])
+                .denied(&uri("https://evil.example/"), &g)
+                .is_some()
+        );
+        let local = [granted("http://127.0.0.1:9")];
+        assert_eq!(
+            hooks(&[]).denied(&uri("http://127.0.0.1:9/x"), &local),
+            None
         );
     }
 
