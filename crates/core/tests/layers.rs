@@ -16,6 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["replace", "runtime", "traces"],
     &["world"],
     &["people"],
+    &["secrets"],
     &["broker"],
     // The native actors.
     &["console", "cargo", "http", "schedules", "web"],

@@ -6,6 +6,7 @@ mod init;
 mod logs;
 mod mcp;
 mod model;
+mod secret;
 mod status;
 mod world_arg;
 
@@ -169,6 +170,20 @@ enum Command {
     People {
         #[command(subcommand)]
         command: PeopleCommand,
+    },
+    /// Secrets actors use without seeing them: `sausage secret set|list|grant|revoke|remove`.
+    /// Works whether the world runs or not.
+    Secret {
+        #[command(subcommand)]
+        command: secret::SecretCommand,
+    },
+    /// The audit log: every secret set, grant, revocation and use, oldest first.
+    Audit {
+        /// One JSON array, for programs.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        world: WorldArg,
     },
 }
 
@@ -442,6 +457,8 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }),
         Command::People { command } => people(command),
+        Command::Secret { command } => secret::run(command),
+        Command::Audit { json, world } => secret::audit(&world.existing("audit")?, json),
         Command::Model { command, world } => match command {
             None => model::show(&world.existing("model show")?),
             Some(ModelCommand::Show { world }) => model::show(&world.existing("model show")?),

@@ -1,0 +1,232 @@
+//! Secrets and grants (DESIGN §25) from the command line to an actor's request: a planted
+//! value set from stdin, granted, sent by the host under its base URL only and for the granted
+//! actor only, revoked from the next request on, and found nowhere else in the world.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+
+use serde_json::{Value, json};
+use support::*;
+
+const PLANTED: &str = "pl4nted-v4lue-9f3e";
+
+/// A server that answers every request 200 `howdy` and hands over each request's head.
+fn recording_server() -> (String, mpsc::Receiver<String>) {
+    let server = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = server.local_addr().unwrap().to_string();
+    let (heads, received) = mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in server.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut head = String::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) <= 2 {
+                    break;
+                }
+                head.push_str(&line);
+            }
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhowdy",
+            );
+            if heads.send(head).is_err() {
+                return;
+            }
+        }
+    });
+    (addr, received)
+}
+
+/// `sausage ARGS` with `stdin` as its input.
+fn sausage_with_input(args: &[&str], stdin: &str) -> std::process::Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sausage"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn get(host: &mut Host, actor: &str, url: &str) -> Value {
+    host.tell(actor, json!({"type": "get", "url": url}));
+    host.wait_for(&format!("{actor}'s answer"), |m| {
+        m.from == actor
+            && ["response", "http_error"].contains(&m.body["type"].as_str().unwrap_or(""))
+    })
+    .body
+}
+
+#[test]
+fn a_granted_secret_reaches_its_url_for_its_actor_only_and_is_seen_nowhere_else() {
+    let world = TestWorld::new();
+    world.install("fetcher", "fetcher");
+    world.install("other", "fetcher");
+    let dir = world.path("");
+    let dir = dir.to_str().unwrap();
+    let (addr, heads) = recording_server();
+    let base = format!("http://{addr}/api");
+
+    // Wrong input is refused before a value is asked, and changes nothing.
+    let refused = sausage_with_input(&["secret", "set", "bad name", "--url", &base, dir], PLANTED);
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused.stderr).contains("cannot name a secret"),
+        "{}",
+        text(&refused.stderr)
+    );
+    let refused = sausage_with_input(&["secret", "set", "gh", "--url", "ftp://x", dir], PLANTED);
+    assert!(
+        text(&refused.stderr).contains("must start with https://"),
+        "{}",
+        text(&refused.stderr)
+    );
+    let refused = sausage(&["secret", "grant", "gh", "fetcher", dir]);
+    assert!(
+        text(&refused.stderr).contains("no secret `gh`"),
+        "{}",
+        text(&refused.stderr)
+    );
+
+    let set = sausage_with_input(
+        &[
+            "secret",
+            "set",
+            "gh",
+            "--url",
+            &base,
+            "--header",
+            "x-api-key",
+            "--format",
+            "Token {}",
+            dir,
+        ],
+        &format!("{PLANTED}\n"),
+    );
+    assert!(set.status.success(), "{}", text(&set.stderr));
+    assert!(
+        text(&set.stdout).contains("Set secret `gh`"),
+        "{}",
+        text(&set.stdout)
+    );
+    let unknown = sausage(&["secret", "grant", "gh", "nobody", dir]);
+    assert!(
+        text(&unknown.stderr).contains("no actor `nobody`"),
+        "{}",
+        text(&unknown.stderr)
+    );
+    let granted = sausage(&["secret", "grant", "gh", "fetcher", dir]);
+    assert!(granted.status.success(), "{}", text(&granted.stderr));
+
+    let mut host = world.run();
+    // Under the base URL: the header, written as the format says.
+    let answer = get(&mut host, "fetcher", &format!("{base}/user"));
+    assert_eq!(answer["body"], "howdy", "{answer}");
+    let head = heads.recv().unwrap();
+    assert!(head.starts_with("GET /api/user "), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains(&format!("x-api-key: token {PLANTED}").to_ascii_lowercase()),
+        "{head}"
+    );
+    // The same host outside the base URL: reached (the grant allows the host), no header.
+    let answer = get(&mut host, "fetcher", &format!("http://{addr}/elsewhere"));
+    assert_eq!(answer["body"], "howdy", "{answer}");
+    let head = heads.recv().unwrap();
+    assert!(head.starts_with("GET /elsewhere "), "{head}");
+    assert!(!head.contains(PLANTED), "{head}");
+    // An actor it is not granted to: denied, as with no network.
+    let answer = get(&mut host, "other", &format!("{base}/user"));
+    assert_eq!(answer["type"], "http_error", "{answer}");
+
+    // Listed without its value; its use is in the audit log.
+    let list = sausage(&["secret", "list", "--json", dir]);
+    let listed: Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(listed[0]["name"], "gh");
+    assert_eq!(listed[0]["grants"][0]["actor"], "fetcher");
+    assert_eq!(listed[0]["last_use"]["status"], 200, "{listed}");
+    let audit = sausage(&["audit", dir]);
+    let audit = text(&audit.stdout);
+    assert!(audit.contains("granted gh to fetcher"), "{audit}");
+    assert!(
+        audit.contains(&format!("fetcher used gh for {base}/user: 200")),
+        "{audit}"
+    );
+
+    // Revoked while the actor runs: its next request has neither the header nor the host.
+    let revoked = sausage(&["secret", "revoke", "gh", "fetcher", dir]);
+    assert!(revoked.status.success(), "{}", text(&revoked.stderr));
+    let answer = get(&mut host, "fetcher", &format!("{base}/user"));
+    assert_eq!(answer["type"], "http_error", "{answer}");
+    let output = host.stderr();
+    assert!(host.quit().success());
+
+    // The value is in the secrets file and nowhere else: no file of the world, no listing,
+    // no output of the host.
+    let secrets_file = world.path("broker/secrets/secrets.json");
+    let mut holding = Vec::new();
+    for entry in walkdir(&world.path("")) {
+        if entry != secrets_file
+            && std::fs::read(&entry).is_ok_and(|b| contains(&b, PLANTED.as_bytes()))
+        {
+            holding.push(entry);
+        }
+    }
+    assert!(holding.is_empty(), "the value leaked into {holding:?}");
+    assert!(
+        std::fs::read_to_string(&secrets_file)
+            .unwrap()
+            .contains(PLANTED)
+    );
+    for printed in [
+        text(&list.stdout),
+        audit,
+        output,
+        text(&set.stdout),
+        text(&set.stderr),
+    ] {
+        assert!(!printed.contains(PLANTED), "{printed}");
+    }
+    sausage(&["secret", "remove", "gh", dir]);
+    assert!(
+        !std::fs::read_to_string(&secrets_file)
+            .unwrap()
+            .contains(PLANTED)
+    );
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Every file under `dir`.
+fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => folders.push(path),
+                Ok(t) if t.is_file() => files.push(path),
+                _ => {}
+            }
+        }
+    }
+    files
+}
