@@ -193,6 +193,33 @@ impl Secrets {
         Ok(revoked)
     }
 
+    /// `actor`'s code was replaced by `by` (`None`: by nobody): every grant to it that `by`
+    /// did not give is dropped (DESIGN §25; an owner's replacement keeps them all, and the
+    /// caller does not ask then). Returns the secrets dropped.
+    pub fn code_replaced(&self, actor: &ActorId, by: Option<&str>) -> Result<Vec<String>> {
+        let mut dropped = Vec::new();
+        self.change(|all| {
+            for (name, secret) in all.iter_mut() {
+                let before = secret.grants.len();
+                secret
+                    .grants
+                    .retain(|g| g.actor != actor.as_str() || Some(g.by.as_str()) == by);
+                if secret.grants.len() != before {
+                    dropped.push(name.clone());
+                }
+            }
+            Ok(())
+        })?;
+        for name in &dropped {
+            self.audit.append(json!({
+                "event": "revoke", "by": by.unwrap_or("nobody"), "secret": name,
+                "actor": actor.as_str(),
+                "why": "the actor's code was replaced by someone who did not grant it",
+            }));
+        }
+        Ok(dropped)
+    }
+
     /// Removes secret `name`, and every grant of it.
     pub fn remove(&self, name: &str, by: &str) -> Result<()> {
         self.change(|all| {
@@ -472,6 +499,11 @@ mod tests {
         assert_eq!(listed[0].grants[0].actor, "a");
         assert_eq!(listed[0].last_use.as_ref().unwrap()["status"], 200);
 
+        // Replaced by the giver: kept; by someone else: dropped.
+        assert!(secrets.code_replaced(&a, Some("ann")).unwrap().is_empty());
+        assert_eq!(secrets.code_replaced(&a, Some("bob")).unwrap(), ["gh"]);
+        assert!(grants.current().is_empty());
+        assert!(secrets.grant("gh", &a, "ann").unwrap());
         assert!(secrets.revoke("gh", &a, "ann").unwrap());
         assert!(
             grants.current().is_empty(),
@@ -492,6 +524,8 @@ mod tests {
                 "\"secret_set\"",
                 "\"grant\"",
                 "\"use\"",
+                "\"revoke\"",
+                "\"grant\"",
                 "\"revoke\"",
                 "\"secret_remove\""
             ]

@@ -15,7 +15,7 @@ use super::limits::{self, Growth};
 use super::principal::Principal;
 use super::supervisor::{CRASH_LOOP_CRASHES, CRASH_LOOP_WINDOW, CrashLoop, Install, Upgraded};
 use super::{Broker, candidate, shadow};
-use crate::message::{ActorId, Envelope, Outgoing, Speaker};
+use crate::message::{ActorId, Envelope, Outgoing, Speaker, Tier};
 use crate::replace::Replacement;
 use crate::runtime::{DEFAULT_MEMORY_MB, Program};
 use crate::traces::{self, Span};
@@ -571,6 +571,17 @@ impl Broker {
             }
             return Err(format!("{e}; version {previous} keeps running"));
         }
+        // New code keeps the secrets granted to the old only when an owner or their giver
+        // put it there.
+        let dropped = match principal.person() {
+            Some(person) if person.tier == Tier::Owner => Vec::new(),
+            by => crate::secrets::Secrets::new(&self.world)
+                .code_replaced(&id, by.map(|p| p.person.as_str()))
+                .unwrap_or_else(|e| {
+                    tracing::error!("actor {id}: its grants could not be checked: {e:#}");
+                    Vec::new()
+                }),
+        };
         let upgraded = Upgraded {
             requester: request.from.clone(),
             request_id: request.id.clone(),
@@ -601,6 +612,9 @@ impl Broker {
         });
         if let Some(shadow) = shadow {
             reply["shadow"] = shadow;
+        }
+        if !dropped.is_empty() {
+            reply["grants_dropped"] = json!(dropped);
         }
         let urls = self.route_urls(&id).await;
         if !urls.is_empty() {
@@ -1239,7 +1253,7 @@ impl Broker {
         };
         let named = ActorId::parse(named)
             .map_err(|e| format!("`owner`: {}", e.replace("actor id", "person id")))?;
-        if speaker.tier != crate::message::Tier::Owner && named != speaker.person {
+        if speaker.tier != Tier::Owner && named != speaker.person {
             return Err(format!(
                 "`owner`: {} may spawn actors only for themselves, not for {named}",
                 speaker.person
