@@ -21,7 +21,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::message::ActorId;
+use crate::message::{ActorId, Tier};
 use crate::runtime::network::{Credentials, Granted, Grants};
 use crate::world::World;
 use audit::Audit;
@@ -85,6 +85,13 @@ pub struct NewSecret<'a> {
     pub format: Option<&'a str>,
 }
 
+/// Who acts on secrets, and as which tier (DESIGN §25): owners set and grant any secret,
+/// members their own to their own actors, guests none.
+pub struct Acting<'a> {
+    pub person: &'a str,
+    pub tier: Tier,
+}
+
 /// The secrets of a world.
 #[derive(Clone)]
 pub struct Secrets {
@@ -134,6 +141,54 @@ impl Secrets {
             "replaced": replaced,
         }));
         Ok(replaced)
+    }
+
+    /// Whether `who` may set, grant, revoke or remove secret `name` (which may not exist
+    /// yet), and grant it to or take it from `actor` (with its owner) when one is named.
+    pub fn check(
+        &self,
+        who: &Acting,
+        name: &str,
+        actor: Option<(&str, Option<&str>)>,
+    ) -> Result<()> {
+        match who.tier {
+            Tier::Owner => return Ok(()),
+            Tier::Guest => bail!(
+                "{} is a guest, and guests may not set or grant secrets; ask a member or an owner",
+                who.person
+            ),
+            Tier::Member => {}
+        }
+        if let Some(secret) = self.read()?.get(name)
+            && secret.set_by != who.person
+        {
+            bail!(
+                "secret `{name}` was set by {}: a member sets and grants only their own secrets",
+                secret.set_by
+            );
+        }
+        if let Some((actor, owner)) = actor
+            && owner != Some(who.person)
+        {
+            bail!(
+                "actor `{actor}` is {}: a member grants secrets to their own actors only",
+                owner.map_or("nobody's".to_string(), |o| format!("{o}'s"))
+            );
+        }
+        Ok(())
+    }
+
+    /// The secrets `who` may see: all for an owner, their own for a member, none for a guest.
+    pub fn list_for(&self, who: &Acting) -> Result<Vec<Listed>> {
+        match who.tier {
+            Tier::Owner => self.list(),
+            Tier::Member => Ok(self
+                .list()?
+                .into_iter()
+                .filter(|s| s.set_by == who.person)
+                .collect()),
+            Tier::Guest => bail!("{} is a guest, and guests may not see secrets", who.person),
+        }
     }
 
     /// Every secret, by name, without values.
@@ -530,6 +585,63 @@ mod tests {
                 "\"secret_remove\""
             ]
         );
+    }
+
+    #[test]
+    fn owners_set_and_grant_any_members_their_own_to_their_own_guests_none() {
+        let (_dir, world) = world();
+        let secrets = Secrets::new(&world);
+        secrets
+            .set(&secret("bobs", "https://b.example"), "v", "bob")
+            .unwrap();
+        secrets
+            .set(&secret("anns", "https://a.example"), "v", "ann")
+            .unwrap();
+        let ann = Acting {
+            person: "ann",
+            tier: Tier::Member,
+        };
+        let gus = Acting {
+            person: "gus",
+            tier: Tier::Guest,
+        };
+        let olga = Acting {
+            person: "olga",
+            tier: Tier::Owner,
+        };
+        assert!(
+            secrets
+                .check(&ann, "anns", Some(("ann-bot", Some("ann"))))
+                .is_ok()
+        );
+        assert!(secrets.check(&ann, "new-one", None).is_ok());
+        let err = secrets.check(&ann, "bobs", None).unwrap_err().to_string();
+        assert!(err.contains("was set by bob"), "{err}");
+        let err = (secrets.check(&ann, "anns", Some(("bob-bot", Some("bob")))))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("actor `bob-bot` is bob's"), "{err}");
+        let err = secrets
+            .check(&gus, "new-one", None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("guests may not"), "{err}");
+        assert!(
+            secrets
+                .check(&olga, "bobs", Some(("x", Some("ann"))))
+                .is_ok()
+        );
+        let names = |who: &Acting| -> Vec<String> {
+            secrets
+                .list_for(who)
+                .unwrap()
+                .into_iter()
+                .map(|s| s.name)
+                .collect()
+        };
+        assert_eq!(names(&ann), ["anns"]);
+        assert_eq!(names(&olga), ["anns", "bobs"]);
+        assert!(secrets.list_for(&gus).is_err());
     }
 
     #[test]

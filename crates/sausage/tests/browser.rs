@@ -845,3 +845,44 @@ fn a_turns_waterfall_shows_its_model_requests_and_tool_call_on_one_time_axis() {
     browser.screenshot("turn_waterfall").unwrap();
     fake.assert_clean();
 }
+
+#[test]
+fn an_owner_sets_a_secret_in_a_password_field_and_grants_it_and_the_page_never_shows_it() {
+    const VALUE: &str = "pl4nted-in-the-page";
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    let web = WebHost::start(&world);
+    let owner = logged_in(&web);
+    owner.wait_shown("#nav a[data-view=secrets]");
+    go(&owner, "secrets");
+    assert_eq!(
+        owner.eval(
+            "return document.querySelector('#secret-value').type",
+            json!([])
+        ),
+        "password"
+    );
+    owner.type_into("#secret-name", "gh");
+    owner.type_into("#secret-url", "https://api.github.com");
+    owner.type_into("#secret-value", VALUE);
+    owner.click("#secret-set");
+    owner.wait_text("#secrets-table tr[data-secret=gh] .id", "gh");
+    owner.type_into("#secrets-table tr[data-secret=gh] .grant-actor", "echo");
+    owner.click("#secrets-table tr[data-secret=gh] .grant-button");
+    owner.wait_text("#secrets-table tr[data-secret=gh] .grant", "echo");
+    // A wrong actor is refused with why, and changes nothing.
+    owner.type_into("#secrets-table tr[data-secret=gh] .grant-actor", "nobody");
+    owner.click("#secrets-table tr[data-secret=gh] .grant-button");
+    owner.wait_text("#secrets-error", "no actor `nobody`");
+    owner.screenshot("secrets_view").unwrap();
+    let page = owner
+        .eval(
+            "return document.documentElement.outerHTML + \
+             [...document.querySelectorAll('input')].map((i) => i.value).join(' ')",
+            json!([]),
+        )
+        .to_string();
+    assert!(!page.contains(VALUE), "the page holds the value");
+    let listed = std::fs::read_to_string(world.path("broker/secrets/secrets.json")).unwrap();
+    assert!(listed.contains(VALUE) && listed.contains("\"actor\": \"echo\""));
+}

@@ -230,3 +230,130 @@ fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     files
 }
+
+/// Logs in with the link `sausage people add` printed.
+fn log_in(web: &support::web::WebHost, printed: &str) -> support::web::Client {
+    let link = printed
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("a login link");
+    let path = link.split_once(&web.addr).unwrap().1;
+    let response = support::http::request(&web.addr, "GET", path, &[], b"");
+    assert_eq!(response.status, 303, "{}", response.text());
+    let cookie = response.header("set-cookie").unwrap();
+    support::web::Client {
+        addr: web.addr.clone(),
+        cookie: cookie.split(';').next().unwrap().to_string(),
+    }
+}
+
+#[test]
+fn on_the_web_members_set_and_grant_their_own_secrets_to_their_own_actors_and_guests_none() {
+    let world = TestWorld::new();
+    world.install("ann-bot", "fetcher");
+    world.install("bob-bot", "fetcher");
+    world.set_owner("ann-bot", "ann");
+    world.set_owner("bob-bot", "bob");
+    let dir = world.path("");
+    let dir = dir.to_str().unwrap();
+    let web = support::web::WebHost::start(&world);
+    let add = |id: &str, tier: &str| {
+        let out = sausage(&["people", "add", id, "--tier", tier, dir]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        log_in(&web, &text(&out.stdout))
+    };
+    let (ann, bob, gus) = (
+        add("ann", "member"),
+        add("bob", "member"),
+        add("gus", "guest"),
+    );
+    let set = |client: &support::web::Client, name: &str| {
+        client.post(
+            "/api/secrets",
+            &json!({"name": name, "url": "https://api.example", "value": PLANTED}),
+        )
+    };
+    assert_eq!(set(&ann, "anns").status, 200);
+    assert_eq!(set(&bob, "bobs").status, 200);
+
+    // What each may not do is refused with why, and changes nothing.
+    let before = std::fs::read(world.path("broker/secrets/secrets.json")).unwrap();
+    let refusals = [
+        (set(&gus, "guss"), 403, "guests may not"),
+        (set(&ann, "bobs"), 403, "was set by bob"),
+        (
+            ann.post("/api/secrets/bobs/grant", &json!({"actor": "ann-bot"})),
+            403,
+            "was set by bob",
+        ),
+        (
+            ann.post("/api/secrets/anns/grant", &json!({"actor": "bob-bot"})),
+            403,
+            "is bob's",
+        ),
+        (
+            ann.post("/api/secrets/anns/grant", &json!({"actor": "nobody"})),
+            404,
+            "no actor `nobody`",
+        ),
+        (
+            ann.post("/api/secrets/anns/grant", &json!({})),
+            400,
+            "notifier",
+        ),
+        (
+            ann.post("/api/secrets/anns/steal", &json!({})),
+            404,
+            "no action `steal`",
+        ),
+        (
+            ann.post("/api/secrets/bobs/remove", &json!({})),
+            403,
+            "was set by bob",
+        ),
+        (
+            ann.post("/api/secrets", &json!({"name": "x"})),
+            400,
+            "https://api.github.com",
+        ),
+        (
+            ann.post(
+                "/api/secrets",
+                &json!({"name": "x y", "url": "https://a", "value": PLANTED}),
+            ),
+            400,
+            "cannot name a secret",
+        ),
+        (gus.get("/api/secrets"), 403, "guests may not"),
+    ];
+    for (response, status, why) in refusals {
+        assert_eq!(response.status, status, "{}", response.text());
+        assert!(
+            response.text().contains(why),
+            "{} should say {why}",
+            response.text()
+        );
+        assert!(!response.text().contains(PLANTED));
+    }
+    assert_eq!(
+        std::fs::read(world.path("broker/secrets/secrets.json")).unwrap(),
+        before
+    );
+
+    // Ann grants her own to her own actor, and sees only her own.
+    let granted = ann.post("/api/secrets/anns/grant", &json!({"actor": "ann-bot"}));
+    assert_eq!(granted.status, 200, "{}", granted.text());
+    let listed = ann.get("/api/secrets");
+    let names: Vec<Value> = listed.json()["secrets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].clone())
+        .collect();
+    assert_eq!(names, [json!("anns")]);
+    assert_eq!(listed.json()["secrets"][0]["grants"][0]["actor"], "ann-bot");
+    assert!(!listed.text().contains(PLANTED));
+    let revoked = ann.post("/api/secrets/anns/revoke", &json!({"actor": "ann-bot"}));
+    assert_eq!(revoked.json()["changed"], true, "{}", revoked.text());
+    assert_eq!(bob.post("/api/secrets/bobs/remove", &json!({})).status, 200);
+}

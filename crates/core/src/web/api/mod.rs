@@ -13,6 +13,7 @@ pub mod mcp;
 mod messages;
 mod people;
 mod schedules;
+mod secrets;
 mod session;
 
 use std::sync::Arc;
@@ -82,6 +83,11 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/api/graph", get(live::graph))
         .route("/api/people", get(people::people).post(people::add_person))
         .route("/api/people/{id}/{action}", post(people::change_person))
+        .route(
+            "/api/secrets",
+            get(secrets::secrets).post(secrets::set_secret),
+        )
+        .route("/api/secrets/{name}/{action}", post(secrets::change_secret))
         .route("/api/schedules", get(schedules::schedules))
         .route(
             "/api/schedules/{id}/unschedule",

@@ -1,6 +1,7 @@
 // The web console's page (DESIGN §14): views behind hash routes (#/chat, #/actors,
-// #/actor/<id>, #/graph, and #/people and #/schedules for owners), fed by the JSON API and the
-// server-sent events of /api/events, which carry only what is for this page's person (DESIGN §13).
+// #/actor/<id>, #/graph, #/people and #/schedules for owners, #/secrets for members and owners),
+// fed by the JSON API and the server-sent events of /api/events, which carry only what is for
+// this page's person (DESIGN §13).
 // No framework, no build step, no network beyond this server. Untrusted text (messages, files,
 // logs) only ever becomes DOM text nodes: nothing here assigns innerHTML.
 // The chat box is never rebuilt, so a reconnect or a restart of the world never loses what a
@@ -122,6 +123,7 @@ async function loadMe() {
   label.hidden = false;
   $('#nav-people').hidden = me.tier !== 'owner';
   $('#nav-schedules').hidden = me.tier !== 'owner';
+  $('#nav-secrets').hidden = me.tier === 'guest';
   if (actorPage.detail) renderActor(actorPage.detail);
 }
 
@@ -1424,6 +1426,76 @@ function setUpPeople() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Secrets (members their own, owners all): set, grant, revoke, remove; a value is only typed,
+// never shown back.
+
+/** Shows the secrets; a refusal just shown stays unless `clear`. */
+async function loadSecrets(clear = true) {
+  let list;
+  try {
+    list = (await api('GET', '/api/secrets')).secrets || [];
+    if (clear) showError($('#secrets-error'), '');
+  } catch (error) {
+    showError($('#secrets-error'), error.message);
+    return;
+  }
+  $('#secrets-table tbody').replaceChildren(...list.map((secret) => {
+    const grants = el('td', { class: 'grants' }, ...secret.grants.flatMap((grant) => {
+      const revoke = el('button', { type: 'button', class: 'link-button', 'aria-label': `revoke from ${grant.actor}` }, '×');
+      revoke.addEventListener('click', () => changeSecret(secret.name, 'revoke', { actor: grant.actor },
+        `Take ${secret.name} back from ${grant.actor}?`));
+      return [el('span', { class: 'grant' }, grant.actor, ' ', revoke), ' '];
+    }));
+    const actor = el('input', { class: 'grant-actor', placeholder: 'actor', 'aria-label': `grant ${secret.name} to` });
+    const grant = el('button', { type: 'button', class: 'link-button grant-button' }, 'grant');
+    grant.addEventListener('click', () => changeSecret(secret.name, 'grant', { actor: actor.value.trim() }));
+    grants.append(actor, ' ', grant);
+    const remove = el('button', { type: 'button', class: 'danger remove' }, 'remove');
+    remove.addEventListener('click', () => changeSecret(secret.name, 'remove', {},
+      `Remove ${secret.name} and all its grants?`));
+    const use = secret.last_use
+      ? `${secret.last_use.at} by ${secret.last_use.actor} (${secret.last_use.status})` : 'never';
+    return el('tr', { 'data-secret': secret.name },
+      el('td', { class: 'id' }, secret.name), el('td', {}, secret.url), el('td', {}, secret.header),
+      el('td', {}, secret.set_by), grants, el('td', {}, use), el('td', { class: 'actions' }, remove));
+  }));
+}
+
+async function changeSecret(name, action, body, question) {
+  if (question && !await confirmDialog(question)) return;
+  try {
+    await api('POST', `/api/secrets/${encodeURIComponent(name)}/${action}`, body);
+    loadSecrets();
+  } catch (error) {
+    showError($('#secrets-error'), error.message);
+    loadSecrets(false);
+  }
+}
+
+function setUpSecrets() {
+  $('#secret-form').addEventListener('submit', async (event) => {
+    event.preventDefault();
+    const body = {
+      name: $('#secret-name').value.trim(),
+      url: $('#secret-url').value.trim(),
+      header: $('#secret-header').value.trim(),
+      format: $('#secret-format').value,
+      value: $('#secret-value').value,
+    };
+    // The value leaves the page with this request and is not kept in it.
+    $('#secret-value').value = '';
+    try {
+      await api('POST', '/api/secrets', body);
+      $('#secret-name').value = '';
+      loadSecrets();
+    } catch (error) {
+      showError($('#secrets-error'), error.message);
+      loadSecrets(false);
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
 // Schedules (owners): what the scheduler will send, and to end one.
 
 /** When a schedule fires, in words: its cron pattern and zone, its period, or its time. */
@@ -1477,7 +1549,7 @@ let currentView = null;
 function parseRoute() {
   const [view, ...rest] = (location.hash || '#/chat').replace(/^#\/?/, '').split('/');
   if (view === 'actor' && rest.length) return { view: 'actor', id: decodeURIComponent(rest.join('/')) };
-  return { view: ['chat', 'actors', 'graph', 'people', 'schedules'].includes(view) ? view : 'chat' };
+  return { view: ['chat', 'actors', 'graph', 'people', 'schedules', 'secrets'].includes(view) ? view : 'chat' };
 }
 
 function route() {
@@ -1507,6 +1579,7 @@ function loadView() {
     case 'graph': return loadGraph();
     case 'people': return loadPeople();
     case 'schedules': return loadSchedules();
+    case 'secrets': return loadSecrets();
     default: return null;
   }
 }
@@ -1525,6 +1598,7 @@ function main() {
   setUpActors();
   setUpActor();
   setUpPeople();
+  setUpSecrets();
   loadMe();
   window.addEventListener('hashchange', route);
   route();
