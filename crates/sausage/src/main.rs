@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use serde_json::json;
 use tokio::io::BufReader;
 
 use init::{AgentConfig, MatrixConfig};
@@ -663,6 +664,13 @@ async fn matrix_setup(world: World, config: MatrixConfig) -> Result<ExitCode> {
 
 /// `sausage people …`: one change to `people.json` (under its lock, so a running world and
 /// this command never lose each other's change).
+/// A change of who is in the world, or of a tier, in the audit log (DESIGN §25), by the
+/// folder's user as its first owner.
+fn audit_people(world: &World, mut entry: serde_json::Value) {
+    entry["by"] = json!(secret::me(world).unwrap_or_else(|_| "owner".into()));
+    sausage_core::secrets::audit::Audit::new(world).append(entry);
+}
+
 fn people(command: PeopleCommand) -> Result<ExitCode> {
     let (named, usage) = match &command {
         PeopleCommand::Add { world, .. } => (world.clone(), "people add ID --tier TIER"),
@@ -705,6 +713,10 @@ fn people(command: PeopleCommand) -> Result<ExitCode> {
                 .into_iter()
                 .collect();
             let token = people.add_with(&id, tier, name.as_deref(), handles)?;
+            audit_people(
+                world,
+                json!({"event": "person_add", "person": id, "tier": tier.as_str()}),
+            );
             println!("Added {id} ({}). Their one-time login link:", tier.as_str());
             println!("    {}", login_link(world, &token));
         }
@@ -721,10 +733,15 @@ fn people(command: PeopleCommand) -> Result<ExitCode> {
         }
         PeopleCommand::Remove { id, .. } => {
             people.remove(&id)?;
+            audit_people(world, json!({"event": "person_remove", "person": id}));
             println!("Removed {id}; their sessions have ended.");
         }
         PeopleCommand::Tier { id, tier, .. } => {
             people.set_tier(&id, tier)?;
+            audit_people(
+                world,
+                json!({"event": "person_tier", "person": id, "tier": tier.as_str()}),
+            );
             println!("{id} is now {}.", tier.as_str());
         }
         PeopleCommand::Matrix {

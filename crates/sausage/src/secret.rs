@@ -182,6 +182,14 @@ pub fn audit(world: &World, json: bool) -> Result<ExitCode> {
                 text("secret"),
                 text("actor")
             ),
+            "person_add" => format!(
+                "{} added {} as {}",
+                text("by"),
+                text("person"),
+                text("tier")
+            ),
+            "person_tier" => format!("{} made {} {}", text("by"), text("person"), text("tier")),
+            "person_remove" => format!("{} removed {}", text("by"), text("person")),
             "use" => format!(
                 "{} used {} for {}: {}",
                 text("actor"),
@@ -197,7 +205,7 @@ pub fn audit(world: &World, json: bool) -> Result<ExitCode> {
 }
 
 /// Who acts: the folder's user, as the world's first owner.
-fn me(world: &World) -> Result<String> {
+pub fn me(world: &World) -> Result<String> {
     let people = People::new(world).list()?;
     Ok(people
         .into_iter()

@@ -356,4 +356,18 @@ fn on_the_web_members_set_and_grant_their_own_secrets_to_their_own_actors_and_gu
     let revoked = ann.post("/api/secrets/anns/revoke", &json!({"actor": "ann-bot"}));
     assert_eq!(revoked.json()["changed"], true, "{}", revoked.text());
     assert_eq!(bob.post("/api/secrets/bobs/remove", &json!({})).status, 200);
+
+    // Who came in, as what, and every secret's story, in the audit log; no value.
+    let audit = text(&sausage(&["audit", dir]).stdout);
+    for line in [
+        "added ann as member",
+        "added gus as guest",
+        "ann set secret anns for https://api.example",
+        "ann granted anns to ann-bot",
+        "ann revoked anns from ann-bot",
+        "bob removed secret bobs",
+    ] {
+        assert!(audit.contains(line), "{line} is not in\n{audit}");
+    }
+    assert!(!audit.contains(PLANTED));
 }

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use super::{App, Person, Refusal, object, refuse};
 use crate::message::Tier;
+use crate::secrets::audit::Audit;
 
 /// Runs one change of `people.json` off the world's thread (it takes the file's lock), for
 /// owners only: 403 for others, 400 with the reason when the change is refused.
@@ -95,8 +96,12 @@ pub(super) async fn add_person(
             );
         }
     };
+    let audit = Audit::new(&app.broker.world);
+    let by = person.id.clone();
     let added = people_change(&app, &person, move |people| {
         let token = people.add(&id, tier, name.as_deref())?;
+        audit.append(json!({"event": "person_add", "by": by, "person": id,
+            "tier": tier.as_str()}));
         Ok((people.get(&id)?, token))
     })
     .await;
@@ -137,15 +142,22 @@ pub(super) async fn change_person(
                     );
                 }
             };
+            let audit = Audit::new(&app.broker.world);
+            let by = person.id.clone();
             people_change(&app, &person, move |people| {
                 people.set_tier(&id, tier)?;
+                audit.append(json!({"event": "person_tier", "by": by, "person": id,
+                    "tier": tier.as_str()}));
                 Ok(json!({"type": "tier_changed", "person": id, "tier": tier}))
             })
             .await
         }
         "remove" => {
+            let audit = Audit::new(&app.broker.world);
+            let by = person.id.clone();
             people_change(&app, &person, move |people| {
                 people.remove(&id)?;
+                audit.append(json!({"event": "person_remove", "by": by, "person": id}));
                 Ok(json!({"type": "removed", "person": id}))
             })
             .await
