@@ -30,6 +30,8 @@ const LIMITS: &str = "limits";
 /// The scheduler's table, shared by the host that leads it for the next one.
 const SCHEDULES: &str = "schedules";
 const PEOPLE: &str = "people";
+/// The secrets file, sealed with the hosts' cluster key (DESIGN §25): NATS holds no value.
+const SECRETS: &str = "secrets";
 const ACTOR_PREFIX: &str = "actor.";
 /// `route.<path in hex>`: an HTTP route (DESIGN §24), one key each, so 10,000 routes are
 /// 10,000 small values rather than one large one (a key holds no `/` or `*`).
@@ -157,6 +159,108 @@ impl Cluster {
                             match self.registry.put(PEOPLE, now.clone().into()).await {
                                 Ok(_) => last = now,
                                 Err(e) => tracing::warn!("cannot share the people: {e}"),
+                            }
+                        }
+                    }
+                }
+            }
+            tokio::time::sleep(super::HEARTBEAT).await;
+        }
+    }
+
+    /// Keeps this host's secrets file and the cluster's sealed copy the same, both ways, as
+    /// [`Cluster::sync_people`] does the people; the first host makes the cluster key. A host
+    /// without the key (or with another) shares nothing and says how to fix it; its actors run
+    /// with the secrets its own folder has.
+    pub async fn sync_secrets(self: std::sync::Arc<Self>, world: World) {
+        use sausage_core::secrets::sealed::ClusterKey;
+        let secrets = sausage_core::secrets::Secrets::new(&world);
+        let shared_now = self.registry.get(SECRETS).await;
+        let key = match &shared_now {
+            // Nothing shared yet: this host may start the cluster's key.
+            Ok(None) => ClusterKey::read_or_make(&world).map(Some),
+            _ => ClusterKey::read(&world),
+        };
+        let key = match key {
+            Ok(Some(key)) => key,
+            Ok(None) => {
+                tracing::warn!(
+                    "host {}: secrets are not shared with this host: it has no cluster key; copy \
+                     {} from a host of the cluster (mode 0600) and start it again",
+                    self.host,
+                    ClusterKey::path(&world).display()
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "host {}: secrets are not shared with this host: {e:#}",
+                    self.host
+                );
+                return;
+            }
+        };
+        // The cluster's secrets replace this host's; with none shared yet, this host's are
+        // shared at the first tick.
+        let mut last = match shared_now {
+            Ok(Some(sealed)) => match key.open(&sealed) {
+                Ok(bytes) => {
+                    if bytes != secrets.file_bytes()
+                        && let Err(e) = secrets.replace_file(&bytes)
+                    {
+                        tracing::warn!("the cluster's secrets: {e:#}");
+                    }
+                    bytes
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "host {}: secrets are not shared with this host: {e:#}",
+                        self.host
+                    );
+                    return;
+                }
+            },
+            _ => Vec::new(),
+        };
+        let mut ticks = tokio::time::interval(super::HEARTBEAT);
+        loop {
+            let mut shared = match self.registry.watch_with_history(SECRETS).await {
+                Ok(watch) => watch,
+                Err(e) => {
+                    tracing::warn!("secrets are not shared with the other hosts for now: {e}");
+                    tokio::time::sleep(super::HEARTBEAT).await;
+                    continue;
+                }
+            };
+            loop {
+                tokio::select! {
+                    entry = shared.next() => {
+                        let Some(Ok(entry)) = entry else { break };
+                        if entry.operation != kv::Operation::Put {
+                            continue;
+                        }
+                        let opened = key.open(&entry.value);
+                        match opened.and_then(|bytes| {
+                            if bytes != last {
+                                secrets.replace_file(&bytes)?;
+                            }
+                            Ok(bytes)
+                        }) {
+                            Ok(bytes) => last = bytes,
+                            Err(e) => tracing::warn!("the cluster's secrets: {e:#}"),
+                        }
+                    }
+                    _ = ticks.tick() => {
+                        let now = secrets.file_bytes();
+                        if now != last && !now.is_empty() {
+                            let put = match key.seal(&now) {
+                                Ok(sealed) => self.registry.put(SECRETS, sealed.into()).await
+                                    .map_err(anyhow::Error::from),
+                                Err(e) => Err(e),
+                            };
+                            match put {
+                                Ok(_) => last = now,
+                                Err(e) => tracing::warn!("cannot share the secrets: {e:#}"),
                             }
                         }
                     }

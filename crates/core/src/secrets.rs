@@ -10,6 +10,7 @@
 //! Every set, grant, revocation, removal and use is a line of the audit log (`audit`).
 
 pub mod audit;
+pub mod sealed;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -293,6 +294,22 @@ impl Secrets {
             secrets: self.clone(),
             actor: actor.clone(),
             seen: Mutex::default(),
+        })
+    }
+
+    /// The secrets file as it is (empty when there is none): what a cluster shares, sealed.
+    pub fn file_bytes(&self) -> Vec<u8> {
+        std::fs::read(self.path()).unwrap_or_default()
+    }
+
+    /// Replaces the secrets file with another host's copy, under the lock; bytes that are not
+    /// a secrets file change nothing.
+    pub fn replace_file(&self, bytes: &[u8]) -> Result<()> {
+        let _: BTreeMap<String, Stored> =
+            serde_json::from_slice(bytes).context("not a secrets file")?;
+        self.change(|all| {
+            *all = serde_json::from_slice(bytes).expect("checked above");
+            Ok(())
         })
     }
 

@@ -1444,3 +1444,67 @@ fn a_request_whose_host_dies_is_answered_502_and_never_handled_again() {
         "the lost request was never given again"
     );
 }
+
+#[test]
+fn secrets_are_shared_sealed_between_hosts_with_the_key_and_a_host_without_it_says_how() {
+    const PLANTED: &str = "pl4nted-cluster-v4lue";
+    let nats = Nats::start();
+    let (one, two, three) = (TestWorld::new(), TestWorld::new(), TestWorld::new());
+    one.install("fetcher", "fetcher");
+    let folder = |world: &TestWorld| world.path("").to_str().unwrap().to_string();
+    let set = support::sausage_with_input(
+        &[
+            "secret",
+            "set",
+            "gh",
+            "--url",
+            "http://127.0.0.1:9/api",
+            &folder(&one),
+        ],
+        PLANTED,
+    );
+    assert!(set.status.success(), "{}", support::text(&set.stderr));
+    let granted = support::sausage(&["secret", "grant", "gh", "fetcher", &folder(&one)]);
+    assert!(
+        granted.status.success(),
+        "{}",
+        support::text(&granted.stderr)
+    );
+
+    // The first host makes the cluster's key and shares the secrets sealed with it.
+    let _a = host(&one, &nats, "a");
+    let key = one.path("broker/secrets/cluster.key");
+    support::eventually("host a's cluster key", || key.exists());
+    std::fs::create_dir_all(two.path("broker/secrets")).unwrap();
+    std::fs::copy(&key, two.path("broker/secrets/cluster.key")).unwrap();
+    let _b = host(&two, &nats, "b");
+    let theirs = two.path("broker/secrets/secrets.json");
+    support::eventually("host b to get the secrets", || {
+        std::fs::read_to_string(&theirs).is_ok_and(|t| t.contains(PLANTED))
+    });
+    // A change on the second host reaches the first.
+    let revoked = support::sausage(&["secret", "revoke", "gh", "fetcher", &folder(&two)]);
+    assert!(
+        revoked.status.success(),
+        "{}",
+        support::text(&revoked.stderr)
+    );
+    support::eventually("the revocation on host a", || {
+        std::fs::read_to_string(one.path("broker/secrets/secrets.json"))
+            .is_ok_and(|t| !t.contains("\"fetcher\""))
+    });
+    // NATS's store on disk holds no value, nor the key (it does hold what is shared plain).
+    support::eventually("the registry in NATS's store on disk", || {
+        !support::files_holding(&nats.store(), b"actor.fetcher").is_empty()
+    });
+    let key_bytes = std::fs::read(&key).unwrap();
+    assert!(support::files_holding(&nats.store(), PLANTED.as_bytes()).is_empty());
+    assert!(support::files_holding(&nats.store(), &key_bytes).is_empty());
+
+    // A host without the key shares nothing and says how to fix it.
+    let c = host(&three, &nats, "c");
+    support::eventually("host c to say it has no key", || {
+        c.stderr().contains("it has no cluster key; copy")
+    });
+    assert!(!three.path("broker/secrets/secrets.json").exists());
+}

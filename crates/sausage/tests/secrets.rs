@@ -6,7 +6,6 @@ mod support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
-use std::process::{Command, Stdio};
 use std::sync::mpsc;
 
 use serde_json::{Value, json};
@@ -40,24 +39,6 @@ fn recording_server() -> (String, mpsc::Receiver<String>) {
         }
     });
     (addr, received)
-}
-
-/// `sausage ARGS` with `stdin` as its input.
-fn sausage_with_input(args: &[&str], stdin: &str) -> std::process::Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sausage"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
 }
 
 fn get(host: &mut Host, actor: &str, url: &str) -> Value {
@@ -176,14 +157,10 @@ fn a_granted_secret_reaches_its_url_for_its_actor_only_and_is_seen_nowhere_else(
     // The value is in the secrets file and nowhere else: no file of the world, no listing,
     // no output of the host.
     let secrets_file = world.path("broker/secrets/secrets.json");
-    let mut holding = Vec::new();
-    for entry in walkdir(&world.path("")) {
-        if entry != secrets_file
-            && std::fs::read(&entry).is_ok_and(|b| contains(&b, PLANTED.as_bytes()))
-        {
-            holding.push(entry);
-        }
-    }
+    let holding: Vec<_> = files_holding(&world.path(""), PLANTED.as_bytes())
+        .into_iter()
+        .filter(|f| *f != secrets_file)
+        .collect();
     assert!(holding.is_empty(), "the value leaked into {holding:?}");
     assert!(
         std::fs::read_to_string(&secrets_file)
@@ -205,30 +182,6 @@ fn a_granted_secret_reaches_its_url_for_its_actor_only_and_is_seen_nowhere_else(
             .unwrap()
             .contains(PLANTED)
     );
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
-}
-
-/// Every file under `dir`.
-fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    let mut folders = vec![dir.to_path_buf()];
-    while let Some(folder) = folders.pop() {
-        let Ok(entries) = std::fs::read_dir(&folder) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            match entry.file_type() {
-                Ok(t) if t.is_dir() => folders.push(path),
-                Ok(t) if t.is_file() => files.push(path),
-                _ => {}
-            }
-        }
-    }
-    files
 }
 
 /// Logs in with the link `sausage people add` printed.

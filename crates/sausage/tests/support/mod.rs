@@ -320,6 +320,52 @@ pub fn sausage(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// Runs `sausage ARGS` with `stdin` as its input, to its end.
+pub fn sausage_with_input(args: &[&str], stdin: &str) -> std::process::Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sausage"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Every file under `dir`.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => folders.push(path),
+                Ok(t) if t.is_file() => files.push(path),
+                _ => {}
+            }
+        }
+    }
+    files
+}
+
+/// The files under `dir` that hold `needle`.
+pub fn files_holding(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    files_under(dir)
+        .into_iter()
+        .filter(|f| std::fs::read(f).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle)))
+        .collect()
+}
+
 /// Bytes a command printed, as text.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

@@ -49,6 +49,11 @@ impl Nats {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
+    /// Where it stores JetStream's streams on disk.
+    pub fn store(&self) -> std::path::PathBuf {
+        self._folder.path().join("store")
+    }
+
     /// Whether the server answers its health check with JetStream on.
     pub fn healthy(&self) -> bool {
         healthy(self.monitor, "/healthz?js-enabled-only=true")
