@@ -62,7 +62,10 @@ async fn main(request: Request<Body>) -> Result<Response<Body>, Error> {
                     return None;
                 }
                 wstd::task::sleep(Duration::from_millis(20)).await;
-                Some((Ok::<_, Infallible>(Bytes::from(format!("line {i}\n"))), i + 1))
+                Some((
+                    Ok::<_, Infallible>(Bytes::from(format!("line {i}\n"))),
+                    i + 1,
+                ))
             });
             Ok(Response::new(Body::from_try_stream(lines)))
         }
@@ -89,7 +92,11 @@ async fn main(request: Request<Body>) -> Result<Response<Body>, Error> {
 
 async fn echo(request: Request<Body>) -> Result<Response<Body>, Error> {
     let (parts, mut body) = request.into_parts();
-    let mut text = format!("{} {}\n", parts.method, parts.uri.path_and_query().map_or("", |p| p.as_str()));
+    let mut text = format!(
+        "{} {}\n",
+        parts.method,
+        parts.uri.path_and_query().map_or("", |p| p.as_str())
+    );
     for (name, value) in &parts.headers {
         text.push_str(&format!("{}: {}\n", name, value.to_str().unwrap_or("?")));
     }
