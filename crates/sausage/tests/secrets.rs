@@ -324,3 +324,74 @@ fn on_the_web_members_set_and_grant_their_own_secrets_to_their_own_actors_and_gu
     }
     assert!(!audit.contains(PLANTED));
 }
+
+#[test]
+fn new_code_from_a_member_keeps_only_the_grants_that_member_gave() {
+    let world = TestWorld::new();
+    world.install("ann-bot", "fetcher");
+    world.set_owner("ann-bot", "ann");
+    // A program ann may name in her own namespace.
+    std::fs::copy(
+        wasm("fetcher"),
+        world.path("actor/ann-bot/public/fetcher.wasm"),
+    )
+    .unwrap();
+    let dir = world.path("");
+    let dir = dir.to_str().unwrap();
+    let web = support::web::WebHost::start(&world);
+    let out = sausage(&["people", "add", "ann", "--tier", "member", dir]);
+    let ann = log_in(&web, &text(&out.stdout));
+    // The owner grants one secret to ann's bot, ann another.
+    let set = sausage_with_input(
+        &["secret", "set", "owners", "--url", "https://o.example", dir],
+        PLANTED,
+    );
+    assert!(set.status.success(), "{}", text(&set.stderr));
+    assert!(
+        sausage(&["secret", "grant", "owners", "ann-bot", dir])
+            .status
+            .success()
+    );
+    let anns = json!({"name": "anns", "url": "https://a.example", "value": PLANTED});
+    assert_eq!(ann.post("/api/secrets", &anns).status, 200);
+    let granted = ann.post("/api/secrets/anns/grant", &json!({"actor": "ann-bot"}));
+    assert_eq!(granted.status, 200, "{}", granted.text());
+
+    let mut events = ann.events(None);
+    let sent = ann.post(
+        "/api/send",
+        &json!({"to": "broker", "body": {"type": "upgrade", "actor": "ann-bot",
+            "wasm": "/actor/ann-bot/public/fetcher.wasm"}}),
+    );
+    assert_eq!(sent.status, 200, "{}", sent.text());
+    let id = sent.json()["id"].as_str().unwrap().to_string();
+    let reply = events.wait_for("message", support::web::EVENT_PATIENCE, |data| {
+        data["reply_to"] == id
+    });
+    let reply: Value = serde_json::from_str::<Value>(&reply.data).unwrap()["body"].clone();
+    assert_eq!(reply["type"], "upgraded", "{reply}");
+    assert_eq!(reply["grants_dropped"], json!(["owners"]), "{reply}");
+    let listed: Value =
+        serde_json::from_slice(&sausage(&["secret", "list", "--json", dir]).stdout).unwrap();
+    let grants = |name: &str| -> Vec<Value> {
+        let secret = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap();
+        secret["grants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["actor"].clone())
+            .collect()
+    };
+    assert!(
+        grants("owners").is_empty(),
+        "the owner's grant went with the old code"
+    );
+    assert_eq!(grants("anns"), [json!("ann-bot")], "ann's own grant stays");
+    let audit = text(&sausage(&["audit", dir]).stdout);
+    assert!(audit.contains("ann revoked owners from ann-bot"), "{audit}");
+}
