@@ -603,20 +603,51 @@ impl Client {
             .nth(1)
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| format!("no status in {head:?}"))?;
-        let length: usize = head
-            .lines()
-            .find_map(|l| {
+        let header = |wanted: &str| {
+            head.lines().find_map(|l| {
                 let (name, value) = l.split_once(':')?;
-                name.eq_ignore_ascii_case("content-length")
-                    .then(|| value.trim().parse().ok())?
+                name.eq_ignore_ascii_case(wanted)
+                    .then(|| value.trim().to_ascii_lowercase())
             })
+        };
+        self.buffer.drain(..head_end);
+        if header("transfer-encoding").as_deref() == Some("chunked") {
+            return Ok((status, self.chunked()?));
+        }
+        let length: usize = header("content-length")
+            .and_then(|v| v.parse().ok())
             .ok_or_else(|| format!("no content-length in {head:?}"))?;
-        while self.buffer.len() < head_end + length {
+        while self.buffer.len() < length {
             self.fill()?;
         }
-        let body = self.buffer[head_end..head_end + length].to_vec();
-        self.buffer.drain(..head_end + length);
+        let body = self.buffer.drain(..length).collect();
         Ok((status, body))
+    }
+
+    /// A chunked body (`wasmtime serve` answers so): each chunk's size in hex on its line, the
+    /// chunk, until a chunk of 0 and the empty line after it.
+    fn chunked(&mut self) -> Result<Vec<u8>, String> {
+        let mut body = Vec::new();
+        loop {
+            let line_end = loop {
+                if let Some(at) = self.buffer.windows(2).position(|w| w == b"\r\n") {
+                    break at;
+                }
+                self.fill()?;
+            };
+            let line = String::from_utf8_lossy(&self.buffer[..line_end]).to_string();
+            let size = usize::from_str_radix(line.split(';').next().unwrap_or("").trim(), 16)
+                .map_err(|_| format!("not a chunk size: {line:?}"))?;
+            self.buffer.drain(..line_end + 2);
+            while self.buffer.len() < size + 2 {
+                self.fill()?;
+            }
+            body.extend(self.buffer.drain(..size));
+            self.buffer.drain(..2);
+            if size == 0 {
+                return Ok(body);
+            }
+        }
     }
 
     fn fill(&mut self) -> Result<(), String> {
