@@ -963,7 +963,7 @@ async fn run(dir: PathBuf, addresses: Addresses, cluster: Option<Joining>) -> Re
         web.stop();
     }
     if let Some(http) = http {
-        http.stop();
+        http.stop().await;
     }
     close(&broker, services).await;
     Ok(match end? {

@@ -1,6 +1,7 @@
 //! Static routes (DESIGN §24): an actor's committed `/public` files served by the host, without
-//! waking the actor. `tower-http`'s `ServeDir` does the serving (content types, `Range`,
-//! `If-Modified-Since`, `index.html`, no listings); this module decides first what may be
+//! waking the actor. `tower-http`'s `ServeDir` does the serving, in its one-file form
+//! `ServeFile` once the file is found (content types, `Range`, `If-Modified-Since`,
+//! `index.html`, no listings); this module decides first what may be
 //! served (no dot-files, nothing outside the folder, through `..`, an encoded dot or a
 //! symlink) and adds what `ServeDir` lacks: an `ETag` and `If-None-Match`.
 
@@ -11,7 +12,7 @@ use axum::body::Body;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use percent_encoding::percent_decode_str;
 use tower::ServiceExt;
-use tower_http::services::ServeDir;
+use tower_http::services::{ServeDir, ServeFile};
 
 use crate::message::ActorId;
 use crate::world::World;
@@ -51,14 +52,12 @@ pub async fn serve<B: Send + 'static>(
     let root = world
         .public_dir(actor)
         .join(dir.trim_start_matches("/public").trim_start_matches('/'));
-    let found = {
-        let (root, rest) = (root.clone(), rest.clone());
-        tokio::task::spawn_blocking(move || find(&root, &rest)).await
+    // A few `stat`s on this thread, one of the public address's and not the world's: cheaper
+    // than a hop to the blocking pool and back, which cost more than the file's serving.
+    let Some(found) = find(&root, &rest) else {
+        return not_found(&path);
     };
-    let etag = match found {
-        Ok(Some(file)) => etag(&file),
-        _ => return not_found(&path),
-    };
+    let etag = etag(&found.meta);
     let matches = request
         .headers()
         .get(header::IF_NONE_MATCH)
@@ -87,10 +86,18 @@ pub async fn serve<B: Send + 'static>(
     };
     parts.uri = uri;
     let request = Request::from_parts(parts, body);
-    let served = ServeDir::new(&root)
-        .append_index_html_on_directories(true)
-        .oneshot(request)
-        .await;
+    // The file found is handed to `ServeFile` (`ServeDir` for one file): `ServeDir` would look
+    // again whether the path is a folder, one more hop to the blocking pool. A folder's path
+    // without its `/` still goes to `ServeDir`, which redirects it.
+    let served = match found.folder && !rest.ends_with('/') {
+        true => {
+            ServeDir::new(&root)
+                .append_index_html_on_directories(true)
+                .oneshot(request)
+                .await
+        }
+        false => ServeFile::new(&found.path).oneshot(request).await,
+    };
     let Ok(served) = served;
     let status = served.status();
     if status == StatusCode::NOT_FOUND {
@@ -122,41 +129,64 @@ pub async fn serve<B: Send + 'static>(
     Response::from_parts(parts, Body::new(body))
 }
 
-/// The file `rest` names under `root`, as `ServeDir` will find it (a folder's `index.html`),
+/// A file a static route may serve.
+struct Found {
+    /// The path `ServeDir` would open (a folder's `index.html`), its type guessed from it.
+    path: PathBuf,
+    meta: std::fs::Metadata,
+    /// Whether the request named a folder.
+    folder: bool,
+}
+
+/// The file `rest` names under `root`, as `ServeDir` would find it (a folder's `index.html`),
 /// if it may be served: no segment hidden (a dot-file, or the host's temporaries), and its
-/// real path, symlinks followed, inside `root`'s.
-fn find(root: &Path, rest: &str) -> Option<PathBuf> {
+/// real path, symlinks followed, inside `root`'s. Without a symlink below `root` the file is
+/// inside it, so only a path through one is resolved (`canonicalize` reads every link of the
+/// whole path, `root`'s ancestors too: twice the `stat`s of serving the file).
+fn find(root: &Path, rest: &str) -> Option<Found> {
     let decoded = percent_decode_str(rest).decode_utf8().ok()?;
     if decoded.contains('\0') {
         return None;
     }
-    let mut file = root.to_path_buf();
+    let mut path = root.to_path_buf();
+    let mut linked = false;
     for segment in decoded.split('/').filter(|s| !s.is_empty()) {
         if segment.starts_with('.') || segment.contains('\\') {
             return None;
         }
-        file.push(segment);
+        path.push(segment);
+        linked |= path.symlink_metadata().ok()?.is_symlink();
     }
-    let real_root = root.canonicalize().ok()?;
-    let mut real = file.canonicalize().ok()?;
-    if real.is_dir() {
-        real = real.join("index.html").canonicalize().ok()?;
+    let mut meta = std::fs::metadata(&path).ok()?;
+    let folder = meta.is_dir();
+    if folder {
+        path.push("index.html");
+        linked |= path.symlink_metadata().ok()?.is_symlink();
+        meta = std::fs::metadata(&path).ok()?;
     }
-    (real.starts_with(&real_root) && real.is_file()).then_some(real)
+    if !meta.is_file() {
+        return None;
+    }
+    if linked
+        && !path
+            .canonicalize()
+            .ok()?
+            .starts_with(root.canonicalize().ok()?)
+    {
+        return None;
+    }
+    Some(Found { path, meta, folder })
 }
 
 /// A validator of a file's content as committed: a commit replaces a file by a rename, so a
 /// new content is a new inode (and usually a new size and time).
-fn etag(file: &Path) -> String {
-    match std::fs::metadata(file) {
-        Ok(m) => format!(
-            "\"{:x}-{:x}-{:x}\"",
-            m.ino(),
-            m.size(),
-            m.mtime_nsec() ^ (m.mtime() << 30)
-        ),
-        Err(_) => "\"0\"".to_string(),
-    }
+fn etag(m: &std::fs::Metadata) -> String {
+    format!(
+        "\"{:x}-{:x}-{:x}\"",
+        m.ino(),
+        m.size(),
+        m.mtime_nsec() ^ (m.mtime() << 30)
+    )
 }
 
 fn not_found(path: &str) -> Response<Body> {
@@ -201,12 +231,13 @@ mod tests {
         let root = root.canonicalize().unwrap();
         std::os::unix::fs::symlink(dir.path().join("outside"), root.join("link")).unwrap();
         std::os::unix::fs::symlink(root.join("index.html"), root.join("inner")).unwrap();
-        assert_eq!(find(&root, "/"), Some(root.join("index.html")));
-        assert_eq!(
-            find(&root, "/docs/a%20b.txt"),
-            Some(root.join("docs/a b.txt"))
-        );
-        assert_eq!(find(&root, "/inner"), Some(root.join("index.html")));
+        // What is found is what is served: the file's content, through the inner link too.
+        let served =
+            |rest: &str| find(&root, rest).map(|f| std::fs::read_to_string(f.path).unwrap());
+        assert_eq!(served("/"), Some("home".into()));
+        assert_eq!(served("/docs/a%20b.txt"), Some("a".into()));
+        assert_eq!(served("/inner"), Some("home".into()));
+        assert!(find(&root, "/").unwrap().folder);
         for hidden in [
             "/.env",
             "/link",
@@ -215,7 +246,7 @@ mod tests {
             "/%2e%2e/outside",
             "/docs/%00",
         ] {
-            assert_eq!(find(&root, hidden), None, "{hidden}");
+            assert!(find(&root, hidden).is_none(), "{hidden}");
         }
     }
 }

@@ -1,12 +1,14 @@
 //! The world's public address (DESIGN §24): the native actor `http`, a client of the broker like
 //! the web console, serving the routes actors hold.
 //!
-//! `start` binds the address and runs the accept loop (hyper's HTTP/1, with a deadline on each
-//! request's head and a bound on its size), the reader of `http`'s mailbox (each answer goes to
-//! the request waiting for it) and the writer of the access lines in actors' logs. A request
-//! is found in the broker's route table; a static route is served from the actor's committed
-//! `/public` files (`files`) without waking it; any other becomes a message in the actor's
-//! mailbox, journalled like every message, and its answer is the response (`message`).
+//! `start` binds the address and runs, on a tokio runtime of its own (threads apart from the
+//! world's one, so parsing and files never queue behind actors; a request reaches its actor only as
+//! a message in its mailbox), the accept loop (hyper's HTTP/1, with a deadline on each request's
+//! head and a bound on its size), the reader of `http`'s mailbox (each answer goes to the request
+//! waiting for it) and the writer of the access lines in actors' logs. A request is found in the
+//! broker's route table; a static route is served from the actor's committed `/public` files
+//! (`files`) without waking it; any other becomes a message in the actor's mailbox, journalled like
+//! every message, and its answer is the response (`message`).
 //! Security: nothing of the web console is served here (a separate listener and router, no
 //! cookie of the console); `cookie`, `authorization` and the connection's headers reach an
 //! actor only where its route passes them; bodies past the route's `max_body` are refused
@@ -32,7 +34,6 @@ use http::{HeaderValue, Method, Response, StatusCode, header};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 
 use crate::broker::Broker;
 use crate::message::http::{self as message, Chunk};
@@ -53,17 +54,51 @@ const CRASHING: Duration = Duration::from_secs(1);
 /// How often the rate limiters forget the clients they have not seen for a while.
 const FORGET_CLIENTS_EVERY: Duration = Duration::from_secs(60);
 
+/// The public address's own worker threads: hyper's parsing, static files and the waits for
+/// actors' answers run there, beside the world's one thread rather than queued behind its
+/// actors (two: this host's bench machine has two cores, and the world's thread takes one when
+/// actors are busy).
+const HTTP_THREADS: usize = 2;
+/// The public address's threads for file work (`tower-http`'s reads and `stat`s, the access
+/// lines): each is a hop to one of them and back. Few, so that under load they find the next
+/// job queued instead of sleeping and being woken for each: with tokio's default of 512, a
+/// 1 KB file cost about 15 thread switches and was served about 4,800 times a second on the
+/// bench's 2 cores, with 2 about 6,000. At the limit, file work waits in the queue; 2 rather
+/// than 1, so that one slow read does not hold every static answer.
+const HTTP_BLOCKING_THREADS: usize = 2;
+/// How long [`Http::stop`] waits for the public address's threads to end.
+const STOP_PATIENCE: Duration = Duration::from_secs(5);
+
 /// A running public address.
 pub struct Http {
     pub addr: SocketAddr,
-    tasks: Vec<JoinHandle<()>>,
+    /// The runtime every task of the public address runs on; shutting it down drops them all
+    /// (the accept loop, each connection with its request, the mailbox reader and the access
+    /// log's writer). Taken by [`Http::stop`].
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl Http {
-    /// Stops serving.
-    pub fn stop(self) {
-        for task in self.tasks {
-            task.abort();
+    /// Stops serving: every connection is closed, a request waiting for its actor with it
+    /// (its answer, if one comes, is dropped), and the public address's threads have ended
+    /// when this returns (or [`STOP_PATIENCE`] passed).
+    pub async fn stop(mut self) {
+        let Some(runtime) = self.runtime.take() else {
+            return;
+        };
+        // Waiting for threads to end blocks, so it is done off the world's thread. An error
+        // only says the blocking pool is shutting down itself.
+        let _ = tokio::task::spawn_blocking(move || runtime.shutdown_timeout(STOP_PATIENCE)).await;
+    }
+}
+
+impl Drop for Http {
+    /// Dropped without [`Http::stop`] (an error on the way out), the public address still
+    /// stops, without waiting: a runtime dropped whole would block, which tokio refuses on the
+    /// world's thread.
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
         }
     }
 }
@@ -93,14 +128,17 @@ struct Waiter {
 /// cut off, so an actor that streams faster than its client reads cannot fill the host.
 const STREAM_BACKLOG: usize = 1024;
 
-/// Binds `addr` and serves the routes of `broker`'s world there.
+/// Binds `addr` and serves the routes of `broker`'s world there, on the public address's own
+/// threads ([`HTTP_THREADS`]).
 pub async fn start(broker: Arc<Broker>, addr: SocketAddr) -> Result<Http> {
-    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+    let cannot_listen = || {
         format!(
             "the public address cannot listen on {addr}; choose another with --http ADDR, or \
              --no-http"
         )
-    })?;
+    };
+    let listener = std::net::TcpListener::bind(addr).with_context(cannot_listen)?;
+    listener.set_nonblocking(true).with_context(cannot_listen)?;
     let addr = listener.local_addr()?;
     broker.serving_http_at(addr);
     let world = broker.world.clone();
@@ -112,6 +150,25 @@ pub async fn start(broker: Arc<Broker>, addr: SocketAddr) -> Result<Http> {
     })
     .await
     .context("host bug: recording the public address failed")??;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(HTTP_THREADS)
+        .max_blocking_threads(HTTP_BLOCKING_THREADS)
+        .thread_name("sausage-http")
+        .enable_all()
+        .build()
+        .context("the public address cannot start its threads")?;
+    // A tokio listener belongs to the runtime it is made in: the public address's.
+    let listener = {
+        let _in_runtime = runtime.enter();
+        tokio::net::TcpListener::from_std(listener)
+    };
+    let listener = match listener {
+        Ok(listener) => listener,
+        Err(e) => {
+            runtime.shutdown_background();
+            return Err(e).with_context(cannot_listen);
+        }
+    };
     let (access, lines) = mpsc::unbounded_channel();
     let app = Arc::new(App {
         me: ActorId::parse("http").expect("a valid id"),
@@ -120,13 +177,14 @@ pub async fn start(broker: Arc<Broker>, addr: SocketAddr) -> Result<Http> {
         limiters: Mutex::default(),
         access,
     });
-    let tasks = vec![
-        tokio::spawn(accept(listener, app.clone())),
-        tokio::spawn(read_mailbox(app.clone())),
-        tokio::spawn(write_access_lines(broker.world.clone(), lines)),
-        tokio::spawn(forget_clients(app)),
-    ];
-    Ok(Http { addr, tasks })
+    runtime.spawn(accept(listener, app.clone()));
+    runtime.spawn(read_mailbox(app.clone()));
+    runtime.spawn(write_access_lines(broker.world.clone(), lines));
+    runtime.spawn(forget_clients(app));
+    Ok(Http {
+        addr,
+        runtime: Some(runtime),
+    })
 }
 
 /// Accepts connections and serves each on its own task.
