@@ -42,22 +42,6 @@ fn people(world: &TestWorld, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// Logs in with the link `sausage people add` printed.
-fn log_in(web: &WebHost, printed: &str) -> Client {
-    let link = printed
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("a login link");
-    let path = link.split_once(&web.addr).unwrap().1;
-    let response = support::http::request(&web.addr, "GET", path, &[], b"");
-    assert_eq!(response.status, 303, "{}", response.text());
-    let cookie = response.header("set-cookie").unwrap();
-    Client {
-        addr: web.addr.clone(),
-        cookie: cookie.split(';').next().unwrap().to_string(),
-    }
-}
-
 /// What a refusal must leave alone: the registry, the people, the credentials and every stored
 /// version, byte for byte.
 fn fingerprint(world: &TestWorld) -> BTreeMap<String, Vec<u8>> {
@@ -133,8 +117,8 @@ fn no_route_gets_a_principal_past_its_tier() {
     std::fs::copy(wasm("echo"), world.path("actor/ann-bot/public/echo.wasm")).unwrap();
 
     let web = WebHost::start(&world);
-    let ann = log_in(&web, &people(&world, &["add", "ann", "--tier", "member"]));
-    let _gus = log_in(&web, &people(&world, &["add", "gus", "--tier", "guest"]));
+    let ann = web.log_in_with(&people(&world, &["add", "ann", "--tier", "member"]));
+    let _gus = web.log_in_with(&people(&world, &["add", "gus", "--tier", "guest"]));
     let ann_token = people(&world, &["token", "ann"]).trim().to_string();
     let gus_token = people(&world, &["token", "gus"]).trim().to_string();
     let mcp_url = format!("http://{}/mcp", web.addr);

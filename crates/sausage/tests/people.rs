@@ -42,18 +42,7 @@ fn add_and_log_in(world: &TestWorld, web: &WebHost, id: &str, tier: &str) -> Cli
         link.starts_with(&format!("http://{}/login?token=", web.addr)),
         "{link}"
     );
-    log_in(web, &link)
-}
-
-fn log_in(web: &WebHost, link: &str) -> Client {
-    let path = link.split_once(&web.addr).unwrap().1;
-    let response = request(&web.addr, "GET", path, &[], b"");
-    assert_eq!(response.status, 303, "{}", response.text());
-    let cookie = response.header("set-cookie").unwrap();
-    Client {
-        addr: web.addr.clone(),
-        cookie: cookie.split(';').next().unwrap().to_string(),
-    }
+    web.log_in_with(&link)
 }
 
 #[test]
@@ -143,7 +132,7 @@ fn owners_manage_people_on_the_web_and_nobody_else_may() {
     assert_eq!(added.status, 200, "{}", added.text());
     let added = added.json();
     assert_eq!(added["person"]["name"], "Gus");
-    let gus = log_in(&web, added["link"].as_str().unwrap());
+    let gus = web.log_in_with(added["link"].as_str().unwrap());
     assert_eq!(
         request(
             &web.addr,
@@ -218,7 +207,7 @@ fn owners_manage_people_on_the_web_and_nobody_else_may() {
     assert_eq!(promoted.status, 200, "{}", promoted.text());
     assert_eq!(gus.get("/api/me").json()["tier"], "member");
     let link = owner.post("/api/people/gus/link", &json!({})).json();
-    let second = log_in(&web, link["link"].as_str().unwrap());
+    let second = web.log_in_with(link["link"].as_str().unwrap());
     assert_eq!(owner.post("/api/people/gus/remove", &json!({})).status, 200);
     assert_eq!(gus.get("/api/me").status, 401);
     assert_eq!(

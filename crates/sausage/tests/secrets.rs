@@ -184,22 +184,6 @@ fn a_granted_secret_reaches_its_url_for_its_actor_only_and_is_seen_nowhere_else(
     );
 }
 
-/// Logs in with the link `sausage people add` printed.
-fn log_in(web: &support::web::WebHost, printed: &str) -> support::web::Client {
-    let link = printed
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("a login link");
-    let path = link.split_once(&web.addr).unwrap().1;
-    let response = support::http::request(&web.addr, "GET", path, &[], b"");
-    assert_eq!(response.status, 303, "{}", response.text());
-    let cookie = response.header("set-cookie").unwrap();
-    support::web::Client {
-        addr: web.addr.clone(),
-        cookie: cookie.split(';').next().unwrap().to_string(),
-    }
-}
-
 #[test]
 fn on_the_web_members_set_and_grant_their_own_secrets_to_their_own_actors_and_guests_none() {
     let world = TestWorld::new();
@@ -213,7 +197,7 @@ fn on_the_web_members_set_and_grant_their_own_secrets_to_their_own_actors_and_gu
     let add = |id: &str, tier: &str| {
         let out = sausage(&["people", "add", id, "--tier", tier, dir]);
         assert!(out.status.success(), "{}", text(&out.stderr));
-        log_in(&web, &text(&out.stdout))
+        web.log_in_with(&text(&out.stdout))
     };
     let (ann, bob, gus) = (
         add("ann", "member"),
@@ -340,7 +324,7 @@ fn new_code_from_a_member_keeps_only_the_grants_that_member_gave() {
     let dir = dir.to_str().unwrap();
     let web = support::web::WebHost::start(&world);
     let out = sausage(&["people", "add", "ann", "--tier", "member", dir]);
-    let ann = log_in(&web, &text(&out.stdout));
+    let ann = web.log_in_with(&text(&out.stdout));
     // The owner grants one secret to ann's bot, ann another.
     let set = sausage_with_input(
         &["secret", "set", "owners", "--url", "https://o.example", dir],

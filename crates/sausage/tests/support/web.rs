@@ -60,7 +60,18 @@ impl WebHost {
 
     /// Logs in with the printed link and returns a client with the session.
     pub fn log_in(&self) -> Client {
-        let response = http::request(&self.addr, "GET", &self.login_path(), &[], b"");
+        self.log_in_with(&self.login_link.clone())
+    }
+
+    /// Logs in with the first login link in `printed` (what `sausage people add` printed, or
+    /// a link alone) and returns a client with that person's session.
+    pub fn log_in_with(&self, printed: &str) -> Client {
+        let link = printed
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .expect("a login link");
+        let path = link.split_once(&self.addr).expect("a link to this host").1;
+        let response = http::request(&self.addr, "GET", path, &[], b"");
         assert_eq!(response.status, 303, "{}", response.text());
         let cookie = response
             .header("set-cookie")
