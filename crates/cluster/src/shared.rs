@@ -42,6 +42,24 @@ const SEEDING_LIMIT: Duration = Duration::from_secs(120);
 /// How long a version's file is tried again while the store does not answer.
 const PUT_PATIENCE: Duration = Duration::from_secs(15);
 
+/// A file of the world kept the same on every host through one key of the registry
+/// ([`Cluster::keep_in_step`]): how to read and write it here, and how its bytes become the
+/// shared value and back (sealed, for the secrets).
+struct SharedFile {
+    key: &'static str,
+    /// What it holds, in the plural, for the log.
+    what: &'static str,
+    read: Box<dyn Fn() -> Vec<u8> + Send + Sync>,
+    write: Write,
+    seal: Transform,
+    open: Transform,
+}
+
+/// Writes bytes another host shared into this host's file.
+type Write = Box<dyn Fn(&[u8]) -> Result<()> + Send + Sync>;
+/// Bytes made into other bytes: sealed, opened, or left as they are.
+type Transform = Box<dyn Fn(&[u8]) -> Result<Vec<u8>> + Send + Sync>;
+
 impl Cluster {
     /// At join, before the broker opens `world`: the first host to join seeds the shared
     /// registry, versions and people from its folder; a later one replaces its folder's
@@ -129,14 +147,35 @@ impl Cluster {
     /// made on another host is written here as it comes. The last change wins.
     pub async fn sync_people(self: std::sync::Arc<Self>, world: World) {
         let people = sausage_core::people::People::new(&world);
-        let mut last = people.file_bytes();
+        let file = SharedFile {
+            key: PEOPLE,
+            what: "people",
+            read: Box::new(move || people.file_bytes()),
+            write: Box::new({
+                let people = sausage_core::people::People::new(&world);
+                move |bytes| people.replace_file(bytes)
+            }),
+            seal: Box::new(|bytes| Ok(bytes.to_vec())),
+            open: Box::new(|bytes| Ok(bytes.to_vec())),
+        };
+        let last = (file.read)();
+        self.keep_in_step(file, last).await
+    }
+
+    /// Keeps `file` and its shared value the same, both ways, from `last` (what both held when
+    /// it began): a change here is shared within a [`super::HEARTBEAT`], one made on another
+    /// host is written here as it comes. The last change wins.
+    async fn keep_in_step(&self, file: SharedFile, mut last: Vec<u8>) {
         let mut ticks = tokio::time::interval(super::HEARTBEAT);
         loop {
             // Made again, from the last value, a moment after it fails (its node died, say).
-            let mut shared = match self.registry.watch_with_history(PEOPLE).await {
+            let mut shared = match self.registry.watch_with_history(file.key).await {
                 Ok(watch) => watch,
                 Err(e) => {
-                    tracing::warn!("people are not shared with the other hosts for now: {e}");
+                    tracing::warn!(
+                        "{} are not shared with the other hosts for now: {e}",
+                        file.what
+                    );
                     tokio::time::sleep(super::HEARTBEAT).await;
                     continue;
                 }
@@ -145,20 +184,31 @@ impl Cluster {
                 tokio::select! {
                     entry = shared.next() => {
                         let Some(Ok(entry)) = entry else { break };
-                        if entry.operation != kv::Operation::Put || entry.value[..] == last[..] {
+                        if entry.operation != kv::Operation::Put {
                             continue;
                         }
-                        match people.replace_file(&entry.value) {
-                            Ok(()) => last = entry.value.to_vec(),
-                            Err(e) => tracing::warn!("the cluster's people: {e:#}"),
+                        let taken = (file.open)(&entry.value).and_then(|bytes| {
+                            if bytes != last {
+                                (file.write)(&bytes)?;
+                            }
+                            Ok(bytes)
+                        });
+                        match taken {
+                            Ok(bytes) => last = bytes,
+                            Err(e) => tracing::warn!("the cluster's {}: {e:#}", file.what),
                         }
                     }
                     _ = ticks.tick() => {
-                        let now = people.file_bytes();
+                        let now = (file.read)();
                         if now != last && !now.is_empty() {
-                            match self.registry.put(PEOPLE, now.clone().into()).await {
+                            let put = match (file.seal)(&now) {
+                                Ok(value) => self.registry.put(file.key, value.into()).await
+                                    .map_err(anyhow::Error::from),
+                                Err(e) => Err(e),
+                            };
+                            match put {
                                 Ok(_) => last = now,
-                                Err(e) => tracing::warn!("cannot share the people: {e}"),
+                                Err(e) => tracing::warn!("cannot share the {}: {e:#}", file.what),
                             }
                         }
                     }
@@ -202,7 +252,7 @@ impl Cluster {
         };
         // The cluster's secrets replace this host's; with none shared yet, this host's are
         // shared at the first tick.
-        let mut last = match shared_now {
+        let last = match shared_now {
             Ok(Some(sealed)) => match key.open(&sealed) {
                 Ok(bytes) => {
                     if bytes != secrets.file_bytes()
@@ -222,52 +272,17 @@ impl Cluster {
             },
             _ => Vec::new(),
         };
-        let mut ticks = tokio::time::interval(super::HEARTBEAT);
-        loop {
-            let mut shared = match self.registry.watch_with_history(SECRETS).await {
-                Ok(watch) => watch,
-                Err(e) => {
-                    tracing::warn!("secrets are not shared with the other hosts for now: {e}");
-                    tokio::time::sleep(super::HEARTBEAT).await;
-                    continue;
-                }
-            };
-            loop {
-                tokio::select! {
-                    entry = shared.next() => {
-                        let Some(Ok(entry)) = entry else { break };
-                        if entry.operation != kv::Operation::Put {
-                            continue;
-                        }
-                        let opened = key.open(&entry.value);
-                        match opened.and_then(|bytes| {
-                            if bytes != last {
-                                secrets.replace_file(&bytes)?;
-                            }
-                            Ok(bytes)
-                        }) {
-                            Ok(bytes) => last = bytes,
-                            Err(e) => tracing::warn!("the cluster's secrets: {e:#}"),
-                        }
-                    }
-                    _ = ticks.tick() => {
-                        let now = secrets.file_bytes();
-                        if now != last && !now.is_empty() {
-                            let put = match key.seal(&now) {
-                                Ok(sealed) => self.registry.put(SECRETS, sealed.into()).await
-                                    .map_err(anyhow::Error::from),
-                                Err(e) => Err(e),
-                            };
-                            match put {
-                                Ok(_) => last = now,
-                                Err(e) => tracing::warn!("cannot share the secrets: {e:#}"),
-                            }
-                        }
-                    }
-                }
-            }
-            tokio::time::sleep(super::HEARTBEAT).await;
-        }
+        let key = std::sync::Arc::new(key);
+        let (sealer, writer) = (key.clone(), secrets.clone());
+        let file = SharedFile {
+            key: SECRETS,
+            what: "secrets",
+            read: Box::new(move || secrets.file_bytes()),
+            write: Box::new(move |bytes| writer.replace_file(bytes)),
+            seal: Box::new(move |bytes| sealer.seal(bytes)),
+            open: Box::new(move |bytes| key.open(bytes)),
+        };
+        self.keep_in_step(file, last).await
     }
 
     /// Shares the scheduler's table: only the host that leads the scheduler writes it, under
