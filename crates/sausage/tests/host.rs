@@ -223,21 +223,7 @@ fn a_script_on_stdin_runs_and_a_failed_await_fails_the_run() {
     let world = TestWorld::new();
     world.install("echo", "echo");
     let script = "/help\n@echo hello\n/await echo 20\n/sleep 0.1\n/frob\n@Bad x\n/list\n/await broker 20\n/await echo 0.3\n@echo never\n";
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sausage"))
-        .args(["run", world.root.to_str().unwrap(), "--no-web"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(script.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = sausage_with_input(&["run", world.root.to_str().unwrap(), "--no-web"], script);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "a failed /await fails the run");
