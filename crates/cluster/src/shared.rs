@@ -219,13 +219,22 @@ impl Cluster {
     }
 
     /// Keeps this host's secrets file and the cluster's sealed copy the same, both ways, as
-    /// [`Cluster::sync_people`] does the people; the first host makes the cluster key. A host
+    /// [`Cluster::sync_people`] does the people, from the first secret on; the first host with
+    /// one makes the cluster key. A host
     /// without the key (or with another) shares nothing and says how to fix it; its actors run
     /// with the secrets its own folder has.
     pub async fn sync_secrets(self: std::sync::Arc<Self>, world: World) {
         use sausage_core::secrets::sealed::ClusterKey;
         let secrets = sausage_core::secrets::Secrets::new(&world);
-        let shared_now = self.registry.get(SECRETS).await;
+        // Until this host or the cluster has a secret, nothing is watched (a world without
+        // secrets adds no consumer to what a dying NATS node makes the hosts recreate).
+        let shared_now = loop {
+            let shared = self.registry.get(SECRETS).await;
+            if !matches!(shared, Ok(None)) || !secrets.file_bytes().is_empty() {
+                break shared;
+            }
+            tokio::time::sleep(super::HEARTBEAT).await;
+        };
         let key = match &shared_now {
             // Nothing shared yet: this host may start the cluster's key.
             Ok(None) => ClusterKey::read_or_make(&world).map(Some),
