@@ -480,7 +480,8 @@ pub fn check_url(url: &str) -> Result<String> {
     Ok(url.trim_end_matches('/').to_string())
 }
 
-fn check_header(header: &str) -> Result<()> {
+/// A header a secret may go in (lower case).
+pub fn check_header(header: &str) -> Result<()> {
     if http::HeaderName::try_from(header).is_err() {
         bail!("`{header}` is not a header name (for example `authorization` or `x-api-key`)");
     }

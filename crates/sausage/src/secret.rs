@@ -83,6 +83,7 @@ pub fn run(command: SecretCommand) -> Result<ExitCode> {
             // Checked before the value is asked for.
             sausage_core::secrets::check_name(&name)?;
             sausage_core::secrets::check_url(&url)?;
+            sausage_core::secrets::check_header(&header.to_ascii_lowercase())?;
             let value = read_value(&name)?;
             let replaced = Secrets::new(&world).set(&new, &value, &me(&world)?)?;
             let verb = if replaced { "Replaced" } else { "Set" };

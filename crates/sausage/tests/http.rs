@@ -17,16 +17,22 @@ fn public_address(world: &TestWorld) -> String {
     std::fs::read_to_string(path).unwrap()
 }
 
-/// `webapp`'s source with `manifest` as its `actor.json`, in a folder of its own under `dir`.
-fn webapp_source(dir: &Path, manifest: Value) -> String {
-    let source = dir.join("webapp-source");
+/// The test actor `actor`'s transcripts with `manifest` as its `actor.json`, in a folder of its
+/// own under `dir`: a source to spawn or upgrade it from.
+fn source_with(actor: &str, dir: &Path, manifest: Value) -> String {
+    let source = dir.join(format!("{actor}-source"));
     std::fs::create_dir_all(source.join("tests")).unwrap();
-    for test in std::fs::read_dir(support::source("webapp").join("tests")).unwrap() {
+    for test in std::fs::read_dir(support::source(actor).join("tests")).unwrap() {
         let test = test.unwrap().path();
         std::fs::copy(&test, source.join("tests").join(test.file_name().unwrap())).unwrap();
     }
     std::fs::write(source.join("actor.json"), manifest.to_string()).unwrap();
     source.display().to_string()
+}
+
+/// `webapp`'s source with `manifest` as its `actor.json`.
+fn webapp_source(dir: &Path, manifest: Value) -> String {
+    source_with("webapp", dir, manifest)
 }
 
 /// A running world whose actor `shop` runs `webapp` spawned with `manifest` as its
@@ -608,23 +614,15 @@ fn each_route_counts_its_answers_by_status_and_time_in_the_metrics() {
     }
 }
 
-/// `greeter`'s source (a `wstd` component, its transcripts) with `manifest` as its `actor.json`.
-fn greeter_source(dir: &Path, manifest: Value) -> String {
-    let source = dir.join("greeter-source");
-    std::fs::create_dir_all(source.join("tests")).unwrap();
-    for test in std::fs::read_dir(support::source("greeter").join("tests")).unwrap() {
-        let test = test.unwrap().path();
-        std::fs::copy(&test, source.join("tests").join(test.file_name().unwrap())).unwrap();
-    }
-    std::fs::write(source.join("actor.json"), manifest.to_string()).unwrap();
-    source.display().to_string()
-}
-
 #[test]
 fn a_standard_wasi_http_component_is_served_unchanged() {
     let world = TestWorld::new();
     let dir = tempfile::tempdir().unwrap();
-    let source = greeter_source(dir.path(), json!({"http": [{"path": "/*", "rate": 0}]}));
+    let source = source_with(
+        "greeter",
+        dir.path(),
+        json!({"http": [{"path": "/*", "rate": 0}]}),
+    );
     let mut host = world.run();
     // Its transcripts' `http` steps ran against it before it was deployed.
     let spawned = host.request(json!({

@@ -74,6 +74,17 @@ fn a_granted_secret_reaches_its_url_for_its_actor_only_and_is_seen_nowhere_else(
         "{}",
         text(&refused.stderr)
     );
+    let refused = sausage_with_input(
+        &[
+            "secret", "set", "gh", "--url", &base, "--header", "a b", dir,
+        ],
+        PLANTED,
+    );
+    assert!(
+        text(&refused.stderr).contains("not a header name"),
+        "{}",
+        text(&refused.stderr)
+    );
     let refused = sausage(&["secret", "grant", "gh", "fetcher", dir]);
     assert!(
         text(&refused.stderr).contains("no secret `gh`"),
