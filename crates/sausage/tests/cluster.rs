@@ -546,9 +546,7 @@ fn one_scheduler_serves_the_cluster_and_another_host_takes_it_over_with_the_sche
         });
         if answer.body["schedules"][0]["id"] == "nightly" {
             // stderr is read apart from stdout: its line may come a moment later.
-            support::eventually("b to say it runs the scheduler", || {
-                b.stderr().contains("host b: runs the scheduler")
-            });
+            b.wait_stderr("host b: runs the scheduler");
             break;
         }
         if answer.from == "broker" {
@@ -748,9 +746,7 @@ fn a_paused_host_that_resumes_never_runs_or_writes_for_the_actor_another_host_to
         "every step asked was answered once: {before:?}"
     );
     z.signal("CONT");
-    support::eventually("z to say it stopped its actors before renewing", || {
-        z.stderr().contains("no lease renewal completed")
-    });
+    z.wait_stderr("no lease renewal completed");
     list_until(&mut z, "z sees the counter on a", |l| {
         actor(l, "counter")["host"] == "a" && actor(l, "counter")["state"] == "running"
     });
@@ -817,13 +813,9 @@ fn a_killed_hosts_actor_answers_on_another_host_within_the_fail_over_limit() {
     a.kill();
     let killed = std::time::Instant::now();
     b.tell("echo", json!({"type": "after"}));
-    support::eventually("b to take echo", || {
-        b.stderr().contains("host b: took the lease of actor echo")
-    });
+    b.wait_stderr("host b: took the lease of actor echo");
     let taken = killed.elapsed();
-    support::eventually("b to start echo", || {
-        b.stderr().contains("host b: runs actor echo")
-    });
+    b.wait_stderr("host b: runs actor echo");
     let started = killed.elapsed();
     b.wait_for_within(FAILOVER_PATIENCE, "echo's answer from b", |m| {
         m.from == "echo" && m.body["type"] == "after"
@@ -956,9 +948,7 @@ fn a_host_finding_stores_with_fewer_copies_than_the_nats_cluster_allows_says_so_
     list_until(&mut b, "two hosts", |l| alive_hosts(l).len() == 2);
     b.tell("echo", json!({"type": "hello"}));
     b.wait_type("echo", "hello");
-    support::eventually("b to warn of the single copies", || {
-        b.stderr().contains("KV_sausage-hosts keeps 1 copy")
-    });
+    b.wait_stderr("KV_sausage-hosts keeps 1 copy");
     let warned = b.stderr();
     assert!(
         warned.contains("nats stream edit SAUSAGE_MAILBOXES --replicas 3"),
@@ -1503,8 +1493,6 @@ fn secrets_are_shared_sealed_between_hosts_with_the_key_and_a_host_without_it_sa
 
     // A host without the key shares nothing and says how to fix it.
     let c = host(&three, &nats, "c");
-    support::eventually("host c to say it has no key", || {
-        c.stderr().contains("it has no cluster key; copy")
-    });
+    c.wait_stderr("it has no cluster key; copy");
     assert!(!three.path("broker/secrets/secrets.json").exists());
 }

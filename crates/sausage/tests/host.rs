@@ -166,16 +166,17 @@ fn messages_waiting_for_a_stopped_actor_survive_a_hard_kill() {
     // The ticker says `done` after its last tick, and the broker reads its lines in order: by
     // then every tick was accepted into the mailbox of notes.
     host.wait_type("ticker", "done");
+    // The ticker's `start` settles only when it next waits for input (DESIGN §20): stopped, it
+    // has settled, so the journal holds the 300 ticks and nothing of the ticker's.
+    let stopped = host.request(json!({"type": "stop", "actor": "ticker"}));
+    assert_eq!(stopped["type"], "stopped", "{stopped}");
     host.kill();
 
     let mut host = world.run();
     eventually("notes to stay stopped", || {
         world.status("notes")["state"] == "stopped"
     });
-    eventually("the host to say what the journal kept", || {
-        host.stderr()
-            .contains("300 messages accepted before the last run ended are waiting (notes: 300)")
-    });
+    host.wait_stderr("300 messages accepted before the last run ended are waiting (notes: 300)");
     let started = host.request(json!({"type": "start", "actor": "notes"}));
     assert_eq!(started["type"], "started", "{started}");
     host.tell("notes", json!({"type": "count"}));

@@ -726,6 +726,20 @@ impl Host {
         self.output.0.lock().unwrap().stderr.clone()
     }
 
+    /// Waits until the host's stderr holds `text`, or fails the test with what it said.
+    pub fn wait_stderr(&self, text: &str) {
+        let deadline = Instant::now() + PATIENCE;
+        while !self.stderr().contains(text) {
+            if Instant::now() >= deadline {
+                panic!(
+                    "timed out waiting for the host to say {text:?}; it said:\n{}",
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Ends input (like `/quit`) and waits for the host to exit.
     pub fn quit(mut self) -> ExitStatus {
         drop(self.stdin.take());
