@@ -6,6 +6,7 @@
 //! `replace`, `runtime` < `world` < `people` < `broker` < the native actors `console`, `cargo`,
 //! `schedules` and `web`, which never import each other.
 
+pub mod approvals;
 pub mod broker;
 pub mod cargo;
 pub mod console;

@@ -143,6 +143,116 @@ pub struct Registry {
     /// HTTP routes by path (DESIGN §24).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub routes: BTreeMap<String, routes::Route>,
+    /// `"hold"`: the actions that wait for a person's approval (DESIGN §25); `None` (left
+    /// out) is [`DEFAULT_HOLDS`], `[]` holds nothing. Kept as read, like `limits`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<Vec<HoldRule>>,
+    /// `"hold_above_usd"`: a turn whose cost passes this waits under a `spend` rule; left out,
+    /// [`DEFAULT_HOLD_ABOVE_USD`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_above_usd: Option<f64>,
+}
+
+/// An action a `"hold"` rule can hold (DESIGN §25). `deploy` is a `spawn` or an `upgrade`;
+/// `network` a spawn or upgrade whose `actor.json` lists a host the actor could not reach
+/// before; `grant` a grant of a secret someone else set; `spend` a turn's cost past
+/// `hold_above_usd`; `schedule` a new schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HeldAction {
+    Spawn,
+    Upgrade,
+    Remove,
+    Deploy,
+    Grant,
+    Network,
+    Spend,
+    Schedule,
+}
+
+impl HeldAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HeldAction::Spawn => "spawn",
+            HeldAction::Upgrade => "upgrade",
+            HeldAction::Remove => "remove",
+            HeldAction::Deploy => "deploy",
+            HeldAction::Grant => "grant",
+            HeldAction::Network => "network",
+            HeldAction::Spend => "spend",
+            HeldAction::Schedule => "schedule",
+        }
+    }
+}
+
+/// Whose actions a rule holds: a person's of that tier (themselves or through an actor of
+/// theirs, the agent included), or (`actor`) any asked by an actor other than the agent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HoldBy {
+    Owner,
+    Member,
+    Guest,
+    Actor,
+}
+
+/// One `"hold"` rule: `{"action": "network", "by": "member", "approver": "owner"}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HoldRule {
+    pub action: HeldAction,
+    pub by: HoldBy,
+    /// The tier of the person who decides; an owner when left out.
+    #[serde(default = "owner_tier")]
+    pub approver: Tier,
+}
+
+fn owner_tier() -> Tier {
+    Tier::Owner
+}
+
+/// The rules when `"hold"` is left out: a member's new network host, a member's grant of
+/// another's secret and a member's turn spending past `hold_above_usd` wait for an owner.
+pub const DEFAULT_HOLDS: [HoldRule; 3] = [
+    HoldRule {
+        action: HeldAction::Network,
+        by: HoldBy::Member,
+        approver: Tier::Owner,
+    },
+    HoldRule {
+        action: HeldAction::Grant,
+        by: HoldBy::Member,
+        approver: Tier::Owner,
+    },
+    HoldRule {
+        action: HeldAction::Spend,
+        by: HoldBy::Member,
+        approver: Tier::Owner,
+    },
+];
+
+/// `hold_above_usd` when left out: more than a day of a person's usual turns.
+pub const DEFAULT_HOLD_ABOVE_USD: f64 = 5.0;
+
+impl Registry {
+    /// The `"hold"` rules in force.
+    pub fn holds(&self) -> &[HoldRule] {
+        self.hold.as_deref().unwrap_or(&DEFAULT_HOLDS)
+    }
+
+    /// The rule that holds `action` asked by `by` (`Actor` when an actor other than the
+    /// agent asked), if one does.
+    pub fn hold_rule(&self, action: HeldAction, by: HoldBy) -> Option<HoldRule> {
+        let matches = |a: HeldAction| {
+            a == action
+                || (a == HeldAction::Deploy
+                    && matches!(action, HeldAction::Spawn | HeldAction::Upgrade))
+        };
+        self.holds()
+            .iter()
+            .find(|rule| matches(rule.action) && rule.by == by)
+            .copied()
+    }
 }
 
 /// A member's actors when `"limits"` does not say: enough for a person's own tools, few enough
@@ -856,12 +966,21 @@ impl World {
             ),
             Err(e) => return Err(e).with_context(|| format!("{}", path.display())),
         };
-        serde_json::from_slice(&text).with_context(|| {
+        let registry: Registry = serde_json::from_slice(&text).with_context(|| {
             format!(
                 "{}: the registry is not valid; fix the JSON or restore it",
                 path.display()
             )
-        })
+        })?;
+        if let Some(usd) = registry.hold_above_usd
+            && !(usd.is_finite() && usd >= 0.0)
+        {
+            bail!(
+                "{}: \"hold_above_usd\" is {usd}; write a number of dollars, 0 or more",
+                path.display()
+            );
+        }
+        Ok(registry)
     }
 
     pub fn save_registry(&self, registry: &Registry) -> Result<()> {

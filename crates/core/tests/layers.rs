@@ -17,6 +17,7 @@ const LAYERS: &[&[&str]] = &[
     &["world"],
     &["people"],
     &["secrets"],
+    &["approvals"],
     &["broker"],
     // The native actors.
     &["console", "cargo", "http", "schedules", "web"],
