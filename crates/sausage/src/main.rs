@@ -178,7 +178,15 @@ enum Command {
         #[command(subcommand)]
         command: secret::SecretCommand,
     },
-    /// The audit log: every secret set, grant, revocation and use, oldest first.
+    /// What waits for a person's decision: held actions and the agent's requests.
+    Approvals {
+        /// One JSON array, for programs.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        world: WorldArg,
+    },
+    /// The audit log: every secret set, grant, use, approval and tier change, oldest first.
     Audit {
         /// One JSON array, for programs.
         #[arg(long)]
@@ -460,6 +468,9 @@ fn dispatch(command: Command) -> Result<ExitCode> {
         Command::People { command } => people(command),
         Command::Secret { command } => secret::run(command),
         Command::Audit { json, world } => secret::audit(&world.existing("audit")?, json),
+        Command::Approvals { json, world } => {
+            secret::approvals(&world.existing("approvals")?, json)
+        }
         Command::Model { command, world } => match command {
             None => model::show(&world.existing("model show")?),
             Some(ModelCommand::Show { world }) => model::show(&world.existing("model show")?),

@@ -198,6 +198,22 @@ pub fn audit(world: &World, json: bool) -> Result<ExitCode> {
                 text("url"),
                 entry["status"]
             ),
+            "held" => format!(
+                "{} asked ({}): {} [{}]",
+                text("by"),
+                text("id"),
+                text("what"),
+                text("action")
+            ),
+            "approved" | "denied" => format!(
+                "{} {} {} ({}'s {})",
+                text("by"),
+                text("event"),
+                text("id"),
+                text("asked_by"),
+                text("what")
+            ),
+            "expired" => format!("{} expired: {}", text("id"), text("what")),
             _ => serde_json::to_string(&entry)?,
         };
         println!("{}  {what}", text("at"));
@@ -246,4 +262,26 @@ fn read_value(name: &str) -> Result<String> {
         }
     }
     Ok(value)
+}
+
+/// `sausage approvals [DIR] [--json]`: what waits for a decision, one a line, its id first
+/// (decided at the console with `/approve ID`, `/deny ID`, or on the web page).
+pub fn approvals(world: &World, json: bool) -> Result<ExitCode> {
+    let waiting = sausage_core::approvals::Approvals::new(world).waiting()?;
+    let shown: Vec<serde_json::Value> = waiting
+        .iter()
+        .map(sausage_core::broker::holds::shown)
+        .collect();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&shown)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let lines = sausage_core::console::render::approval_lines(&serde_json::json!({
+        "approvals": shown
+    }));
+    println!("{}", lines.join("\n"));
+    if !shown.is_empty() {
+        println!("Decide at the console (/approve ID, /deny ID) or on the web page.");
+    }
+    Ok(ExitCode::SUCCESS)
 }

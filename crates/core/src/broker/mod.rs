@@ -6,6 +6,7 @@
 
 mod candidate;
 pub mod counters;
+pub mod holds;
 pub mod journal;
 mod limits;
 pub mod mailbox;
@@ -32,7 +33,7 @@ use anyhow::{Context, Result};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::message::{ActorId, NATIVES};
+use crate::message::{ActorId, Envelope, NATIVES};
 use crate::runtime::{Program, Runtime};
 use crate::world::{Registry, State, Status, World};
 use mailbox::Mailbox;
@@ -164,6 +165,12 @@ pub struct Broker {
     routes: std::sync::RwLock<Arc<crate::world::routes::RouteTable>>,
     /// Where this host serves the routes, once it does: what replies about routes name.
     public_address: std::sync::OnceLock<std::net::SocketAddr>,
+    /// Held requests a person approved, being carried out: each passes its rule once
+    /// (`holds`).
+    approved: Mutex<std::collections::HashSet<String>>,
+    /// Approved requests to answer again; `serve` takes the receiver.
+    resumed: mpsc::UnboundedSender<Arc<Envelope>>,
+    resumed_requests: Mutex<Option<mpsc::UnboundedReceiver<Arc<Envelope>>>>,
 }
 
 /// Requests the broker answers at once; the next waits in its mailbox until one is answered.
@@ -240,6 +247,7 @@ impl Broker {
             cluster.placement.attach(&router).await?;
         }
         let (crash_loops, reports) = mpsc::unbounded_channel();
+        let (resumed, resumed_requests) = mpsc::unbounded_channel();
         let broker = Arc::new(Broker {
             world,
             runtime,
@@ -256,6 +264,9 @@ impl Broker {
             admissions: limits::Admissions::default(),
             routes: std::sync::RwLock::default(),
             public_address: std::sync::OnceLock::new(),
+            approved: Mutex::default(),
+            resumed,
+            resumed_requests: Mutex::new(Some(resumed_requests)),
         });
         broker.apply_subscriptions(&registry);
         broker.apply_routes(&registry);
@@ -321,6 +332,16 @@ impl Broker {
             .expect("broker lock")
             .take()
             .expect("serve runs once");
+        tokio::spawn(self.clone().keep_approvals());
+        let mut resumed =
+            (self.resumed_requests.lock().expect("broker lock").take()).expect("serve runs once");
+        let broker = self.clone();
+        tokio::spawn(async move {
+            while let Some(request) = resumed.recv().await {
+                let body = request.body_value();
+                tokio::spawn(broker.clone().answer(request, body));
+            }
+        });
         loop {
             // Waits for: a request to the broker (once fewer than REQUESTS_IN_FLIGHT are being
             // answered), or a supervisor's crash-loop report. Each is handled in its own task;

@@ -20,7 +20,7 @@ use crate::replace::Replacement;
 use crate::runtime::{DEFAULT_MEMORY_MB, Program};
 use crate::traces::{self, Span};
 use crate::world::routes::Route;
-use crate::world::{ActorEntry, read_manifest};
+use crate::world::{ActorEntry, HeldAction, read_manifest};
 
 /// A version that passed its tests, ready to store and run.
 struct Candidate {
@@ -75,7 +75,7 @@ pub(super) fn operand(body: &Value) -> Option<ActorId> {
 }
 
 /// The request types, as an unknown type's error lists them.
-pub const REQUESTS: [&str; 18] = [
+pub const REQUESTS: [&str; 22] = [
     "spawn",
     "upgrade",
     "rollback",
@@ -94,6 +94,10 @@ pub const REQUESTS: [&str; 18] = [
     "route",
     "unroute",
     "routes",
+    "request_secret",
+    "request_grant",
+    "approvals",
+    "decide",
 ];
 
 /// A request's span name: `request <type>` for the known types, one name for the rest (a
@@ -105,7 +109,7 @@ fn request_span_name(kind: &str) -> &'static str {
     }
 }
 
-const REQUEST_SPANS: [&str; 18] = [
+const REQUEST_SPANS: [&str; 22] = [
     "request spawn",
     "request upgrade",
     "request rollback",
@@ -124,6 +128,10 @@ const REQUEST_SPANS: [&str; 18] = [
     "request route",
     "request unroute",
     "request routes",
+    "request request_secret",
+    "request request_grant",
+    "request approvals",
+    "request decide",
 ];
 
 /// A request failed: the reason goes back to the requester.
@@ -237,7 +245,14 @@ impl Broker {
                 answer
             }
             "rollback" => self.rollback(body).await,
-            "remove" => self.remove(body).await,
+            "remove" => {
+                let id = actor_field(body)?;
+                let what = [(HeldAction::Remove, format!("remove `{id}`"))];
+                match self.hold_if(request, principal, &what).await? {
+                    Some(held) => Ok(held),
+                    None => self.remove(body).await,
+                }
+            }
             "stop" => self.stop(body).await,
             "start" => self.start_actor(body).await,
             "fork" => self.fork(request, principal, body).await,
@@ -251,6 +266,10 @@ impl Broker {
             "route" => self.route(body).await,
             "unroute" => self.unroute(body).await,
             "routes" => self.list_routes(body).await,
+            "request_secret" => self.request_secret(request, principal, body).await,
+            "request_grant" => self.request_grant(request, principal, body).await,
+            "approvals" => self.list_approvals(principal).await,
+            "decide" => self.decide_asked(request, principal, body).await,
             "principal" => {
                 let actor = actor_field(body)?;
                 if !self.registry().await.actors.contains_key(actor.as_str()) {
@@ -291,6 +310,15 @@ impl Broker {
             ));
         }
         let owner = self.owner_of_spawn(principal, body).await?;
+        let hosts = self.asked_hosts(request, body).await;
+        let mut actions = vec![(HeldAction::Spawn, format!("spawn `{id}`"))];
+        if !hosts.is_empty() {
+            let what = format!("spawn `{id}`, which may reach {}", hosts.join(", "));
+            actions.insert(0, (HeldAction::Network, what));
+        }
+        if let Some(held) = self.hold_if(request, principal, &actions).await? {
+            return Ok(held);
+        }
         let version = 1;
         let candidate = self
             .candidate(request, principal, body, &id, version)
@@ -522,6 +550,18 @@ impl Broker {
         let handle = self.known_wasm_actor(&id).await?;
         let entry = self.registry().await.actors[id.as_str()].clone();
         let (previous, version) = (entry.version, entry.next_version);
+        let reached = self.world.manifest(&id).network.unwrap_or_default();
+        let hosts: Vec<String> = (self.asked_hosts(request, body).await.into_iter())
+            .filter(|host| !reached.contains(host))
+            .collect();
+        let mut actions = vec![(HeldAction::Upgrade, format!("upgrade `{id}`"))];
+        if !hosts.is_empty() {
+            let what = format!("upgrade `{id}` so that it may reach {}", hosts.join(", "));
+            actions.insert(0, (HeldAction::Network, what));
+        }
+        if let Some(held) = self.hold_if(request, principal, &actions).await? {
+            return Ok(held);
+        }
         let mut candidate = self
             .candidate(request, principal, body, &id, version)
             .await?;
@@ -954,6 +994,61 @@ impl Broker {
             )),
             _ => self.world.resolve_request_path(&request.from, path),
         }
+    }
+
+    /// The hosts the `actor.json` of a spawn's or upgrade's `source` lets it reach (none when
+    /// it cannot be read: the candidate's own checks then say why).
+    async fn asked_hosts(&self, request: &Envelope, body: &Value) -> Vec<String> {
+        let Some(path) = body.get("source").and_then(Value::as_str) else {
+            return Vec::new();
+        };
+        match self.request_path(request, path).await {
+            Ok(dir) => tokio::task::spawn_blocking(move || read_manifest(&dir).network)
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// `decide {approval, approve}`: a person's decision, through a surface other than the
+    /// agent (Matrix); never with a secret's value, which a room must not see.
+    async fn decide_asked(
+        self: &Arc<Self>,
+        request: &Envelope,
+        principal: &Principal,
+        body: &Value,
+    ) -> Answer {
+        let surface = self.people_now().await?.is_surface(request.from.as_str());
+        if request.from.as_str() == "agent" || !(surface || request.from.is_native()) {
+            return Err(format!(
+                "`decide` comes from a person (the web page, the console or Matrix), not from \
+                 actor {}",
+                request.from
+            ));
+        }
+        if body.get("value").is_some() {
+            return Err(
+                "a secret's value is never taken from a message; set it on the web \
+                        page or at the console"
+                    .into(),
+            );
+        }
+        let Some(speaker) = principal.person() else {
+            return Err("`decide` needs the person who decides".into());
+        };
+        let id = string_field(body, "approval")?;
+        let Some(approve) = body.get("approve").and_then(Value::as_bool) else {
+            return Err("`approve` must be true (approve) or false (deny)".into());
+        };
+        self.decide(super::holds::Deciding {
+            id,
+            by: speaker,
+            approve,
+            value: None,
+        })
+        .await
     }
 
     async fn candidate(

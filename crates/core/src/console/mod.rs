@@ -38,7 +38,7 @@ struct CommandInfo {
     does: &'static str,
 }
 
-const COMMANDS: [CommandInfo; 8] = [
+const COMMANDS: [CommandInfo; 11] = [
     CommandInfo {
         name: "deploy",
         args: "<actor> <dir> [same|off]",
@@ -62,6 +62,23 @@ const COMMANDS: [CommandInfo; 8] = [
         name: "schedules",
         args: "",
         does: "list the schedules, one line each (asks the scheduler)",
+    },
+    CommandInfo {
+        name: "approvals",
+        args: "",
+        does: "list what waits for a decision (held actions, the agent's requests), one a\n\
+               line, its id first",
+    },
+    CommandInfo {
+        name: "approve",
+        args: "<id>",
+        does: "approve what waits as <id> (a requested secret: set it first with\n\
+               `sausage secret set` or on the web page)",
+    },
+    CommandInfo {
+        name: "deny",
+        args: "<id>",
+        does: "deny what waits as <id>",
     },
     CommandInfo {
         name: "sleep",
@@ -405,6 +422,35 @@ impl Console {
                     Err(e) => vec![format!("schedules: {e}")],
                 };
                 self.out.line(&lines.join("\n"));
+            }
+            Command::Approvals => {
+                let asked = json!({"type": "approvals"});
+                let lines = match self.ask(&ActorId::broker(), asked, LIST_PATIENCE).await {
+                    Ok(reply) => render::approval_lines(&reply),
+                    Err(e) => vec![format!("approvals: {e}")],
+                };
+                self.out.line(&lines.join("\n"));
+            }
+            Command::Decide(id, approve) => {
+                let word = if approve { "approve" } else { "deny" };
+                let Some(by) = &self.speaker else {
+                    eprintln!("console: /{word}: this console speaks for nobody");
+                    return None;
+                };
+                let deciding = crate::broker::holds::Deciding {
+                    id: &id,
+                    by,
+                    approve,
+                    value: None,
+                };
+                match self.broker.decide(deciding).await {
+                    Ok(answer) => self.out.line(&format!(
+                        "{id} {}: {}",
+                        answer["type"].as_str().unwrap_or_default(),
+                        answer["what"].as_str().unwrap_or_default()
+                    )),
+                    Err(why) => eprintln!("console: /{word} {id}: {why}"),
+                }
             }
             Command::Quit => return Some(End::Quit),
             Command::Sleep(time) => tokio::time::sleep(time).await,
@@ -785,6 +831,10 @@ enum Command {
     },
     /// `/rewind [<turn>]`: the turn to undo, or (none) the last one that changed something.
     Rewind(Option<String>),
+    /// `/approvals`: asks the broker and prints one line per held action.
+    Approvals,
+    /// `/approve <id>` (true) or `/deny <id>` (false).
+    Decide(String, bool),
     Error(String),
 }
 
@@ -862,6 +912,9 @@ fn command(line: &str, question: Option<&str>) -> Command {
             (Ok(from), Ok(time)) => Command::Await { from, time },
             (Err(e), _) | (_, Err(e)) => Command::Error(format!("/await: {e}")),
         },
+        ("approvals", []) => Command::Approvals,
+        ("approve", [id]) => Command::Decide(id.to_string(), true),
+        ("deny", [id]) => Command::Decide(id.to_string(), false),
         ("rewind", []) => Command::Rewind(None),
         ("rewind", [turn]) => Command::Rewind(Some(turn.to_string())),
         ("deploy", [actor, dir, rest @ ..]) if rest.len() <= 1 => {

@@ -61,6 +61,47 @@ pub fn script_line(from: &str, reply: bool, mut body: Value) -> String {
 
 /// The scheduler's `schedules` reply as `/schedules` prints it: one line per schedule (`id`,
 /// creator → recipient, when, next and last fire, the body), or why there is none.
+/// The lines `/approvals` and `sausage approvals` print: one per entry, its id first.
+pub fn approval_lines(reply: &Value) -> Vec<String> {
+    let Some(waiting) = reply["approvals"].as_array() else {
+        let reason = reply["reason"]
+            .as_str()
+            .unwrap_or("the broker answered something else");
+        return vec![format!("approvals: {reason}")];
+    };
+    if waiting.is_empty() {
+        return vec!["approvals: nothing waits for a decision".into()];
+    }
+    waiting.iter().map(approval_line).collect()
+}
+
+/// One held action or request: `h3  network  mia via agent: spawn `x`…  why: …  decides: an
+/// owner  expires 2026-12-07 14:02 UTC`.
+pub fn approval_line(held: &Value) -> String {
+    let text = |v: &Value| v.as_str().unwrap_or("?").to_string();
+    let asker = match held["actor"].as_str() {
+        Some(actor) => format!("{} via {actor}", text(&held["asked_by"])),
+        None => text(&held["asked_by"]),
+    };
+    let decides = match held["for"].as_str() {
+        Some(person) => person.to_string(),
+        None => format!("an {}", text(&held["approver"])),
+    };
+    let expires = (held["expires"].as_i64())
+        .and_then(|s| chrono::DateTime::from_timestamp(s, 0))
+        .map_or("?".into(), |t| t.format("%Y-%m-%d %H:%M UTC").to_string());
+    let why = match held["why"].as_str() {
+        Some(why) if !why.is_empty() => format!("  why: {why}"),
+        _ => String::new(),
+    };
+    format!(
+        "{}  {}  {asker}: {}{why}  decides: {decides}  expires {expires}",
+        text(&held["id"]),
+        text(&held["action"]),
+        text(&held["what"]),
+    )
+}
+
 pub fn schedule_lines(reply: &Value) -> Vec<String> {
     let Some(schedules) = reply["schedules"].as_array() else {
         let reason = reply["reason"]

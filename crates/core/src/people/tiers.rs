@@ -6,6 +6,7 @@
 //! | request | guest | member | owner |
 //! | --- | --- | --- | --- |
 //! | `list`, `principal`, `routes` | yes | yes | yes |
+//! | `request_secret`, `request_grant`, `approvals`, `decide` | yes (decided by `approvals`) | yes | yes |
 //! | `spawn` | no | yes, owned by the member; never a surface's id | yes |
 //! | `checkpoint`, `restore` | no | only actors the member owns (`checkpoint` also one not made yet), never a surface | yes |
 //! | `upgrade`, `rollback`, `stop`, `start`, `remove`, `subscribe`, `unsubscribe`, `fork`, `window`, `route`, `unroute` | no | only actors the member owns, never a surface | yes |
@@ -20,6 +21,10 @@ use crate::message::{Speaker, Tier};
 /// its sender did, for traces and metrics).
 pub const READ_ONLY: [&str; 4] = ["list", "principal", "spans", "routes"];
 
+/// The requests anyone may make because they only ask: a person decides what they ask for
+/// (`approvals`), and `decide` is checked against the held action itself.
+pub const ASKING: [&str; 4] = ["request_secret", "request_grant", "approvals", "decide"];
+
 /// Whether `speaker` may make the broker request `kind` on `actor`, whose owner (a person, as
 /// `broker::principal` resolves it) is `owner` (`None` for an actor that does not exist yet);
 /// `surface` says whether `actor` speaks for people. `Err` is the refusal, in words for the
@@ -32,7 +37,7 @@ pub fn may_ask(
     surface: bool,
 ) -> Result<(), String> {
     let person = speaker.person.as_str();
-    if READ_ONLY.contains(&kind) || speaker.tier == Tier::Owner {
+    if READ_ONLY.contains(&kind) || ASKING.contains(&kind) || speaker.tier == Tier::Owner {
         return Ok(());
     }
     if speaker.tier == Tier::Guest {

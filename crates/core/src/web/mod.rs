@@ -514,13 +514,17 @@ impl App {
 }
 
 impl App {
-    /// Whose pages a message to `web` is for. From `agent`: the person its body names in
-    /// `for` (the agent names the person of every message about a conversation), else the
+    /// Whose pages a message to `web` is for. From `agent` (and the broker's `approval` for
+    /// one person): the person its body names in `for` (the agent names the person of every
+    /// message about a conversation), else the
     /// person of the turn it belongs to. From anyone: the person of the message it replies to,
     /// when it comes from the actor that message went to (or is the broker's). Else owners.
     fn audience(&self, message: &Envelope, body: &serde_json::Value) -> Audience {
         let from_agent = message.from.as_str() == AGENT;
-        if from_agent && let Some(person) = body["for"].as_str() {
+        let from_broker = message.from == ActorId::broker();
+        if (from_agent || from_broker)
+            && let Some(person) = body["for"].as_str()
+        {
             return Audience::Person(person.to_string());
         }
         let sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());

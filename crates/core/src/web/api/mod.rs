@@ -6,6 +6,7 @@
 //! sending messages as `web` (`tell`, `ask`).
 
 mod actors;
+mod approvals;
 mod conversation;
 mod files;
 mod live;
@@ -88,6 +89,8 @@ pub fn routes() -> Router<Arc<App>> {
             get(secrets::secrets).post(secrets::set_secret),
         )
         .route("/api/secrets/{name}/{action}", post(secrets::change_secret))
+        .route("/api/approvals", get(approvals::approvals))
+        .route("/api/approvals/{id}/{action}", post(approvals::decide))
         .route("/api/schedules", get(schedules::schedules))
         .route(
             "/api/schedules/{id}/unschedule",

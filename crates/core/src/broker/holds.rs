@@ -1,0 +1,521 @@
+//! Actions held for a person's approval, and requests the agent files for a person (DESIGN
+//! §25), as the broker asks, decides and carries them out; `crate::approvals` stores them.
+//!
+//! A request a `"hold"` rule holds is answered `{"type": "held", "approval": ID, ...}` at once
+//! and kept whole; once a person approves it, it is answered again as if it had just come
+//! (the approval lets that one request past its rule), and the asker gets the real answer,
+//! with the same `reply_to`. A denial or an expiry answers it with an `error` that says so.
+//! `request_secret` and `request_grant` are kept the same way and answered `secret_set` or
+//! `granted`. Everyone who may decide is told: `console` and `web` get an `approval` message.
+//! **Invariant:** a decision is written before it is carried out, and carried out once more
+//! after a restart when the host died in between (`Approvals::decided`).
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::Broker;
+use super::principal::Principal;
+use super::requests::string_field;
+use crate::approvals::{Approvals, Held, NewHold};
+use crate::message::{ActorId, Envelope, Outgoing, Speaker, Tier};
+use crate::secrets::{Acting, NewSecret, Secrets};
+use crate::world::{HeldAction, HoldBy};
+
+/// How often held actions are checked for expiry.
+const EXPIRY_CHECK: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The longest `why` kept: a sentence or a short paragraph.
+const MAX_WHY_CHARS: usize = 1000;
+
+/// A decision on a held action, as a person makes it.
+pub struct Deciding<'a> {
+    pub id: &'a str,
+    pub by: &'a Speaker,
+    pub approve: bool,
+    /// A requested secret's value, when approving a `request_secret`.
+    pub value: Option<String>,
+}
+
+impl Broker {
+    /// Holds `request` when a rule holds `action` for whoever asked: stores it, tells the
+    /// people who may decide, and answers `held`. `None`: it goes on now (no rule holds it,
+    /// or it was approved and is being carried out).
+    /// `actions` are what the request does, each with its words, most particular last; the
+    /// first a rule holds is the one asked about.
+    pub(super) async fn hold_if(
+        &self,
+        request: &Envelope,
+        principal: &Principal,
+        actions: &[(HeldAction, String)],
+    ) -> Result<Option<Value>, String> {
+        if self.approved_now(request) {
+            return Ok(None);
+        }
+        let Some(speaker) = principal.person() else {
+            return Ok(None);
+        };
+        let registry = self.registry().await;
+        let by_actor = !request.from.is_native() && request.from.as_str() != "agent";
+        let held = actions.iter().find_map(|(action, what)| {
+            let rule = registry
+                .hold_rule(*action, hold_by(speaker.tier))
+                .or_else(|| {
+                    by_actor
+                        .then(|| registry.hold_rule(*action, HoldBy::Actor))
+                        .flatten()
+                });
+            rule.map(|rule| (rule, *action, what.clone()))
+        });
+        drop(registry);
+        let Some((rule, action, what)) = held else {
+            return Ok(None);
+        };
+        let body = request.body_value();
+        let new = NewHold {
+            action: action.as_str().to_string(),
+            asked_by: speaker.person.to_string(),
+            actor: (!request.from.is_native()).then(|| request.from.to_string()),
+            approver: rule.approver,
+            for_person: None,
+            what,
+            why: why(&body)?,
+            request: json!({"envelope": String::from_utf8_lossy(&request.to_line()).trim_end()}),
+        };
+        let held = self.store_hold(new).await?;
+        Ok(Some(json!({
+            "type": "held", "approval": held.id, "action": held.action,
+            "approver": held.approver, "expires": held.expires,
+            "reason": format!(
+                "{} waits for an {}'s approval ({}); the answer comes when one decides, within \
+                 24 hours",
+                held.what, held.approver.as_str(), held.id
+            ),
+        })))
+    }
+
+    /// `request_secret {name, url, header?, why}`: the turn's person (an owner when the
+    /// person may not set it) is asked for the value.
+    pub(super) async fn request_secret(
+        &self,
+        request: &Envelope,
+        principal: &Principal,
+        body: &Value,
+    ) -> Result<Value, String> {
+        let speaker = asker(principal)?;
+        let name = string_field(body, "name")?;
+        let url = string_field(body, "url")?;
+        let header = match body.get("header") {
+            None | Some(Value::Null) => None,
+            Some(_) => Some(string_field(body, "header")?),
+        };
+        crate::secrets::check_name(name).map_err(|e| format!("{e:#}"))?;
+        let url = crate::secrets::check_url(url).map_err(|e| format!("{e:#}"))?;
+        if let Some(header) = header {
+            crate::secrets::check_header(header).map_err(|e| format!("{e:#}"))?;
+        }
+        let secrets = Secrets::new(&self.world);
+        let (person, tier) = (speaker.person.to_string(), speaker.tier);
+        let check = {
+            let (secrets, name, person) = (secrets.clone(), name.to_string(), person.clone());
+            move || {
+                secrets.check(
+                    &Acting {
+                        person: &person,
+                        tier,
+                    },
+                    &name,
+                    None,
+                )
+            }
+        };
+        let theirs = blocking(check).await?.is_ok();
+        let header = header.unwrap_or(crate::secrets::DEFAULT_HEADER);
+        let new = NewHold {
+            action: "secret".into(),
+            asked_by: person.clone(),
+            actor: Some(request.from.to_string()),
+            approver: if theirs { tier } else { Tier::Owner },
+            for_person: theirs.then(|| person.clone()),
+            what: format!("set secret `{name}` for {url} (header {header})"),
+            why: why(body)?,
+            request: json!({
+                "envelope": String::from_utf8_lossy(&request.to_line()).trim_end(),
+                "name": name, "url": url, "header": header,
+            }),
+        };
+        let held = self.store_hold(new).await?;
+        Ok(held_answer(&held))
+    }
+
+    /// `request_grant {secret, actor, why}`: the turn's person grants it when they may (their
+    /// own secret to their own actor); otherwise an owner decides.
+    pub(super) async fn request_grant(
+        &self,
+        request: &Envelope,
+        principal: &Principal,
+        body: &Value,
+    ) -> Result<Value, String> {
+        let speaker = asker(principal)?;
+        let name = string_field(body, "secret")?.to_string();
+        let actor = super::requests::actor_field(body)?;
+        let registry = self.registry().await;
+        if !registry.actors.contains_key(actor.as_str()) {
+            return Err(format!("no actor `{actor}`; `list` shows the actors"));
+        }
+        drop(registry);
+        let owner = self.principal_of_actor(&actor).await;
+        let owner = owner.person().map(|o| o.person.to_string());
+        let secrets = Secrets::new(&self.world);
+        let (person, tier) = (speaker.person.to_string(), speaker.tier);
+        let listed = {
+            let (secrets, name) = (secrets.clone(), name.clone());
+            move || {
+                secrets
+                    .list()
+                    .map(|all| all.into_iter().any(|s| s.name == name))
+            }
+        };
+        if !blocking(listed).await?.map_err(|e| format!("{e:#}"))? {
+            return Err(format!(
+                "no secret `{name}`; ask for it first with request_secret"
+            ));
+        }
+        let check = {
+            let (name, person, actor) = (name.clone(), person.clone(), actor.to_string());
+            move || {
+                let who = Acting {
+                    person: &person,
+                    tier,
+                };
+                secrets.check(&who, &name, Some((&actor, owner.as_deref())))
+            }
+        };
+        let theirs = blocking(check).await?.is_ok();
+        let new = NewHold {
+            action: "grant".into(),
+            asked_by: person.clone(),
+            actor: Some(request.from.to_string()),
+            approver: if theirs { tier } else { Tier::Owner },
+            for_person: theirs.then(|| person.clone()),
+            what: format!("grant secret `{name}` to actor `{actor}`"),
+            why: why(body)?,
+            request: json!({
+                "envelope": String::from_utf8_lossy(&request.to_line()).trim_end(),
+                "secret": name, "actor": actor.as_str(),
+            }),
+        };
+        let held = self.store_hold(new).await?;
+        Ok(held_answer(&held))
+    }
+
+    /// `approvals`: what waits that the asker's person may see.
+    pub(super) async fn list_approvals(&self, principal: &Principal) -> Result<Value, String> {
+        let speaker = asker(principal)?;
+        let approvals = Approvals::new(&self.world);
+        let (person, tier) = (speaker.person.to_string(), speaker.tier);
+        let waiting = blocking(move || approvals.waiting_for(&person, tier))
+            .await?
+            .map_err(|e| format!("{e:#}"))?;
+        Ok(json!({"type": "approvals", "approvals": waiting.iter().map(shown).collect::<Vec<_>>()}))
+    }
+
+    /// Decides a held action or request for a person, and carries the decision out.
+    pub async fn decide(self: &Arc<Self>, deciding: Deciding<'_>) -> Result<Value, String> {
+        let approvals = Approvals::new(&self.world);
+        let (id, person, tier) = (
+            deciding.id.to_string(),
+            deciding.by.person.to_string(),
+            deciding.by.tier,
+        );
+        let held = {
+            let (approvals, id) = (approvals.clone(), id.clone());
+            blocking(move || approvals.get(&id))
+                .await?
+                .map_err(|e| format!("{e:#}"))?
+        };
+        crate::approvals::may_decide(&held, &person, tier)?;
+        if held.action == "secret" && deciding.approve {
+            // The value is checked and stored before the decision is: a bad one decides
+            // nothing, and the person tries again.
+            let secrets = Secrets::new(&self.world);
+            let Some(value) = deciding.value else {
+                // Set since it was asked for (`sausage secret set`, at a terminal's hidden
+                // prompt): approving says so.
+                let name = held.request["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                let since = held.at;
+                let listed = blocking(move || secrets.list()).await?;
+                let set = (listed.map_err(|e| format!("{e:#}"))?.into_iter())
+                    .any(|s| s.name == name && s.set_at >= since);
+                if !set {
+                    return Err(format!(
+                        "{id} asks for the value of secret `{name}`: type it on the web page, or \
+                         set it with `sausage secret set {name} --url {}` and approve {id} again",
+                        held.request["url"].as_str().unwrap_or_default()
+                    ));
+                }
+                return self.decide_now(held, &person, tier, true).await;
+            };
+            let (request, by) = (held.request.clone(), person.clone());
+            blocking(move || {
+                let text = |field: &str| request[field].as_str().unwrap_or_default().to_owned();
+                let (name, url, header) = (text("name"), text("url"), text("header"));
+                let new = NewSecret {
+                    name: &name,
+                    url: &url,
+                    header: Some(&header),
+                    format: None,
+                };
+                secrets.set(&new, &value, &by)
+            })
+            .await?
+            .map_err(|e| format!("{e:#}"))?;
+        }
+        self.decide_now(held, &person, tier, deciding.approve).await
+    }
+
+    /// Records the decision on `held` and carries it out.
+    async fn decide_now(
+        self: &Arc<Self>,
+        held: Held,
+        person: &str,
+        tier: Tier,
+        approve: bool,
+    ) -> Result<Value, String> {
+        let approvals = Approvals::new(&self.world);
+        let (id, person) = (held.id.clone(), person.to_string());
+        let decided = blocking(move || approvals.decide(&id, &person, tier, approve))
+            .await?
+            .map_err(|e| format!("{e:#}"))?;
+        let answer = json!({
+            "type": if approve { "approved" } else { "denied" },
+            "approval": decided.id, "what": decided.what,
+        });
+        let broker = self.clone();
+        tokio::spawn(async move { broker.carry_out(decided).await });
+        Ok(answer)
+    }
+
+    /// Carries out a decided entry: answers its asker and forgets it.
+    async fn carry_out(self: Arc<Self>, held: Held) {
+        let Some(decision) = held.decision.clone() else {
+            return;
+        };
+        let envelope = held.request["envelope"]
+            .as_str()
+            .map(|line| Envelope::from_line(line.as_bytes()));
+        let request = match envelope {
+            Some(Ok(request)) => Arc::new(request),
+            _ => {
+                tracing::error!("approval {}: its request cannot be read; dropped", held.id);
+                self.forget_hold(&held.id).await;
+                return;
+            }
+        };
+        let kind = request.body_value()["type"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if !decision.approved {
+            let reason = format!("{} denied it ({}): {}", decision.by, held.id, held.what);
+            self.answer_held(
+                &request,
+                json!({"type": "error", "request": kind, "reason": reason}),
+            )
+            .await;
+        } else {
+            match held.action.as_str() {
+                "secret" => {
+                    let name = held.request["name"].clone();
+                    let reply = json!({"type": "secret_set", "name": name, "by": decision.by});
+                    self.answer_held(&request, reply).await;
+                }
+                "grant" if kind == "request_grant" => {
+                    let reply = self.grant_requested(&held, &decision.by).await;
+                    self.answer_held(&request, reply).await;
+                }
+                _ => {
+                    self.approved
+                        .lock()
+                        .expect("approved lock")
+                        .insert(approval_key(&request));
+                    // Answered by `serve`, as if it had just come.
+                    let _ = self.resumed.send(request.clone());
+                }
+            }
+        }
+        self.forget_hold(&held.id).await;
+    }
+
+    /// Grants what a `request_grant` asked, for the person who approved it.
+    async fn grant_requested(&self, held: &Held, by: &str) -> Value {
+        let secret = held.request["secret"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let actor = held.request["actor"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let secrets = Secrets::new(&self.world);
+        let by = by.to_string();
+        let granted = blocking({
+            let (secret, actor) = (secret.clone(), actor.clone());
+            move || {
+                let id = ActorId::parse(&actor).map_err(anyhow::Error::msg)?;
+                secrets.grant(&secret, &id, &by)
+            }
+        })
+        .await
+        .and_then(|done| done.map_err(|e| format!("{e:#}")));
+        match granted {
+            Ok(_) => json!({"type": "granted", "secret": secret, "actor": actor}),
+            Err(reason) => json!({"type": "error", "request": "request_grant", "reason": reason}),
+        }
+    }
+
+    /// Whether `request` is one a person approved, being carried out now (once).
+    fn approved_now(&self, request: &Envelope) -> bool {
+        self.approved
+            .lock()
+            .expect("approved lock")
+            .remove(&approval_key(request))
+    }
+
+    async fn store_hold(&self, new: NewHold) -> Result<Held, String> {
+        let approvals = Approvals::new(&self.world);
+        let held = blocking(move || approvals.hold(new))
+            .await?
+            .map_err(|e| format!("{e:#}"))?;
+        // Everyone who may decide is told, at the console and on the web page.
+        let mut told = shown(&held);
+        told["type"] = json!("approval");
+        for to in ["console", "web"] {
+            let to = ActorId::parse(to).expect("a native id");
+            self.send(&ActorId::broker(), Outgoing::new(&to, &told))
+                .await;
+        }
+        Ok(held)
+    }
+
+    async fn forget_hold(&self, id: &str) {
+        let (approvals, id) = (Approvals::new(&self.world), id.to_string());
+        if let Ok(Err(e)) = blocking(move || approvals.carried_out(&id)).await {
+            tracing::warn!("{e:#}");
+        }
+    }
+
+    /// Answers the request a held entry kept, as the broker answers any request.
+    async fn answer_held(&self, request: &Envelope, reply: Value) {
+        let out = Outgoing::new(&request.from, &reply).replying_to(Some(&request.id));
+        self.send(&ActorId::broker(), out).await;
+    }
+
+    /// At start, carries out what was decided before the last run ended; then, every
+    /// [`EXPIRY_CHECK`], answers what nobody decided within 24 hours.
+    pub(super) async fn keep_approvals(self: Arc<Self>) {
+        let approvals = Approvals::new(&self.world);
+        let decided = {
+            let approvals = approvals.clone();
+            blocking(move || approvals.decided()).await
+        };
+        if let Ok(Ok(decided)) = decided {
+            for held in decided {
+                self.clone().carry_out(held).await;
+            }
+        }
+        loop {
+            let now = crate::approvals::now();
+            let approvals = approvals.clone();
+            if let Ok(Ok(expired)) = blocking(move || approvals.expire(now)).await {
+                for held in expired {
+                    let Some(Ok(request)) = held.request["envelope"]
+                        .as_str()
+                        .map(|line| Envelope::from_line(line.as_bytes()))
+                    else {
+                        continue;
+                    };
+                    let kind = request.body_value()["type"].clone();
+                    let reason = format!(
+                        "nobody decided {} within 24 hours ({}); ask again if it is still needed",
+                        held.what, held.id
+                    );
+                    self.answer_held(
+                        &request,
+                        json!({"type": "error", "request": kind, "reason": reason}),
+                    )
+                    .await;
+                }
+            }
+            tokio::time::sleep(EXPIRY_CHECK).await;
+        }
+    }
+}
+
+/// The key an approved request is let past its rule by: its sender and id.
+fn approval_key(request: &Envelope) -> String {
+    format!("{}\n{}", request.from, request.id)
+}
+
+fn hold_by(tier: Tier) -> HoldBy {
+    match tier {
+        Tier::Owner => HoldBy::Owner,
+        Tier::Member => HoldBy::Member,
+        Tier::Guest => HoldBy::Guest,
+    }
+}
+
+fn asker(principal: &Principal) -> Result<&Speaker, String> {
+    principal
+        .person()
+        .ok_or_else(|| "only a person (or an actor, for its owner) may ask for this".to_string())
+}
+
+/// The request's `why`, checked.
+fn why(body: &Value) -> Result<String, String> {
+    match body.get("why") {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(why)) if why.chars().count() <= MAX_WHY_CHARS => Ok(why.clone()),
+        Some(Value::String(_)) => Err(format!(
+            "`why` is longer than {MAX_WHY_CHARS} characters; say it in a few sentences"
+        )),
+        Some(_) => Err("`why` must be a string: why this is needed, in words".into()),
+    }
+}
+
+/// The answer to a request filed for a person.
+fn held_answer(held: &Held) -> Value {
+    let whom = match &held.for_person {
+        Some(person) => person.clone(),
+        None => format!("an {}", held.approver.as_str()),
+    };
+    json!({
+        "type": "held", "approval": held.id, "action": held.action, "for": held.for_person,
+        "approver": held.approver, "expires": held.expires,
+        "reason": format!(
+            "{} waits for {whom} to answer ({}), on the web page or at the console; the answer \
+             comes when they do, within 24 hours",
+            held.what, held.id
+        ),
+    })
+}
+
+/// What a person sees of a held entry: everything but the request kept to carry it out.
+pub fn shown(held: &Held) -> Value {
+    json!({
+        "id": held.id, "action": held.action, "asked_by": held.asked_by, "actor": held.actor,
+        "approver": held.approver, "for": held.for_person, "what": held.what, "why": held.why,
+        "at": held.at, "expires": held.expires,
+    })
+}
+
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| format!("host bug: a blocking task failed: {e}"))
+}
