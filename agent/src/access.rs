@@ -267,6 +267,15 @@ impl Who {
         let kind = body["type"].as_str().unwrap_or_default();
         match (to, self.tier) {
             ("broker", _) if kind == "list" => Send::Allow,
+            // A request a person decides later; the broker files it for the turn's person.
+            ("broker", _) if matches!(kind, "request_secret" | "request_grant" | "approvals") => {
+                Send::Allow
+            }
+            ("broker", _) if kind == "decide" => Send::Refuse(
+                "refused: only a person decides what waits for approval (on the web page, at \
+                 the console or in Matrix); tell them what waits and its id. Nothing was sent."
+                    .into(),
+            ),
             ("broker", Tier::Guest) => Send::Refuse(self.guest_refusal(&format!(
                 "ask the broker for `{kind}` (a guest may send it only `list`)"
             ))),

@@ -274,6 +274,43 @@ pub fn specs() -> Vec<ToolSpec> {
             }),
         },
         ToolSpec {
+            name: "request_secret".into(),
+            description: "Ask the person of this turn for a secret an actor needs (an API \
+                token): they type its value on the web page or at their terminal, you never see \
+                it. Waits for their answer (up to 24 hours, across restarts); the output says \
+                whether it was set. Then grant it to the actor with request_grant, and call \
+                the service from the actor with no token in its code: the host adds the header \
+                to its requests under `url`."
+                .into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "description": "the secret's name: a-z, 0-9, - and _, such as github"},
+                    "url": {"type": "string", "description": "the service's base URL, such as https://api.github.com"},
+                    "header": {"type": "string", "description": "the header it goes in; authorization (as `Bearer <value>`) when left out"},
+                    "why": {"type": "string", "description": "why it is needed, for the person"},
+                },
+                "required": ["name", "url", "why"],
+            }),
+        },
+        ToolSpec {
+            name: "request_grant".into(),
+            description: "Ask for a secret to be granted to an actor, so the host adds it to \
+                that actor's requests under the secret's URL. The person of this turn decides \
+                (an owner, when the secret or the actor is not theirs). Waits for the decision \
+                (up to 24 hours, across restarts)."
+                .into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "secret": {"type": "string", "description": "the secret's name"},
+                    "actor": {"type": "string", "description": "the actor that calls the service"},
+                    "why": {"type": "string", "description": "why it is needed, for the person"},
+                },
+                "required": ["secret", "actor", "why"],
+            }),
+        },
+        ToolSpec {
             name: "goal_status".into(),
             description: "Only in a goal's rounds: say how the goal stands at the end of this \
                 round. continue: more rounds are needed; done: the goal is reached; blocked: it \
@@ -454,6 +491,8 @@ mod tests {
                 "remember",
                 "forget",
                 "ask",
+                "request_secret",
+                "request_grant",
                 "goal_status",
             ]
         );

@@ -11,6 +11,13 @@ use super::*;
 /// made in a person's conversation is theirs (DESIGN §15).
 const SPEAK_FOR_PERSON: &[&str] = &["broker", "cargo", "scheduler"];
 
+/// How long `request_secret` and `request_grant` wait for the broker's first answer (`held`,
+/// or a refusal).
+const HELD_FIRST_WAIT: u64 = 60;
+
+/// The longest a held request waits for its decision: the broker expires it after 24 hours.
+const HELD_WAIT: u64 = 24 * 60 * 60;
+
 impl<H: Host> Agent<H> {
     /// Runs one tool call; `None` when a shutdown came while it waited.
     pub(super) fn call(
@@ -48,6 +55,16 @@ impl<H: Host> Agent<H> {
             "send_message" => self.send_message(history, turn, id, arguments),
             "wait_for_messages" => self.wait_for_messages(&turn.conversation, arguments),
             "ask" => self.ask_person(history, turn, id, arguments),
+            "request_secret" | "request_grant" => {
+                let mut body = arguments.clone();
+                if !body.is_object() {
+                    return Some(format!("error: {name} takes an object of arguments"));
+                }
+                body["type"] = json!(name);
+                let request =
+                    json!({"to": "broker", "body": body, "wait_seconds": HELD_FIRST_WAIT});
+                self.send_message(history, turn, id, &request)
+            }
             "plan" => Some(self.plan(turn, arguments)),
             "note" => Some(who.may_note().map_or_else(|e| e, |()| self.note(arguments))),
             "remember" | "forget" => Some(self.memory_tool(turn, name, arguments)),
@@ -290,6 +307,12 @@ impl<H: Host> Agent<H> {
             return Some(format!("sent as {published}"));
         }
         let output = match self.await_reply(&published, seconds, Expected::Actor(to)) {
+            Awaited::Reply(reply) if to == "broker" && reply.kind() == "held" => {
+                match self.await_decision(history, turn, call_id, &published, &reply) {
+                    Some(output) => output,
+                    None => return None,
+                }
+            }
             Awaited::Reply(reply) => reply.to_line(),
             Awaited::TimedOut => format!(
                 "sent as {published}; no reply came within {seconds} s (it may still come: use \
@@ -298,6 +321,39 @@ impl<H: Host> Agent<H> {
             Awaited::Stopped => {
                 format!("sent as {published}; the person stopped the turn before the reply came")
             }
+            Awaited::Stop => return None,
+        };
+        turn.waiting = None;
+        Some(output)
+    }
+
+    /// The broker held the request `published` for a person's decision (`held`): the turn
+    /// waits for the decision, saved so that a restart goes on waiting, until it expires.
+    fn await_decision(
+        &mut self,
+        history: &mut History,
+        turn: &mut SavedTurn,
+        call_id: &str,
+        published: &str,
+        held: &Incoming,
+    ) -> Option<String> {
+        let now = unix_seconds(self.host.now());
+        let until = held.body["expires"].as_u64().unwrap_or(now + HELD_WAIT);
+        turn.waiting = Some(Waiting {
+            call_id: call_id.to_string(),
+            reply_to: published.to_string(),
+            seconds: HELD_WAIT,
+            question: false,
+            until: Some(until),
+            to: Some("broker".into()),
+        });
+        self.save(history, turn);
+        let reason = held.body["reason"].as_str().unwrap_or_default().to_string();
+        let left = until.saturating_sub(now);
+        let output = match self.await_reply(published, left, Expected::Actor("broker")) {
+            Awaited::Reply(reply) => format!("{reason}. The decision came: {}", reply.to_line()),
+            Awaited::TimedOut => format!("{reason}. Nobody decided in time."),
+            Awaited::Stopped => format!("{reason}. The person stopped the turn before a decision."),
             Awaited::Stop => return None,
         };
         turn.waiting = None;

@@ -894,7 +894,10 @@ impl<H: Host> Agent<H> {
                 }
                 Some(waiting) => match self.await_reply(
                     &waiting.reply_to,
-                    waiting.seconds,
+                    // A wait for a decision keeps its deadline, whatever the restarts.
+                    waiting.until.map_or(waiting.seconds, |until| {
+                        until.saturating_sub(unix_seconds(self.host.now()))
+                    }),
                     waiting
                         .to
                         .as_deref()

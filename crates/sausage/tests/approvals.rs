@@ -1,0 +1,131 @@
+//! Approvals (DESIGN §25): an action a `"hold"` rule holds waits for a person of the
+//! approver's tier, is decided once, survives a restart, and goes on with the decision.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::web::{Client, EVENT_PATIENCE, WebHost};
+use support::*;
+
+/// Sends ann's upgrade of her bot to a build whose `actor.json` reaches a new host, and
+/// returns the broker's first answer.
+fn upgrade_reaching_a_new_host(ann: &Client) -> Value {
+    let mut events = ann.events(None);
+    let sent = ann.post(
+        "/api/send",
+        &json!({"to": "broker", "body": {"type": "upgrade", "actor": "ann-bot",
+            "wasm": "/actor/ann-bot/public/fetcher.wasm", "source": "/actor/ann-bot/public/src",
+            "why": "it reads the weather"}}),
+    );
+    assert_eq!(sent.status, 200, "{}", sent.text());
+    let id = sent.json()["id"].as_str().unwrap().to_string();
+    let reply = events.wait_for("message", EVENT_PATIENCE, |data| data["reply_to"] == id);
+    serde_json::from_str::<Value>(&reply.data).unwrap()["body"].clone()
+}
+
+#[test]
+fn a_members_new_network_host_waits_for_an_owner_who_denies_then_approves_after_a_restart() {
+    let world = TestWorld::new();
+    world.install("ann-bot", "fetcher");
+    world.set_owner("ann-bot", "ann");
+    std::fs::copy(
+        wasm("fetcher"),
+        world.path("actor/ann-bot/public/fetcher.wasm"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(world.path("actor/ann-bot/public/src")).unwrap();
+    std::fs::write(
+        world.path("actor/ann-bot/public/src/actor.json"),
+        r#"{"network": ["weather.example:443"]}"#,
+    )
+    .unwrap();
+    let dir = world.path("");
+    let dir = dir.to_str().unwrap();
+    let web = WebHost::start(&world);
+    let owner = web.log_in();
+    let out = sausage(&["people", "add", "ann", "--tier", "member", dir]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ann = web.log_in_with(&text(&out.stdout));
+
+    let held = upgrade_reaching_a_new_host(&ann);
+    assert_eq!(held["type"], "held", "{held}");
+    assert_eq!(held["approval"], "h1", "{held}");
+    assert_eq!(held["action"], "network", "{held}");
+    let reason = held["reason"].as_str().unwrap();
+    assert!(reason.contains("weather.example:443"), "{reason}");
+    assert!(reason.contains("an owner's approval"), "{reason}");
+    let registry_version = || world.json("sausage.json")["actors"]["ann-bot"]["version"].clone();
+    assert_eq!(registry_version(), 1, "nothing changed while it waits");
+
+    // The one who asked may not decide it, nor approve twice; nor may anyone an unknown id.
+    let own = ann.post("/api/approvals/h1/approve", &json!({}));
+    assert_eq!(own.status, 403, "{}", own.text());
+    assert!(
+        own.text().contains("waits for an owner's"),
+        "{}",
+        own.text()
+    );
+    let unknown = owner.post("/api/approvals/h9/approve", &json!({}));
+    assert_eq!(unknown.status, 404, "{}", unknown.text());
+    let wrong = owner.post("/api/approvals/h1/maybe", &json!({}));
+    assert_eq!(wrong.status, 404, "{}", wrong.text());
+    let listed = owner.get("/api/approvals").json();
+    assert_eq!(listed["approvals"][0]["id"], "h1", "{listed}");
+    assert_eq!(listed["approvals"][0]["asked_by"], "ann", "{listed}");
+    assert_eq!(
+        listed["approvals"][0]["why"], "it reads the weather",
+        "{listed}"
+    );
+
+    // Denied: ann's request is answered with who denied it.
+    let mut events = ann.events(None);
+    let denied = owner.post("/api/approvals/h1/deny", &json!({}));
+    assert_eq!(denied.status, 200, "{}", denied.text());
+    assert_eq!(denied.json()["type"], "denied");
+    let answer = events.wait_for("message", EVENT_PATIENCE, |data| {
+        data["body"]["type"] == "error"
+    });
+    assert!(answer.data.contains("denied it (h1)"), "{}", answer.data);
+    let again = owner.post("/api/approvals/h1/approve", &json!({}));
+    assert_eq!(again.status, 404, "decided once: {}", again.text());
+    assert_eq!(registry_version(), 1);
+
+    // Asked again, held again, and the hold outlives the host.
+    let held = upgrade_reaching_a_new_host(&ann);
+    assert_eq!(held["approval"], "h2", "{held}");
+    drop((ann, owner, web));
+    let listed = sausage(&["approvals", "--json", dir]);
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed[0]["id"], "h2", "{listed}");
+    let lines = text(&sausage(&["approvals", dir]).stdout);
+    assert!(
+        lines.starts_with("h2  network  ann: upgrade `ann-bot`"),
+        "{lines}"
+    );
+
+    let web = WebHost::start(&world);
+    let owner = web.log_in();
+    let approved = owner.post("/api/approvals/h2/approve", &json!({}));
+    assert_eq!(approved.status, 200, "{}", approved.text());
+    eventually("the approved upgrade to be installed", || {
+        registry_version() == 2
+    });
+    let manifest = world.read("actor/ann-bot/source/actor.json");
+    assert!(manifest.contains("weather.example:443"), "{manifest}");
+    assert!(
+        owner.get("/api/approvals").json()["approvals"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let audit = text(&sausage(&["audit", dir]).stdout);
+    for line in [
+        "ann asked (h1)",
+        "denied h1 (ann's upgrade",
+        "ann asked (h2)",
+        "approved h2 (ann's upgrade",
+    ] {
+        assert!(audit.contains(line), "{line}: {audit}");
+    }
+}
