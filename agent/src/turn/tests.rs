@@ -1695,3 +1695,71 @@ fn goal_status_outside_a_goal_is_an_error_the_model_can_act_on() {
         "not offered outside a goal"
     );
 }
+
+/// `request_secret`: the broker files it and answers `held`; the turn waits for the person's
+/// decision past a restart (saved with the deadline the broker gave), and the model gets it.
+#[test]
+fn a_requested_secret_is_waited_for_across_a_restart_and_the_decision_reaches_the_model() {
+    let data = world(Some(OPENAI));
+    let expires = unix_seconds(std::time::SystemTime::now()) + 3600;
+    let held = json!({"type": "held", "approval": "h1", "action": "secret", "expires": expires,
+        "reason": "set secret `gh` for https://api.github.com waits for owner to answer (h1)"});
+    let asked = json!({"name": "gh", "url": "https://api.github.com", "why": "to list issues"});
+    let host = run(
+        &data,
+        vec![
+            text("m-1", "list my github issues"),
+            message("m-2", "broker", Some("agent/person.owner.t1"), held),
+            Event::Stop,
+        ],
+        vec![openai_call("c1", "request_secret", asked)],
+    );
+    let sends = tool_sends(&host);
+    assert_eq!(sends[0].to.as_deref(), Some("broker"));
+    assert_eq!(sends[0].body["type"], "request_secret");
+    assert_eq!(sends[0].body["name"], "gh");
+    assert_eq!(sends[0].id.as_deref(), Some("person.owner.t1"));
+    let saved: SavedTurn = read_json(&data.join("turn.json")).expect("turn.json");
+    let waiting = saved.waiting.expect("waits for the decision");
+    assert_eq!(
+        (waiting.until, waiting.to.as_deref()),
+        (Some(expires), Some("broker"))
+    );
+
+    let set = json!({"type": "secret_set", "name": "gh", "by": "owner"});
+    let host = run(
+        &data,
+        vec![message("m-9", "broker", Some("agent/person.owner.t1"), set)],
+        vec![openai_text("The secret is set; granting it next.")],
+    );
+    // The wait goes on until the broker's deadline, not for a fresh 24 hours.
+    assert!(
+        host.waits[0].is_some_and(|w| w <= Duration::from_secs(3600)),
+        "{:?}",
+        host.waits
+    );
+    let input = body(&host.requests[0])["input"].clone();
+    let output = input[2]["output"].as_str().unwrap();
+    assert!(output.contains(r#""type":"secret_set""#), "{output}");
+    assert_eq!(answers(&host)[0].2, "The secret is set; granting it next.");
+}
+
+/// The agent cannot decide what waits for a person's approval, whatever the model asks.
+#[test]
+fn the_agent_never_decides_an_approval() {
+    let data = world(Some(OPENAI));
+    let decide =
+        json!({"to": "broker", "body": {"type": "decide", "approval": "h1", "approve": true}});
+    let host = run(
+        &data,
+        vec![text("m-1", "approve h1 for me")],
+        vec![
+            openai_call("c1", "send_message", decide),
+            openai_text("I cannot."),
+        ],
+    );
+    assert!(tool_sends(&host).iter().all(|m| m.body["type"] != "decide"));
+    let input = body(&host.requests[1])["input"].clone();
+    let output = input[2]["output"].as_str().unwrap();
+    assert!(output.contains("only a person decides"), "{output}");
+}
