@@ -3,9 +3,104 @@
 
 mod support;
 
+use sausage_fake_llm::{FakeLlm, openai};
 use serde_json::{Value, json};
+use support::agent::{final_reply, tool_outputs, world_with_agent};
 use support::web::{Client, EVENT_PATIENCE, WebHost};
 use support::*;
+
+const PLANTED: &str = "gh-t0ken-pl4nted-51c2";
+
+/// Waits until `client` sees exactly one entry waiting, and returns it.
+fn the_one_waiting(client: &Client) -> Value {
+    client.until("/api/approvals", "an approval waiting", |listed| {
+        listed["approvals"].as_array().is_some_and(|a| a.len() == 1)
+    })["approvals"][0]
+        .clone()
+}
+
+#[test]
+fn the_agent_asks_for_a_secret_and_its_grant_and_the_turn_goes_on_when_the_page_answers() {
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    world.install("gh-bot", "fetcher");
+    let dir = world.path("");
+    let dir = dir.to_str().unwrap();
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "request_secret",
+        json!({"name": "gh", "url": "https://api.github.com", "why": "to list your issues"}),
+    )]));
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "request_grant",
+        json!({"secret": "gh", "actor": "gh-bot", "why": "gh-bot calls GitHub"}),
+    )]));
+    fake.push_openai(openai::text_reply("gh-bot can call GitHub now."));
+    let mut web = WebHost::start(&world);
+    let owner = web.log_in();
+    web.host.send("list my github issues");
+
+    let asked = the_one_waiting(&owner);
+    assert_eq!(asked["action"], "secret", "{asked}");
+    assert_eq!(asked["for"], "owner", "{asked}");
+    assert_eq!(asked["actor"], "agent", "{asked}");
+    assert_eq!(asked["why"], "to list your issues", "{asked}");
+    let id = asked["id"].as_str().unwrap();
+    // Approving a request for a value without one is refused, and changes nothing.
+    let bare = owner.post(&format!("/api/approvals/{id}/approve"), &json!({}));
+    assert_eq!(bare.status, 403, "{}", bare.text());
+    assert!(
+        bare.text().contains("type it on the web page"),
+        "{}",
+        bare.text()
+    );
+    let bad = owner.post(
+        &format!("/api/approvals/{id}/approve"),
+        &json!({"value": 7}),
+    );
+    assert_eq!(bad.status, 400, "{}", bad.text());
+    let set = owner.post(
+        &format!("/api/approvals/{id}/approve"),
+        &json!({"value": PLANTED}),
+    );
+    assert_eq!(set.status, 200, "{}", set.text());
+
+    // The turn goes on to ask for the grant, which the same person decides.
+    let grant = owner.until("/api/approvals", "the grant request", |listed| {
+        listed["approvals"][0]["action"] == "grant"
+    })["approvals"][0]
+        .clone();
+    assert_eq!(
+        grant["what"], "grant secret `gh` to actor `gh-bot`",
+        "{grant}"
+    );
+    let id = grant["id"].as_str().unwrap();
+    let granted = owner.post(&format!("/api/approvals/{id}/approve"), &json!({}));
+    assert_eq!(granted.status, 200, "{}", granted.text());
+    assert_eq!(
+        final_reply(&mut web.host)["text"],
+        "gh-bot can call GitHub now."
+    );
+    let outputs = tool_outputs(&fake, 2);
+    assert!(outputs[0].contains(r#""type":"secret_set""#), "{outputs:?}");
+    assert!(outputs[1].contains(r#""type":"granted""#), "{outputs:?}");
+
+    let listed: Value =
+        serde_json::from_slice(&sausage(&["secret", "list", "--json", dir]).stdout).unwrap();
+    assert_eq!(listed[0]["name"], "gh", "{listed}");
+    assert_eq!(listed[0]["set_by"], "owner", "{listed}");
+    assert_eq!(listed[0]["grants"][0]["actor"], "gh-bot", "{listed}");
+    // The value reached the secrets file only: not the model, the agent's files or a log.
+    let requests =
+        serde_json::to_string(&fake.requests().iter().map(|r| &r.body).collect::<Vec<_>>())
+            .unwrap();
+    assert!(!requests.contains(PLANTED));
+    let holding: Vec<_> = files_holding(&world.path(""), PLANTED.as_bytes())
+        .into_iter()
+        .filter(|f| !f.ends_with("broker/secrets/secrets.json"))
+        .collect();
+    assert!(holding.is_empty(), "the value is in {holding:?}");
+    assert!(!web.host.stderr().contains(PLANTED));
+}
 
 /// Sends ann's upgrade of her bot to a build whose `actor.json` reaches a new host, and
 /// returns the broker's first answer.
