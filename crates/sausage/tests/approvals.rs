@@ -49,7 +49,7 @@ fn the_agent_asks_for_a_secret_and_its_grant_and_the_turn_goes_on_when_the_page_
     let bare = owner.post(&format!("/api/approvals/{id}/approve"), &json!({}));
     assert_eq!(bare.status, 403, "{}", bare.text());
     assert!(
-        bare.text().contains("type it on the web page"),
+        bare.text().contains("give its value"),
         "{}",
         bare.text()
     );

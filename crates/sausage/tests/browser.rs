@@ -886,3 +886,55 @@ fn an_owner_sets_a_secret_in_a_password_field_and_grants_it_and_the_page_never_s
     let listed = std::fs::read_to_string(world.path("broker/secrets/secrets.json")).unwrap();
     assert!(listed.contains(VALUE) && listed.contains("\"actor\": \"echo\""));
 }
+
+#[test]
+fn the_agents_request_for_a_secret_is_answered_in_a_password_field_and_the_turn_goes_on() {
+    const VALUE: &str = "pl4nted-for-the-agent";
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "request_secret",
+        json!({"name": "gh", "url": "https://api.github.com", "why": "to read your issues"}),
+    )]));
+    fake.push_openai(openai::text_reply("Thanks, I have what I need."));
+    let web = WebHost::start(&world);
+    let owner = logged_in(&web);
+    owner.type_into("#chat-input", &format!("read my github issues{ENTER}"));
+    // The menu marks what waits; the view shows it with a password field.
+    owner.wait_until(
+        "the menu to mark an approval",
+        "return document.querySelector('#nav-approvals').classList.contains('attention')",
+    );
+    go(&owner, "approvals");
+    owner.wait_text(
+        "#approvals-table tr[data-approval=h1] .what",
+        "set secret `gh`",
+    );
+    assert_eq!(
+        owner.eval(
+            "return document.querySelector('tr[data-approval=h1] .approval-value').type",
+            json!([])
+        ),
+        "password"
+    );
+    // Without a value it is refused with why, and still waits.
+    owner.click("tr[data-approval=h1] .approve");
+    owner.wait_text("#approvals-error", "give its value");
+    owner.type_into("tr[data-approval=h1] .approval-value", VALUE);
+    owner.screenshot("approvals_view").unwrap();
+    owner.click("tr[data-approval=h1] .approve");
+    owner.wait_shown("#approvals-empty");
+    go(&owner, "chat");
+    owner.wait_text(".turn-answer", "Thanks, I have what I need.");
+    assert!(tool_outputs(&fake, 1)[0].contains(r#""type":"secret_set""#));
+    let page = owner
+        .eval(
+            "return document.documentElement.outerHTML + \
+             [...document.querySelectorAll('input')].map((i) => i.value).join(' ')",
+            json!([]),
+        )
+        .to_string();
+    assert!(!page.contains(VALUE), "the page holds the value");
+    let stored = std::fs::read_to_string(world.path("broker/secrets/secrets.json")).unwrap();
+    assert!(stored.contains(VALUE));
+}

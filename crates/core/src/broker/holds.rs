@@ -252,8 +252,9 @@ impl Broker {
                     .any(|s| s.name == name && s.set_at >= since);
                 if !set {
                     return Err(format!(
-                        "{id} asks for the value of secret `{name}`: type it on the web page, or \
-                         set it with `sausage secret set {name} --url {}` and approve {id} again",
+                        "{id} asks for the value of secret `{name}`: give its value (in the web \
+                         page's Approvals view), or set it with `sausage secret set {name} --url \
+                         {}` and approve {id} again",
                         held.request["url"].as_str().unwrap_or_default()
                     ));
                 }

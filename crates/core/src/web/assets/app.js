@@ -1,5 +1,6 @@
 // The web console's page (DESIGN §14): views behind hash routes (#/chat, #/actors,
-// #/actor/<id>, #/graph, #/people and #/schedules for owners, #/secrets for members and owners),
+// #/actor/<id>, #/graph, #/people and #/schedules for owners, #/secrets for members and owners,
+// #/approvals for everyone),
 // fed by the JSON API and the server-sent events of /api/events, which carry only what is for
 // this page's person (DESIGN §13).
 // No framework, no build step, no network beyond this server. Untrusted text (messages, files,
@@ -1332,6 +1333,7 @@ function connect(again = false) {
   source.addEventListener('message', (event) => {
     const message = JSON.parse(event.data);
     if (message.from === 'agent') onAgentMessage(message);
+    else if (message.from === 'broker' && message.body?.type === 'approval') onApproval();
     else if (message.body?.type === 'undeliverable' && turns.has(message.reply_to)) {
       // The agent is not there: the turn that waited for it ends with the reason.
       const turn = turns.get(message.reply_to);
@@ -1496,6 +1498,63 @@ function setUpSecrets() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Approvals (everyone): what waits for a decision. Who may decide is the broker's to check; a
+// requested secret's value is typed into a password field and sent with the approval only.
+
+/** Shows what waits; a refusal just shown stays unless `clear`. */
+async function loadApprovals(clear = true) {
+  let list;
+  try {
+    list = (await api('GET', '/api/approvals')).approvals || [];
+    if (clear) showError($('#approvals-error'), '');
+  } catch (error) {
+    showError($('#approvals-error'), error.message);
+    return;
+  }
+  $('#nav-approvals').classList.remove('attention');
+  $('#approvals-empty').hidden = list.length > 0;
+  $('#approvals-table tbody').replaceChildren(...list.map((held) => {
+    const asker = held.actor ? `${held.asked_by} via ${held.actor}` : held.asked_by;
+    const decides = held.for || `an ${held.approver}`;
+    const actions = el('td', { class: 'actions' });
+    let value = null;
+    if (held.action === 'secret') {
+      value = el('input', { type: 'password', class: 'approval-value', autocomplete: 'new-password',
+        placeholder: 'value', 'aria-label': `value for ${held.id}` });
+      actions.append(value);
+    }
+    const approve = el('button', { type: 'button', class: 'primary approve' },
+      held.action === 'secret' ? 'Set and approve' : 'Approve');
+    approve.addEventListener('click', () => decideApproval(held.id, 'approve', value));
+    const deny = el('button', { type: 'button', class: 'danger deny' }, 'Deny');
+    deny.addEventListener('click', () => decideApproval(held.id, 'deny', null));
+    actions.append(approve, deny);
+    return el('tr', { 'data-approval': held.id },
+      el('td', { class: 'id' }, held.id), el('td', {}, asker), el('td', { class: 'what' }, held.what),
+      el('td', {}, held.why || ''), el('td', {}, decides),
+      el('td', {}, new Date(held.expires * 1000).toLocaleString()), actions);
+  }));
+}
+
+async function decideApproval(id, action, valueInput) {
+  const body = valueInput && valueInput.value ? { value: valueInput.value } : {};
+  if (valueInput) valueInput.value = '';
+  try {
+    await api('POST', `/api/approvals/${encodeURIComponent(id)}/${action}`, body);
+    loadApprovals();
+  } catch (error) {
+    showError($('#approvals-error'), error.message);
+    loadApprovals(false);
+  }
+}
+
+/** The broker said something waits for a decision: shown at once, or marked in the menu. */
+function onApproval() {
+  if (currentView === 'approvals') reloadView();
+  else $('#nav-approvals').classList.add('attention');
+}
+
+// ---------------------------------------------------------------------------------------------
 // Schedules (owners): what the scheduler will send, and to end one.
 
 /** When a schedule fires, in words: its cron pattern and zone, its period, or its time. */
@@ -1549,7 +1608,7 @@ let currentView = null;
 function parseRoute() {
   const [view, ...rest] = (location.hash || '#/chat').replace(/^#\/?/, '').split('/');
   if (view === 'actor' && rest.length) return { view: 'actor', id: decodeURIComponent(rest.join('/')) };
-  return { view: ['chat', 'actors', 'graph', 'people', 'schedules', 'secrets'].includes(view) ? view : 'chat' };
+  return { view: ['chat', 'actors', 'graph', 'people', 'schedules', 'secrets', 'approvals'].includes(view) ? view : 'chat' };
 }
 
 function route() {
@@ -1580,6 +1639,7 @@ function loadView() {
     case 'people': return loadPeople();
     case 'schedules': return loadSchedules();
     case 'secrets': return loadSecrets();
+    case 'approvals': return loadApprovals();
     default: return null;
   }
 }
