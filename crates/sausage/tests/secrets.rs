@@ -230,11 +230,6 @@ fn on_the_web_members_set_and_grant_their_own_secrets_to_their_own_actors_and_gu
         (set(&gus, "guss"), 403, "guests may not"),
         (set(&ann, "bobs"), 403, "was set by bob"),
         (
-            ann.post("/api/secrets/bobs/grant", &json!({"actor": "ann-bot"})),
-            403,
-            "was set by bob",
-        ),
-        (
             ann.post("/api/secrets/anns/grant", &json!({"actor": "bob-bot"})),
             403,
             "is bob's",
@@ -301,6 +296,40 @@ fn on_the_web_members_set_and_grant_their_own_secrets_to_their_own_actors_and_gu
     assert_eq!(names, [json!("anns")]);
     assert_eq!(listed.json()["secrets"][0]["grants"][0]["actor"], "ann-bot");
     assert!(!listed.text().contains(PLANTED));
+    // Bob's secret to ann's actor waits for an owner (the default `grant` rule); bob, a
+    // member, may not decide it; the owner's approval makes the grant.
+    let held = ann.post(
+        "/api/secrets/bobs/grant",
+        &json!({"actor": "ann-bot", "why": "it reads bob's repos"}),
+    );
+    assert_eq!(held.status, 202, "{}", held.text());
+    let held = held.json();
+    assert_eq!(held["type"], "held", "{held}");
+    let id = held["approval"].as_str().unwrap();
+    assert!(
+        held["reason"].as_str().unwrap().contains("(set by bob)"),
+        "{held}"
+    );
+    let by_bob = bob.post(&format!("/api/approvals/{id}/approve"), &json!({}));
+    assert_eq!(by_bob.status, 403, "{}", by_bob.text());
+    let owner = web.log_in();
+    let approved = owner.post(&format!("/api/approvals/{id}/approve"), &json!({}));
+    assert_eq!(approved.status, 200, "{}", approved.text());
+    let granted_to = || -> Value {
+        let listed = owner.get("/api/secrets").json();
+        let bobs = listed["secrets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == "bobs")
+            .cloned()
+            .unwrap();
+        bobs["grants"].clone()
+    };
+    eventually("the approved grant", || {
+        granted_to()[0]["actor"] == "ann-bot"
+    });
+    assert_eq!(granted_to()[0]["by"], "owner");
     let revoked = ann.post("/api/secrets/anns/revoke", &json!({"actor": "ann-bot"}));
     assert_eq!(revoked.json()["changed"], true, "{}", revoked.text());
     assert_eq!(bob.post("/api/secrets/bobs/remove", &json!({})).status, 200);

@@ -300,45 +300,95 @@ impl Broker {
         Ok(answer)
     }
 
-    /// Carries out a decided entry: answers its asker and forgets it.
+    /// A member's grant of a secret someone else set to an actor of theirs, which a `grant`
+    /// rule holds (by default): kept for the rule's approver, answered `held`. `None` when no
+    /// rule holds it, or when it is not such a grant: the caller refuses or makes it.
+    pub async fn hold_grant(
+        &self,
+        by: &Speaker,
+        secret: &str,
+        actor: &ActorId,
+        why: &str,
+    ) -> Result<Option<Value>, String> {
+        let rule = (self.registry().await).hold_rule(HeldAction::Grant, hold_by(by.tier));
+        let Some(rule) = rule else {
+            return Ok(None);
+        };
+        let owner = self.principal_of_actor(actor).await;
+        if owner.person().map(|o| &o.person) != Some(&by.person) {
+            return Ok(None);
+        }
+        let secrets = Secrets::new(&self.world);
+        let setter = {
+            let name = secret.to_string();
+            blocking(move || {
+                secrets
+                    .list()
+                    .map(|all| all.into_iter().find(|s| s.name == name))
+            })
+            .await?
+            .map_err(|e| format!("{e:#}"))?
+            .map(|s| s.set_by)
+        };
+        let Some(setter) = setter.filter(|s| *s != by.person.as_str()) else {
+            return Ok(None);
+        };
+        let new = NewHold {
+            action: "grant".into(),
+            asked_by: by.person.to_string(),
+            actor: None,
+            approver: rule.approver,
+            for_person: None,
+            what: format!("grant secret `{secret}` (set by {setter}) to actor `{actor}`"),
+            why: why.to_string(),
+            request: json!({"secret": secret, "actor": actor.as_str()}),
+        };
+        let held = self.store_hold(new).await?;
+        Ok(Some(held_answer(&held)))
+    }
+
+    /// Carries out a decided entry: answers its asker (when one waits) and forgets it.
     async fn carry_out(self: Arc<Self>, held: Held) {
         let Some(decision) = held.decision.clone() else {
             return;
         };
-        let envelope = held.request["envelope"]
-            .as_str()
-            .map(|line| Envelope::from_line(line.as_bytes()));
-        let request = match envelope {
-            Some(Ok(request)) => Arc::new(request),
-            _ => {
-                tracing::error!("approval {}: its request cannot be read; dropped", held.id);
-                self.forget_hold(&held.id).await;
-                return;
-            }
+        let request = match held.request.get("envelope").and_then(Value::as_str) {
+            Some(line) => match Envelope::from_line(line.as_bytes()) {
+                Ok(request) => Some(Arc::new(request)),
+                Err(e) => {
+                    tracing::error!(
+                        "approval {}: its request cannot be read ({e}); dropped",
+                        held.id
+                    );
+                    self.forget_hold(&held.id).await;
+                    return;
+                }
+            },
+            None => None,
         };
-        let kind = request.body_value()["type"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
+        let kind = (request.as_ref())
+            .and_then(|r| r.body_value()["type"].as_str().map(str::to_owned))
+            .unwrap_or_default();
         if !decision.approved {
             let reason = format!("{} denied it ({}): {}", decision.by, held.id, held.what);
-            self.answer_held(
-                &request,
-                json!({"type": "error", "request": kind, "reason": reason}),
-            )
-            .await;
+            let reply = json!({"type": "error", "request": kind, "reason": reason});
+            self.answer_held(request.as_deref(), reply).await;
         } else {
-            match held.action.as_str() {
-                "secret" => {
+            match (held.action.as_str(), &request) {
+                ("secret", _) => {
                     let name = held.request["name"].clone();
                     let reply = json!({"type": "secret_set", "name": name, "by": decision.by});
-                    self.answer_held(&request, reply).await;
+                    self.answer_held(request.as_deref(), reply).await;
                 }
-                "grant" if kind == "request_grant" => {
+                // What `request_grant` or a member's grant on the page asked.
+                ("grant", _) if kind != "grant" => {
                     let reply = self.grant_requested(&held, &decision.by).await;
-                    self.answer_held(&request, reply).await;
+                    self.answer_held(request.as_deref(), reply).await;
                 }
-                _ => {
+                (_, None) => {
+                    tracing::error!("approval {}: nothing to carry out; dropped", held.id);
+                }
+                (_, Some(request)) => {
                     self.approved
                         .lock()
                         .expect("approved lock")
@@ -409,8 +459,11 @@ impl Broker {
         }
     }
 
-    /// Answers the request a held entry kept, as the broker answers any request.
-    async fn answer_held(&self, request: &Envelope, reply: Value) {
+    /// Answers the request a held entry kept (when one waits), as the broker answers any.
+    async fn answer_held(&self, request: Option<&Envelope>, reply: Value) {
+        let Some(request) = request else {
+            return;
+        };
         let out = Outgoing::new(&request.from, &reply).replying_to(Some(&request.id));
         self.send(&ActorId::broker(), out).await;
     }
@@ -444,11 +497,8 @@ impl Broker {
                         "nobody decided {} within 24 hours ({}); ask again if it is still needed",
                         held.what, held.id
                     );
-                    self.answer_held(
-                        &request,
-                        json!({"type": "error", "request": kind, "reason": reason}),
-                    )
-                    .await;
+                    let reply = json!({"type": "error", "request": kind, "reason": reason});
+                    self.answer_held(Some(&request), reply).await;
                 }
             }
             tokio::time::sleep(EXPIRY_CHECK).await;

@@ -1,6 +1,8 @@
 //! Secrets (DESIGN §25): `GET /api/secrets` (owners all, members their own), `POST
 //! /api/secrets` `{"name","url","header"?,"format"?,"value"}` and `POST
 //! /api/secrets/{name}/grant|revoke` `{"actor"}`, `…/remove`. No answer ever holds a value.
+//! A member's grant of another's secret to their own actor is held for an owner (202 `held`)
+//! when a `grant` rule says so (`broker::holds`).
 //! Invariant: every change goes through `secrets_change`, which checks the person's tier with
 //! `Secrets::check` and touches the file on the blocking pool, never on the world's thread.
 
@@ -147,42 +149,65 @@ pub(super) async fn change_secret(
                 )
             })
     };
-    let changed =
-        match action.as_str() {
-            "grant" | "revoke" => {
-                let actor = match actor() {
-                    Ok(actor) => actor,
-                    Err(refused) => return refused.into_response(),
+    let changed = match action.as_str() {
+        "grant" | "revoke" => {
+            let actor = match actor() {
+                Ok(actor) => actor,
+                Err(refused) => return refused.into_response(),
+            };
+            let grant = action == "grant";
+            // A member's grant of someone else's secret to their own actor may wait for
+            // an owner (a `grant` rule) rather than be refused.
+            if grant && person.tier == crate::message::Tier::Member {
+                let why = object(&body)
+                    .ok()
+                    .and_then(|f| f.get("why").and_then(Value::as_str).map(str::to_owned))
+                    .unwrap_or_default();
+                let (Ok(who), Ok(id)) = (ActorId::parse(&person.id), ActorId::parse(&actor)) else {
+                    return refuse(StatusCode::FORBIDDEN, "this session's person is not valid");
                 };
-                let named = actor.clone();
-                let grant = action == "grant";
-                secrets_change(&app, &person, name.clone(), Some(named), move |secrets, by| {
-                let id = ActorId::parse(&actor).expect("checked");
-                let changed = match grant {
-                    true => secrets.grant(&name, &id, by)?,
-                    false => secrets.revoke(&name, &id, by)?,
+                let by = crate::message::Speaker {
+                    person: who,
+                    tier: person.tier,
                 };
-                let kind = if grant { "granted" } else { "revoked" };
-                Ok(json!({"type": kind, "secret": name, "actor": actor, "changed": changed}))
+                match app.broker.hold_grant(&by, &name, &id, &why).await {
+                    Ok(Some(held)) => return (StatusCode::ACCEPTED, Json(held)).into_response(),
+                    Ok(None) => {}
+                    Err(why) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, &why),
+                }
+            }
+            let named = actor.clone();
+            secrets_change(
+                &app,
+                &person,
+                name.clone(),
+                Some(named),
+                move |secrets, by| {
+                    let id = ActorId::parse(&actor).expect("checked");
+                    let changed = match grant {
+                        true => secrets.grant(&name, &id, by)?,
+                        false => secrets.revoke(&name, &id, by)?,
+                    };
+                    let kind = if grant { "granted" } else { "revoked" };
+                    Ok(json!({"type": kind, "secret": name, "actor": actor, "changed": changed}))
+                },
+            )
+            .await
+        }
+        "remove" => {
+            secrets_change(&app, &person, name.clone(), None, move |secrets, by| {
+                secrets.remove(&name, by)?;
+                Ok(json!({"type": "secret_removed", "secret": name}))
             })
             .await
-            }
-            "remove" => {
-                secrets_change(&app, &person, name.clone(), None, move |secrets, by| {
-                    secrets.remove(&name, by)?;
-                    Ok(json!({"type": "secret_removed", "secret": name}))
-                })
-                .await
-            }
-            _ => {
-                return refuse(
-                    StatusCode::NOT_FOUND,
-                    &format!(
-                        "no action `{action}` on a secret; actions are grant, revoke and remove"
-                    ),
-                );
-            }
-        };
+        }
+        _ => {
+            return refuse(
+                StatusCode::NOT_FOUND,
+                &format!("no action `{action}` on a secret; actions are grant, revoke and remove"),
+            );
+        }
+    };
     match changed {
         Ok(done) => Json(done).into_response(),
         Err(refused) => refused.into_response(),
