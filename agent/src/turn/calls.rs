@@ -308,10 +308,7 @@ impl<H: Host> Agent<H> {
         }
         let output = match self.await_reply(&published, seconds, Expected::Actor(to)) {
             Awaited::Reply(reply) if to == "broker" && reply.kind() == "held" => {
-                match self.await_decision(history, turn, call_id, &published, &reply) {
-                    Some(output) => output,
-                    None => return None,
-                }
+                self.await_decision(history, turn, call_id, &published, &reply)?
             }
             Awaited::Reply(reply) => reply.to_line(),
             Awaited::TimedOut => format!(

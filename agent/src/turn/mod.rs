@@ -145,6 +145,10 @@ pub struct SavedTurn {
     /// Their price, for the responses whose model has one.
     #[serde(default)]
     pub cost_usd: f64,
+    /// What the broker's `spend` rule cleared this turn to spend (DESIGN §25): `None` until
+    /// its first priced step asks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spend_cleared: Option<SpendCleared>,
     /// Some response's model had no price: the turn's cost is unknown.
     #[serde(default)]
     pub unpriced: bool,
@@ -278,6 +282,7 @@ impl SavedTurn {
             waiting: None,
             usage: Usage::default(),
             cost_usd: 0.0,
+            spend_cleared: None,
             unpriced: false,
             resumes: 0,
             bytes_per_token: None,
@@ -341,6 +346,26 @@ pub struct Waiting {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to: Option<String>,
 }
+
+/// How far the broker's `spend` rule lets a turn spend without asking again.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpendCleared {
+    /// Up to this cost; past it the broker is asked again (and holds the turn).
+    UpTo(f64),
+    /// No rule holds this turn's spending, or a person approved it.
+    Unlimited,
+}
+
+/// What asking the broker to clear a turn's spending came to.
+enum Cleared {
+    Go,
+    End(String, Option<Stopped>),
+    Shutdown,
+}
+
+/// How long the broker has to answer a `spend` request before the turn goes on without it.
+const SPEND_PATIENCE: u64 = 30;
 
 /// Messages kept for later, as `inbox.json` keeps them.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -841,6 +866,88 @@ impl<H: Host> Agent<H> {
         None
     }
 
+    /// Asks the broker whether the turn may spend what it has (a `spend` rule, DESIGN §25),
+    /// once its cost passes what was cleared: the answer says up to where, or holds the turn
+    /// until a person decides. A broker that does not answer does not stop the turn.
+    fn clear_spend(
+        &mut self,
+        config: &Config,
+        history: &mut History,
+        turn: &mut SavedTurn,
+    ) -> Cleared {
+        if config.price.is_none() || turn.cost_usd <= 0.0 || turn.message.from.is_empty() {
+            return Cleared::Go;
+        }
+        match turn.spend_cleared {
+            Some(SpendCleared::Unlimited) => return Cleared::Go,
+            Some(SpendCleared::UpTo(usd)) if turn.cost_usd <= usd => return Cleared::Go,
+            _ => {}
+        }
+        history.sent += 1;
+        let id = format!("{}.s{}", turn.conversation.tag(), history.sent);
+        let published = format!("{}/{id}", self.actor);
+        self.save(history, turn);
+        self.remember_sent(&published, "broker");
+        self.send(Outgoing {
+            to: Some("broker".into()),
+            id: Some(id),
+            reply_to: None,
+            speaks_for: turn.who().person,
+            trace: None,
+            body: json!({"type": "spend", "usd": turn.cost_usd}),
+        });
+        let mut reply =
+            match self.await_reply(&published, SPEND_PATIENCE, Expected::Actor("broker")) {
+                Awaited::Reply(reply) => reply,
+                Awaited::TimedOut => return Cleared::Go,
+                Awaited::Stopped => {
+                    return Cleared::End("I stopped, as you asked.".into(), Some(Stopped::Stop));
+                }
+                Awaited::Stop => return Cleared::Shutdown,
+            };
+        if reply.kind() == "held" {
+            let reason = reply.body["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            self.tell(
+                turn,
+                json!({"type": "progress", "text": format!("\n({reason})\n")}),
+            );
+            let now = unix_seconds(self.host.now());
+            let until = reply.body["expires"].as_u64().unwrap_or(now);
+            reply = match self.await_reply(
+                &published,
+                until.saturating_sub(now),
+                Expected::Actor("broker"),
+            ) {
+                Awaited::Reply(reply) => reply,
+                Awaited::TimedOut => {
+                    return Cleared::End(
+                        format!("I stopped: {reason}, and nobody decided in time."),
+                        Some(Stopped::Budget),
+                    );
+                }
+                Awaited::Stopped => {
+                    return Cleared::End("I stopped, as you asked.".into(), Some(Stopped::Stop));
+                }
+                Awaited::Stop => return Cleared::Shutdown,
+            };
+        }
+        match (reply.kind(), reply.body["up_to_usd"].as_f64()) {
+            ("spend_ok", Some(usd)) => turn.spend_cleared = Some(SpendCleared::UpTo(usd)),
+            ("spend_ok", None) => turn.spend_cleared = Some(SpendCleared::Unlimited),
+            _ => {
+                let why = reply.body["reason"]
+                    .as_str()
+                    .unwrap_or("the broker refused");
+                return Cleared::End(format!("I stopped: {why}."), Some(Stopped::Budget));
+            }
+        }
+        self.save(history, turn);
+        Cleared::Go
+    }
+
     /// Finishes a turn saved by an earlier instance: every call left open gets a result (the
     /// awaited reply if it comes now), then the model hears that it restarted and goes on.
     fn resume(&mut self, mut turn: SavedTurn) -> Flow {
@@ -949,6 +1056,11 @@ impl<H: Host> Agent<H> {
             self.take_arrived();
             if let Some(end) = self.limit(config, &turn) {
                 break end;
+            }
+            match self.clear_spend(config, &mut history, &mut turn) {
+                Cleared::Go => {}
+                Cleared::End(words, stopped) => break (self.failure_words(&turn, words), stopped),
+                Cleared::Shutdown => return self.stop(&history, &turn),
             }
             self.save(&mut history, &turn);
             let reply = match self.step(config, &mut history, &mut turn) {

@@ -231,6 +231,14 @@ fn the_answer_and_the_history_carry_the_turns_waterfall() {
     let host = ScriptedHost {
         events: vec![
             says_traced("m-1", "what does my note say?", json!(TRACE)),
+            // The broker clears the priced turn's spending (no `spend` rule for an owner).
+            Event::Message(Incoming {
+                id: "m-s".into(),
+                from: "broker".into(),
+                reply_to: Some("agent/person.ann.s1".into()),
+                body: json!({"type": "spend_ok", "up_to_usd": null}),
+                ..Incoming::default()
+            }),
             traced("m-2", json!({"type": "conversation"}), json!(OTHER_TRACE)),
         ]
         .into(),
@@ -649,4 +657,69 @@ fn run_scripted(data: &Path, host: ScriptedHost) -> ScriptedHost {
     let mut agent = Agent::new(host, data, "agent", "2", false);
     agent.run();
     agent.host
+}
+
+/// A broker's answer to the agent's request `id` (such as `agent/person.mia.s1`).
+fn broker_answer(id: &str, body: Value) -> Event {
+    Event::Message(Incoming {
+        id: format!("b-{id}"),
+        from: "broker".into(),
+        reply_to: Some(id.into()),
+        body,
+        ..Incoming::default()
+    })
+}
+
+/// A `spend` rule (DESIGN §25): a priced turn asks the broker once its cost passes what was
+/// cleared; held, it waits for the decision; denied, it stops before another model request.
+#[test]
+fn a_turn_whose_spending_is_held_waits_and_stops_when_it_is_denied() {
+    let data = world(&priced());
+    let path = note(&data);
+    let says = |id: &str, words: &str| {
+        Event::Message(from_person(
+            id,
+            "mia",
+            "member",
+            "web",
+            json!({"type": "text", "text": words}),
+        ))
+    };
+    let held = json!({"type": "held", "approval": "h4", "action": "spend",
+        "expires": unix_seconds(std::time::SystemTime::now()) + 600,
+        "reason": "a turn of mia spending past $0.00 waits for an owner's approval (h4)"});
+    let denied = json!({"type": "error", "request": "spend",
+        "reason": "olga denied it (h4): a turn of mia spending past $0.00"});
+    let host = run_scripted(
+        &data,
+        ScriptedHost {
+            events: vec![
+                says("m-1", "what does my note say?"),
+                broker_answer("agent/person.mia.s1", held),
+                broker_answer("agent/person.mia.s1", denied),
+            ]
+            .into(),
+            answers: vec![
+                with_usage(read_call(&path), 1000, 0, 100),
+                with_usage(words("never asked for"), 10, 0, 10),
+            ]
+            .into(),
+            ..ScriptedHost::default()
+        },
+    );
+    let asked: Vec<&Outgoing> = (host.sent.iter())
+        .filter(|m| m.body["type"] == "spend")
+        .collect();
+    assert_eq!(asked.len(), 1, "{:?}", host.sent);
+    assert_eq!(asked[0].to.as_deref(), Some("broker"));
+    assert!(asked[0].body["usd"].as_f64().unwrap() > 0.0);
+    assert_eq!(asked[0].speaks_for.as_deref(), Some("mia"));
+    assert_eq!(host.requests.len(), 1, "no model request after the denial");
+    let waited = host
+        .sent
+        .iter()
+        .any(|m| m.body["type"] == "progress" && m.body["text"].as_str().unwrap().contains("(h4)"));
+    assert!(waited, "the person is told what the turn waits for");
+    let answer = final_text(&host).body["text"].as_str().unwrap().to_string();
+    assert!(answer.contains("olga denied it (h4)"), "{answer}");
 }

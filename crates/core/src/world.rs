@@ -231,8 +231,8 @@ pub const DEFAULT_HOLDS: [HoldRule; 3] = [
     },
 ];
 
-/// `hold_above_usd` when left out: more than a day of a person's usual turns.
-pub const DEFAULT_HOLD_ABOVE_USD: f64 = 5.0;
+/// `hold_above_usd` when left out: well past a usual turn, below the agent's 5 dollars a turn.
+pub const DEFAULT_HOLD_ABOVE_USD: f64 = 2.0;
 
 impl Registry {
     /// The `"hold"` rules in force.

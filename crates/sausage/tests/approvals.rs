@@ -220,3 +220,65 @@ fn a_members_new_network_host_waits_for_an_owner_who_denies_then_approves_after_
         assert!(audit.contains(line), "{line}: {audit}");
     }
 }
+
+/// Sends `body` to the broker from `client`'s page and returns the broker's answer.
+fn ask_broker(client: &Client, body: Value) -> Value {
+    let mut events = client.events(None);
+    let sent = client.post("/api/send", &json!({"to": "broker", "body": body}));
+    assert_eq!(sent.status, 200, "{}", sent.text());
+    let id = sent.json()["id"].as_str().unwrap().to_string();
+    let reply = events.wait_for("message", EVENT_PATIENCE, |data| data["reply_to"] == id);
+    serde_json::from_str::<Value>(&reply.data).unwrap()["body"].clone()
+}
+
+#[test]
+fn spending_is_held_past_its_threshold_for_members_and_the_rules_are_what_sausage_json_says() {
+    let world = TestWorld::new();
+    let dir = world.path("");
+    let dir = dir.to_str().unwrap();
+    let web = WebHost::start(&world);
+    let owner = web.log_in();
+    let out = sausage(&["people", "add", "ann", "--tier", "member", dir]);
+    let ann = web.log_in_with(&text(&out.stdout));
+    let spend =
+        |client: &Client, usd: Value| ask_broker(client, json!({"type": "spend", "usd": usd}));
+    let below = spend(&ann, json!(1.5));
+    assert_eq!(below, json!({"type": "spend_ok", "up_to_usd": 2.0}));
+    let held = spend(&ann, json!(2.5));
+    assert_eq!(held["type"], "held", "{held}");
+    assert!(
+        held["reason"]
+            .as_str()
+            .unwrap()
+            .contains("spending past $2.00"),
+        "{held}"
+    );
+    assert_eq!(
+        spend(&owner, json!(50))["up_to_usd"],
+        Value::Null,
+        "no rule for owners"
+    );
+    let bad = spend(&ann, json!(-1));
+    assert!(
+        bad["reason"].as_str().unwrap().contains("0 or more"),
+        "{bad}"
+    );
+    drop((ann, owner, web));
+
+    // `"hold": []` holds nothing; a misspelt rule keeps the world from starting, with why.
+    let mut registry = world.json("sausage.json");
+    registry["hold"] = json!([]);
+    std::fs::write(world.path("sausage.json"), registry.to_string()).unwrap();
+    let web = WebHost::start(&world);
+    let out = sausage(&["people", "link", "ann", dir]);
+    let ann = web.log_in_with(&text(&out.stdout));
+    assert_eq!(spend(&ann, json!(9))["up_to_usd"], Value::Null);
+    drop((ann, web));
+    registry["hold"] = json!([{"action": "spawn", "by": "members"}]);
+    std::fs::write(world.path("sausage.json"), registry.to_string()).unwrap();
+    let run = sausage(&["run", dir]);
+    assert!(!run.status.success());
+    let said = text(&run.stderr);
+    assert!(said.contains("the registry is not valid"), "{said}");
+    assert!(said.contains("members"), "{said}");
+}

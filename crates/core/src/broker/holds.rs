@@ -209,6 +209,48 @@ impl Broker {
         Ok(held_answer(&held))
     }
 
+    /// `spend {usd}`: whether a turn that has cost `usd` may go on (a `spend` rule): answered
+    /// `{"type":"spend_ok","up_to_usd"}` (up to where it may go without asking again; `null`
+    /// for no limit), or held for a person past `hold_above_usd`.
+    pub(super) async fn spend(
+        &self,
+        request: &Envelope,
+        principal: &Principal,
+        body: &Value,
+    ) -> Result<Value, String> {
+        let usd = match body.get("usd").and_then(Value::as_f64) {
+            Some(usd) if usd.is_finite() && usd >= 0.0 => usd,
+            _ => return Err("`usd` must be the turn's cost so far, in dollars (0 or more)".into()),
+        };
+        let speaker = asker(principal)?;
+        let registry = self.registry().await;
+        let above = registry
+            .hold_above_usd
+            .unwrap_or(crate::world::DEFAULT_HOLD_ABOVE_USD);
+        let ruled = registry
+            .hold_rule(HeldAction::Spend, hold_by(speaker.tier))
+            .is_some();
+        drop(registry);
+        if !ruled {
+            return Ok(json!({"type": "spend_ok", "up_to_usd": null}));
+        }
+        if usd <= above {
+            return Ok(json!({"type": "spend_ok", "up_to_usd": above}));
+        }
+        let what = format!(
+            "a turn of {} spending past ${above:.2} (${usd:.2} so far)",
+            speaker.person
+        );
+        match self
+            .hold_if(request, principal, &[(HeldAction::Spend, what)])
+            .await?
+        {
+            Some(held) => Ok(held),
+            // Approved: this turn spends on without asking again.
+            None => Ok(json!({"type": "spend_ok", "up_to_usd": null})),
+        }
+    }
+
     /// `approvals`: what waits that the asker's person may see.
     pub(super) async fn list_approvals(&self, principal: &Principal) -> Result<Value, String> {
         let speaker = asker(principal)?;
@@ -392,7 +434,7 @@ impl Broker {
                     self.approved
                         .lock()
                         .expect("approved lock")
-                        .insert(approval_key(&request));
+                        .insert(approval_key(request));
                     // Answered by `serve`, as if it had just come.
                     let _ = self.resumed.send(request.clone());
                 }

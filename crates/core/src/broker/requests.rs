@@ -75,7 +75,7 @@ pub(super) fn operand(body: &Value) -> Option<ActorId> {
 }
 
 /// The request types, as an unknown type's error lists them.
-pub const REQUESTS: [&str; 22] = [
+pub const REQUESTS: [&str; 23] = [
     "spawn",
     "upgrade",
     "rollback",
@@ -98,6 +98,7 @@ pub const REQUESTS: [&str; 22] = [
     "request_grant",
     "approvals",
     "decide",
+    "spend",
 ];
 
 /// A request's span name: `request <type>` for the known types, one name for the rest (a
@@ -109,7 +110,7 @@ fn request_span_name(kind: &str) -> &'static str {
     }
 }
 
-const REQUEST_SPANS: [&str; 22] = [
+const REQUEST_SPANS: [&str; 23] = [
     "request spawn",
     "request upgrade",
     "request rollback",
@@ -132,6 +133,7 @@ const REQUEST_SPANS: [&str; 22] = [
     "request request_grant",
     "request approvals",
     "request decide",
+    "request spend",
 ];
 
 /// A request failed: the reason goes back to the requester.
@@ -270,6 +272,7 @@ impl Broker {
             "request_grant" => self.request_grant(request, principal, body).await,
             "approvals" => self.list_approvals(principal).await,
             "decide" => self.decide_asked(request, principal, body).await,
+            "spend" => self.spend(request, principal, body).await,
             "principal" => {
                 let actor = actor_field(body)?;
                 if !self.registry().await.actors.contains_key(actor.as_str()) {

@@ -6,7 +6,7 @@
 //! | request | guest | member | owner |
 //! | --- | --- | --- | --- |
 //! | `list`, `principal`, `routes` | yes | yes | yes |
-//! | `request_secret`, `request_grant`, `approvals`, `decide` | yes (decided by `approvals`) | yes | yes |
+//! | `request_secret`, `request_grant`, `approvals`, `decide`, `spend` | yes (decided by `approvals`) | yes | yes |
 //! | `spawn` | no | yes, owned by the member; never a surface's id | yes |
 //! | `checkpoint`, `restore` | no | only actors the member owns (`checkpoint` also one not made yet), never a surface | yes |
 //! | `upgrade`, `rollback`, `stop`, `start`, `remove`, `subscribe`, `unsubscribe`, `fork`, `window`, `route`, `unroute` | no | only actors the member owns, never a surface | yes |
@@ -22,8 +22,15 @@ use crate::message::{Speaker, Tier};
 pub const READ_ONLY: [&str; 4] = ["list", "principal", "spans", "routes"];
 
 /// The requests anyone may make because they only ask: a person decides what they ask for
-/// (`approvals`), and `decide` is checked against the held action itself.
-pub const ASKING: [&str; 4] = ["request_secret", "request_grant", "approvals", "decide"];
+/// (`approvals`), `decide` is checked against the held action itself, and `spend` asks whether
+/// a turn may spend what it has.
+pub const ASKING: [&str; 5] = [
+    "request_secret",
+    "request_grant",
+    "approvals",
+    "decide",
+    "spend",
+];
 
 /// Whether `speaker` may make the broker request `kind` on `actor`, whose owner (a person, as
 /// `broker::principal` resolves it) is `owner` (`None` for an actor that does not exist yet);
