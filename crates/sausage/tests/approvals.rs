@@ -282,3 +282,99 @@ fn spending_is_held_past_its_threshold_for_members_and_the_rules_are_what_sausag
     assert!(said.contains("the registry is not valid"), "{said}");
     assert!(said.contains("members"), "{said}");
 }
+
+#[test]
+fn who_may_not_decide_is_refused_with_why_and_the_console_decides_for_its_owner() {
+    let world = TestWorld::new();
+    world.install("ann-bot", "fetcher");
+    world.set_owner("ann-bot", "ann");
+    world.install("relay", "relay");
+    std::fs::copy(
+        wasm("fetcher"),
+        world.path("actor/ann-bot/public/fetcher.wasm"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(world.path("actor/ann-bot/public/src")).unwrap();
+    std::fs::write(
+        world.path("actor/ann-bot/public/src/actor.json"),
+        r#"{"network": ["weather.example:443"]}"#,
+    )
+    .unwrap();
+    let dir = world.path("");
+    let dir = dir.to_str().unwrap();
+    let mut web = WebHost::start(&world);
+    let add = |id: &str, tier: &str| {
+        let out = sausage(&["people", "add", id, "--tier", tier, dir]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        web.log_in_with(&text(&out.stdout))
+    };
+    let (ann, bob, gus) = (
+        add("ann", "member"),
+        add("bob", "member"),
+        add("gus", "guest"),
+    );
+    assert_eq!(upgrade_reaching_a_new_host(&ann)["approval"], "h1");
+    let before = std::fs::read(world.path("broker/approvals.json")).unwrap();
+
+    // Bob and gus do not see ann's; none of them decides it; nor does an actor.
+    assert!(
+        bob.get("/api/approvals").json()["approvals"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        gus.get("/api/approvals").json()["approvals"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(ann.get("/api/approvals").json()["approvals"][0]["id"], "h1");
+    for (client, why) in [
+        (&bob, "waits for an owner's decision, and bob is a member"),
+        (&gus, "gus is a guest"),
+        (&ann, "waits for an owner's decision, and ann is a member"),
+    ] {
+        let refused = client.post("/api/approvals/h1/approve", &json!({}));
+        assert_eq!(refused.status, 403, "{}", refused.text());
+        assert!(refused.text().contains(why), "{}", refused.text());
+    }
+    web.host.tell(
+        "relay",
+        json!({"type": "relay", "to": "broker",
+               "body": {"type": "decide", "approval": "h1", "approve": true}}),
+    );
+    let relayed = web.host.wait_type("relay", "relayed");
+    let reason = relayed["body"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("not from actor relay"), "{relayed}");
+    let by_value = ask_broker(
+        &bob,
+        json!({"type": "decide", "approval": "h1", "approve": true, "value": "x"}),
+    );
+    assert!(
+        by_value["reason"]
+            .as_str()
+            .unwrap()
+            .contains("never taken from a message"),
+        "{by_value}"
+    );
+    assert_eq!(
+        std::fs::read(world.path("broker/approvals.json")).unwrap(),
+        before,
+        "refusals change nothing"
+    );
+
+    // The owner at the console lists it and approves it.
+    web.host.send("/approvals");
+    web.host.wait_stdout(
+        "h1  network  ann: upgrade `ann-bot` so that it may reach weather.example:443",
+    );
+    web.host.send("/approve h1");
+    web.host.wait_stdout("h1 approved: upgrade `ann-bot`");
+    eventually("the approved upgrade", || {
+        world.json("sausage.json")["actors"]["ann-bot"]["version"] == 2
+    });
+    web.host.send("/deny h1");
+    web.host
+        .wait_stderr("console: /deny h1: nothing waits as h1");
+}

@@ -455,6 +455,8 @@ pub struct Printed {
 struct Output {
     /// Messages printed and not yet taken by a `wait_for`.
     messages: Vec<Printed>,
+    /// Lines of stdout that are no message (a command's own output, such as `/approvals`).
+    other_lines: String,
     stderr: String,
     closed: bool,
 }
@@ -601,6 +603,11 @@ impl Host {
             let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
             while let Some(line) = lines.next() {
                 let Some(mut message) = parse_printed(&line) else {
+                    let (lock, ready) = &*shared;
+                    let mut out = lock.lock().unwrap();
+                    out.other_lines.push_str(&line);
+                    out.other_lines.push('\n');
+                    ready.notify_all();
                     continue;
                 };
                 // Multi-line fields follow as blocks, each announced as "(N lines below)".
@@ -724,6 +731,24 @@ impl Host {
 
     pub fn stderr(&self) -> String {
         self.output.0.lock().unwrap().stderr.clone()
+    }
+
+    /// Waits until a line of stdout that is no message holds `text` (what a console command
+    /// printed), or fails the test with those lines.
+    pub fn wait_stdout(&self, text: &str) {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let printed = self.output.0.lock().unwrap().other_lines.clone();
+            if printed.contains(text) {
+                return;
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "timed out waiting for the console to print {text:?}; it printed:\n{printed}"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Waits until the host's stderr holds `text`, or fails the test with what it said.
