@@ -147,6 +147,9 @@ pub struct Bridge<H: Host> {
     /// after a restart the final answer's edit shows the last state.
     status_sent: BTreeMap<String, Duration>,
     status_waiting: BTreeMap<String, String>,
+    /// `/approvals`, `/approve` and `/deny` sent to the broker: request id → the room that
+    /// gets the answer; in memory only.
+    decisions: BTreeMap<String, String>,
 }
 
 /// How one `/sync` answer went.
@@ -173,6 +176,7 @@ impl<H: Host> Bridge<H> {
             sync_failures: 0,
             status_sent: BTreeMap::new(),
             status_waiting: BTreeMap::new(),
+            decisions: BTreeMap::new(),
         }
     }
 
@@ -433,6 +437,21 @@ impl<H: Host> Bridge<H> {
             return None;
         }
         let private = known.direct_with() == Some(sender);
+        if let Some(request) = approval_command(&text) {
+            // Decided by the broker for the person who typed it; a secret's value is never
+            // taken here (the broker refuses one), only approve or deny.
+            let id = self.state.new_id();
+            self.decisions
+                .insert(format!("matrix/{id}"), room.to_string());
+            self.host.send(&Outgoing {
+                to: Some("broker".into()),
+                speaks_as: Some(sender.to_string()),
+                id: Some(id),
+                reply_to: None,
+                body: request,
+            });
+            return Some(room.to_string());
+        }
         let asked = self
             .state
             .questions
@@ -506,6 +525,17 @@ impl<H: Host> Bridge<H> {
     fn on_message(&mut self, message: Incoming) {
         if message.from == "broker" && message.kind() == "undeliverable" {
             self.on_undeliverable(&message);
+        } else if let Some(room) = (message.from == "broker")
+            .then(|| {
+                message
+                    .reply_to
+                    .as_ref()
+                    .and_then(|id| self.decisions.remove(id))
+            })
+            .flatten()
+        {
+            let text = decision_words(&message.body);
+            self.notice(&room, &format!("decided.{}", message.id), &text);
         } else if message.from == self.config.me && message.kind() == "invited" {
             // Our own check came through: the inviter is a person of this world.
             if let Some(room) = self.state.invites.remove(&message.id) {
@@ -1154,6 +1184,56 @@ impl<H: Host> Bridge<H> {
 /// A final text's content: Markdown rendered, the cost line below (on the last part), threaded
 /// to `event`. Should the HTML make the event too big (text that escapes to many times its
 /// size), it goes without `formatted_body`: plain, but whole.
+/// The broker request a room's `/approvals`, `/approve ID` or `/deny ID` makes, if the text
+/// is one of them.
+fn approval_command(text: &str) -> Option<Value> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    match words.as_slice() {
+        ["/approvals"] => Some(json!({"type": "approvals"})),
+        ["/approve", id] => Some(json!({"type": "decide", "approval": id, "approve": true})),
+        ["/deny", id] => Some(json!({"type": "decide", "approval": id, "approve": false})),
+        _ => None,
+    }
+}
+
+/// What the broker answered a room's approval command, in words for the room.
+fn decision_words(body: &Value) -> String {
+    let text = |v: &Value| v.as_str().unwrap_or("?").to_string();
+    match body["type"].as_str() {
+        Some("approvals") => {
+            let waiting = body["approvals"].as_array().cloned().unwrap_or_default();
+            if waiting.is_empty() {
+                return "Nothing waits for a decision.".into();
+            }
+            let lines: Vec<String> = waiting
+                .iter()
+                .map(|h| {
+                    format!(
+                        "- **{}** ({}) {}: {}",
+                        text(&h["id"]),
+                        text(&h["action"]),
+                        text(&h["asked_by"]),
+                        text(&h["what"])
+                    )
+                })
+                .collect();
+            format!(
+                "Waiting for a decision:\n{}\n\nAnswer with /approve ID or /deny ID (a secret's \
+                 value only on the web page).",
+                lines.join("\n")
+            )
+        }
+        Some(kind @ ("approved" | "denied")) => {
+            format!(
+                "{} {kind}: {}",
+                text(&body["approval"]),
+                text(&body["what"])
+            )
+        }
+        _ => format!("Not done: {}", text(&body["reason"])),
+    }
+}
+
 pub fn answer_content(text: &str, cost: Option<&str>, event: Option<&str>) -> Value {
     let (mut plain, mut html) = (text.to_string(), markdown::to_html(text));
     if let Some(cost) = cost {

@@ -1080,3 +1080,77 @@ fn fields_in_an_events_content_never_choose_who_speaks_or_where() {
         json!({"to": "agent", "as": ALICE, "id": "t1", "body": {"type": "text", "text": "hi"}})
     );
 }
+
+fn broker(id: &str, reply_to: &str, body: Value) -> Event {
+    Event::Message(Incoming {
+        id: id.into(),
+        from: "broker".into(),
+        reply_to: Some(reply_to.into()),
+        person: None,
+        tier: None,
+        body,
+    })
+}
+
+/// `/approvals`, `/approve ID` and `/deny ID` in a room go to the broker as their sender, never
+/// to the agent, and the room reads the broker's answer; a secret's value is not asked here.
+#[test]
+fn approval_commands_in_a_room_go_to_the_broker_and_the_answer_comes_back_as_a_notice() {
+    let data = data("approvals");
+    let approved = json!({"type": "approved", "approval": "h2", "what": "upgrade `bot` so that it may reach a.example"});
+    let listed = json!({"type": "approvals", "approvals": [{"id": "h3", "action": "secret",
+        "asked_by": "alice", "what": "set secret `gh` for https://api.github.com"}]});
+    let bridge = run(
+        &data,
+        vec![
+            synced("s1", said(GROUP, "$a", ALICE, "/approve h2")),
+            synced("s2", said(GROUP, "$b", BOB, "/approvals")),
+            synced("s3", said(DM, "$c", ALICE, "/deny   h3")),
+            broker("m-1", "matrix/t1", approved),
+            broker("m-2", "matrix/t2", listed),
+            broker(
+                "m-3",
+                "matrix/t3",
+                json!({"type": "error", "reason": "nothing waits as h3"}),
+            ),
+        ],
+    );
+    let host = bridge.host();
+    let sent: Vec<Value> = (host.sent.iter())
+        .map(|(line, _)| serde_json::to_value(line).unwrap())
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            json!({"to": "broker", "as": ALICE, "id": "t1", "body": {"type": "decide", "approval": "h2", "approve": true}}),
+            json!({"to": "broker", "as": BOB, "id": "t2", "body": {"type": "approvals"}}),
+            json!({"to": "broker", "as": ALICE, "id": "t3", "body": {"type": "decide", "approval": "h3", "approve": false}}),
+        ]
+    );
+    let notices: Vec<(String, String)> = (host.calls_to("/send/").iter())
+        .map(|r| {
+            (
+                r.url.clone(),
+                content(r)["body"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(notices.len(), 3, "{notices:?}");
+    assert!(notices[0].0.contains(&crate::bridge::encode(GROUP)));
+    assert_eq!(
+        notices[0].1,
+        "h2 approved: upgrade `bot` so that it may reach a.example"
+    );
+    assert!(
+        notices[1].1.contains("**h3** (secret) alice"),
+        "{}",
+        notices[1].1
+    );
+    assert!(
+        notices[1].1.contains("only on the web page"),
+        "{}",
+        notices[1].1
+    );
+    assert!(notices[2].0.contains(&crate::bridge::encode(DM)));
+    assert_eq!(notices[2].1, "Not done: nothing waits as h3");
+}

@@ -346,6 +346,11 @@ impl<H: Host> Agent<H> {
         });
         self.save(history, turn);
         let reason = held.body["reason"].as_str().unwrap_or_default().to_string();
+        // The person learns what waits and where to decide, wherever they follow the turn.
+        self.tell(
+            turn,
+            json!({"type": "progress", "text": format!("\n({reason})\n")}),
+        );
         let left = until.saturating_sub(now);
         let output = match self.await_reply(published, left, Expected::Actor("broker")) {
             Awaited::Reply(reply) => format!("{reason}. The decision came: {}", reply.to_line()),

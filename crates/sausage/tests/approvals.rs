@@ -40,6 +40,21 @@ fn the_agent_asks_for_a_secret_and_its_grant_and_the_turn_goes_on_when_the_page_
     web.host.send("list my github issues");
 
     let asked = the_one_waiting(&owner);
+    // The person following the turn is told what waits and where to decide.
+    let link = format!("http://{}/#/approvals", web.addr);
+    let told = web.host.wait_for("the agent's note of what waits", |m| {
+        m.from == "agent"
+            && m.body["type"] == "progress"
+            && m.body["text"].as_str().is_some_and(|t| t.contains(&link))
+    });
+    assert!(
+        told.body["text"]
+            .as_str()
+            .unwrap()
+            .contains("set secret `gh`"),
+        "{:?}",
+        told.body
+    );
     assert_eq!(asked["action"], "secret", "{asked}");
     assert_eq!(asked["for"], "owner", "{asked}");
     assert_eq!(asked["actor"], "agent", "{asked}");

@@ -83,15 +83,31 @@ impl Broker {
             request: json!({"envelope": String::from_utf8_lossy(&request.to_line()).trim_end()}),
         };
         let held = self.store_hold(new).await?;
-        Ok(Some(json!({
+        let link = self.approvals_link().await;
+        let mut answer = json!({
             "type": "held", "approval": held.id, "action": held.action,
             "approver": held.approver, "expires": held.expires,
             "reason": format!(
-                "{} waits for an {}'s approval ({}); the answer comes when one decides, within \
-                 24 hours",
-                held.what, held.approver.as_str(), held.id
+                "{} waits for an {}'s approval ({}){}; the answer comes when one decides, \
+                 within 24 hours",
+                held.what, held.approver.as_str(), held.id, where_to(link.as_deref())
             ),
-        })))
+        });
+        if let Some(link) = link {
+            answer["link"] = json!(link);
+        }
+        Ok(Some(answer))
+    }
+
+    /// The web page's Approvals view, when the web console runs.
+    async fn approvals_link(&self) -> Option<String> {
+        let path = self.world.web_address_path();
+        let address = blocking(move || std::fs::read_to_string(path))
+            .await
+            .ok()?
+            .ok()?;
+        let address = address.trim();
+        (!address.is_empty()).then(|| format!("http://{address}/#/approvals"))
     }
 
     /// `request_secret {name, url, header?, why}`: the turn's person (an owner when the
@@ -145,7 +161,7 @@ impl Broker {
             }),
         };
         let held = self.store_hold(new).await?;
-        Ok(held_answer(&held))
+        Ok(held_answer(&held, self.approvals_link().await))
     }
 
     /// `request_grant {secret, actor, why}`: the turn's person grants it when they may (their
@@ -206,7 +222,7 @@ impl Broker {
             }),
         };
         let held = self.store_hold(new).await?;
-        Ok(held_answer(&held))
+        Ok(held_answer(&held, self.approvals_link().await))
     }
 
     /// `spend {usd}`: whether a turn that has cost `usd` may go on (a `spend` rule): answered
@@ -386,7 +402,7 @@ impl Broker {
             request: json!({"secret": secret, "actor": actor.as_str()}),
         };
         let held = self.store_hold(new).await?;
-        Ok(Some(held_answer(&held)))
+        Ok(Some(held_answer(&held, self.approvals_link().await)))
     }
 
     /// Carries out a decided entry: answers its asker (when one waits) and forgets it.
@@ -580,20 +596,32 @@ fn why(body: &Value) -> Result<String, String> {
 }
 
 /// The answer to a request filed for a person.
-fn held_answer(held: &Held) -> Value {
+fn held_answer(held: &Held, link: Option<String>) -> Value {
     let whom = match &held.for_person {
         Some(person) => person.clone(),
         None => format!("an {}", held.approver.as_str()),
     };
-    json!({
+    let mut answer = json!({
         "type": "held", "approval": held.id, "action": held.action, "for": held.for_person,
         "approver": held.approver, "expires": held.expires,
         "reason": format!(
-            "{} waits for {whom} to answer ({}), on the web page or at the console; the answer \
-             comes when they do, within 24 hours",
-            held.what, held.id
+            "{} waits for {whom} to answer ({}){}; the answer comes when they do, within 24 \
+             hours",
+            held.what, held.id, where_to(link.as_deref())
         ),
-    })
+    });
+    if let Some(link) = link {
+        answer["link"] = json!(link);
+    }
+    answer
+}
+
+/// Where a person decides, in words: the page's link when the web console runs.
+fn where_to(link: Option<&str>) -> String {
+    match link {
+        Some(link) => format!(": decide at {link} or at the console (/approvals)"),
+        None => ": decide at the console (/approvals) or on the web page".into(),
+    }
 }
 
 /// What a person sees of a held entry: everything but the request kept to carry it out.
