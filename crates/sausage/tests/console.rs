@@ -282,6 +282,51 @@ fn at_a_terminal_an_error_reply_is_words_and_broken_json_is_refused_where_it_bre
     assert!(screen.wait_exit().success());
 }
 
+#[test]
+fn at_a_terminal_a_requested_secret_is_typed_hidden_and_kept_nowhere_but_its_file() {
+    const VALUE: &str = "typed-h1dden-v4lue";
+    let world = TestWorld::new();
+    // What the agent's `request_secret` files for the console's person.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let waiting = json!({"next": 1, "held": [{
+        "id": "h1", "action": "secret", "asked_by": "owner", "actor": "agent",
+        "approver": "owner", "for": "owner", "why": "to read issues",
+        "what": "set secret `gh` for https://api.github.com (header authorization)",
+        "at": now, "expires": now + 3600,
+        "request": {"name": "gh", "url": "https://api.github.com", "header": "authorization"},
+    }]});
+    std::fs::write(world.path("broker/approvals.json"), waiting.to_string()).unwrap();
+    let mut screen = Screen::start(&world.root);
+    screen.wait_for("sausage> ");
+    screen.type_keys("/approve h1\r");
+    screen.wait_for("type its value");
+    screen.wait_for("  value> ");
+    // An empty line leaves it waiting; the value typed next shows as stars.
+    screen.type_keys("\r");
+    screen.wait_for("h1: no value typed; it still waits");
+    screen.type_keys("/approve h1\r");
+    screen.wait_for("  value> ");
+    screen.type_keys(VALUE);
+    screen.wait_for(&"*".repeat(VALUE.len()));
+    screen.type_keys("\r");
+    screen.wait_for("h1 approved: set secret `gh`");
+    screen.type_keys("/quit\r");
+    assert!(screen.wait_exit().success());
+
+    assert!(
+        !screen.everything().contains(VALUE),
+        "the screen showed the value"
+    );
+    let stored = world.read("broker/secrets/secrets.json");
+    assert!(stored.contains(VALUE));
+    let holding: Vec<_> = support::files_holding(&world.root, VALUE.as_bytes());
+    assert_eq!(holding, [world.path("broker/secrets/secrets.json")]);
+    assert!(!world.read("private/console/data/history").contains(VALUE));
+}
+
 /// `sausage run` on a pseudo-terminal: keys typed in, the screen's bytes (escape codes
 /// included) read out.
 struct Screen {

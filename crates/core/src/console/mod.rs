@@ -72,8 +72,8 @@ const COMMANDS: [CommandInfo; 11] = [
     CommandInfo {
         name: "approve",
         args: "<id>",
-        does: "approve what waits as <id> (a requested secret: set it first with\n\
-               `sausage secret set` or on the web page)",
+        does: "approve what waits as <id> (a requested secret: at a terminal its value\n\
+               is typed next, hidden; in a script set it first with `sausage secret set`)",
     },
     CommandInfo {
         name: "deny",
@@ -204,6 +204,18 @@ pub async fn run_terminal(broker: Arc<Broker>) -> Result<End> {
     let tasks = [console.spawn_printer(), console.spawn_refresher()];
     console.refresh_ids();
     let end = loop {
+        let value_for = console.value_for.lock().expect("value lock").take();
+        if let Some(id) = value_for {
+            // Read hidden, kept in no history, sent once with the approval.
+            match terminal.next_hidden().await {
+                Input::Line(value) if !value.is_empty() => console.approve_with(&id, value).await,
+                Input::End => break End::Quit,
+                _ => console
+                    .out
+                    .line(&format!("{id}: no value typed; it still waits")),
+            }
+            continue;
+        }
         // Waits for: what the person typed (a line, Ctrl-C in the editor, the end), or a
         // SIGINT, which comes while the editor is not reading (the terminal is not raw then).
         let input = tokio::select! {
@@ -265,6 +277,9 @@ struct Console {
     out: Output,
     /// At a terminal only.
     view: Option<View>,
+    /// At a terminal, `/approve` of a requested secret: the approval whose value the next
+    /// line is, read hidden.
+    value_for: Mutex<Option<String>>,
 }
 
 /// What a person at a terminal sees of the console's state besides messages.
@@ -297,6 +312,7 @@ impl Console {
             turns: Mutex::default(),
             out,
             view,
+            value_for: Mutex::default(),
         })
     }
 
@@ -437,20 +453,25 @@ impl Console {
                     eprintln!("console: /{word}: this console speaks for nobody");
                     return None;
                 };
+                if approve
+                    && self.view.is_some()
+                    && let Some(what) = self.asks_a_value(&id).await
+                {
+                    // At a terminal the value is typed next, hidden.
+                    self.out.line(&format!(
+                        "{id} asks to {what}: type its value (each character shows as *; an \
+                         empty line leaves it waiting)"
+                    ));
+                    *self.value_for.lock().expect("value lock") = Some(id);
+                    return None;
+                }
                 let deciding = crate::broker::holds::Deciding {
                     id: &id,
                     by,
                     approve,
                     value: None,
                 };
-                match self.broker.decide(deciding).await {
-                    Ok(answer) => self.out.line(&format!(
-                        "{id} {}: {}",
-                        answer["type"].as_str().unwrap_or_default(),
-                        answer["what"].as_str().unwrap_or_default()
-                    )),
-                    Err(why) => eprintln!("console: /{word} {id}: {why}"),
-                }
+                self.decided(&id, word, self.broker.decide(deciding).await);
             }
             Command::Quit => return Some(End::Quit),
             Command::Sleep(time) => tokio::time::sleep(time).await,
@@ -476,6 +497,44 @@ impl Console {
             Command::Error(message) => eprintln!("console: {message}"),
         }
         None
+    }
+
+    /// What approval `id` asks, when it is a request for a secret's value that this console's
+    /// person may answer.
+    async fn asks_a_value(&self, id: &str) -> Option<String> {
+        let approvals = crate::approvals::Approvals::new(&self.broker.world);
+        let id = id.to_string();
+        let held = tokio::task::spawn_blocking(move || approvals.get(&id))
+            .await
+            .ok()?
+            .ok()?;
+        (held.action == "secret" && held.decision.is_none()).then_some(held.what)
+    }
+
+    /// Approves the requested secret `id` with the value typed hidden.
+    async fn approve_with(&self, id: &str, value: String) {
+        let Some(by) = &self.speaker else {
+            return;
+        };
+        let deciding = crate::broker::holds::Deciding {
+            id,
+            by,
+            approve: true,
+            value: Some(value),
+        };
+        self.decided(id, "approve", self.broker.decide(deciding).await);
+    }
+
+    /// Shows how a decision went.
+    fn decided(&self, id: &str, word: &str, answer: Result<Value, String>) {
+        match answer {
+            Ok(answer) => self.out.line(&format!(
+                "{id} {}: {}",
+                answer["type"].as_str().unwrap_or_default(),
+                answer["what"].as_str().unwrap_or_default()
+            )),
+            Err(why) => eprintln!("console: /{word} {id}: {why}"),
+        }
     }
 
     /// Sends a message. A text to the agent starts a turn, known by the message's id, which

@@ -164,6 +164,8 @@ struct Helper {
     half_line: Arc<AtomicBool>,
     /// See [`Printer::moved`]: a Tab may list completions below the line.
     moved: Arc<AtomicBool>,
+    /// A hidden read is under way: the line is drawn as `*`.
+    masking: bool,
 }
 
 impl Completer for Helper {
@@ -203,7 +205,18 @@ impl Hinter for Helper {
         None
     }
 }
-impl Highlighter for Helper {}
+impl Highlighter for Helper {
+    fn highlight<'l>(&self, line: &'l str, _: usize) -> std::borrow::Cow<'l, str> {
+        match self.masking {
+            true => std::borrow::Cow::Owned("*".repeat(line.chars().count())),
+            false => std::borrow::Cow::Borrowed(line),
+        }
+    }
+
+    fn highlight_char(&self, _: &str, _: usize, kind: rustyline::highlight::CmdKind) -> bool {
+        self.masking && kind != rustyline::highlight::CmdKind::MoveCursor
+    }
+}
 impl Validator for Helper {}
 impl rustyline::Helper for Helper {}
 
@@ -310,11 +323,23 @@ impl Printer {
     }
 }
 
+/// What the console asks the editor thread to read.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Read {
+    /// A line, shown as typed and kept in the history.
+    Line,
+    /// A secret's value: each character shown as `*`, kept nowhere.
+    Hidden,
+}
+
+/// The prompt of a hidden read, as wide as the others.
+const HIDDEN_PROMPT: &str = "  value> ";
+
 /// The console's end of the editor thread.
 pub struct Terminal {
     /// Console → editor thread: read one line. Dropping it ends the thread after its current
     /// read.
-    ask: std::sync::mpsc::Sender<()>,
+    ask: std::sync::mpsc::Sender<Read>,
     /// Editor thread → console: what each read gave. It holds at most one input, since the
     /// thread reads only when asked; closed when the thread ends.
     inputs: mpsc::UnboundedReceiver<Input>,
@@ -336,7 +361,7 @@ impl Terminal {
         let history = History::load(history)
             .with_context(|| format!("{}: cannot read the history", history.display()))?;
         let settings = terminal_settings();
-        let (ask, asked) = std::sync::mpsc::channel::<()>();
+        let (ask, asked) = std::sync::mpsc::channel::<Read>();
         let (send, inputs) = mpsc::unbounded_channel();
         let (ready, started) = std::sync::mpsc::channel();
         std::thread::Builder::new()
@@ -376,8 +401,18 @@ impl Terminal {
 
     /// The next input. Cancel-safe: a read asked and not finished is not asked again.
     pub async fn next(&mut self) -> Input {
+        self.read(Read::Line).await
+    }
+
+    /// The next line, typed hidden (a secret's value): shown as `*`, kept in no history. A
+    /// line read already under way is finished first, as typed.
+    pub async fn next_hidden(&mut self) -> Input {
+        self.read(Read::Hidden).await
+    }
+
+    async fn read(&mut self, read: Read) -> Input {
         if !self.reading {
-            if self.ask.send(()).is_err() {
+            if self.ask.send(read).is_err() {
                 return Input::End;
             }
             self.reading = true;
@@ -415,6 +450,7 @@ fn editor(
         files: FilenameCompleter::new(),
         half_line,
         moved,
+        masking: false,
     }));
     for line in history.lines() {
         editor.add_history_entry(line)?;
@@ -430,17 +466,26 @@ fn read_lines(
     prompt: LivePrompt,
     half_line: Arc<AtomicBool>,
     moved: Arc<AtomicBool>,
-    asked: std::sync::mpsc::Receiver<()>,
+    asked: std::sync::mpsc::Receiver<Read>,
     inputs: mpsc::UnboundedSender<Input>,
 ) {
     let mut warned = false;
-    while asked.recv().is_ok() {
+    while let Ok(kind) = asked.recv() {
         // Each read starts with an empty line, which the hinter is not asked about.
         half_line.store(false, Ordering::Relaxed);
-        let read = editor.readline(&prompt);
+        let hidden = kind == Read::Hidden;
+        let read = if hidden {
+            set_masking(&mut editor, true);
+            let read = editor.readline(HIDDEN_PROMPT);
+            set_masking(&mut editor, false);
+            read
+        } else {
+            editor.readline(&prompt)
+        };
         // The line typed (or cleared) stays on the screen, above the next prompt.
         moved.store(true, Ordering::Relaxed);
         let input = match read {
+            Ok(line) if hidden => Input::Line(line),
             Ok(line) => {
                 if history.add(&line) {
                     // Only the editor's own history can refuse, and only a line it holds
@@ -474,6 +519,19 @@ fn read_lines(
             return;
         }
     }
+}
+
+/// Shows each character typed as `*` (`true`), or as typed. Masking needs the highlighter to
+/// run even where the terminal's colours are unknown.
+fn set_masking(editor: &mut Editor<Helper, MemHistory>, masking: bool) {
+    use rustyline::config::Configurer;
+    if let Some(helper) = editor.helper_mut() {
+        helper.masking = masking;
+    }
+    editor.set_color_mode(match masking {
+        true => rustyline::ColorMode::Forced,
+        false => rustyline::ColorMode::Enabled,
+    });
 }
 
 /// The terminal's settings, to put back at the end; `None` when stdin is not a terminal.
