@@ -393,3 +393,58 @@ fn who_may_not_decide_is_refused_with_why_and_the_console_decides_for_its_owner(
     web.host
         .wait_stderr("console: /deny h1: nothing waits as h1");
 }
+
+#[test]
+fn a_held_schedule_is_made_by_the_scheduler_once_an_owner_approves_it() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    let mut registry = world.json("sausage.json");
+    registry["hold"] = json!([{"action": "schedule", "by": "member"}]);
+    std::fs::write(world.path("sausage.json"), registry.to_string()).unwrap();
+    let dir = world.path("");
+    let dir = dir.to_str().unwrap();
+    let web = WebHost::start(&world);
+    let owner = web.log_in();
+    let out = sausage(&["people", "add", "ann", "--tier", "member", dir]);
+    let ann = web.log_in_with(&text(&out.stdout));
+
+    let mut events = ann.events(None);
+    let schedule = json!({"type": "schedule", "every": 3600, "to": "echo",
+        "body": {"type": "ping"}, "why": "a heartbeat"});
+    let sent = ann.post("/api/send", &json!({"to": "scheduler", "body": schedule}));
+    assert_eq!(sent.status, 200, "{}", sent.text());
+    let id = sent.json()["id"].as_str().unwrap().to_string();
+    let first = events.wait_for("message", EVENT_PATIENCE, |data| data["reply_to"] == id);
+    let held: Value = serde_json::from_str::<Value>(&first.data).unwrap()["body"].clone();
+    assert_eq!(held["type"], "held", "{held}");
+    assert!(
+        held["reason"]
+            .as_str()
+            .unwrap()
+            .contains("schedule `ping` to echo (every 3600 s)"),
+        "{held}"
+    );
+    assert!(
+        owner.get("/api/schedules").json()["schedules"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+
+    let approved = owner.post(
+        &format!(
+            "/api/approvals/{}/approve",
+            held["approval"].as_str().unwrap()
+        ),
+        &json!({}),
+    );
+    assert_eq!(approved.status, 200, "{}", approved.text());
+    let then = events.wait_for("message", EVENT_PATIENCE, |data| {
+        data["reply_to"] == id && data["body"]["type"] != "held"
+    });
+    let made: Value = serde_json::from_str::<Value>(&then.data).unwrap()["body"].clone();
+    assert_eq!(made["type"], "scheduled", "{made}");
+    let listed = owner.get("/api/schedules").json();
+    assert_eq!(listed["schedules"][0]["to"], "echo", "{listed}");
+    assert_eq!(listed["schedules"][0]["creator"], "ann", "{listed}");
+}

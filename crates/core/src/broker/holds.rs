@@ -49,6 +49,19 @@ impl Broker {
         principal: &Principal,
         actions: &[(HeldAction, String)],
     ) -> Result<Option<Value>, String> {
+        self.hold_for(&ActorId::broker(), request, principal, actions)
+            .await
+    }
+
+    /// [`Broker::hold_if`] for a request that native actor `handler` answers (the scheduler's
+    /// `schedule`): once approved, it is delivered to `handler` again as it came.
+    pub async fn hold_for(
+        &self,
+        handler: &ActorId,
+        request: &Envelope,
+        principal: &Principal,
+        actions: &[(HeldAction, String)],
+    ) -> Result<Option<Value>, String> {
         if self.approved_now(request) {
             return Ok(None);
         }
@@ -80,7 +93,10 @@ impl Broker {
             for_person: None,
             what,
             why: why(&body)?,
-            request: json!({"envelope": String::from_utf8_lossy(&request.to_line()).trim_end()}),
+            request: json!({
+                "envelope": String::from_utf8_lossy(&request.to_line()).trim_end(),
+                "handler": handler.as_str(),
+            }),
         };
         let held = self.store_hold(new).await?;
         let link = self.approvals_link().await;
@@ -451,8 +467,16 @@ impl Broker {
                         .lock()
                         .expect("approved lock")
                         .insert(approval_key(request));
-                    // Answered by `serve`, as if it had just come.
-                    let _ = self.resumed.send(request.clone());
+                    // Answered as if it had just come: by `serve`, or by its native actor.
+                    let handler = held.request["handler"].as_str().map(ActorId::parse);
+                    match handler {
+                        Some(Ok(handler)) if handler != ActorId::broker() => {
+                            self.router.deliver_routed(handler, request.clone());
+                        }
+                        _ => {
+                            let _ = self.resumed.send(request.clone());
+                        }
+                    }
                 }
             }
         }

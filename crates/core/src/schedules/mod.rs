@@ -27,6 +27,7 @@ use crate::broker::mailbox::Mailbox;
 use crate::broker::principal::Principal;
 use crate::message::{ActorId, Envelope, NATIVES, Outgoing, SCHEDULER, Speaker, Tier};
 use crate::people::People;
+use crate::world::HeldAction;
 use clock::{Clock, LOOK_AGAIN, SystemClock};
 use table::{Asker, Creator, CreatorKind, Fire, Table};
 
@@ -288,10 +289,13 @@ impl Scheduler {
         let before = self.table.clone();
         let result = match kind {
             "schedule" => match may_schedule(&principal) {
-                Ok(()) => {
-                    let known = self.known_actors().await;
-                    self.table.schedule(&asker, &body, now, &known)
-                }
+                Ok(()) => match self.held(request, &principal, &body).await {
+                    Some(held) => held,
+                    None => {
+                        let known = self.known_actors().await;
+                        self.table.schedule(&asker, &body, now, &known)
+                    }
+                },
                 Err(refusal) => Err(refusal),
             },
             "unschedule" => self.table.unschedule(&asker, &body),
@@ -318,6 +322,32 @@ impl Scheduler {
             .unwrap_or_else(|reason| json!({"type": "error", "request": kind, "reason": reason}));
         let out = Outgoing::new(&request.from, &reply).replying_to(Some(&request.id));
         self.broker.send(&self.me, out).await;
+    }
+
+    /// The answer to a `schedule` a `"hold"` rule holds for a person's approval (DESIGN §25);
+    /// `None` when it goes on now. Once approved it comes again, and is scheduled then.
+    async fn held(
+        &self,
+        request: &Envelope,
+        principal: &Principal,
+        body: &Value,
+    ) -> Option<Result<Value, String>> {
+        let to = body["to"].as_str().unwrap_or("subscribers");
+        let what = format!(
+            "schedule `{}` to {to} ({})",
+            body["body"]["type"].as_str().unwrap_or("a message"),
+            when_words(body)
+        );
+        let actions = [(HeldAction::Schedule, what)];
+        match self
+            .broker
+            .hold_for(&self.me, request, principal, &actions)
+            .await
+        {
+            Ok(None) => None,
+            Ok(Some(held)) => Some(Ok(held)),
+            Err(e) => Some(Err(e)),
+        }
     }
 
     /// Writes the table to `schedules.json`, atomically and synced (on the blocking pool, off
@@ -394,4 +424,15 @@ fn may_schedule(principal: &Principal) -> Result<(), String> {
         )),
         Principal::Nobody(why) => Err(format!("`schedule` refused: {why}")),
     }
+}
+
+/// When a `schedule` request fires, in words, for a person deciding whether it may.
+fn when_words(body: &Value) -> String {
+    if let Some(cron) = body["cron"].as_str() {
+        return format!("cron {cron} {}", body["tz"].as_str().unwrap_or("UTC"));
+    }
+    if let Some(every) = body["every"].as_u64() {
+        return format!("every {every} s");
+    }
+    format!("at {}", body["at"].as_str().unwrap_or("?"))
 }
