@@ -418,4 +418,23 @@ fn new_code_from_a_member_keeps_only_the_grants_that_member_gave() {
     assert_eq!(grants("anns"), [json!("ann-bot")], "ann's own grant stays");
     let audit = text(&sausage(&["audit", dir]).stdout);
     assert!(audit.contains("ann revoked owners from ann-bot"), "{audit}");
+
+    // A rollback by ann replaces the code too: the owner's grant given since goes again.
+    assert!(
+        sausage(&["secret", "grant", "owners", "ann-bot", dir])
+            .status
+            .success()
+    );
+    let mut events = ann.events(None);
+    let sent = ann.post(
+        "/api/send",
+        &json!({"to": "broker", "body": {"type": "rollback", "actor": "ann-bot"}}),
+    );
+    let id = sent.json()["id"].as_str().unwrap().to_string();
+    let reply = events.wait_for("message", support::web::EVENT_PATIENCE, |data| {
+        data["reply_to"] == id
+    });
+    let reply: Value = serde_json::from_str::<Value>(&reply.data).unwrap()["body"].clone();
+    assert_eq!(reply["type"], "rolled_back", "{reply}");
+    assert_eq!(reply["grants_dropped"], json!(["owners"]), "{reply}");
 }

@@ -246,7 +246,7 @@ impl Broker {
                 }
                 answer
             }
-            "rollback" => self.rollback(body).await,
+            "rollback" => self.rollback(principal, body).await,
             "remove" => {
                 let id = actor_field(body)?;
                 let what = [(HeldAction::Remove, format!("remove `{id}`"))];
@@ -614,17 +614,7 @@ impl Broker {
             }
             return Err(format!("{e}; version {previous} keeps running"));
         }
-        // New code keeps the secrets granted to the old only when an owner or their giver
-        // put it there.
-        let dropped = match principal.person() {
-            Some(person) if person.tier == Tier::Owner => Vec::new(),
-            by => crate::secrets::Secrets::new(&self.world)
-                .code_replaced(&id, by.map(|p| p.person.as_str()))
-                .unwrap_or_else(|e| {
-                    tracing::error!("actor {id}: its grants could not be checked: {e:#}");
-                    Vec::new()
-                }),
-        };
+        let dropped = self.code_replaced(&id, principal).await;
         let upgraded = Upgraded {
             requester: request.from.clone(),
             request_id: request.id.clone(),
@@ -728,7 +718,26 @@ impl Broker {
     }
 
     /// `rollback`: to `version`, or to the highest older version.
-    async fn rollback(&self, body: &Value) -> Answer {
+    /// `id`'s code was replaced for `principal`: new code keeps the secrets granted to the
+    /// old only when an owner or their giver put it there (DESIGN §25). The secrets dropped.
+    async fn code_replaced(&self, id: &ActorId, principal: &Principal) -> Vec<String> {
+        let by = match principal.person() {
+            Some(person) if person.tier == Tier::Owner => return Vec::new(),
+            by => by.map(|p| p.person.to_string()),
+        };
+        let (secrets, id) = (crate::secrets::Secrets::new(&self.world), id.clone());
+        let dropped = tokio::task::spawn_blocking(move || {
+            secrets
+                .code_replaced(&id, by.as_deref())
+                .unwrap_or_else(|e| {
+                    tracing::error!("actor {id}: its grants could not be checked: {e:#}");
+                    Vec::new()
+                })
+        });
+        dropped.await.unwrap_or_default()
+    }
+
+    async fn rollback(&self, principal: &Principal, body: &Value) -> Answer {
         let id = actor_field(body)?;
         let target = match body.get("version") {
             None | Some(Value::Null) => None,
@@ -738,9 +747,13 @@ impl Broker {
                     .ok_or_else(|| format!("`version` must be a version number, not {v}"))?,
             ),
         };
-        let rolled = self.roll_back(&id, target, None, Asked::ByPrincipal).await;
-        if rolled.is_ok() {
+        let mut rolled = self.roll_back(&id, target, None, Asked::ByPrincipal).await;
+        if let Ok(reply) = &mut rolled {
             Counters::add(&self.counters.rollbacks, 1);
+            let dropped = self.code_replaced(&id, principal).await;
+            if !dropped.is_empty() {
+                reply["grants_dropped"] = json!(dropped);
+            }
         }
         rolled
     }
