@@ -104,7 +104,7 @@ pub struct Secrets {
 impl Secrets {
     pub fn new(world: &World) -> Secrets {
         Secrets {
-            dir: world.root().join("broker/secrets"),
+            dir: world.secrets_dir(),
             audit: Audit::new(world),
         }
     }

@@ -542,6 +542,12 @@ impl World {
         self.root.join("broker/credentials")
     }
 
+    /// `broker/secrets/`: the secrets file, its lock and a cluster's key (DESIGN §25), outside
+    /// every mount (and hidden from sandboxed builds).
+    pub fn secrets_dir(&self) -> PathBuf {
+        self.root.join("broker/secrets")
+    }
+
     /// The credentials of `id` (none when it has no file).
     pub fn read_credentials(&self, id: &ActorId) -> Result<Vec<Credentials>> {
         let path = self.credentials_path(id);
