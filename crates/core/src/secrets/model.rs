@@ -53,48 +53,70 @@ pub fn keep(world: &World, base: &str, header: &str, format: &str, token: &str) 
     Ok(())
 }
 
-/// Moves the model token of a world made before it was a secret: the entry of
-/// `broker/credentials/agent.json` under the base URL of the agent's `/data/config.json`
-/// becomes the secret [`SECRET`] granted to `agent` (unless that secret is already there for
-/// the same URL, which then wins: it is the newer), and leaves the file; the agent's other
-/// credentials (an MCP server's) stay, and the file goes once it holds none. Returns whether
-/// it moved one.
-pub fn adopt_legacy(world: &World) -> Result<bool> {
+/// What a world made before the model token was a secret keeps in
+/// `broker/credentials/agent.json`: the entry under the base URL of the agent's
+/// `/data/config.json` (the token), and the others (an MCP server's).
+struct Legacy {
+    base: String,
+    token: Credentials,
+    others: Vec<Credentials>,
+}
+
+fn legacy(world: &World) -> Result<Option<Legacy>> {
     let agent = agent();
-    let legacy = world.read_credentials(&agent)?;
-    if legacy.is_empty() {
-        return Ok(false);
-    }
+    // Without the agent's configuration there is no model token to tell apart (and its
+    // credentials file, if any, is left as it is).
     let config: Option<serde_json::Value> =
         std::fs::read(world.data_dir(&agent).join("config.json"))
             .ok()
             .and_then(|bytes| serde_json::from_slice(&bytes).ok());
     let Some(base) = config.as_ref().and_then(|c| c["base_url"].as_str()) else {
-        return Ok(false);
+        return Ok(None);
     };
-    let base = base_url(base);
-    let (model, others): (Vec<Credentials>, Vec<Credentials>) = legacy
+    let base = base_url(base).to_string();
+    let (mut model, others): (Vec<Credentials>, Vec<Credentials>) = world
+        .read_credentials(&agent)?
         .into_iter()
         .partition(|c| base_url(&c.base_url) == base);
-    // Written by `init` or `model set`, the file holds one entry per base URL; a hand-made
-    // second one replaced the first for the host too.
-    let Some(token) = model.last() else {
+    // `init` and `model set` wrote one entry per base URL; of two spelt apart by hand (with
+    // and without `/v1`), the last written is the newer.
+    Ok(model.pop().map(|token| Legacy {
+        base,
+        token,
+        others,
+    }))
+}
+
+/// Whether the world keeps its model token where worlds did before it was a secret.
+pub fn has_legacy(world: &World) -> bool {
+    matches!(legacy(world), Ok(Some(_)))
+}
+
+/// Moves the model token of a world made before it was a secret ([`has_legacy`]) into the
+/// secret [`SECRET`] granted to `agent` (unless that secret is already there for the same URL,
+/// which then wins: it is the newer), then out of the file; the agent's other credentials
+/// stay, and the file goes once it holds none. Returns whether it moved one.
+pub fn adopt_legacy(world: &World) -> Result<bool> {
+    let Some(Legacy {
+        base,
+        token,
+        others,
+    }) = legacy(world)?
+    else {
         return Ok(false);
     };
-    let kept = Secrets::new(world)
-        .list()?
-        .into_iter()
-        .any(|s| s.name == SECRET && base_url(&s.url) == base);
-    if !kept {
+    let secrets = Secrets::new(world);
+    let kept = (secrets.list()?.into_iter()).any(|s| s.name == SECRET && base_url(&s.url) == base);
+    if kept {
+        secrets.grant(SECRET, &agent(), &keeper(world)?)?;
+    } else {
         let (format, value) = match token.value.strip_prefix("Bearer ") {
             Some(value) if token.header == "authorization" => ("Bearer {}", value),
             _ => ("{}", token.value.as_str()),
         };
-        keep(world, base, &token.header, format, value)?;
-    } else {
-        Secrets::new(world).grant(SECRET, &agent, &keeper(world)?)?;
+        keep(world, &base, &token.header, format, value)?;
     }
-    world.write_all_credentials(&agent, &others)?;
+    world.write_all_credentials(&agent(), &others)?;
     Ok(true)
 }
 
@@ -122,7 +144,9 @@ mod tests {
         let (_dir, world) = world_with_legacy(serde_json::json!(
             {"base_url": "https://llm.example/v1", "header": "authorization", "value": "Bearer sk-old"}
         ));
+        assert!(has_legacy(&world));
         assert!(adopt_legacy(&world).unwrap());
+        assert!(!has_legacy(&world));
         assert!(!world.credentials_path(&agent()).exists());
         let listed = Secrets::new(&world).list().unwrap();
         assert_eq!(listed.len(), 1);
