@@ -8,7 +8,7 @@ use anyhow::Result;
 
 use super::{NewSecret, Secrets};
 use crate::message::ActorId;
-use crate::people::{People, Tier};
+use crate::people::People;
 use crate::runtime::network::Credentials;
 use crate::world::World;
 
@@ -28,13 +28,9 @@ pub fn base_url(url: &str) -> &str {
     url.strip_suffix("/v1").unwrap_or(url).trim_end_matches('/')
 }
 
-/// Who keeps the model token: the world's first owner (`owner` in a world without people).
+/// Who keeps the model token: the world's first owner, as whom `sausage` commands act.
 pub fn keeper(world: &World) -> Result<String> {
-    let people = People::new(world).list()?;
-    Ok(people
-        .into_iter()
-        .find(|p| p.tier == Tier::Owner)
-        .map_or_else(|| crate::people::DEFAULT_OWNER.to_string(), |p| p.id))
+    Ok(People::new(world).console_person()?.id)
 }
 
 /// Keeps `token` as the secret [`SECRET`] for `base` (as [`base_url`] makes it), sent as
