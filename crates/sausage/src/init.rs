@@ -99,7 +99,7 @@ impl AgentConfig {
                 "Base URL of the model provider, as its documentation writes it (such as \
                  https://api.openai.com/v1 or http://127.0.0.1:8080)",
                 "give it with --base-url",
-                &check_base_url,
+                &check_provider_url,
                 false,
             )?);
         }
@@ -117,7 +117,7 @@ impl AgentConfig {
         }
         for (value, check) in [
             (&self.api, check_api as fn(&str) -> Result<(), String>),
-            (&self.base_url, check_base_url),
+            (&self.base_url, check_provider_url),
             (&self.model, check_not_empty),
         ] {
             check(value.as_deref().unwrap_or("")).map_err(anyhow::Error::msg)?;
@@ -462,6 +462,15 @@ fn check_base_url(url: &str) -> Result<(), String> {
     }
 }
 
+/// The model provider's base URL: one the secret `model` can be kept for (no user, query or
+/// fragment), checked before anything is made.
+fn check_provider_url(url: &str) -> Result<(), String> {
+    check_base_url(url)?;
+    sausage_core::secrets::check_url(crate::model::base_url(url))
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 fn check_not_empty(text: &str) -> Result<(), String> {
     if text.is_empty() {
         Err("an answer is needed".into())
@@ -606,7 +615,7 @@ mod tests {
         };
         let (config, out) = complete(
             given,
-            "soap\nanthropic-messages\nftp://x\nhttps://llm.example/\nbig\n",
+            "soap\nanthropic-messages\nftp://x\nhttps://me:pw@llm.example\nhttps://llm.example/\nbig\n",
         );
         let config = config.unwrap();
         assert_eq!(config.api.as_deref(), Some("anthropic-messages"));
@@ -617,6 +626,7 @@ mod tests {
             out.contains("`ftp://x` is not an http:// or https:// URL"),
             "{out}"
         );
+        assert!(out.contains("may not hold a user or password"), "{out}");
     }
 
     #[test]
