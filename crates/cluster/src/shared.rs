@@ -226,11 +226,15 @@ impl Cluster {
     pub async fn sync_secrets(self: std::sync::Arc<Self>, world: World) {
         use sausage_core::secrets::sealed::ClusterKey;
         let secrets = sausage_core::secrets::Secrets::new(&world);
-        // Until this host or the cluster has a secret, nothing is watched (a world without
-        // secrets adds no consumer to what a dying NATS node makes the hosts recreate).
+        // Until this host or the cluster has a secret (or a model token still to be one),
+        // nothing is watched (a world without secrets adds no consumer to what a dying NATS
+        // node makes the hosts recreate).
         let shared_now = loop {
             let shared = self.registry.get(SECRETS).await;
-            if !matches!(shared, Ok(None)) || !secrets.file_bytes().is_empty() {
+            if !matches!(shared, Ok(None))
+                || !secrets.file_bytes().is_empty()
+                || sausage_core::secrets::model::has_legacy(&world)
+            {
                 break shared;
             }
             tokio::time::sleep(super::HEARTBEAT).await;
@@ -281,6 +285,7 @@ impl Cluster {
             },
             _ => Vec::new(),
         };
+        let last = self.adopt_legacy_model_token(&world, &key, last).await;
         let key = std::sync::Arc::new(key);
         let (sealer, writer) = (key.clone(), secrets.clone());
         let file = SharedFile {
@@ -292,6 +297,68 @@ impl Cluster {
             open: Box::new(move |bytes| key.open(bytes)),
         };
         self.keep_in_step(file, last).await
+    }
+
+    /// A world made before the model token was a secret: the token that the agent's credentials
+    /// file still holds (this host's, or the cluster's unsealed copy taken at join) becomes the
+    /// secret `model` now that this host's secrets are the cluster's; the secrets are shared
+    /// sealed at once, and only then is the token dropped from the unsealed copy. `last` is
+    /// what the cluster's sealed secrets held; returns what they hold now.
+    async fn adopt_legacy_model_token(
+        &self,
+        world: &World,
+        key: &sausage_core::secrets::sealed::ClusterKey,
+        last: Vec<u8>,
+    ) -> Vec<u8> {
+        use sausage_core::secrets::model;
+        let moved = format!(
+            "host {}: the model token moved from {} into the secret `{}`",
+            self.host,
+            world.credentials_path(&model::agent()).display(),
+            model::SECRET
+        );
+        match model::adopt_legacy(world) {
+            Ok(true) => {}
+            Ok(false) => return last,
+            Err(e) => {
+                tracing::warn!(
+                    "host {}: the model token stays where it was: {e:#}",
+                    self.host
+                );
+                return last;
+            }
+        }
+        let now = sausage_core::secrets::Secrets::new(world).file_bytes();
+        let shared = match key.seal(&now) {
+            Ok(sealed) => {
+                (self.registry.put(SECRETS, sealed.into()).await).map_err(anyhow::Error::from)
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = shared {
+            // The next tick shares them; the unsealed copy goes at a later start.
+            tracing::warn!("{moved}; the secrets are not shared yet: {e:#}");
+            return last;
+        }
+        match self.reshare_credentials(world, &model::agent()).await {
+            Ok(()) => tracing::info!("{moved}, shared sealed with the other hosts"),
+            Err(e) => tracing::warn!("{moved}; the cluster's unsealed copy stays: {e:#}"),
+        }
+        now
+    }
+
+    /// Replaces the cluster's copy of `id`'s credentials with this host's file, or removes it
+    /// (with its history) when this host has none.
+    async fn reshare_credentials(&self, world: &World, id: &ActorId) -> Result<()> {
+        let key = format!("{CREDENTIALS_PREFIX}{id}");
+        match std::fs::read(world.credentials_path(id)) {
+            Ok(bytes) => {
+                self.registry.put(&key, bytes.into()).await?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.registry.purge(&key).await?,
+            Err(e) => return Err(e).context(format!("actor {id}: its credentials")),
+        }
+        Ok(())
     }
 
     /// Shares the scheduler's table: only the host that leads the scheduler writes it, under
@@ -401,7 +468,9 @@ impl Cluster {
 
     /// Shares the credentials (`broker/credentials/<id>.json`) this host has and the cluster
     /// lacks, then takes every one the cluster has: an actor that moves keeps its tokens. The
-    /// NATS server holds them from then on (keep it as private as the world's folder).
+    /// NATS server holds them from then on, unsealed (keep it as private as the world's
+    /// folder): they are the legacy way, which `sausage matrix setup` and `sausage mcp-server
+    /// add` still take; the model token is a secret, shared sealed ([`Cluster::sync_secrets`]).
     pub async fn share_credentials(&self, world: &World) -> Result<()> {
         let dir = world.credentials_dir();
         for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {

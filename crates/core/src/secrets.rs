@@ -10,6 +10,7 @@
 //! Every set, grant, revocation, removal and use is a line of the audit log (`audit`).
 
 pub mod audit;
+pub mod model;
 pub mod sealed;
 
 use std::collections::BTreeMap;
@@ -103,7 +104,7 @@ pub struct Secrets {
 impl Secrets {
     pub fn new(world: &World) -> Secrets {
         Secrets {
-            dir: world.root().join("broker/secrets"),
+            dir: world.secrets_dir(),
             audit: Audit::new(world),
         }
     }
@@ -209,6 +210,13 @@ impl Secrets {
                 grants: s.grants,
             })
             .collect())
+    }
+
+    /// The value of secret `name` (`None` when there is none), for the host's own use: a
+    /// request of its own with it (`sausage model test`), or keeping it under new settings
+    /// (`sausage model set`). Never printed, logged or handed to an actor.
+    pub fn value(&self, name: &str) -> Result<Option<String>> {
+        Ok(self.read()?.remove(name).map(|s| s.value))
     }
 
     /// Grants secret `name` to `actor`. False when it was granted already.

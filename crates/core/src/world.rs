@@ -598,8 +598,6 @@ impl World {
         self.credentials_dir().join(format!("{}.json", id.as_str()))
     }
 
-    /// `broker/credentials/`: host-private secrets, outside every mount (and hidden from
-    /// sandboxed builds).
     /// `broker/people.json`: who may speak to the world (`people` owns it).
     pub fn people_path(&self) -> PathBuf {
         self.root.join("broker/people.json")
@@ -648,8 +646,16 @@ impl World {
         self.root.join("broker/web/local-token")
     }
 
+    /// `broker/credentials/`: host-private headers, outside every mount (and hidden from
+    /// sandboxed builds).
     pub fn credentials_dir(&self) -> PathBuf {
         self.root.join("broker/credentials")
+    }
+
+    /// `broker/secrets/`: the secrets file, its lock and a cluster's key (DESIGN §25), outside
+    /// every mount (and hidden from sandboxed builds).
+    pub fn secrets_dir(&self) -> PathBuf {
+        self.root.join("broker/secrets")
     }
 
     /// The credentials of `id` (none when it has no file).
@@ -672,10 +678,19 @@ impl World {
         self.write_all_credentials(id, &all)
     }
 
-    /// Stores exactly `all` as the credentials of `id`, readable by the host's user only.
+    /// Stores exactly `all` as the credentials of `id`, readable by the host's user only; none
+    /// removes its file.
     pub fn write_all_credentials(&self, id: &ActorId, all: &[Credentials]) -> Result<()> {
         use std::os::unix::fs::DirBuilderExt;
         let path = self.credentials_path(id);
+        if all.is_empty() {
+            return match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    Err(e).with_context(|| format!("actor {id}: cannot remove its credentials"))
+                }
+                _ => Ok(()),
+            };
+        }
         let dir = path.parent().expect("a credentials file has a folder");
         std::fs::DirBuilder::new()
             .recursive(true)

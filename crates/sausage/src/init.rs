@@ -3,9 +3,9 @@
 //! a `spawn` with its transcript test).
 //!
 //! The source of Sausage holds no endpoint and no token: both come from the person. The token
-//! goes to `broker/credentials/agent.json`, outside every mount; the host adds it to the
-//! agent's requests to its base URL, so no actor ever sees it. A local server spoken to as
-//! `openai-chat` may need no token: then there is no credentials file at all.
+//! becomes the secret `model`, granted to `agent` (DESIGN §25): the host adds it to the agent's
+//! requests to its base URL, so no actor ever sees it. A local server spoken to as
+//! `openai-chat` may need no token: then there is no secret at all.
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -99,7 +99,7 @@ impl AgentConfig {
                 "Base URL of the model provider, as its documentation writes it (such as \
                  https://api.openai.com/v1 or http://127.0.0.1:8080)",
                 "give it with --base-url",
-                &check_base_url,
+                &check_provider_url,
                 false,
             )?);
         }
@@ -117,7 +117,7 @@ impl AgentConfig {
         }
         for (value, check) in [
             (&self.api, check_api as fn(&str) -> Result<(), String>),
-            (&self.base_url, check_base_url),
+            (&self.base_url, check_provider_url),
             (&self.model, check_not_empty),
         ] {
             check(value.as_deref().unwrap_or("")).map_err(anyhow::Error::msg)?;
@@ -130,9 +130,9 @@ impl AgentConfig {
         crate::model::base_url(self.base_url.as_deref().unwrap_or(""))
     }
 
-    /// The agent's `/data/config.json` (everything but the token) and its credentials (the
-    /// token as the header its API shape wants), if it has a token. Prices and the context
-    /// window are left to the agent, which knows them for the models it knows.
+    /// The agent's `/data/config.json` (everything but the token) and, if it has a token, the
+    /// secret that holds it ([`AgentConfig::keep_token`]). Prices and the context window are
+    /// left to the agent, which knows them for the models it knows.
     pub fn write(&self, world: &World) -> Result<()> {
         let agent = ActorId::parse("agent").expect("valid id");
         world.create_actor_dirs(&agent)?;
@@ -149,24 +149,48 @@ impl AgentConfig {
             &serde_json::to_vec_pretty(&config).expect("config serialises"),
         )
         .context("cannot write the agent's configuration")?;
-        match self.credentials() {
-            Some(credentials) => world.write_credentials(&agent, &credentials),
-            None => Ok(()),
+        self.keep_token(world)
+    }
+
+    /// Keeps the token as the secret `model`, set by the world's first owner and granted to
+    /// `agent`, under the base URL and in the header its API shape wants; without a token,
+    /// removes that secret if there is one.
+    pub fn keep_token(&self, world: &World) -> Result<()> {
+        use sausage_core::secrets::{Secrets, model};
+        match self.token.as_deref().filter(|t| !t.is_empty()) {
+            Some(token) => {
+                let (header, format) = self.header();
+                model::keep(world, self.base_url(), header, format, token)
+            }
+            None => {
+                let secrets = Secrets::new(world);
+                if secrets.value(model::SECRET)?.is_some() {
+                    secrets.remove(model::SECRET, &model::keeper(world)?)?;
+                }
+                Ok(())
+            }
         }
     }
 
-    /// The header that carries the token: `authorization: Bearer <token>` for both OpenAI
-    /// shapes, `x-api-key: <token>` for Anthropic; none without a token.
+    /// The header that carries the token, and how it is written (`{}` is the token):
+    /// `authorization: Bearer <token>` for both OpenAI shapes, `x-api-key: <token>` for
+    /// Anthropic.
+    fn header(&self) -> (&'static str, &'static str) {
+        match self.api.as_deref() {
+            Some("anthropic-messages") => ("x-api-key", "{}"),
+            _ => ("authorization", "Bearer {}"),
+        }
+    }
+
+    /// The header the host adds to the agent's requests (as [`AgentConfig::keep_token`] keeps
+    /// it); none without a token.
     pub fn credentials(&self) -> Option<Credentials> {
         let token = self.token.as_deref().filter(|t| !t.is_empty())?;
-        let (header, value) = match self.api.as_deref() {
-            Some("anthropic-messages") => ("x-api-key", token.to_string()),
-            _ => ("authorization", format!("Bearer {token}")),
-        };
+        let (header, format) = self.header();
         Some(Credentials {
             base_url: self.base_url().to_string(),
             header: header.into(),
-            value,
+            value: format.replacen("{}", token, 1),
         })
     }
 
@@ -438,6 +462,15 @@ fn check_base_url(url: &str) -> Result<(), String> {
     }
 }
 
+/// The model provider's base URL: one the secret `model` can be kept for (no user, query or
+/// fragment), checked before anything is made.
+fn check_provider_url(url: &str) -> Result<(), String> {
+    check_base_url(url)?;
+    sausage_core::secrets::check_url(crate::model::base_url(url))
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 fn check_not_empty(text: &str) -> Result<(), String> {
     if text.is_empty() {
         Err("an answer is needed".into())
@@ -582,7 +615,7 @@ mod tests {
         };
         let (config, out) = complete(
             given,
-            "soap\nanthropic-messages\nftp://x\nhttps://llm.example/\nbig\n",
+            "soap\nanthropic-messages\nftp://x\nhttps://me:pw@llm.example\nhttps://llm.example/\nbig\n",
         );
         let config = config.unwrap();
         assert_eq!(config.api.as_deref(), Some("anthropic-messages"));
@@ -593,6 +626,7 @@ mod tests {
             out.contains("`ftp://x` is not an http:// or https:// URL"),
             "{out}"
         );
+        assert!(out.contains("may not hold a user or password"), "{out}");
     }
 
     #[test]

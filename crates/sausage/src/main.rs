@@ -264,7 +264,8 @@ enum PeopleCommand {
 
 #[derive(Subcommand)]
 enum ModelCommand {
-    /// Print the API shape, the base URL and the model (whether there is a token, never it).
+    /// Print the API shape, the base URL, the model and the secret holding the token (its name,
+    /// URL and header, never the token).
     Show {
         #[command(flatten)]
         world: WorldArg,
@@ -471,26 +472,35 @@ fn dispatch(command: Command) -> Result<ExitCode> {
         Command::Approvals { json, world } => {
             secret::approvals(&world.existing("approvals")?, json)
         }
-        Command::Model { command, world } => match command {
-            None => model::show(&world.existing("model show")?),
-            Some(ModelCommand::Show { world }) => model::show(&world.existing("model show")?),
-            Some(ModelCommand::Test { world }) => model::test(&world.existing("model test")?),
-            Some(ModelCommand::Set {
-                api,
-                base_url,
-                model,
-                new_token,
-                world,
-            }) => model::set(
-                &world.existing("model set")?,
-                model::Change {
+        Command::Model { command, world } => {
+            let (world, usage) = match &command {
+                None => (world, "model show"),
+                Some(ModelCommand::Show { world }) => (world.clone(), "model show"),
+                Some(ModelCommand::Test { world }) => (world.clone(), "model test"),
+                Some(ModelCommand::Set { world, .. }) => (world.clone(), "model set"),
+            };
+            let world = world.existing(usage)?;
+            model::adopt_legacy(&world)?;
+            match command {
+                None | Some(ModelCommand::Show { .. }) => model::show(&world),
+                Some(ModelCommand::Test { .. }) => model::test(&world),
+                Some(ModelCommand::Set {
                     api,
                     base_url,
                     model,
                     new_token,
-                },
-            ),
-        },
+                    ..
+                }) => model::set(
+                    &world,
+                    model::Change {
+                        api,
+                        base_url,
+                        model,
+                        new_token,
+                    },
+                ),
+            }
+        }
         Command::Status { world } => status::print(&world.existing("status")?),
         Command::Mcp { world } => mcp::serve(&world.existing("mcp")?),
         Command::McpServer {
@@ -885,6 +895,12 @@ async fn run(dir: PathBuf, addresses: Addresses, cluster: Option<Joining>) -> Re
     world_arg::must_hold_a_world(&dir, "run", true)?;
     world.load_registry()?;
     let _lock = world.lock()?;
+    // Before a cluster shares the credentials files: the token then travels sealed.
+    if let Err(e) = model::adopt_legacy(&world) {
+        eprintln!(
+            "sausage: the model token stays where it was: {e:#}; the agent uses it from there"
+        );
+    }
     let cluster = match cluster {
         Some(Joining {
             servers,

@@ -1,11 +1,11 @@
 //! The agent's model settings after `init` (DESIGN §27): `sausage model show|set|test [DIR]`,
 //! and the one small request that checks them, which `init` also makes before its build.
 //!
-//! The settings live in three files, changed together by [`save`]: the agent's
-//! `/data/config.json` (`api`, `base_url`, `model`), `broker/credentials/agent.json` (the token
-//! as its API's header, under `base_url`) and the network allow-list of the agent's installed
-//! `actor.json` (the provider's host). Invariant: the token is never printed, logged or put in
-//! an error; it travels only to the provider, in the check's header.
+//! The settings live in three places, changed together by [`save`]: the agent's
+//! `/data/config.json` (`api`, `base_url`, `model`), the secret `model` granted to `agent` (the
+//! token as its API's header, under `base_url`; DESIGN §25) and the network allow-list of the
+//! agent's installed `actor.json` (the provider's host). Invariant: the token is never printed,
+//! logged or put in an error; it travels only to the provider, in the check's header.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -15,6 +15,8 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
 use sausage_core::message::ActorId;
+use sausage_core::secrets::Secrets;
+use sausage_core::secrets::model::{SECRET, agent};
 use sausage_core::world::{MANIFEST, World};
 
 use crate::init::{self, AgentConfig};
@@ -40,13 +42,7 @@ impl std::fmt::Display for Problem {
     }
 }
 
-/// A base URL as the agent joins it (`{base_url}/v1/...`): without a trailing `/`, nor the
-/// `/v1` that OpenAI's, Ollama's and llama.cpp's documentation write at its end, which would
-/// otherwise become `/v1/v1/...`.
-pub fn base_url(url: &str) -> &str {
-    let url = url.trim().trim_end_matches('/');
-    url.strip_suffix("/v1").unwrap_or(url).trim_end_matches('/')
-}
+pub use sausage_core::secrets::model::base_url;
 
 /// The URL of the API's endpoint under `base` (see [`base_url`]).
 fn endpoint(api: &str, base: &str) -> String {
@@ -190,13 +186,22 @@ fn mentions_model(body: &str, message: &str, model: &str) -> bool {
     body.contains("model_not_found") || quoted.iter().any(|q| message.contains(q.as_str()))
 }
 
-/// The agent's id.
-fn agent() -> ActorId {
-    ActorId::parse("agent").expect("a valid id")
+/// Moves the model token of a world made before it was a secret out of
+/// `broker/credentials/agent.json` into the secret `model` (see
+/// [`sausage_core::secrets::model::adopt_legacy`]), and says so on stderr when it did.
+pub fn adopt_legacy(world: &World) -> Result<()> {
+    if sausage_core::secrets::model::adopt_legacy(world)? {
+        eprintln!(
+            "sausage: the model token moved from {} into the secret `{SECRET}`, granted to \
+             agent (`sausage secret list` shows it)",
+            world.credentials_path(&agent()).display()
+        );
+    }
+    Ok(())
 }
 
 /// The settings `init` (or an earlier `set`) left: the config's `api`, `base_url` and `model`,
-/// and the token of the credentials under that base URL.
+/// and the token the secret `model` holds.
 pub fn read(world: &World) -> Result<AgentConfig> {
     let path = world.data_dir(&agent()).join("config.json");
     let config: Value = std::fs::read(&path)
@@ -211,12 +216,9 @@ pub fn read(world: &World) -> Result<AgentConfig> {
         })?;
     let text = |name: &str| config[name].as_str().map(str::to_string);
     let base = text("base_url").map(|url| base_url(&url).to_string());
-    let token = world.read_credentials(&agent())?.into_iter().find_map(|c| {
-        (Some(base_url(&c.base_url)) == base.as_deref()).then(|| match c.header.as_str() {
-            "authorization" => c.value.strip_prefix("Bearer ").unwrap_or(&c.value).into(),
-            _ => c.value,
-        })
-    });
+    // The secret's own URL is not compared: whatever it was last set for, it is the model's
+    // token, and `set` keeps it under the new base URL.
+    let token = Secrets::new(world).value(SECRET)?;
     Ok(AgentConfig {
         api: text("api"),
         base_url: base,
@@ -225,16 +227,31 @@ pub fn read(world: &World) -> Result<AgentConfig> {
     })
 }
 
-/// `sausage model show`: api, base URL and model; whether there is a token, never the token.
+/// `sausage model show`: api, base URL and model; the secret that holds the token (its name,
+/// URL and header), never the token.
 pub fn show(world: &World) -> Result<ExitCode> {
     let config = read(world)?;
     let or_none = |value: &Option<String>| value.clone().unwrap_or_else(|| "(none)".into());
     println!("api:      {}", or_none(&config.api));
     println!("base URL: {}", or_none(&config.base_url));
     println!("model:    {}", or_none(&config.model));
-    let token = match config.token.as_deref() {
-        Some("") | None => "none (nothing is added to the agent's requests)",
-        Some(_) => "set (kept by the host, outside every actor's files)",
+    let secret = Secrets::new(world)
+        .list()?
+        .into_iter()
+        .find(|s| s.name == SECRET);
+    let token = match secret {
+        None => "none (nothing is added to the agent's requests)".to_string(),
+        Some(s) => {
+            let granted = s.grants.iter().any(|g| g.actor == agent().as_str());
+            let grant = match granted {
+                true => "granted to agent".to_string(),
+                false => format!("not granted to agent: sausage secret grant {SECRET} agent"),
+            };
+            format!(
+                "the secret `{SECRET}` for {} (header `{}`), {grant}",
+                s.url, s.header
+            )
+        }
     };
     println!("token:    {token}");
     Ok(ExitCode::SUCCESS)
@@ -325,8 +342,8 @@ pub fn set(world: &World, change: Change) -> Result<ExitCode> {
     if world.is_running() {
         if restart {
             println!(
-                "The running agent takes the new address and token at its next start: run the \
-                 world again, or stop and start `agent`."
+                "The running agent takes the new address at its next start: run the world \
+                 again, or stop and start `agent`."
             );
         } else {
             println!("The running agent uses them from its next turn.");
@@ -335,15 +352,16 @@ pub fn set(world: &World, change: Change) -> Result<ExitCode> {
     Ok(report_check(&new))
 }
 
-/// Writes `new` over `old` in the three files, in an order whose every prefix leaves a working
-/// agent: the new host and the new credentials are added beside the old ones, then the config
-/// (which the agent reads at each turn) switches to them, then what only the old settings used
-/// is removed. Returns whether the running agent must restart to use them (its credentials and
-/// allow-list are read at its start).
+/// Writes `new` over `old` in the three places: the new host is added beside the old one, then
+/// the secret and the config (which the agent reads at each turn) switch to the new settings,
+/// then the host only the old settings used is removed. Returns whether the running agent must
+/// restart to use them: its allow-list is read at its start, but a granted secret is read at
+/// each request and lets it reach its own host, so only a new host without a token needs one.
 pub fn save(world: &World, old: &AgentConfig, new: &AgentConfig) -> Result<bool> {
     let agent = agent();
     let old_host = old.provider_host().ok();
     let new_host = new.provider_host()?;
+    let restart = new.credentials().is_none() && old_host.as_deref() != Some(new_host.as_str());
     let manifests = manifest_paths(world);
     for path in &manifests {
         edit_network(path, |network| {
@@ -352,11 +370,7 @@ pub fn save(world: &World, old: &AgentConfig, new: &AgentConfig) -> Result<bool>
             }
         })?;
     }
-    let old_credentials = old.credentials();
-    let new_credentials = new.credentials();
-    if let Some(credentials) = &new_credentials {
-        world.write_credentials(&agent, credentials)?;
-    }
+    new.keep_token(world)?;
     let path = world.data_dir(&agent).join("config.json");
     let mut config: Value = std::fs::read(&path)
         .ok()
@@ -371,16 +385,8 @@ pub fn save(world: &World, old: &AgentConfig, new: &AgentConfig) -> Result<bool>
     )
     .with_context(|| format!("{}: cannot write the agent's configuration", path.display()))?;
 
-    // The commit point is past: what follows only removes what nothing uses any more.
-    let moved = old_credentials.as_ref().map(|c| &c.base_url)
-        != new_credentials.as_ref().map(|c| &c.base_url);
-    if let Some(stale) = old_credentials.as_ref().filter(|_| moved) {
-        let mut all = world.read_credentials(&agent)?;
-        // Compared as the agent joins them: a hand-written `/v1` names the same provider.
-        all.retain(|c| base_url(&c.base_url) != base_url(&stale.base_url));
-        world.write_all_credentials(&agent, &all)?;
-    }
-    // An MCP server of the agent's on the old host keeps it allowed.
+    // The commit point is past: what follows only removes what nothing uses any more. An MCP
+    // server of the agent's on the old host keeps it allowed.
     let servers_use = |host: &str| {
         config["mcp_servers"]
             .as_array()
@@ -395,7 +401,7 @@ pub fn save(world: &World, old: &AgentConfig, new: &AgentConfig) -> Result<bool>
             edit_network(path, |network| network.retain(|host| host != stale))?;
         }
     }
-    Ok(stale_host.is_some() || old_credentials != new_credentials)
+    Ok(restart)
 }
 
 /// The manifests that allow the agent its provider: the installed source's (which the next

@@ -37,6 +37,7 @@ impl Attacks {
             .create(sausage_core::people::DEFAULT_OWNER)
             .unwrap();
         let secrets = vec![
+            world.path("broker/secrets/secrets.json"),
             world.path("broker/credentials/agent.json"),
             world.path("private/agent/data/people/ann/conversation.jsonl"),
         ];

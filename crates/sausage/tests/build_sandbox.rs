@@ -134,6 +134,7 @@ fn a_build_script_sees_nothing_of_the_world_the_home_or_other_peoples_builds() {
         .create(sausage_core::people::DEFAULT_OWNER)
         .unwrap();
     let planted = [
+        world.path("broker/secrets/secrets.json"),
         world.path("broker/credentials/agent.json"),
         world.path("broker/web/sessions.json"),
         world.path("private/agent/data/people/owner/conversation.jsonl"),

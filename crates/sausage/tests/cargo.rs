@@ -303,16 +303,24 @@ fn a_build_script_cannot_reach_the_network() {
 #[test]
 fn a_build_script_cannot_read_the_worlds_credentials() {
     let world = TestWorld::new();
-    let secret = world.path("broker/credentials/agent.json");
-    std::fs::create_dir_all(secret.parent().unwrap()).unwrap();
-    std::fs::write(&secret, r#"{"value": "sk-do-not-leak"}"#).unwrap();
+    // The secrets (the model token among them) and an actor's credentials file.
+    let secrets = [
+        world.path("broker/secrets/secrets.json"),
+        world.path("broker/credentials/matrix.json"),
+    ];
+    for secret in &secrets {
+        std::fs::create_dir_all(secret.parent().unwrap()).unwrap();
+        std::fs::write(secret, r#"{"value": "sk-do-not-leak"}"#).unwrap();
+    }
     let dir = world.path("private/console/data/reader");
     write_crate_with_build_script(
         &dir,
         "reader",
         &format!(
-            "if let Ok(text) = std::fs::read_to_string({secret:?}) {{\n\
-                 panic!(\"the sandbox let me read the credentials: {{text}}\");\n\
+            "for secret in {secrets:?} {{\n\
+                 if let Ok(text) = std::fs::read_to_string(secret) {{\n\
+                     panic!(\"the sandbox let me read the credentials: {{text}}\");\n\
+                 }}\n\
              }}"
         ),
     );

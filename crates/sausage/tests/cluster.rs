@@ -655,7 +655,12 @@ fn the_agent_answers_a_console_on_another_host_and_again_after_its_host_is_kille
     list_until(&mut a, "the agent runs on a", |l| {
         actor(l, "agent")["state"] == "running"
     });
+    // The token is the secret `model`: b gets it sealed, with a copy of the cluster's key.
     let empty = tempfile::tempdir().unwrap();
+    let key = one.path("broker/secrets/cluster.key");
+    support::eventually("host a's cluster key", || key.exists());
+    std::fs::create_dir_all(empty.path().join("b/broker/secrets")).unwrap();
+    std::fs::copy(&key, empty.path().join("b/broker/secrets/cluster.key")).unwrap();
     let mut b = host_at(&empty.path().join("b"), &nats, "b");
     list_until(&mut b, "two hosts", |l| alive_hosts(l).len() == 2);
 
@@ -663,6 +668,10 @@ fn the_agent_answers_a_console_on_another_host_and_again_after_its_host_is_kille
     assert_eq!(
         support::agent::ask(&mut b, "hello from b"),
         "Hello from host a."
+    );
+    assert!(
+        support::files_holding(&nats.store(), sausage_fake_llm::TOKEN.as_bytes()).is_empty(),
+        "the token never travels unsealed"
     );
 
     // a dies: the agent runs on b, with its configuration (its files' snapshot) and its token
@@ -676,6 +685,58 @@ fn the_agent_answers_a_console_on_another_host_and_again_after_its_host_is_kille
         "Still here, elsewhere."
     );
     assert_eq!(fake.requests().len(), 2);
+}
+
+#[test]
+fn a_model_token_the_cluster_holds_unsealed_becomes_the_sealed_secret_and_leaves_the_cluster() {
+    let fake = sausage_fake_llm::FakeLlm::start();
+    let nats = Nats::start();
+    // What a cluster of hosts older than the secret `model` holds: the agent's credentials file
+    // shared unsealed. Made here by a host whose folder lacks the agent's configuration, so it
+    // cannot tell the model token apart and shares the file as it is.
+    let one = TestWorld::new();
+    one.install("echo", "echo");
+    let legacy = json!({"base_url": fake.base_url(), "header": "authorization",
+        "value": format!("Bearer {}", sausage_fake_llm::TOKEN)});
+    std::fs::create_dir_all(one.path("broker/credentials")).unwrap();
+    std::fs::write(
+        one.path("broker/credentials/agent.json"),
+        legacy.to_string(),
+    )
+    .unwrap();
+    let mut a = host(&one, &nats, "a");
+    list_until(&mut a, "echo runs on a", |l| {
+        actor(l, "echo")["state"] == "running"
+    });
+    // b has the agent's configuration: it takes the token from the cluster at join, moves it
+    // into the secret `model`, shares that sealed and removes the unsealed copy.
+    let folders = tempfile::tempdir().unwrap();
+    let (b_folder, c_folder) = (folders.path().join("b"), folders.path().join("c"));
+    let config = b_folder.join("private/agent/data/config.json");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    let settings = support::agent::config(&fake, "openai-responses");
+    std::fs::write(&config, settings.to_string()).unwrap();
+    let b = host_at(&b_folder, &nats, "b");
+    b.wait_stderr("the model token moved from");
+    let secrets = b_folder.join("broker/secrets/secrets.json");
+    let holds_the_token = |path: &std::path::Path| {
+        std::fs::read_to_string(path).is_ok_and(|t| t.contains(sausage_fake_llm::TOKEN))
+    };
+    assert!(holds_the_token(&secrets));
+    assert!(!b_folder.join("broker/credentials/agent.json").exists());
+
+    // c, with the key, gets the secret sealed, and no unsealed copy any more.
+    std::fs::create_dir_all(c_folder.join("broker/secrets")).unwrap();
+    std::fs::copy(
+        b_folder.join("broker/secrets/cluster.key"),
+        c_folder.join("broker/secrets/cluster.key"),
+    )
+    .unwrap();
+    let _c = host_at(&c_folder, &nats, "c");
+    support::eventually("host c to get the secret", || {
+        holds_the_token(&c_folder.join("broker/secrets/secrets.json"))
+    });
+    assert!(!c_folder.join("broker/credentials/agent.json").exists());
 }
 
 /// One step of the `counter` actor asked through `console`: the committed count and the run

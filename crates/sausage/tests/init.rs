@@ -1,6 +1,7 @@
 //! `sausage init` end to end: the questions answered by flags, the environment or stdin, the
 //! provider checked before the build, the agent built from the source the binary carries, and
-//! the new world answering through the agent; and `sausage model show|set|test` after it.
+//! the new world answering through the agent; `sausage model show|set|test` after it, with the
+//! token kept as the secret `model`; and a world made before that, whose token is moved there.
 
 mod support;
 
@@ -73,10 +74,14 @@ fn init_builds_and_registers_the_agent_and_the_world_answers() {
     assert_eq!(config["max_turn_usd"], 5.0, "budgets a person can edit");
     assert_eq!(config["max_day_usd"], 25.0);
     assert_eq!(config.get("token"), None, "the host keeps the token");
-    let credentials = world.json("broker/credentials/agent.json");
-    assert_eq!(credentials["header"], "authorization");
-    assert_eq!(credentials["value"], format!("Bearer {TOKEN}"));
-    assert_eq!(credentials["base_url"], fake.base_url());
+    let secret = &world.json("broker/secrets/secrets.json")["model"];
+    assert_eq!(secret["header"], "authorization");
+    assert_eq!(secret["format"], "Bearer {}");
+    assert_eq!(secret["value"], TOKEN);
+    assert_eq!(secret["url"], fake.base_url());
+    assert_eq!(secret["set_by"], "boss", "the first owner keeps it");
+    assert_eq!(secret["grants"][0]["actor"], "agent");
+    assert!(!world.path("broker/credentials/agent.json").exists());
     let host = fake.base_url().replace("http://", "");
     assert_eq!(
         world.json("actor/agent/source/actor.json"),
@@ -199,8 +204,9 @@ fn a_local_openai_chat_server_needs_no_token() {
     assert_eq!(config["api"], "openai-chat");
     assert_eq!(config["base_url"], url);
     assert!(
-        !world.path("broker/credentials/agent.json").exists(),
-        "no token, no credentials: nothing is added to the agent's requests"
+        !world.path("broker/credentials/agent.json").exists()
+            && !world.path("broker/secrets/secrets.json").exists(),
+        "no token, no secret: nothing is added to the agent's requests"
     );
     assert_eq!(
         world.json("actor/agent/source/actor.json"),
@@ -296,8 +302,8 @@ fn model_settings_are_shown_changed_in_every_file_and_tested() {
     assert_eq!(
         out,
         format!(
-            "api:      openai-responses\nbase URL: {}\nmodel:    test-model\ntoken:    set \
-             (kept by the host, outside every actor's files)\n",
+            "api:      openai-responses\nbase URL: {0}\nmodel:    test-model\ntoken:    the \
+             secret `model` for {0} (header `authorization`), granted to agent\n",
             fake.base_url()
         )
     );
@@ -316,7 +322,7 @@ fn model_settings_are_shown_changed_in_every_file_and_tested() {
     assert_eq!(checked.headers["authorization"], format!("Bearer {TOKEN}"));
 
     // A new provider, with another API shape and its /v1: the token moves to it, as the header
-    // that API wants, and the old host and credentials go.
+    // that API wants, and the old host goes.
     let other = FakeLlm::start();
     other.push_anthropic(anthropic::text_reply("OK"));
     let (code, out, err) = model(
@@ -341,10 +347,13 @@ fn model_settings_are_shown_changed_in_every_file_and_tested() {
     assert_eq!(config["api"], "anthropic-messages");
     assert_eq!(config["base_url"], other.base_url());
     assert_eq!(config["model"], "claude-x");
+    let secret = &world.json("broker/secrets/secrets.json")["model"];
     assert_eq!(
-        world.json("broker/credentials/agent.json"),
-        serde_json::json!({"base_url": other.base_url(), "header": "x-api-key", "value": TOKEN})
+        (&secret["url"], &secret["header"], &secret["format"]),
+        (&other.base_url().into(), &"x-api-key".into(), &"{}".into())
     );
+    assert_eq!(secret["value"], TOKEN);
+    assert!(!world.path("broker/credentials/agent.json").exists());
     for manifest in [
         "actor/agent/source/actor.json",
         "broker/versions/agent/1/source/actor.json",
@@ -374,7 +383,7 @@ fn model_settings_are_shown_changed_in_every_file_and_tested() {
     assert!(err.contains("the provider refused the token (401"), "{err}");
     assert!(!format!("{out}{err}").contains("sk-rotated"), "never shown");
     assert_eq!(
-        world.json("broker/credentials/agent.json")["value"],
+        world.json("broker/secrets/secrets.json")["model"]["value"],
         "sk-rotated",
         "saved all the same"
     );
@@ -387,6 +396,98 @@ fn model_settings_are_shown_changed_in_every_file_and_tested() {
     let (code, _, err) = model(&["test", "/nonexistent/w"], "");
     assert_eq!(code, 1);
     assert!(err.contains("/nonexistent/w: no world here"), "{err}");
+}
+
+#[test]
+fn model_set_keeps_the_token_as_the_secret_model_granted_to_the_agent_and_nowhere_else() {
+    const PLANTED: &str = "sk-pl4nted-m0del-7ok3n";
+    let fake = FakeLlm::start();
+    let world = support::agent::world_with_agent(&fake, "openai-responses");
+    let root = world.root.to_str().unwrap();
+    let (url, heads) = tokenless_server();
+    let (code, out, err) = model(
+        &[
+            "set",
+            root,
+            "--api",
+            "openai-chat",
+            "--base-url",
+            &url,
+            "--new-token",
+        ],
+        &format!("{PLANTED}\n"),
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let head = heads.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(
+        head.to_ascii_lowercase()
+            .contains(&format!("authorization: bearer {PLANTED}").to_ascii_lowercase()),
+        "the check sends the new token: {head}"
+    );
+    // `test` checks with the secret's value.
+    let (code, out, err) = model(&["test", root], "");
+    assert_eq!(code, 0, "{out}{err}");
+    let head = heads.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(head.contains(PLANTED), "{head}");
+
+    let listed = sausage(&["secret", "list", "--json", root]);
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let secrets = listed.as_array().unwrap();
+    assert_eq!(secrets.len(), 1, "{listed}");
+    assert_eq!(secrets[0]["name"], "model");
+    assert_eq!(secrets[0]["url"], url);
+    assert_eq!(secrets[0]["header"], "authorization");
+    assert_eq!(secrets[0]["grants"][0]["actor"], "agent");
+    let (_, shown, _) = model(&["show", root], "");
+    assert!(
+        shown.contains(&format!(
+            "token:    the secret `model` for {url} (header `authorization`), granted to agent"
+        )),
+        "{shown}"
+    );
+    assert!(!world.path("broker/credentials/agent.json").exists());
+    assert_eq!(
+        files_holding(&world.root, PLANTED.as_bytes()),
+        [world.path("broker/secrets/secrets.json")],
+        "the token is in the secrets file only"
+    );
+}
+
+#[test]
+fn a_token_in_the_agents_credentials_file_becomes_the_secret_at_the_first_run() {
+    let fake = FakeLlm::start();
+    let world = TestWorld::new();
+    world.install_agent(Some(support::agent::config(&fake, "openai-responses")));
+    world.give_agent_legacy_credentials(&fake.base_url());
+    fake.push_openai(openai::text_reply("Still here."));
+    let mut host = world.run();
+    assert_eq!(support::agent::ask(&mut host, "hello?"), "Still here.");
+    let stderr = host.stderr();
+    assert_eq!(
+        stderr.matches("the model token moved from").count(),
+        1,
+        "said once: {stderr}"
+    );
+    assert!(host.quit().success());
+    assert!(!world.path("broker/credentials/agent.json").exists());
+    let secret = &world.json("broker/secrets/secrets.json")["model"];
+    assert_eq!(secret["url"], fake.base_url());
+    assert_eq!(secret["format"], "Bearer {}");
+    assert_eq!(secret["value"], TOKEN);
+    assert_eq!(secret["grants"][0]["actor"], "agent");
+    assert_eq!(
+        fake.requests()[0].headers["authorization"],
+        format!("Bearer {TOKEN}"),
+        "the turn went with the secret's header"
+    );
+    // The next run has nothing to move, and says nothing.
+    fake.push_openai(openai::text_reply("Here again."));
+    let mut host = world.run();
+    assert_eq!(support::agent::ask(&mut host, "and now?"), "Here again.");
+    let again = host.stderr();
+    assert!(host.quit().success());
+    assert!(!again.contains("the model token moved"), "{again}");
 }
 
 #[test]

@@ -485,9 +485,10 @@ fn the_agent_calls_a_trusted_mcp_servers_tool_with_the_token_the_host_keeps() {
     assert!(added.status.success(), "{}", text(&added.stderr));
     let credentials = world.read("broker/credentials/agent.json");
     assert!(credentials.contains("Bearer server-token"), "{credentials}");
-    assert!(
-        credentials.contains(&format!("Bearer {}", sausage_fake_llm::TOKEN)),
-        "the model's token is kept: {credentials}"
+    assert_eq!(
+        world.json("broker/secrets/secrets.json")["model"]["value"],
+        sausage_fake_llm::TOKEN,
+        "the model's token is kept, as its secret"
     );
     assert!(
         !world

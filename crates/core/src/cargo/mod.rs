@@ -363,10 +363,10 @@ impl Builder {
     /// Runs `cargo build --frozen` in the [`jail`]: the staged crate read-only at
     /// [`jail::JAIL_CRATE`], the principal's target folder at [`jail::JAIL_TARGET`], the
     /// toolchain and cargo's download cache read-only, the console owner's outside path
-    /// dependencies read-only (with the world's credentials hidden when one holds them). Cargo's
-    /// home is read-only: [`fetch`] already downloaded and unpacked every dependency and wrote
-    /// `Cargo.lock`, and cargo skips its `.package-cache` lock on a read-only file system, so a
-    /// build script cannot tamper with the sources later builds use. The artefact is taken by
+    /// dependencies read-only (with the world's credentials and secrets hidden when one holds
+    /// them). Cargo's home is read-only: [`fetch`] already downloaded and unpacked every
+    /// dependency and wrote `Cargo.lock`, and cargo skips its `.package-cache` lock on a
+    /// read-only file system, so a build script cannot tamper with the sources later builds use. The artefact is taken by
     /// [`jail::take_artifact`] once the jail, and every process in it, has ended.
     async fn jailed_build(&self, job: &Job) -> Result<(Vec<u8>, String), Failure> {
         std::fs::create_dir_all(&job.target)
@@ -385,10 +385,12 @@ impl Builder {
         view.writable = Some((target.clone(), PathBuf::from(jail::JAIL_TARGET)));
         // Secrets stay out of reach even when a path dependency of the console's owner lies
         // around them: a build script could otherwise read a token and bake it into the `.wasm`.
-        if let Ok(credentials) = std::fs::canonicalize(self.world.credentials_dir())
-            && job.outside.iter().any(|dir| credentials.starts_with(dir))
-        {
-            view.hidden.push(credentials);
+        for secrets in [self.world.credentials_dir(), self.world.secrets_dir()] {
+            if let Ok(secrets) = std::fs::canonicalize(secrets)
+                && job.outside.iter().any(|dir| secrets.starts_with(dir))
+            {
+                view.hidden.push(secrets);
+            }
         }
         let manifest = Path::new(jail::JAIL_CRATE).join("Cargo.toml");
         let program: Vec<&OsStr> = [

@@ -20,7 +20,7 @@ pub struct ClusterKey(XChaCha20Poly1305);
 impl ClusterKey {
     /// Where a host keeps the key.
     pub fn path(world: &World) -> PathBuf {
-        world.root().join("broker/secrets/cluster.key")
+        world.secrets_dir().join("cluster.key")
     }
 
     /// The key this host has; `None` when it has none.

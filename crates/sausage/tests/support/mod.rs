@@ -199,19 +199,34 @@ impl TestWorld {
     }
 
     /// Gives the agent what `sausage init` gives it for a provider at `base_url` speaking `api`:
-    /// the token as that API's header in `broker/credentials/agent.json`, and the provider's
-    /// host in the `actor.json` of its source (installed and stored).
+    /// the token as the secret `model` granted to `agent`, in that API's header, and the
+    /// provider's host in the `actor.json` of its source (installed and stored).
     pub fn give_agent_credentials(&self, base_url: &str, api: &str) {
-        let (header, value) = match api {
-            "anthropic-messages" => ("x-api-key", TOKEN.to_string()),
-            _ => ("authorization", format!("Bearer {TOKEN}")),
+        let (header, format) = match api {
+            "anthropic-messages" => ("x-api-key", "{}"),
+            _ => ("authorization", "Bearer {}"),
         };
+        let world = sausage_core::world::World::new(&self.root);
+        sausage_core::secrets::model::keep(&world, base_url, header, format, TOKEN).unwrap();
+        self.allow_agent_provider(base_url);
+    }
+
+    /// Gives the agent what `sausage init` gave it before the token was a secret: the token in
+    /// `broker/credentials/agent.json` as the OpenAI shapes' header, and the provider's host.
+    pub fn give_agent_legacy_credentials(&self, base_url: &str) {
         std::fs::create_dir_all(self.path("broker/credentials")).unwrap();
+        let credentials = json!({"base_url": base_url, "header": "authorization", "value": format!("Bearer {TOKEN}")});
         std::fs::write(
             self.path("broker/credentials/agent.json"),
-            json!({"base_url": base_url, "header": header, "value": value}).to_string(),
+            credentials.to_string(),
         )
         .unwrap();
+        self.allow_agent_provider(base_url);
+    }
+
+    /// Lets the agent reach the provider at `base_url`: its host in the `actor.json` of the
+    /// agent's source, installed and stored.
+    fn allow_agent_provider(&self, base_url: &str) {
         let host = base_url.split_once("://").unwrap().1.trim_end_matches('/');
         self.allow_network("agent", &[host]);
         std::fs::write(
@@ -222,7 +237,7 @@ impl TestWorld {
     }
 
     /// Installs the agent (built from `agent/`, with its source) as version 1, with this
-    /// `/data/config.json` if one is given (and no credentials: see
+    /// `/data/config.json` if one is given (and no token: see
     /// [`TestWorld::give_agent_credentials`]).
     pub fn install_agent(&self, config: Option<Value>) {
         let version = self.path("broker/versions/agent/1");
