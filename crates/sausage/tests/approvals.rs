@@ -129,8 +129,9 @@ fn upgrade_reaching_a_new_host(ann: &Client) -> Value {
     serde_json::from_str::<Value>(&reply.data).unwrap()["body"].clone()
 }
 
-#[test]
-fn a_members_new_network_host_waits_for_an_owner_who_denies_then_approves_after_a_restart() {
+/// A world where member ann's `ann-bot` runs, with a build of it in its public folder whose
+/// `actor.json` reaches a host it could not reach before.
+fn world_with_anns_bot() -> TestWorld {
     let world = TestWorld::new();
     world.install("ann-bot", "fetcher");
     world.set_owner("ann-bot", "ann");
@@ -145,6 +146,12 @@ fn a_members_new_network_host_waits_for_an_owner_who_denies_then_approves_after_
         r#"{"network": ["weather.example:443"]}"#,
     )
     .unwrap();
+    world
+}
+
+#[test]
+fn a_members_new_network_host_waits_for_an_owner_who_denies_then_approves_after_a_restart() {
+    let world = world_with_anns_bot();
     let dir = world.path("");
     let dir = dir.to_str().unwrap();
     let web = WebHost::start(&world);
@@ -300,21 +307,8 @@ fn spending_is_held_past_its_threshold_for_members_and_the_rules_are_what_sausag
 
 #[test]
 fn who_may_not_decide_is_refused_with_why_and_the_console_decides_for_its_owner() {
-    let world = TestWorld::new();
-    world.install("ann-bot", "fetcher");
-    world.set_owner("ann-bot", "ann");
+    let world = world_with_anns_bot();
     world.install("relay", "relay");
-    std::fs::copy(
-        wasm("fetcher"),
-        world.path("actor/ann-bot/public/fetcher.wasm"),
-    )
-    .unwrap();
-    std::fs::create_dir_all(world.path("actor/ann-bot/public/src")).unwrap();
-    std::fs::write(
-        world.path("actor/ann-bot/public/src/actor.json"),
-        r#"{"network": ["weather.example:443"]}"#,
-    )
-    .unwrap();
     let dir = world.path("");
     let dir = dir.to_str().unwrap();
     let mut web = WebHost::start(&world);

@@ -93,10 +93,7 @@ impl Broker {
             for_person: None,
             what,
             why: why(&body)?,
-            request: json!({
-                "envelope": String::from_utf8_lossy(&request.to_line()).trim_end(),
-                "handler": handler.as_str(),
-            }),
+            request: json!({"envelope": kept(request), "handler": handler.as_str()}),
         };
         let held = self.store_hold(new).await?;
         let link = self.approvals_link().await;
@@ -147,34 +144,21 @@ impl Broker {
             crate::secrets::check_header(header).map_err(|e| format!("{e:#}"))?;
         }
         let secrets = Secrets::new(&self.world);
-        let (person, tier) = (speaker.person.to_string(), speaker.tier);
-        let check = {
-            let (secrets, name, person) = (secrets.clone(), name.to_string(), person.clone());
-            move || {
-                secrets.check(
-                    &Acting {
-                        person: &person,
-                        tier,
-                    },
-                    &name,
-                    None,
-                )
-            }
+        let (person, tier, named) = (speaker.person.to_string(), speaker.tier, name.to_string());
+        let check = move || {
+            let who = Acting {
+                person: &person,
+                tier,
+            };
+            secrets.check(&who, &named, None)
         };
         let theirs = blocking(check).await?.is_ok();
         let header = header.unwrap_or(crate::secrets::DEFAULT_HEADER);
         let new = NewHold {
-            action: "secret".into(),
-            asked_by: person.clone(),
-            actor: Some(request.from.to_string()),
-            approver: if theirs { tier } else { Tier::Owner },
-            for_person: theirs.then(|| person.clone()),
             what: format!("set secret `{name}` for {url} (header {header})"),
             why: why(body)?,
-            request: json!({
-                "envelope": String::from_utf8_lossy(&request.to_line()).trim_end(),
-                "name": name, "url": url, "header": header,
-            }),
+            request: json!({"envelope": kept(request), "name": name, "url": url, "header": header}),
+            ..filed_for(request, speaker, theirs, "secret")
         };
         let held = self.store_hold(new).await?;
         Ok(held_answer(&held, self.approvals_link().await))
@@ -225,17 +209,10 @@ impl Broker {
         };
         let theirs = blocking(check).await?.is_ok();
         let new = NewHold {
-            action: "grant".into(),
-            asked_by: person.clone(),
-            actor: Some(request.from.to_string()),
-            approver: if theirs { tier } else { Tier::Owner },
-            for_person: theirs.then(|| person.clone()),
             what: format!("grant secret `{name}` to actor `{actor}`"),
             why: why(body)?,
-            request: json!({
-                "envelope": String::from_utf8_lossy(&request.to_line()).trim_end(),
-                "secret": name, "actor": actor.as_str(),
-            }),
+            request: json!({"envelope": kept(request), "secret": name, "actor": actor.as_str()}),
+            ..filed_for(request, speaker, theirs, "grant")
         };
         let held = self.store_hold(new).await?;
         Ok(held_answer(&held, self.approvals_link().await))
@@ -586,6 +563,29 @@ impl Broker {
             tokio::time::sleep(EXPIRY_CHECK).await;
         }
     }
+}
+
+/// A request the agent files for `speaker`: theirs to answer when `theirs` (they may make the
+/// change themselves), else an owner's. Its `what`, `why` and `request` are the caller's.
+fn filed_for(request: &Envelope, speaker: &Speaker, theirs: bool, action: &str) -> NewHold {
+    let person = speaker.person.to_string();
+    NewHold {
+        action: action.into(),
+        asked_by: person.clone(),
+        actor: Some(request.from.to_string()),
+        approver: if theirs { speaker.tier } else { Tier::Owner },
+        for_person: theirs.then_some(person),
+        what: String::new(),
+        why: String::new(),
+        request: Value::Null,
+    }
+}
+
+/// The request as kept, to answer (or carry out) once decided: its line.
+fn kept(request: &Envelope) -> String {
+    String::from_utf8_lossy(&request.to_line())
+        .trim_end()
+        .to_string()
 }
 
 /// The key an approved request is let past its rule by: its sender and id.
