@@ -442,3 +442,81 @@ fn a_held_schedule_is_made_by_the_scheduler_once_an_owner_approves_it() {
     assert_eq!(listed["schedules"][0]["to"], "echo", "{listed}");
     assert_eq!(listed["schedules"][0]["creator"], "ann", "{listed}");
 }
+
+#[test]
+fn wrong_requests_and_decisions_are_refused_with_what_to_do_and_file_nothing() {
+    let world = world_with_anns_bot();
+    let dir = world.path("");
+    let dir = dir.to_str().unwrap();
+    let web = WebHost::start(&world);
+    let out = sausage(&["people", "add", "ann", "--tier", "member", dir]);
+    let ann = web.log_in_with(&text(&out.stdout));
+    let secret = |fields: Value| {
+        let mut body = json!({"type": "request_secret"});
+        body.as_object_mut()
+            .unwrap()
+            .extend(fields.as_object().unwrap().clone());
+        ask_broker(&ann, body)
+    };
+    let cases = [
+        (
+            secret(json!({"url": "https://a.example"})),
+            "missing field `name`",
+        ),
+        (
+            secret(json!({"name": "a b", "url": "https://a.example"})),
+            "cannot name a secret",
+        ),
+        (
+            secret(json!({"name": "ok", "url": "ftp://a.example"})),
+            "https",
+        ),
+        (
+            secret(json!({"name": "ok", "url": "https://a.example", "header": "host"})),
+            "host",
+        ),
+        (
+            secret(json!({"name": "ok", "url": "https://a.example", "why": 5})),
+            "`why` must be a string",
+        ),
+        (
+            ask_broker(
+                &ann,
+                json!({"type": "request_grant", "secret": "nope", "actor": "ann-bot"}),
+            ),
+            "no secret `nope`",
+        ),
+        (
+            ask_broker(
+                &ann,
+                json!({"type": "request_grant", "secret": "nope", "actor": "ghost"}),
+            ),
+            "no actor `ghost`",
+        ),
+        (
+            ask_broker(
+                &ann,
+                json!({"type": "decide", "approval": 5, "approve": true}),
+            ),
+            "`approval`",
+        ),
+        (
+            ask_broker(&ann, json!({"type": "decide", "approval": "h1"})),
+            "`approve` must be true",
+        ),
+        (ask_broker(&ann, json!({"type": "spend"})), "`usd` must be"),
+    ];
+    for (answer, why) in cases {
+        assert_eq!(answer["type"], "error", "{answer}");
+        let reason = answer["reason"].as_str().unwrap();
+        assert!(reason.contains(why), "{reason} should say {why}");
+    }
+    let not_an_object = ann.post("/api/approvals/h1/approve", &json!([1]));
+    assert_eq!(not_an_object.status, 400, "{}", not_an_object.text());
+    let not_text = ann.post("/api/approvals/h1/approve", &json!({"value": 7}));
+    assert_eq!(not_text.status, 400, "{}", not_text.text());
+    assert!(
+        !world.path("broker/approvals.json").exists(),
+        "nothing was filed"
+    );
+}
