@@ -126,6 +126,12 @@ async function loadMe() {
   $('#nav-schedules').hidden = me.tier !== 'owner';
   $('#nav-secrets').hidden = me.tier === 'guest';
   if (actorPage.detail) renderActor(actorPage.detail);
+  // What waited before the page opened is marked too.
+  api('GET', '/api/approvals').then((answer) => {
+    if ((answer.approvals || []).length && currentView !== 'approvals') {
+      $('#nav-approvals').classList.add('attention');
+    }
+  }, () => {});
 }
 
 /** Whether this person may stop, start or roll back the actor (the table of DESIGN §13). */
