@@ -1088,6 +1088,9 @@ mod tests {
                 shadow: None
             }
         );
+        assert_eq!(command("/approvals"), Command::Approvals);
+        assert_eq!(command("/approve h3"), Command::Decide("h3".into(), true));
+        assert_eq!(command("/deny h3"), Command::Decide("h3".into(), false));
         assert_eq!(command("/rewind"), Command::Rewind(None));
         assert_eq!(command("/rewind m-7"), Command::Rewind(Some("m-7".into())));
         assert_eq!(command("  "), Command::Nothing);
@@ -1132,8 +1135,12 @@ mod tests {
             ("/await ../x 1", "character"),
             (
                 "/frobnicate",
-                "unknown command `/frobnicate`; commands: /deploy, /rewind, /list, /schedules, /sleep, /await, /help, /quit",
+                "unknown command `/frobnicate`; commands: /deploy, /rewind, /list, /schedules, \
+                 /approvals, /approve, /deny, /sleep, /await, /help, /quit",
             ),
+            ("/approve", "usage:\n/approve <id>"),
+            ("/deny h1 h2", "usage:\n/deny <id>"),
+            ("/approvals all", "usage:\n/approvals"),
             ("/deploy x", "usage"),
             ("/deploy X dir", "character"),
             ("/deploy x dir maybe", "not a shadow run; give same"),

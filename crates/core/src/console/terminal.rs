@@ -576,7 +576,8 @@ mod tests {
 
     #[test]
     fn tab_completes_commands_ids_paths_and_choices() {
-        assert_eq!(words("/de"), (0, vec!["/deploy ".to_string()]));
+        assert_eq!(words("/dep"), (0, vec!["/deploy ".to_string()]));
+        assert_eq!(words("/de").1, ["/deploy ", "/deny "]);
         assert_eq!(words("/").1.len(), COMMANDS.len());
         assert_eq!(words("@e"), (0, vec!["@echo ".to_string()]));
         assert_eq!(words("@").1.len(), 4);
