@@ -451,6 +451,7 @@ impl Broker {
                             self.router.deliver_routed(handler, request.clone());
                         }
                         _ => {
+                            // Fails only once `serve` has ended, when nothing is answered.
                             let _ = self.resumed.send(request.clone());
                         }
                     }
@@ -535,30 +536,46 @@ impl Broker {
             let approvals = approvals.clone();
             blocking(move || approvals.decided()).await
         };
-        if let Ok(Ok(decided)) = decided {
-            for held in decided {
-                self.clone().carry_out(held).await;
+        match decided {
+            Ok(Ok(decided)) => {
+                for held in decided {
+                    self.clone().carry_out(held).await;
+                }
             }
+            Ok(Err(e)) => tracing::warn!("decisions are not carried out: {e:#}"),
+            Err(e) => tracing::error!("{e}"),
         }
+        // Said once, not every minute, while the file stays unreadable.
+        let mut warned = false;
         loop {
             let now = crate::approvals::now();
             let approvals = approvals.clone();
-            if let Ok(Ok(expired)) = blocking(move || approvals.expire(now)).await {
-                for held in expired {
-                    let Some(Ok(request)) = held.request["envelope"]
-                        .as_str()
-                        .map(|line| Envelope::from_line(line.as_bytes()))
-                    else {
-                        continue;
-                    };
-                    let kind = request.body_value()["type"].clone();
-                    let reason = format!(
-                        "nobody decided {} within 24 hours ({}); ask again if it is still needed",
-                        held.what, held.id
-                    );
-                    let reply = json!({"type": "error", "request": kind, "reason": reason});
-                    self.answer_held(Some(&request), reply).await;
+            let expired = match blocking(move || approvals.expire(now)).await {
+                Ok(Ok(expired)) => {
+                    warned = false;
+                    expired
                 }
+                Ok(Err(e)) if !warned => {
+                    tracing::warn!("nothing waiting for approval expires for now: {e:#}");
+                    warned = true;
+                    Vec::new()
+                }
+                _ => Vec::new(),
+            };
+            for held in expired {
+                let Some(Ok(request)) = held.request["envelope"]
+                    .as_str()
+                    .map(|line| Envelope::from_line(line.as_bytes()))
+                else {
+                    continue;
+                };
+                let kind = request.body_value()["type"].clone();
+                let reason = format!(
+                    "nobody decided {} within 24 hours ({}); ask again if it is still needed",
+                    held.what, held.id
+                );
+                let reply = json!({"type": "error", "request": kind, "reason": reason});
+                self.answer_held(Some(&request), reply).await;
             }
             tokio::time::sleep(EXPIRY_CHECK).await;
         }

@@ -168,7 +168,8 @@ pub struct Broker {
     /// Held requests a person approved, being carried out: each passes its rule once
     /// (`holds`).
     approved: Mutex<std::collections::HashSet<String>>,
-    /// Approved requests to answer again; `serve` takes the receiver.
+    /// `holds` → `serve`: approved requests, to answer again as if they had just come (at most
+    /// one per decision); `serve` takes the receiver, and the channel closes with the broker.
     resumed: mpsc::UnboundedSender<Arc<Envelope>>,
     resumed_requests: Mutex<Option<mpsc::UnboundedReceiver<Arc<Envelope>>>>,
 }
