@@ -62,7 +62,7 @@ fn the_agent_asks_for_a_secret_and_its_grant_and_the_turn_goes_on_when_the_page_
     let id = asked["id"].as_str().unwrap();
     // Approving a request for a value without one is refused, and changes nothing.
     let bare = owner.post(&format!("/api/approvals/{id}/approve"), &json!({}));
-    assert_eq!(bare.status, 403, "{}", bare.text());
+    assert_eq!(bare.status, 400, "{}", bare.text());
     assert!(bare.text().contains("give its value"), "{}", bare.text());
     let bad = owner.post(
         &format!("/api/approvals/{id}/approve"),

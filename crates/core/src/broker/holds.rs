@@ -28,6 +28,29 @@ const EXPIRY_CHECK: std::time::Duration = std::time::Duration::from_secs(60);
 /// The longest `why` kept: a sentence or a short paragraph.
 const MAX_WHY_CHARS: usize = 1000;
 
+/// Why a decision was not made (nothing changed), as the page answers it.
+#[derive(Debug)]
+pub enum Undecided {
+    /// Nothing waits under that id now: never, decided already, or expired.
+    Unknown(String),
+    /// The person may not decide it.
+    NotTheirs(String),
+    /// What came with it is wrong or missing (a requested secret's value).
+    Invalid(String),
+    /// The host could not read or write what waits.
+    Failed(String),
+}
+
+impl std::fmt::Display for Undecided {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (Undecided::Unknown(why)
+        | Undecided::NotTheirs(why)
+        | Undecided::Invalid(why)
+        | Undecided::Failed(why)) = self;
+        f.write_str(why)
+    }
+}
+
 /// A decision on a held action, as a person makes it.
 pub struct Deciding<'a> {
     pub id: &'a str,
@@ -272,7 +295,7 @@ impl Broker {
     }
 
     /// Decides a held action or request for a person, and carries the decision out.
-    pub async fn decide(self: &Arc<Self>, deciding: Deciding<'_>) -> Result<Value, String> {
+    pub async fn decide(self: &Arc<Self>, deciding: Deciding<'_>) -> Result<Value, Undecided> {
         let approvals = Approvals::new(&self.world);
         let (id, person, tier) = (
             deciding.id.to_string(),
@@ -282,10 +305,11 @@ impl Broker {
         let held = {
             let (approvals, id) = (approvals.clone(), id.clone());
             blocking(move || approvals.get(&id))
-                .await?
-                .map_err(|e| format!("{e:#}"))?
+                .await
+                .map_err(Undecided::Failed)?
+                .map_err(|e| Undecided::Unknown(format!("{e:#}")))?
         };
-        crate::approvals::may_decide(&held, &person, tier)?;
+        crate::approvals::may_decide(&held, &person, tier).map_err(Undecided::NotTheirs)?;
         if held.action == "secret" && deciding.approve {
             // The value is checked and stored before the decision is: a bad one decides
             // nothing, and the person tries again.
@@ -298,16 +322,17 @@ impl Broker {
                     .unwrap_or_default()
                     .to_string();
                 let since = held.at;
-                let listed = blocking(move || secrets.list()).await?;
-                let set = (listed.map_err(|e| format!("{e:#}"))?.into_iter())
-                    .any(|s| s.name == name && s.set_at >= since);
-                if !set {
-                    return Err(format!(
+                let listed = blocking(move || secrets.list())
+                    .await
+                    .map_err(Undecided::Failed)?
+                    .map_err(|e| Undecided::Failed(format!("{e:#}")))?;
+                if !listed.iter().any(|s| s.name == name && s.set_at >= since) {
+                    return Err(Undecided::Invalid(format!(
                         "{id} asks for the value of secret `{name}`: give its value (in the web \
                          page's Approvals view), or set it with `sausage secret set {name} --url \
                          {}` and approve {id} again",
                         held.request["url"].as_str().unwrap_or_default()
-                    ));
+                    )));
                 }
                 return self.decide_now(held, &person, tier, true).await;
             };
@@ -323,8 +348,9 @@ impl Broker {
                 };
                 secrets.set(&new, &value, &by)
             })
-            .await?
-            .map_err(|e| format!("{e:#}"))?;
+            .await
+            .map_err(Undecided::Failed)?
+            .map_err(|e| Undecided::Invalid(format!("{e:#}")))?;
         }
         self.decide_now(held, &person, tier, deciding.approve).await
     }
@@ -336,12 +362,14 @@ impl Broker {
         person: &str,
         tier: Tier,
         approve: bool,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, Undecided> {
         let approvals = Approvals::new(&self.world);
         let (id, person) = (held.id.clone(), person.to_string());
+        // Decided or expired since it was read: it no longer waits.
         let decided = blocking(move || approvals.decide(&id, &person, tier, approve))
-            .await?
-            .map_err(|e| format!("{e:#}"))?;
+            .await
+            .map_err(Undecided::Failed)?
+            .map_err(|e| Undecided::Unknown(format!("{e:#}")))?;
         let answer = json!({
             "type": if approve { "approved" } else { "denied" },
             "approval": decided.id, "what": decided.what,

@@ -1065,6 +1065,7 @@ impl Broker {
             value: None,
         })
         .await
+        .map_err(|undecided| undecided.to_string())
     }
 
     async fn candidate(

@@ -526,7 +526,12 @@ impl Console {
     }
 
     /// Shows how a decision went.
-    fn decided(&self, id: &str, word: &str, answer: Result<Value, String>) {
+    fn decided(
+        &self,
+        id: &str,
+        word: &str,
+        answer: Result<Value, crate::broker::holds::Undecided>,
+    ) {
         match answer {
             Ok(answer) => self.out.line(&format!(
                 "{id} {}: {}",

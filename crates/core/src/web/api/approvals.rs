@@ -2,7 +2,8 @@
 //! (`{"approvals": [{"id","action","asked_by","actor","approver","for","what","why","at",
 //! "expires"}]}`); `POST /api/approvals/{id}/approve` (`{"value"}` for a requested secret) and
 //! `…/deny` decide one, answering `{"type":"approved"|"denied","approval","what"}`. The broker
-//! checks who may decide; a refusal is 403 with why and changes nothing.
+//! checks who may decide; a refusal changes nothing and says why: 404 for what no longer waits,
+//! 403 for whoever may not decide it, 400 for a missing or wrong value.
 
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ use serde_json::{Value, json};
 
 use super::{App, Person, object, refuse};
 use crate::approvals::Approvals;
-use crate::broker::holds::{Deciding, shown};
+use crate::broker::holds::{Deciding, Undecided, shown};
 use crate::message::{ActorId, Speaker};
 
 /// `GET /api/approvals`.
@@ -81,9 +82,15 @@ pub(super) async fn decide(
         approve,
         value,
     };
-    match app.broker.decide(deciding).await {
-        Ok(answer) => Json(answer).into_response(),
-        Err(why) if why.starts_with("nothing waits") => refuse(StatusCode::NOT_FOUND, &why),
-        Err(why) => refuse(StatusCode::FORBIDDEN, &why),
-    }
+    let undecided = match app.broker.decide(deciding).await {
+        Ok(answer) => return Json(answer).into_response(),
+        Err(undecided) => undecided,
+    };
+    let status = match &undecided {
+        Undecided::Unknown(_) => StatusCode::NOT_FOUND,
+        Undecided::NotTheirs(_) => StatusCode::FORBIDDEN,
+        Undecided::Invalid(_) => StatusCode::BAD_REQUEST,
+        Undecided::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    refuse(status, &undecided.to_string())
 }
