@@ -35,6 +35,12 @@ pub fn print(world: &World) -> Result<ExitCode> {
     for line in actors_table(&list) {
         println!("{line}");
     }
+    let waiting = sausage_core::approvals::Approvals::new(world)
+        .waiting()
+        .map_or(0, |w| w.len());
+    if waiting > 0 {
+        println!("{waiting} waiting for approval: `sausage approvals` lists them");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
