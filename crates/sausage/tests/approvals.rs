@@ -216,6 +216,11 @@ fn a_members_new_network_host_waits_for_an_owner_who_denies_then_approves_after_
         lines.starts_with("h2  network  ann: upgrade `ann-bot`"),
         "{lines}"
     );
+    let status = text(&sausage(&["status", dir]).stdout);
+    assert!(
+        status.contains("1 waiting for approval: `sausage approvals` lists them"),
+        "{status}"
+    );
 
     let web = WebHost::start(&world);
     let owner = web.log_in();
