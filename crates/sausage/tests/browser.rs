@@ -874,6 +874,8 @@ fn an_owner_sets_a_secret_in_a_password_field_and_grants_it_and_the_page_never_s
     owner.type_into("#secrets-table tr[data-secret=gh] .grant-actor", "nobody");
     owner.click("#secrets-table tr[data-secret=gh] .grant-button");
     owner.wait_text("#secrets-error", "no actor `nobody`");
+    // The owner reads the audit log below: the grant, newest first.
+    owner.wait_text("#audit-table tbody tr:first-child .event", "grant");
     owner.screenshot("secrets_view").unwrap();
     let page = owner
         .eval(

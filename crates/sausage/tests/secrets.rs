@@ -334,6 +334,26 @@ fn on_the_web_members_set_and_grant_their_own_secrets_to_their_own_actors_and_gu
     assert_eq!(revoked.json()["changed"], true, "{}", revoked.text());
     assert_eq!(bob.post("/api/secrets/bobs/remove", &json!({})).status, 200);
 
+    // Owners read the audit log on the page, newest first; nobody else does.
+    let on_the_page = owner.get("/api/audit");
+    assert_eq!(on_the_page.status, 200, "{}", on_the_page.text());
+    let lines = on_the_page.json()["audit"].as_array().unwrap().clone();
+    assert_eq!(
+        lines[0]["event"], "secret_remove",
+        "newest first: {lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["event"] == "approved" && l["by"] == "owner")
+    );
+    assert!(!on_the_page.text().contains(PLANTED));
+    for client in [&ann, &gus] {
+        let refused = client.get("/api/audit");
+        assert_eq!(refused.status, 403, "{}", refused.text());
+        assert!(refused.text().contains("only owners read the audit log"));
+    }
+
     // Who came in, as what, and every secret's story, in the audit log; no value.
     let audit = text(&sausage(&["audit", dir]).stdout);
     for line in [

@@ -89,6 +89,7 @@ pub fn routes() -> Router<Arc<App>> {
             get(secrets::secrets).post(secrets::set_secret),
         )
         .route("/api/secrets/{name}/{action}", post(secrets::change_secret))
+        .route("/api/audit", get(secrets::audit))
         .route("/api/approvals", get(approvals::approvals))
         .route("/api/approvals/{id}/{action}", post(approvals::decide))
         .route("/api/schedules", get(schedules::schedules))

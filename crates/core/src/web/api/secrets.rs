@@ -213,3 +213,33 @@ pub(super) async fn change_secret(
         Err(refused) => refused.into_response(),
     }
 }
+
+/// The most audit lines the page is sent: the newest; `sausage audit` prints them all.
+const AUDIT_LINES: usize = 500;
+
+/// `GET /api/audit` (owners): `{"audit": [...]}`, the newest [`AUDIT_LINES`] lines of the audit
+/// log, newest first; never a value, as the log holds none.
+pub(super) async fn audit(
+    State(app): State<Arc<App>>,
+    Extension(person): Extension<Person>,
+) -> Response {
+    if person.tier != crate::message::Tier::Owner {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            &format!(
+                "{} is a {}: only owners read the audit log",
+                person.id,
+                person.tier.as_str()
+            ),
+        );
+    }
+    let audit = crate::secrets::audit::Audit::new(&app.broker.world);
+    match tokio::task::spawn_blocking(move || audit.read()).await {
+        Ok(Ok(lines)) => {
+            let newest: Vec<Value> = lines.into_iter().rev().take(AUDIT_LINES).collect();
+            Json(json!({ "audit": newest })).into_response()
+        }
+        Ok(Err(e)) => refuse(StatusCode::INTERNAL_SERVER_ERROR, &format!("{e:#}")),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}

@@ -1439,6 +1439,7 @@ function setUpPeople() {
 
 /** Shows the secrets; a refusal just shown stays unless `clear`. */
 async function loadSecrets(clear = true) {
+  loadAudit();
   let list;
   try {
     list = (await api('GET', '/api/secrets')).secrets || [];
@@ -1466,6 +1467,27 @@ async function loadSecrets(clear = true) {
     return el('tr', { 'data-secret': secret.name },
       el('td', { class: 'id' }, secret.name), el('td', {}, secret.url), el('td', {}, secret.header),
       el('td', {}, secret.set_by), grants, el('td', {}, use), el('td', { class: 'actions' }, remove));
+  }));
+}
+
+/** The audit log, for owners: each line's time, event, who, and the rest of its fields. */
+async function loadAudit() {
+  $('#audit').hidden = me?.tier !== 'owner';
+  if (me?.tier !== 'owner') return;
+  let lines;
+  try {
+    lines = (await api('GET', '/api/audit')).audit || [];
+  } catch (error) {
+    showError($('#secrets-error'), error.message);
+    return;
+  }
+  $('#audit-table tbody').replaceChildren(...lines.map((line) => {
+    const { at, event, by, ...rest } = line;
+    const details = Object.entries(rest).filter(([, v]) => v !== null && v !== undefined)
+      .map(([k, v]) => `${k}: ${typeof v === 'string' ? v : JSON.stringify(v)}`).join(' · ');
+    return el('tr', { 'data-event': event || '' },
+      el('td', {}, at || ''), el('td', { class: 'event' }, event || ''), el('td', {}, by || ''),
+      el('td', { class: 'details' }, details));
   }));
 }
 
