@@ -79,6 +79,7 @@ fn a_coding_assistant_over_stdio_lists_sends_reads_and_rolls_back() {
             call("send", json!({"to": "nobody", "body": {"type": "ping"}})),
             call("logs", json!({"actor": "ghost"})),
             call("logs", json!({"actor": "echo", "lines": 0})),
+            call("send", json!({"to": "broker", "body": {"type": "decide", "approval": "h1", "approve": true}})),
         ]),
     );
     let results = out["results"].as_array().unwrap_or_else(|| panic!("{out}"));
@@ -126,6 +127,7 @@ fn a_coding_assistant_over_stdio_lists_sends_reads_and_rolls_back() {
         (9, "no actor `nobody`"),
         (10, "no actor `ghost`"),
         (11, "`lines` is 1 to 2000"),
+        (12, "only a person decides what waits for approval"),
     ] {
         assert_eq!(results[n]["isError"], true, "{}", results[n]);
         let said = results[n]["text"].as_str().unwrap();

@@ -276,6 +276,16 @@ impl Mcp {
         if !args.body.get("type").is_some_and(Value::is_string) {
             return failed("`body` needs a string \"type\", such as {\"type\": \"ping\"}");
         }
+        // A program acting with a person's token does not decide what waits for that
+        // person's approval (DESIGN §25): they do, on the page, the console or Matrix.
+        if to == ActorId::broker()
+            && args.body.get("type").and_then(Value::as_str) == Some("decide")
+        {
+            return failed(
+                "refused: only a person decides what waits for approval (on the web page, at \
+                 the console or in Matrix), not a program with their token",
+            );
+        }
         let wait = args.timeout_seconds.unwrap_or(SEND_WAIT);
         if wait > MAX_SEND_WAIT {
             return failed(format!("`timeout_seconds` is at most {MAX_SEND_WAIT}"));
