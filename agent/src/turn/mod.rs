@@ -866,6 +866,31 @@ impl<H: Host> Agent<H> {
         None
     }
 
+    /// Sends the broker `body` for the turn's person, under a new id tagged `kind` (saved
+    /// first, so a restart never reuses it), and returns the id its answer will name.
+    fn tell_broker(
+        &mut self,
+        history: &mut History,
+        turn: &mut SavedTurn,
+        kind: char,
+        body: Value,
+    ) -> String {
+        history.sent += 1;
+        let id = format!("{}.{kind}{}", turn.conversation.tag(), history.sent);
+        let published = format!("{}/{id}", self.actor);
+        self.save(history, turn);
+        self.remember_sent(&published, "broker");
+        self.send(Outgoing {
+            to: Some("broker".into()),
+            id: Some(id),
+            reply_to: None,
+            speaks_for: turn.who().person,
+            trace: None,
+            body,
+        });
+        published
+    }
+
     /// Asks the broker whether the turn may spend what it has (a `spend` rule, DESIGN §25),
     /// once its cost passes what was cleared: the answer says up to where, or holds the turn
     /// until a person decides. A broker that does not answer does not stop the turn.
@@ -883,19 +908,8 @@ impl<H: Host> Agent<H> {
             Some(SpendCleared::UpTo(usd)) if turn.cost_usd <= usd => return Cleared::Go,
             _ => {}
         }
-        history.sent += 1;
-        let id = format!("{}.s{}", turn.conversation.tag(), history.sent);
-        let published = format!("{}/{id}", self.actor);
-        self.save(history, turn);
-        self.remember_sent(&published, "broker");
-        self.send(Outgoing {
-            to: Some("broker".into()),
-            id: Some(id),
-            reply_to: None,
-            speaks_for: turn.who().person,
-            trace: None,
-            body: json!({"type": "spend", "usd": turn.cost_usd}),
-        });
+        let spend = json!({"type": "spend", "usd": turn.cost_usd});
+        let published = self.tell_broker(history, turn, 's', spend);
         let mut reply =
             match self.await_reply(&published, SPEND_PATIENCE, Expected::Actor("broker")) {
                 Awaited::Reply(reply) => reply,

@@ -228,19 +228,8 @@ impl<H: Host> Agent<H> {
         }
         // Asked and awaited here, not as a tool's wait: a restart meanwhile must not take the
         // broker's answer for the answer to the change itself, which was never sent.
-        history.sent += 1;
-        let id = format!("{}.k{}", turn.conversation.tag(), history.sent);
-        let published = format!("{}/{id}", self.actor);
-        self.save(history, turn);
-        self.remember_sent(&published, "broker");
-        self.send(Outgoing {
-            to: Some("broker".into()),
-            id: Some(id),
-            reply_to: None,
-            speaks_for: turn.who().person,
-            trace: None,
-            body: json!({"type": "checkpoint", "turn": turn.message.id, "actor": actor}),
-        });
+        let checkpoint = json!({"type": "checkpoint", "turn": turn.message.id, "actor": actor});
+        let published = self.tell_broker(history, turn, 'k', checkpoint);
         let answer =
             match self.await_reply(&published, BROKER_WAIT_SECONDS, Expected::Actor("broker")) {
                 Awaited::Reply(reply) => reply,
