@@ -16,6 +16,7 @@
 //! (`sausage_core::broker::ports`, `router::Remote`, `mailbox::MailboxStream`), implemented
 //! here; a single host without `--cluster` runs none of it.
 
+mod approvals;
 mod commits;
 mod fence;
 mod mailboxes;

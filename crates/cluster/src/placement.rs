@@ -292,6 +292,7 @@ impl Cluster {
         tokio::spawn(self.clone().place(broker.clone()));
         tokio::spawn(self.clone().sync_people(broker.world.clone()));
         tokio::spawn(self.clone().sync_secrets(broker.world.clone()));
+        tokio::spawn(self.clone().follow_approvals(broker.clone()));
         tokio::spawn(self.clone().snapshot_often(broker));
         Ok(())
     }

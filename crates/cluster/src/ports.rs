@@ -166,4 +166,8 @@ impl SharedStore for Cluster {
     fn take_schedules<'a>(&'a self, path: &'a Path) -> BoxFuture<'a, Result<()>> {
         Box::pin(Cluster::take_schedules(self, path))
     }
+
+    fn approvals(&self) -> Arc<dyn sausage_core::approvals::SharedApprovals> {
+        Arc::new(super::approvals::SharedFile::new(self))
+    }
 }

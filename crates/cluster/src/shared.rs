@@ -27,6 +27,9 @@ const SNAPSHOT_PREFIX: &str = "snapshot.";
 const SUBSCRIPTIONS: &str = "subscriptions";
 /// The registry's `"limits"` (per tier, what a person may own), as the first host seeded them.
 const LIMITS: &str = "limits";
+/// The registry's `"hold"` rules and `"hold_above_usd"` (DESIGN §25), as the first host seeded
+/// them: `{"hold": …, "hold_above_usd": …}`.
+const HOLDS: &str = "holds";
 /// The scheduler's table, shared by the host that leads it for the next one.
 const SCHEDULES: &str = "schedules";
 const PEOPLE: &str = "people";
@@ -41,6 +44,13 @@ const CREDENTIALS_PREFIX: &str = "credentials.";
 const SEEDING_LIMIT: Duration = Duration::from_secs(120);
 /// How long a version's file is tried again while the store does not answer.
 const PUT_PATIENCE: Duration = Duration::from_secs(15);
+
+/// What the registry says waits for approval, shared as one value.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Holds {
+    hold: Option<Vec<sausage_core::world::HoldRule>>,
+    hold_above_usd: Option<f64>,
+}
 
 /// A file of the world kept the same on every host through one key of the registry
 /// ([`Cluster::keep_in_step`]): how to read and write it here, and how its bytes become the
@@ -548,12 +558,16 @@ impl Cluster {
         if let Some(value) = self.registry.get(LIMITS).await? {
             registry.limits = serde_json::from_slice(&value).context("the cluster's limits")?;
         }
+        if let Some(value) = self.registry.get(HOLDS).await? {
+            let holds: Holds = serde_json::from_slice(&value).context("the cluster's holds")?;
+            (registry.hold, registry.hold_above_usd) = (holds.hold, holds.hold_above_usd);
+        }
         Ok(registry)
     }
 
     /// Writes what changed from `old` to `new` into the shared registry: each actor's entry is
-    /// its own key, written under the actor's lease; the subscriptions and the limits one
-    /// each.
+    /// its own key, written under the actor's lease; the subscriptions, the limits and the
+    /// hold rules one each.
     pub async fn put_registry_changes(&self, old: &Registry, new: &Registry) -> Result<()> {
         for (id, entry) in &new.actors {
             if old.actors.get(id) != Some(entry) {
@@ -602,6 +616,17 @@ impl Cluster {
                 .put(LIMITS, value.into())
                 .await
                 .context("cannot share the limits")?;
+        }
+        if (&old.hold, old.hold_above_usd) != (&new.hold, new.hold_above_usd) {
+            let holds = Holds {
+                hold: new.hold.clone(),
+                hold_above_usd: new.hold_above_usd,
+            };
+            let value = serde_json::to_vec(&holds).expect("holds serialise");
+            self.registry
+                .put(HOLDS, value.into())
+                .await
+                .context("cannot share the rules of what waits for approval")?;
         }
         Ok(())
     }

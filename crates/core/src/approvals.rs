@@ -5,14 +5,18 @@
 //! request the agent files for a person (`request_secret`, `request_grant`). Each has an id
 //! (`h<n>`), who asked, what and why, who may decide, and an expiry ([`EXPIRES_AFTER`]).
 //! They live in `broker/approvals.json`, changed under an exclusive `flock` and replaced whole,
-//! so they survive a restart; on a cluster the broker on any host decides them.
+//! so they survive a restart. On a cluster the hosts share one copy ([`SharedApprovals`]),
+//! changed by compare-and-set, so that any host's broker lists and decides them, each once, and
+//! what waits survives its host; each host's file follows the shared copy.
 //!
 //! A decision is made once: it is written into the entry before it is carried out, and the
 //! entry goes when the broker has carried it out ([`Approvals::carried_out`]); a host that
-//! dies between the two carries it out when it starts again. Every hold, decision and expiry
-//! is a line of the audit log. Nothing here ever holds a secret's value.
+//! dies between the two carries it out when it starts again. On a cluster the host that held
+//! it carries it out, whichever host decided it, and another takes over once it is gone. Every hold,
+//! decision and expiry is a line of the audit log. Nothing here ever holds a secret's value.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use anyhow::{Context, Result, bail};
@@ -29,6 +33,20 @@ pub const EXPIRES_AFTER: u64 = 24 * 60 * 60;
 /// The most entries waiting at once: past it a new hold is refused (the asker is told why),
 /// so a looping actor cannot fill the disk.
 pub const MAX_WAITING: usize = 1000;
+
+/// How many times a change is tried again when other hosts changed the shared copy first.
+const CONFLICT_TRIES: usize = 50;
+
+/// The copy of the approvals file a cluster's hosts share, replaced whole by compare-and-set.
+/// Called on blocking threads.
+pub trait SharedApprovals: Send + Sync {
+    /// The shared file and its revision; `None` while no host has shared one.
+    fn read(&self) -> Result<Option<(Vec<u8>, u64)>>;
+
+    /// Replaces the shared file if it is still at `revision` (`None`: if there is none yet);
+    /// false when another host changed it first.
+    fn replace(&self, bytes: &[u8], revision: Option<u64>) -> Result<bool>;
+}
 
 /// One held action or request.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -56,6 +74,10 @@ pub struct Held {
     /// What the broker needs to carry it out: the request as it came (`from`, `id`, `body`,
     /// `person`, `tier`) or the request's fields.
     pub request: Value,
+    /// The cluster's host that held it, which carries out its decision while it lives (it
+    /// answers the asker's native actors); `None` on one host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<Decision>,
 }
@@ -66,9 +88,14 @@ pub struct Decision {
     pub approved: bool,
     pub by: String,
     pub at: u64,
+    /// The cluster's host that carries it out: the one that held it, or one that took over
+    /// from it once it was gone (`None` on one host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// What is asked when something is held.
+#[derive(Clone)]
 pub struct NewHold {
     pub action: String,
     pub asked_by: String,
@@ -91,20 +118,54 @@ struct File {
 pub struct Approvals {
     path: PathBuf,
     audit: Audit,
+    shared: Option<Arc<dyn SharedApprovals>>,
+    /// This host's id in a cluster: what it holds, it carries out.
+    host: Option<String>,
 }
 
 impl Approvals {
+    /// This host's file, which is all of them on one host, and what a cluster shared last.
     pub fn new(world: &World) -> Approvals {
         Approvals {
             path: world.root().join("broker/approvals.json"),
             audit: Audit::new(world),
+            shared: None,
+            host: None,
         }
+    }
+
+    /// The approvals the hosts of a cluster share through `shared`, as host `host` changes
+    /// them; this host's file follows.
+    pub fn shared(world: &World, shared: Arc<dyn SharedApprovals>, host: &str) -> Approvals {
+        Approvals {
+            shared: Some(shared),
+            host: Some(host.to_string()),
+            ..Approvals::new(world)
+        }
+    }
+
+    /// Writes what a cluster shares into this host's file (for `sausage approvals` and
+    /// `sausage status`, which read the folder), unless it holds that already.
+    pub fn follow(&self, bytes: &[u8]) -> Result<()> {
+        let _: File = serde_json::from_slice(bytes).context("the cluster's approvals")?;
+        if std::fs::read(&self.path).is_ok_and(|now| now == bytes) {
+            return Ok(());
+        }
+        let _lock = self.lock()?;
+        crate::fs::write_atomically(&self.path, bytes)
+            .with_context(|| format!("{}: cannot save the approvals", self.path.display()))
+    }
+
+    /// This host's file as it is, empty when there is none.
+    pub fn file_bytes(&self) -> Vec<u8> {
+        std::fs::read(&self.path).unwrap_or_default()
     }
 
     /// Stores a new held action or request; its id is in the answer.
     pub fn hold(&self, new: NewHold) -> Result<Held> {
         let now = now();
         let held = self.change(|file| {
+            let new = new.clone();
             let waiting = file.held.iter().filter(|h| h.decision.is_none()).count();
             if waiting >= MAX_WAITING {
                 bail!(
@@ -125,6 +186,7 @@ impl Approvals {
                 at: now,
                 expires: now + EXPIRES_AFTER,
                 request: new.request,
+                host: self.host.clone(),
                 decision: None,
             };
             file.held.push(held.clone());
@@ -168,7 +230,7 @@ impl Approvals {
 
     /// Records `person`'s decision on `id`, once: refused when they may not decide it, when
     /// it was decided already or when it expired. The answer is the entry as decided; the
-    /// broker then carries it out.
+    /// broker then carries it out (on a cluster, this host's).
     pub fn decide(&self, id: &str, person: &str, tier: Tier, approved: bool) -> Result<Held> {
         let now = now();
         let held = self.change(|file| {
@@ -192,6 +254,7 @@ impl Approvals {
                 approved,
                 by: person.to_string(),
                 at: now,
+                host: held.host.clone(),
             });
             Ok(held.clone())
         })?;
@@ -212,6 +275,36 @@ impl Approvals {
             .collect())
     }
 
+    /// Makes `to` the host that carries out the decided `id` when `from` still is (it died
+    /// before it did): the entry as taken, `None` when another host took it first or it went.
+    pub fn take_over(&self, id: &str, from: Option<&str>, to: &str) -> Result<Option<Held>> {
+        self.change(|file| {
+            let held = file.held.iter_mut().find(|h| h.id == id);
+            let Some(held) = held else { return Ok(None) };
+            match &mut held.decision {
+                Some(decision) if decision.host.as_deref() == from => {
+                    decision.host = Some(to.to_string());
+                    Ok(Some(held.clone()))
+                }
+                _ => Ok(None),
+            }
+        })
+    }
+
+    /// Takes out the approved entry `kept` finds its request in (true), as the request passes
+    /// the rule that held it; false, changing nothing, when none is.
+    pub fn pass(&self, kept: impl Fn(&Held) -> bool) -> Result<bool> {
+        let approved = |h: &Held| h.decision.as_ref().is_some_and(|d| d.approved) && kept(h);
+        if !self.read()?.held.iter().any(approved) {
+            return Ok(false);
+        }
+        self.change(|file| {
+            let before = file.held.len();
+            file.held.retain(|h| !approved(h));
+            Ok(file.held.len() < before)
+        })
+    }
+
     /// Forgets `id`: its decision was carried out.
     pub fn carried_out(&self, id: &str) -> Result<()> {
         self.change(|file| {
@@ -223,7 +316,7 @@ impl Approvals {
     /// Takes out every undecided entry past its expiry (`now`, seconds since 1970) and
     /// answers them: the broker tells each asker.
     pub fn expire(&self, now: u64) -> Result<Vec<Held>> {
-        if !self.path.exists() {
+        if self.shared.is_none() && !self.path.exists() {
             return Ok(Vec::new());
         }
         let expired = self.change(|file| {
@@ -243,33 +336,69 @@ impl Approvals {
     }
 
     fn read(&self) -> Result<File> {
+        match &self.shared {
+            Some(shared) => match shared.read()? {
+                Some((bytes, _)) => parse(&bytes, "the cluster's approvals"),
+                None => self.read_here(),
+            },
+            None => self.read_here(),
+        }
+    }
+
+    fn read_here(&self) -> Result<File> {
         match std::fs::read(&self.path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).with_context(|| {
-                format!(
-                    "{}: not an approvals file; fix or remove it",
-                    self.path.display()
-                )
-            }),
+            Ok(bytes) => parse(&bytes, &self.path.display().to_string()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(File::default()),
             Err(e) => Err(e).with_context(|| format!("{}: cannot read", self.path.display())),
         }
     }
 
-    fn change<T>(&self, change: impl FnOnce(&mut File) -> Result<T>) -> Result<T> {
+    /// Changes the file by `change`: this host's under its lock, and on a cluster the shared
+    /// copy first, by compare-and-set (`change` runs again on what another host wrote first;
+    /// the first copy shared is this host's file).
+    fn change<T>(&self, mut change: impl FnMut(&mut File) -> Result<T>) -> Result<T> {
+        let _lock = self.lock()?;
+        for _ in 0..CONFLICT_TRIES {
+            let (mut file, revision) = match &self.shared {
+                Some(shared) => match shared.read()? {
+                    Some((bytes, revision)) => {
+                        (parse(&bytes, "the cluster's approvals")?, Some(revision))
+                    }
+                    None => (self.read_here()?, None),
+                },
+                None => (self.read_here()?, None),
+            };
+            let result = change(&mut file)?;
+            let bytes = serde_json::to_vec_pretty(&file).expect("approvals serialise");
+            if let Some(shared) = &self.shared
+                && !shared.replace(&bytes, revision)?
+            {
+                continue;
+            }
+            crate::fs::write_atomically(&self.path, &bytes)
+                .with_context(|| format!("{}: cannot save the approvals", self.path.display()))?;
+            return Ok(result);
+        }
+        bail!(
+            "the cluster's approvals changed under this host {CONFLICT_TRIES} times running; \
+             try again"
+        )
+    }
+
+    fn lock(&self) -> Result<std::fs::File> {
         let dir = self
             .path
             .parent()
             .expect("broker/approvals.json has a folder");
         std::fs::create_dir_all(dir)
             .with_context(|| format!("{}: cannot make the folder", dir.display()))?;
-        let _lock = crate::people::lock(&dir.join("approvals.lock"))?;
-        let mut file = self.read()?;
-        let result = change(&mut file)?;
-        let bytes = serde_json::to_vec_pretty(&file).expect("approvals serialise");
-        crate::fs::write_atomically(&self.path, &bytes)
-            .with_context(|| format!("{}: cannot save the approvals", self.path.display()))?;
-        Ok(result)
+        crate::people::lock(&dir.join("approvals.lock"))
     }
+}
+
+fn parse(bytes: &[u8], what: &str) -> Result<File> {
+    serde_json::from_slice(bytes)
+        .with_context(|| format!("{what}: not an approvals file; fix or remove it"))
 }
 
 /// Whether `person` of `tier` may decide `held` (DESIGN §25): the person it is for, when it
@@ -453,5 +582,120 @@ mod tests {
         let e = approvals.hold(spawn_by("mia", None)).unwrap_err();
         assert!(format!("{e:#}").contains("fix or remove it"), "{e:#}");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "{half");
+    }
+
+    /// A cluster's shared copy in memory; `meddle` runs once before the next replace, as
+    /// another host writing first.
+    #[derive(Default)]
+    struct Shared {
+        file: std::sync::Mutex<Option<(Vec<u8>, u64)>>,
+        meddle: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    }
+
+    impl SharedApprovals for Shared {
+        fn read(&self) -> Result<Option<(Vec<u8>, u64)>> {
+            Ok(self.file.lock().unwrap().clone())
+        }
+
+        fn replace(&self, bytes: &[u8], revision: Option<u64>) -> Result<bool> {
+            let meddle = self.meddle.lock().unwrap().take();
+            if let Some(meddle) = meddle {
+                meddle();
+            }
+            let mut file = self.file.lock().unwrap();
+            if file.as_ref().map(|(_, r)| *r) != revision {
+                return Ok(false);
+            }
+            let next = revision.unwrap_or(0) + 1;
+            *file = Some((bytes.to_vec(), next));
+            Ok(true)
+        }
+    }
+
+    /// Two hosts' approvals over one shared copy, each with its own folder.
+    fn two_hosts() -> (Vec<tempfile::TempDir>, Arc<Shared>, Approvals, Approvals) {
+        let shared = Arc::new(Shared::default());
+        let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+        let host =
+            |n: usize, id: &str| Approvals::shared(&World::new(dirs[n].path()), shared.clone(), id);
+        let (a, b) = (host(0, "a"), host(1, "b"));
+        (dirs, shared, a, b)
+    }
+
+    #[test]
+    fn hosts_sharing_approvals_see_one_list_and_decide_each_once() {
+        let (dirs, shared, a, b) = two_hosts();
+        assert_eq!(a.hold(spawn_by("mia", None)).unwrap().id, "h1");
+        assert_eq!(b.hold(spawn_by("max", None)).unwrap().id, "h2");
+        let ids = |approvals: &Approvals| -> Vec<String> {
+            approvals
+                .waiting()
+                .unwrap()
+                .into_iter()
+                .map(|h| h.id)
+                .collect()
+        };
+        assert_eq!(ids(&a), ["h1", "h2"]);
+        assert_eq!(ids(&b), ["h1", "h2"]);
+
+        // Decided on b, carried out by a, which held it.
+        let decided = b.decide("h1", "olga", Tier::Owner, true).unwrap();
+        assert_eq!(decided.host.as_deref(), Some("a"));
+        assert_eq!(decided.decision.unwrap().host.as_deref(), Some("a"));
+        let twice = a.decide("h1", "otto", Tier::Owner, false).unwrap_err();
+        assert!(
+            twice.to_string().contains("approved by olga already"),
+            "{twice}"
+        );
+
+        // Another host decides first, between this one's read and its write: this one's
+        // decision is tried on what that host wrote, and refused.
+        let other = Approvals::shared(&World::new(dirs[1].path()), shared.clone(), "b");
+        *shared.meddle.lock().unwrap() = Some(Box::new(move || {
+            other.decide("h2", "olga", Tier::Owner, false).unwrap();
+        }));
+        let late = a.decide("h2", "otto", Tier::Owner, true).unwrap_err();
+        assert!(
+            late.to_string().contains("denied by olga already"),
+            "{late}"
+        );
+        assert!(ids(&a).is_empty());
+
+        // This host's file holds what it wrote last; `follow` writes what others wrote since.
+        let here = Approvals::new(&World::new(dirs[0].path()));
+        let on_a: Vec<String> = here.waiting().unwrap().into_iter().map(|h| h.id).collect();
+        assert_eq!(on_a, ["h1"]);
+        let (bytes, _) = shared.read().unwrap().unwrap();
+        here.follow(&bytes).unwrap();
+        assert_eq!(here.decided().unwrap().len(), 2);
+        assert_eq!(here.file_bytes(), bytes);
+        assert!(here.follow(b"[1, 2]").is_err(), "not an approvals file");
+        assert_eq!(here.file_bytes(), bytes, "a bad copy changes nothing");
+    }
+
+    #[test]
+    fn a_gone_hosts_decision_is_taken_over_once_and_an_approved_request_passes_once() {
+        let (_dirs, _shared, a, b) = two_hosts();
+        a.hold(spawn_by("mia", None)).unwrap();
+        a.hold(spawn_by("max", None)).unwrap();
+        a.decide("h1", "olga", Tier::Owner, true).unwrap();
+        a.decide("h2", "olga", Tier::Owner, false).unwrap();
+        let taken = b.take_over("h1", Some("a"), "b").unwrap().unwrap();
+        assert_eq!(taken.decision.unwrap().host.as_deref(), Some("b"));
+        assert!(
+            a.take_over("h1", Some("a"), "c").unwrap().is_none(),
+            "taken already"
+        );
+
+        let asked_by = |who: &'static str| move |h: &Held| h.asked_by == who;
+        assert!(
+            !b.pass(asked_by("max")).unwrap(),
+            "denied: it does not pass"
+        );
+        assert!(!b.pass(asked_by("ann")).unwrap(), "nothing of ann's");
+        assert!(b.pass(asked_by("mia")).unwrap());
+        assert!(!a.pass(asked_by("mia")).unwrap(), "it passed once");
+        let left: Vec<String> = a.decided().unwrap().into_iter().map(|h| h.id).collect();
+        assert_eq!(left, ["h2"]);
     }
 }

@@ -525,3 +525,179 @@ fn wrong_requests_and_decisions_are_refused_with_what_to_do_and_file_nothing() {
         "nothing was filed"
     );
 }
+
+/// The broker's `list` as `host`'s console sees it, once `ready` holds of it.
+fn list_until(host: &mut Host, what: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    let mut list = Value::Null;
+    eventually(what, || {
+        list = host.request(json!({"type": "list"}));
+        ready(&list)
+    });
+    list
+}
+
+/// Where `id` runs, as `list` shows it, and its state.
+fn placed(list: &Value, id: &str) -> (String, String) {
+    let actor = (list["actors"].as_array().unwrap().iter())
+        .find(|a| a["id"] == id)
+        .unwrap_or(&Value::Null);
+    let text = |field: &str| actor[field].as_str().unwrap_or_default().to_string();
+    (text("host"), text("state"))
+}
+
+#[test]
+fn on_a_cluster_any_host_decides_what_another_held_and_a_hold_outlives_its_host() {
+    let nats = support::nats::Nats::start();
+    let (one, two) = (world_with_anns_bot(), TestWorld::new());
+    let mut registry = one.json("sausage.json");
+    registry["hold"] = json!([{"action": "upgrade", "by": "member"}]);
+    std::fs::write(one.path("sausage.json"), registry.to_string()).unwrap();
+    let on = |id| {
+        [
+            "--web",
+            "127.0.0.1:0",
+            "--cluster",
+            &nats.url(),
+            "--host-id",
+            id,
+        ]
+        .map(str::to_owned)
+    };
+    let args = on("a");
+    let mut a = WebHost::start_with(&one, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    list_until(&mut a.host, "ann-bot runs on a", |l| {
+        placed(l, "ann-bot") == ("a".into(), "running".into())
+    });
+    let dir = one.path("");
+    let out = sausage(&[
+        "people",
+        "add",
+        "ann",
+        "--tier",
+        "member",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ann = a.log_in_with(&text(&out.stdout));
+    let args = on("b");
+    let mut b = WebHost::start_with(&two, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    list_until(&mut b.host, "two hosts", |l| {
+        l["hosts"].as_array().is_some_and(|h| h.len() == 2)
+    });
+    let owner = b.log_in();
+    let version = |host: &mut Host| {
+        let list = host.request(json!({"type": "list"}));
+        (list["actors"].as_array().unwrap().iter())
+            .find(|a| a["id"] == "ann-bot")
+            .map(|a| a["version"].clone())
+            .unwrap_or_default()
+    };
+
+    // Held on a, listed and denied on b (the rules b follows are the ones a's world set);
+    // a, which held it, answers ann.
+    let held = upgrade_reaching_a_new_host(&ann);
+    assert_eq!(held["type"], "held", "{held}");
+    assert_eq!(held["action"], "upgrade", "{held}");
+    let waiting = the_one_waiting(&owner);
+    assert_eq!(waiting["id"], held["approval"], "{waiting}");
+    assert_eq!(waiting["asked_by"], "ann", "{waiting}");
+    let mut events = ann.events(None);
+    let denied = owner.post(
+        &format!("/api/approvals/{}/deny", waiting["id"].as_str().unwrap()),
+        &json!({}),
+    );
+    assert_eq!(denied.status, 200, "{}", denied.text());
+    let answer = events.wait_for("message", EVENT_PATIENCE, |data| {
+        data["body"]["type"] == "error"
+    });
+    assert!(answer.data.contains("denied it (h1)"), "{}", answer.data);
+
+    // Approved on b while the bot runs on a: the upgrade is made on a, once.
+    let held = upgrade_reaching_a_new_host(&ann);
+    assert_eq!(held["approval"], "h2", "{held}");
+    let approved = owner.post("/api/approvals/h2/approve", &json!({}));
+    assert_eq!(approved.status, 200, "{}", approved.text());
+    let again = owner.post("/api/approvals/h2/approve", &json!({}));
+    assert_eq!(again.status, 404, "decided once: {}", again.text());
+    eventually("the upgrade approved on b, made on a", || {
+        version(&mut a.host) == 2
+    });
+
+    // Held on a, which dies: the hold is b's to list (in its own folder too) and to decide,
+    // and b, where the bot now runs, carries it out.
+    let held = upgrade_reaching_a_new_host(&ann);
+    assert_eq!(held["approval"], "h3", "{held}");
+    drop(ann);
+    a.host.kill();
+    let listed = || {
+        let out = sausage(&["approvals", "--json", two.path("").to_str().unwrap()]);
+        serde_json::from_slice::<Value>(&out.stdout).unwrap_or_default()
+    };
+    eventually("b's folder to list h3", || listed()[0]["id"] == "h3");
+    list_until(&mut b.host, "ann-bot runs on b", |l| {
+        placed(l, "ann-bot") == ("b".into(), "running".into())
+    });
+    let approved = owner.post("/api/approvals/h3/approve", &json!({}));
+    assert_eq!(approved.status, 200, "{}", approved.text());
+    eventually("the upgrade approved after its host died", || {
+        version(&mut b.host) == 3
+    });
+    eventually("nothing waits", || {
+        listed().as_array().is_some_and(Vec::is_empty)
+            && owner.get("/api/approvals").json()["approvals"] == json!([])
+    });
+}
+
+#[test]
+fn a_decision_its_host_died_before_carrying_out_is_carried_out_at_start_and_expiry_answers() {
+    let world = TestWorld::new();
+    world.install("x", "echo");
+    world.install("y", "echo");
+    let mut registry = world.json("sausage.json");
+    registry["hold"] = json!([{"action": "remove", "by": "owner"}]);
+    std::fs::write(world.path("sausage.json"), registry.to_string()).unwrap();
+    let mut host = Host::start(&world.root);
+    for (id, approval) in [("x", "h1"), ("y", "h2")] {
+        let held = host.request(json!({"type": "remove", "actor": id}));
+        assert_eq!(held["type"], "held", "{held}");
+        assert_eq!(held["approval"], approval, "{held}");
+    }
+    host.kill();
+
+    // As the file is when a host dies between writing h1's decision and carrying it out, and
+    // once h2's 24 hours are over.
+    let mut file = world.json("broker/approvals.json");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    file["held"][0]["decision"] = json!({"approved": true, "by": "olga", "at": now});
+    file["held"][1]["expires"] = json!(now - 1);
+    std::fs::write(world.path("broker/approvals.json"), file.to_string()).unwrap();
+
+    let mut host = Host::start(&world.root);
+    let removed = host.wait_for("x's removal, carried out", |m| {
+        m.from == "broker" && m.body["type"] == "removed"
+    });
+    assert_eq!(removed.body["actor"], "x", "{:?}", removed.body);
+    let expired = host.wait_for("h2's expiry, answered", |m| {
+        m.from == "broker" && m.body["type"] == "error"
+    });
+    let reason = expired.body["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("nobody decided remove `y` within 24 hours (h2)"),
+        "{reason}"
+    );
+    let actors = world.json("sausage.json")["actors"].clone();
+    assert!(
+        actors.get("x").is_none() && actors.get("y").is_some(),
+        "{actors}"
+    );
+    let listed = sausage(&["approvals", "--json", world.path("").to_str().unwrap()]);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&listed.stdout).unwrap(),
+        json!([])
+    );
+    let audit = text(&sausage(&["audit", world.path("").to_str().unwrap()]).stdout);
+    assert!(audit.contains("h2 expired: remove `y`"), "{audit}");
+}

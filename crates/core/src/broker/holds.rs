@@ -8,7 +8,9 @@
 //! `request_secret` and `request_grant` are kept the same way and answered `secret_set` or
 //! `granted`. Everyone who may decide is told: `console` and `web` get an `approval` message.
 //! **Invariant:** a decision is written before it is carried out, and carried out once more
-//! after a restart when the host died in between (`Approvals::decided`).
+//! after a restart when the host died in between (`Approvals::decided`). On a cluster the host
+//! that held it carries it out, or one that takes over once it is gone; an approved request
+//! passes its rule once, on whichever host answers it (its entry goes as it passes).
 
 use std::sync::Arc;
 
@@ -24,6 +26,10 @@ use crate::world::{HeldAction, HoldBy};
 
 /// How often held actions are checked for expiry.
 const EXPIRY_CHECK: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How long an approved request, answered again, may take to come back to its rule before
+/// its entry is forgotten.
+const NEVER_CAME_BACK: std::time::Duration = std::time::Duration::from_secs(60 * 60);
 
 /// The longest `why` kept: a sentence or a short paragraph.
 const MAX_WHY_CHARS: usize = 1000;
@@ -85,9 +91,6 @@ impl Broker {
         principal: &Principal,
         actions: &[(HeldAction, String)],
     ) -> Result<Option<Value>, String> {
-        if self.approved_now(request) {
-            return Ok(None);
-        }
         let Some(speaker) = principal.person() else {
             return Ok(None);
         };
@@ -107,6 +110,9 @@ impl Broker {
         let Some((rule, action, what)) = held else {
             return Ok(None);
         };
+        if self.passes_approved(request).await? {
+            return Ok(None);
+        }
         let body = request.body_value();
         let new = NewHold {
             action: action.as_str().to_string(),
@@ -286,7 +292,7 @@ impl Broker {
     /// `approvals`: what waits that the asker's person may see.
     pub(super) async fn list_approvals(&self, principal: &Principal) -> Result<Value, String> {
         let speaker = asker(principal)?;
-        let approvals = Approvals::new(&self.world);
+        let approvals = self.approvals();
         let (person, tier) = (speaker.person.to_string(), speaker.tier);
         let waiting = blocking(move || approvals.waiting_for(&person, tier))
             .await?
@@ -296,7 +302,7 @@ impl Broker {
 
     /// Decides a held action or request for a person, and carries the decision out.
     pub async fn decide(self: &Arc<Self>, deciding: Deciding<'_>) -> Result<Value, Undecided> {
-        let approvals = Approvals::new(&self.world);
+        let approvals = self.approvals();
         let (id, person, tier) = (
             deciding.id.to_string(),
             deciding.by.person.to_string(),
@@ -363,7 +369,7 @@ impl Broker {
         tier: Tier,
         approve: bool,
     ) -> Result<Value, Undecided> {
-        let approvals = Approvals::new(&self.world);
+        let approvals = self.approvals();
         let (id, person) = (held.id.clone(), person.to_string());
         // Decided or expired since it was read: it no longer waits.
         let decided = blocking(move || approvals.decide(&id, &person, tier, approve))
@@ -375,7 +381,7 @@ impl Broker {
             "approval": decided.id, "what": decided.what,
         });
         let broker = self.clone();
-        tokio::spawn(async move { broker.carry_out(decided).await });
+        tokio::spawn(async move { broker.carry_out_decided().await });
         Ok(answer)
     }
 
@@ -468,11 +474,9 @@ impl Broker {
                     tracing::error!("approval {}: nothing to carry out; dropped", held.id);
                 }
                 (_, Some(request)) => {
-                    self.approved
-                        .lock()
-                        .expect("approved lock")
-                        .insert(approval_key(request));
-                    // Answered as if it had just come: by `serve`, or by its native actor.
+                    // Answered as if it had just come, by `serve` (on the host that runs its
+                    // actor) or by its native actor; the entry goes as the request passes its
+                    // rule (`passes_approved`), wherever that is.
                     let handler = held.request["handler"].as_str().map(ActorId::parse);
                     match handler {
                         Some(Ok(handler)) if handler != ActorId::broker() => {
@@ -483,6 +487,7 @@ impl Broker {
                             let _ = self.resumed.send(request.clone());
                         }
                     }
+                    return;
                 }
             }
         }
@@ -516,16 +521,36 @@ impl Broker {
         }
     }
 
-    /// Whether `request` is one a person approved, being carried out now (once).
-    fn approved_now(&self, request: &Envelope) -> bool {
-        self.approved
-            .lock()
-            .expect("approved lock")
-            .remove(&approval_key(request))
+    /// Whether `request` is one a person approved, being carried out now: its entry goes as
+    /// it passes, so it passes once.
+    async fn passes_approved(&self, request: &Envelope) -> Result<bool, String> {
+        let approvals = self.approvals();
+        let (from, id) = (request.from.clone(), request.id.clone());
+        blocking(move || {
+            approvals.pass(|held| {
+                let kept = held.request["envelope"].as_str();
+                kept.and_then(|line| Envelope::from_line(line.as_bytes()).ok())
+                    .is_some_and(|kept| kept.from == from && kept.id == id)
+            })
+        })
+        .await?
+        .map_err(|e| format!("{e:#}"))
+    }
+
+    /// What waits for approval: on a cluster, the copy the hosts share.
+    pub fn approvals(&self) -> Approvals {
+        match &self.cluster {
+            Some(cluster) => Approvals::shared(
+                &self.world,
+                cluster.shared.approvals(),
+                cluster.placement.host(),
+            ),
+            None => Approvals::new(&self.world),
+        }
     }
 
     async fn store_hold(&self, new: NewHold) -> Result<Held, String> {
-        let approvals = Approvals::new(&self.world);
+        let approvals = self.approvals();
         let held = blocking(move || approvals.hold(new))
             .await?
             .map_err(|e| format!("{e:#}"))?;
@@ -541,7 +566,8 @@ impl Broker {
     }
 
     async fn forget_hold(&self, id: &str) {
-        let (approvals, id) = (Approvals::new(&self.world), id.to_string());
+        self.carrying.lock().expect("carrying lock").remove(id);
+        let (approvals, id) = (self.approvals(), id.to_string());
         if let Ok(Err(e)) = blocking(move || approvals.carried_out(&id)).await {
             tracing::warn!("{e:#}");
         }
@@ -556,29 +582,23 @@ impl Broker {
         self.send(&ActorId::broker(), out).await;
     }
 
-    /// At start, carries out what was decided before the last run ended; then, every
-    /// [`EXPIRY_CHECK`], answers what nobody decided within 24 hours.
+    /// At start, carries out what this host decided before its last run ended; then, every
+    /// [`EXPIRY_CHECK`], answers what nobody decided within 24 hours, carries out what a
+    /// cluster's host that is gone decided, and forgets an approved request that never came
+    /// back to its rule.
     pub(super) async fn keep_approvals(self: Arc<Self>) {
-        let approvals = Approvals::new(&self.world);
-        let decided = {
-            let approvals = approvals.clone();
-            blocking(move || approvals.decided()).await
-        };
-        match decided {
-            Ok(Ok(decided)) => {
-                for held in decided {
-                    self.clone().carry_out(held).await;
-                }
-            }
-            Ok(Err(e)) => tracing::warn!("decisions are not carried out: {e:#}"),
-            Err(e) => tracing::error!("{e}"),
-        }
+        let approvals = self.approvals();
+        self.carry_out_decided().await;
         // Said once, not every minute, while the file stays unreadable.
         let mut warned = false;
         loop {
             let now = crate::approvals::now();
             let approvals = approvals.clone();
-            let expired = match blocking(move || approvals.expire(now)).await {
+            let expired = {
+                let approvals = approvals.clone();
+                blocking(move || approvals.expire(now)).await
+            };
+            let expired = match expired {
                 Ok(Ok(expired)) => {
                     warned = false;
                     expired
@@ -605,7 +625,87 @@ impl Broker {
                 let reply = json!({"type": "error", "request": kind, "reason": reason});
                 self.answer_held(Some(&request), reply).await;
             }
+            self.carry_out_decided().await;
+            self.forget_unreturned(now).await;
             tokio::time::sleep(EXPIRY_CHECK).await;
+        }
+    }
+
+    /// Carries out, once each, the decisions this host is to carry out: what it held (or
+    /// what was held before the world was a cluster), and on a cluster what a host that is
+    /// gone held, taken over. Called at start, after each decision here and, on a cluster,
+    /// whenever another host changed what waits.
+    pub async fn carry_out_decided(self: &Arc<Self>) {
+        let approvals = self.approvals();
+        let decided = match blocking(move || approvals.decided()).await {
+            Ok(Ok(decided)) => decided,
+            Ok(Err(e)) => return tracing::warn!("decisions are not carried out for now: {e:#}"),
+            Err(e) => return tracing::error!("{e}"),
+        };
+        let here = self
+            .cluster
+            .as_ref()
+            .map(|c| c.placement.host().to_string());
+        let alive: Vec<String> = (self.cluster.iter())
+            .flat_map(|cluster| cluster.placement.hosts())
+            .filter(|host| host.alive)
+            .map(|host| host.id)
+            .collect();
+        {
+            let mut carrying = self.carrying.lock().expect("carrying lock");
+            carrying.retain(|id| decided.iter().any(|held| held.id == *id));
+        }
+        for held in decided {
+            let Some(decision) = &held.decision else {
+                continue;
+            };
+            let held = match (&decision.host, &here) {
+                (None, _) => held,
+                (Some(carrier), Some(here)) if carrier == here => held,
+                // Taken over only once this host knows the others (it counts itself alive).
+                (Some(carrier), Some(here)) if alive.contains(here) && !alive.contains(carrier) => {
+                    let approvals = self.approvals();
+                    let (id, from, to) = (held.id.clone(), carrier.clone(), here.clone());
+                    let taken = blocking(move || approvals.take_over(&id, Some(&from), &to));
+                    let Ok(Ok(Some(held))) = taken.await else {
+                        continue;
+                    };
+                    tracing::info!("approval {}: carried out here; {carrier} is gone", held.id);
+                    held
+                }
+                _ => continue,
+            };
+            if self
+                .carrying
+                .lock()
+                .expect("carrying lock")
+                .insert(held.id.clone())
+            {
+                tokio::spawn(self.clone().carry_out(held));
+            }
+        }
+    }
+
+    /// Forgets each approved request this host answered again over [`NEVER_CAME_BACK`] ago
+    /// that did not pass its rule again (refused for another reason first, or lost with the
+    /// host it went to).
+    async fn forget_unreturned(&self, now: u64) {
+        let approvals = self.approvals();
+        let Ok(Ok(decided)) = blocking(move || approvals.decided()).await else {
+            return;
+        };
+        let carrying = self.carrying.lock().expect("carrying lock").clone();
+        for held in decided {
+            let at = held.decision.as_ref().map_or(now, |d| d.at);
+            if carrying.contains(&held.id) && at + NEVER_CAME_BACK.as_secs() < now {
+                tracing::warn!(
+                    "approval {}: its request did not come back to its rule within {} minutes \
+                     of being approved; forgotten",
+                    held.id,
+                    NEVER_CAME_BACK.as_secs() / 60
+                );
+                self.forget_hold(&held.id).await;
+            }
         }
     }
 }
@@ -631,11 +731,6 @@ fn kept(request: &Envelope) -> String {
     String::from_utf8_lossy(&request.to_line())
         .trim_end()
         .to_string()
-}
-
-/// The key an approved request is let past its rule by: its sender and id.
-fn approval_key(request: &Envelope) -> String {
-    format!("{}\n{}", request.from, request.id)
 }
 
 fn hold_by(tier: Tier) -> HoldBy {

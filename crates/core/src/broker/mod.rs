@@ -165,9 +165,8 @@ pub struct Broker {
     routes: std::sync::RwLock<Arc<crate::world::routes::RouteTable>>,
     /// Where this host serves the routes, once it does: what replies about routes name.
     public_address: std::sync::OnceLock<std::net::SocketAddr>,
-    /// Held requests a person approved, being carried out: each passes its rule once
-    /// (`holds`).
-    approved: Mutex<std::collections::HashSet<String>>,
+    /// The decided approvals this host is carrying out, each started once (`holds`).
+    carrying: Mutex<std::collections::HashSet<String>>,
     /// `holds` → `serve`: approved requests, to answer again as if they had just come (at most
     /// one per decision); `serve` takes the receiver, and the channel closes with the broker.
     resumed: mpsc::UnboundedSender<Arc<Envelope>>,
@@ -265,7 +264,7 @@ impl Broker {
             admissions: limits::Admissions::default(),
             routes: std::sync::RwLock::default(),
             public_address: std::sync::OnceLock::new(),
-            approved: Mutex::default(),
+            carrying: Mutex::default(),
             resumed,
             resumed_requests: Mutex::new(Some(resumed_requests)),
         });
@@ -339,8 +338,7 @@ impl Broker {
         let broker = self.clone();
         tokio::spawn(async move {
             while let Some(request) = resumed.recv().await {
-                let body = request.body_value();
-                tokio::spawn(broker.clone().answer(request, body));
+                broker.take_request(request, None);
             }
         });
         loop {
@@ -358,38 +356,47 @@ impl Broker {
                 (permit, mailbox.recv().await)
             };
             tokio::select! {
-                (permit, request) = next_request => {
-                    let body = request.body_value();
-                    let operand = requests::operand(&body);
-                    if let (Some(cluster), Some(id)) = (&self.cluster, &operand)
-                        && let Some(host) = cluster.placement.runs_elsewhere(id)
-                    {
-                        // Operations on an actor run where it runs; that host answers. Files the
-                        // request names go with it.
-                        let (cluster, world) = (cluster.clone(), self.world.clone());
-                        tokio::spawn(async move {
-                            let request = cluster.shared.ship_files(&world, request, &body).await;
-                            cluster.placement.forward_request(&host, request);
-                            drop(permit);
-                        });
-                        continue;
-                    }
-                    let answer = self.clone().answer(request, body);
-                    let under_way = UnderWay::count(&self.under_way);
-                    let job = Box::pin(async move {
-                        answer.await;
-                        drop((permit, under_way));
-                    });
-                    match operand {
-                        Some(id) => self.queue_operation(&id, job),
-                        None => drop(tokio::spawn(job)),
-                    }
-                }
+                (permit, request) = next_request => self.take_request(request, Some(permit)),
                 Some(report) = crash_loops.recv() => {
                     let id = report.actor.clone();
                     self.queue_operation(&id, Box::pin(self.clone().recover(report)));
                 }
             }
+        }
+    }
+
+    /// Answers `request` in a task of its own, queued behind the other operations on the actor
+    /// it is about; on a cluster, one about an actor another host runs goes to that host.
+    /// `permit` is held until it is answered.
+    fn take_request(
+        self: &Arc<Self>,
+        request: Arc<Envelope>,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) {
+        let body = request.body_value();
+        let operand = requests::operand(&body);
+        if let (Some(cluster), Some(id)) = (&self.cluster, &operand)
+            && let Some(host) = cluster.placement.runs_elsewhere(id)
+        {
+            // Operations on an actor run where it runs; that host answers. Files the request
+            // names go with it.
+            let (cluster, world) = (cluster.clone(), self.world.clone());
+            tokio::spawn(async move {
+                let request = cluster.shared.ship_files(&world, request, &body).await;
+                cluster.placement.forward_request(&host, request);
+                drop(permit);
+            });
+            return;
+        }
+        let answer = self.clone().answer(request, body);
+        let under_way = UnderWay::count(&self.under_way);
+        let job = Box::pin(async move {
+            answer.await;
+            drop((permit, under_way));
+        });
+        match operand {
+            Some(id) => self.queue_operation(&id, job),
+            None => drop(tokio::spawn(job)),
         }
     }
 

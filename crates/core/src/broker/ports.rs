@@ -164,4 +164,7 @@ pub trait SharedStore: Send + Sync {
 
     /// Writes the last shared table of schedules (when there is one) to `path`, whole.
     fn take_schedules<'a>(&'a self, path: &'a std::path::Path) -> BoxFuture<'a, Result<()>>;
+
+    /// The copy of what waits for approval that the hosts share (DESIGN §25).
+    fn approvals(&self) -> Arc<dyn crate::approvals::SharedApprovals>;
 }

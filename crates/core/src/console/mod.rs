@@ -502,7 +502,7 @@ impl Console {
     /// What approval `id` asks, when it is a request for a secret's value that this console's
     /// person may answer.
     async fn asks_a_value(&self, id: &str) -> Option<String> {
-        let approvals = crate::approvals::Approvals::new(&self.broker.world);
+        let approvals = self.broker.approvals();
         let id = id.to_string();
         let held = tokio::task::spawn_blocking(move || approvals.get(&id))
             .await

@@ -15,7 +15,6 @@ use axum::{Extension, Json};
 use serde_json::{Value, json};
 
 use super::{App, Person, object, refuse};
-use crate::approvals::Approvals;
 use crate::broker::holds::{Deciding, Undecided, shown};
 use crate::message::{ActorId, Speaker};
 
@@ -24,7 +23,7 @@ pub(super) async fn approvals(
     State(app): State<Arc<App>>,
     Extension(person): Extension<Person>,
 ) -> Response {
-    let approvals = Approvals::new(&app.broker.world);
+    let approvals = app.broker.approvals();
     let (id, tier) = (person.id.clone(), person.tier);
     match tokio::task::spawn_blocking(move || approvals.waiting_for(&id, tier)).await {
         Ok(Ok(waiting)) => {
