@@ -6,6 +6,7 @@ mod init;
 mod logs;
 mod mcp;
 mod model;
+mod roles;
 mod secret;
 mod status;
 mod world_arg;
@@ -181,6 +182,14 @@ enum Command {
     /// What waits for a person's decision: held actions and the agent's requests.
     Approvals {
         /// One JSON array, for programs.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        world: WorldArg,
+    },
+    /// The roles the agent's sub-agents take: the built-in ones and the owners' files.
+    Roles {
+        /// One JSON object, for programs.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -472,6 +481,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
         Command::Approvals { json, world } => {
             secret::approvals(&world.existing("approvals")?, json)
         }
+        Command::Roles { json, world } => roles::list(&world.existing("roles")?, json),
         Command::Model { command, world } => {
             let (world, usage) = match &command {
                 None => (world, "model show"),
