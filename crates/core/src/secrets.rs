@@ -261,13 +261,30 @@ impl Secrets {
     /// did not give is dropped (DESIGN §25; an owner's replacement keeps them all, and the
     /// caller does not ask then). Returns the secrets dropped.
     pub fn code_replaced(&self, actor: &ActorId, by: Option<&str>) -> Result<Vec<String>> {
+        let why = "the actor's code was replaced by someone who did not grant it";
+        self.drop_grants(actor, by, why)
+    }
+
+    /// `actor` was removed: every grant to it goes, so that no later actor of that name holds
+    /// one. Returns the secrets dropped.
+    pub fn actor_removed(&self, actor: &ActorId) -> Result<Vec<String>> {
+        self.drop_grants(actor, None, "the actor was removed")
+    }
+
+    /// Drops every grant to `actor` except those `kept_from` gave, each with an audit line.
+    fn drop_grants(
+        &self,
+        actor: &ActorId,
+        kept_from: Option<&str>,
+        why: &str,
+    ) -> Result<Vec<String>> {
         let mut dropped = Vec::new();
         self.change(|all| {
             for (name, secret) in all.iter_mut() {
                 let before = secret.grants.len();
                 secret
                     .grants
-                    .retain(|g| g.actor != actor.as_str() || Some(g.by.as_str()) == by);
+                    .retain(|g| g.actor != actor.as_str() || Some(g.by.as_str()) == kept_from);
                 if secret.grants.len() != before {
                     dropped.push(name.clone());
                 }
@@ -276,9 +293,8 @@ impl Secrets {
         })?;
         for name in &dropped {
             self.audit.append(json!({
-                "event": "revoke", "by": by.unwrap_or("nobody"), "secret": name,
-                "actor": actor.as_str(),
-                "why": "the actor's code was replaced by someone who did not grant it",
+                "event": "revoke", "by": kept_from.unwrap_or("nobody"), "secret": name,
+                "actor": actor.as_str(), "why": why,
             }));
         }
         Ok(dropped)

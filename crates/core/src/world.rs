@@ -336,6 +336,20 @@ pub struct ActorEntry {
     /// actor spawned before owners were recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// A sub-agent (DESIGN §26): whose it is, how deep, in which role; `None` for any other
+    /// actor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagent: Option<SubAgent>,
+}
+
+/// What makes an actor a sub-agent of the agent (DESIGN §26).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SubAgent {
+    /// The agent or sub-agent that delegated to it, which alone dismisses it.
+    pub parent: String,
+    /// 1 for the agent's own, 2 for theirs.
+    pub depth: u8,
+    pub role: String,
 }
 
 /// `actor/<id>/status.json`, kept current by the supervisor.

@@ -283,6 +283,7 @@ fn world(actors: &Path, scratch: &Path, n: usize) -> World {
                 next_version: 2,
                 running: true,
                 owner: None,
+                subagent: None,
             },
         );
     }

@@ -50,9 +50,15 @@ fn sausage_roles_lists_the_built_in_roles_the_owners_files_and_refuses_a_bad_one
     let tester = &listed["roles"][3];
     assert_eq!(tester["model"], "small-model", "{tester}");
     assert_eq!(tester["budget_usd"], 0.5, "{tester}");
-    assert_eq!(listed["roles"][2]["tools"], serde_json::json!(["read_file"]));
+    assert_eq!(
+        listed["roles"][2]["tools"],
+        serde_json::json!(["read_file"])
+    );
     let shown = text(&sausage(&["roles", dir]).stdout);
-    assert!(shown.contains("model small-model; up to $0.50; up to 10 min"), "{shown}");
+    assert!(
+        shown.contains("model small-model; up to $0.50; up to 10 min"),
+        "{shown}"
+    );
 
     // A bad file: refused where it is wrong, the others still listed, and the exit says so.
     std::fs::write(
@@ -64,7 +70,10 @@ fn sausage_roles_lists_the_built_in_roles_the_owners_files_and_refuses_a_bad_one
     assert!(!out.status.success());
     let shown = text(&out.stdout);
     assert!(shown.contains("refused: "), "{shown}");
-    assert!(shown.contains("broken.md:3:13: budget_usd: invalid type"), "{shown}");
+    assert!(
+        shown.contains("broken.md:3:13: budget_usd: invalid type"),
+        "{shown}"
+    );
     assert!(shown.contains("tester  Runs the tests"), "{shown}");
     let missing = sausage(&["roles", "/nonexistent/world"]);
     assert!(!missing.status.success());

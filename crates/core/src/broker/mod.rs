@@ -19,6 +19,7 @@ mod routes;
 mod shadow;
 mod spans;
 pub mod stdio;
+mod subagents;
 pub mod supervisor;
 pub mod transcript;
 pub mod window;

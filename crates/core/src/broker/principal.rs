@@ -186,6 +186,7 @@ mod tests {
                     next_version: 2,
                     running: true,
                     owner: owner.map(str::to_string),
+                    subagent: None,
                 },
             );
         }

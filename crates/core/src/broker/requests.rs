@@ -23,12 +23,12 @@ use crate::world::routes::Route;
 use crate::world::{ActorEntry, HeldAction, read_manifest};
 
 /// A version that passed its tests, ready to store and run.
-struct Candidate {
-    program: Program,
-    report: Value,
-    wasm_file: PathBuf,
-    source: Option<PathBuf>,
-    meta: Value,
+pub(super) struct Candidate {
+    pub(super) program: Program,
+    pub(super) report: Value,
+    pub(super) wasm_file: PathBuf,
+    pub(super) source: Option<PathBuf>,
+    pub(super) meta: Value,
 }
 
 impl Candidate {
@@ -75,7 +75,7 @@ pub(super) fn operand(body: &Value) -> Option<ActorId> {
 }
 
 /// The request types, as an unknown type's error lists them.
-pub const REQUESTS: [&str; 23] = [
+pub const REQUESTS: [&str; 25] = [
     "spawn",
     "upgrade",
     "rollback",
@@ -99,6 +99,8 @@ pub const REQUESTS: [&str; 23] = [
     "approvals",
     "decide",
     "spend",
+    "delegate",
+    "dismiss",
 ];
 
 /// A request's span name: `request <type>` for the known types, one name for the rest (a
@@ -110,7 +112,7 @@ fn request_span_name(kind: &str) -> &'static str {
     }
 }
 
-const REQUEST_SPANS: [&str; 23] = [
+const REQUEST_SPANS: [&str; 25] = [
     "request spawn",
     "request upgrade",
     "request rollback",
@@ -134,6 +136,8 @@ const REQUEST_SPANS: [&str; 23] = [
     "request approvals",
     "request decide",
     "request spend",
+    "request delegate",
+    "request dismiss",
 ];
 
 /// A request failed: the reason goes back to the requester.
@@ -237,6 +241,8 @@ impl Broker {
     ) -> Answer {
         match kind {
             "spawn" => self.spawn(request, principal, body).await,
+            "delegate" => self.delegate(request, principal, body).await,
+            "dismiss" => self.dismiss(request, body).await,
             "upgrade" => {
                 let started = std::time::Instant::now();
                 let answer = self.upgrade(request, principal, body).await;
@@ -339,7 +345,7 @@ impl Broker {
             .and_then(|()| self.world.create_actor_dirs(&id))
             .and_then(|()| self.world.install_source(&id, version))
             .map_err(|e| format!("cannot install `{id}`: {e:#}"))?;
-        self.start_new(&id, version, owner, candidate.program)
+        self.start_new(&id, version, owner, candidate.program, None)
             .await?;
         if let Err(e) = self.take_routes(&id, tier, routes, true).await {
             tracing::warn!("actor {id}: runs without the routes of its actor.json: {e}");
@@ -356,12 +362,13 @@ impl Broker {
 
     /// Records a new actor, installed as `version`, in the registry and starts it (on a
     /// cluster, where placement puts it).
-    async fn start_new(
+    pub(super) async fn start_new(
         &self,
         id: &ActorId,
         version: u32,
         owner: String,
         program: Program,
+        subagent: Option<crate::world::SubAgent>,
     ) -> Result<(), String> {
         self.update_registry(|registry| {
             registry.actors.insert(
@@ -371,6 +378,7 @@ impl Broker {
                     next_version: version + 1,
                     running: true,
                     owner: Some(owner),
+                    subagent,
                 },
             );
         })
@@ -538,7 +546,7 @@ impl Broker {
         .await;
         let _ = std::fs::remove_dir_all(&scratch);
         let replayed = forked?;
-        self.start_new(&fork, 1, owner, program).await?;
+        self.start_new(&fork, 1, owner, program, None).await?;
         Ok(json!({
             "type": "forked", "actor": fork.as_str(), "from": from.as_str(), "version": version,
             "before": before, "replayed": replayed,
@@ -979,6 +987,13 @@ impl Broker {
         if let Some(cluster) = &self.cluster {
             cluster.placement.forget_actor(&id).await;
         }
+        let secrets = crate::secrets::Secrets::new(&self.world);
+        let removed = id.clone();
+        match tokio::task::spawn_blocking(move || secrets.actor_removed(&removed)).await {
+            Ok(Err(e)) => tracing::warn!("actor {id}: its grants stay: {e:#}"),
+            Err(e) => tracing::error!("host bug: {e}"),
+            Ok(Ok(_)) => {}
+        }
         let archive = archive
             .strip_prefix(self.world.root())
             .unwrap_or(&archive)
@@ -1130,7 +1145,7 @@ impl Broker {
     }
 
     /// Reads and compiles a `.wasm` off the async threads.
-    async fn compile_file(&self, path: &Path) -> Result<Program, String> {
+    pub(super) async fn compile_file(&self, path: &Path) -> Result<Program, String> {
         let (path, runtime) = (path.to_owned(), self.runtime.clone());
         tokio::task::spawn_blocking(move || {
             let bytes = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
@@ -1143,7 +1158,7 @@ impl Broker {
     /// Stores a tested candidate as `broker/versions/<id>/<version>/` (`actor.wasm`, `source/`,
     /// `meta.json`), built under a hidden name and renamed into place, on a worker thread: the
     /// folder is whole or absent.
-    async fn store_version(
+    pub(super) async fn store_version(
         &self,
         id: &ActorId,
         version: u32,

@@ -23,13 +23,16 @@ pub const READ_ONLY: [&str; 4] = ["list", "principal", "spans", "routes"];
 
 /// The requests anyone may make because they only ask: a person decides what they ask for
 /// (`approvals`), `decide` is checked against the held action itself, and `spend` asks whether
-/// a turn may spend what it has.
-pub const ASKING: [&str; 5] = [
+/// a turn may spend what it has; `delegate` and `dismiss` come from the agent alone, and a
+/// sub-agent has its person's tier, never more.
+pub const ASKING: [&str; 7] = [
     "request_secret",
     "request_grant",
     "approvals",
     "decide",
     "spend",
+    "delegate",
+    "dismiss",
 ];
 
 /// Whether `speaker` may make the broker request `kind` on `actor`, whose owner (a person, as

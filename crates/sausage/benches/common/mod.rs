@@ -80,6 +80,7 @@ pub fn world(actors: &Path, installs: &[(&str, &str)]) -> (tempfile::TempDir, Wo
                 next_version: 2,
                 running: true,
                 owner: None,
+                subagent: None,
             },
         );
     }
