@@ -175,6 +175,9 @@ pub struct Config {
     pub member_day_usd: f64,
     /// The model's context window in tokens.
     pub context_window: u64,
+    /// How many sub-agents a turn runs at once (DESIGN §26): `max_subagents`, 4 when the file
+    /// names none, at most [`MAX_SUBAGENTS`].
+    pub max_subagents: usize,
     /// The MCP servers of `mcp_servers` whose entries are right.
     pub mcp_servers: Vec<McpServer>,
     /// What is wrong with the file but did not stop it from working (a bad `mcp_servers`
@@ -296,10 +299,32 @@ fn parse(value: &Value) -> Result<Config, String> {
         guest_day_usd: tier_usd("guest", DEFAULT_GUEST_DAY_USD)?,
         member_day_usd: tier_usd("member", DEFAULT_MEMBER_DAY_USD)?,
         context_window,
+        max_subagents: match &value["max_subagents"] {
+            Value::Null => DEFAULT_MAX_SUBAGENTS,
+            Value::Number(n)
+                if n.as_u64()
+                    .is_some_and(|n| (1..=MAX_SUBAGENTS as u64).contains(&n)) =>
+            {
+                n.as_u64().expect("checked") as usize
+            }
+            other => {
+                return Err(format!(
+                    "/data/config.json: max_subagents is {other}; give a whole number from 1 to \
+                     {MAX_SUBAGENTS} (how many sub-agents a turn runs at once), or leave it out \
+                     for {DEFAULT_MAX_SUBAGENTS}"
+                ));
+            }
+        },
         mcp_servers,
         problems,
     })
 }
+
+/// `max_subagents` when the file names none.
+pub const DEFAULT_MAX_SUBAGENTS: usize = 4;
+
+/// The most sub-agents a turn runs at once, whatever the file says (the broker's own limit).
+pub const MAX_SUBAGENTS: usize = 8;
 
 /// The right entries of `mcp_servers`, and a sentence for each one left out.
 fn mcp_servers(value: &Value) -> (Vec<McpServer>, Vec<String>) {

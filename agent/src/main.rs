@@ -11,7 +11,8 @@
 //! (the neutral conversation format), `config`, `conversations` (one per person, room and actor;
 //! memory), `access` (what each tier may do), `fairness` (round-robin and the hourly limit),
 //! `goals`, `tools`, `provider` (requests and event streams of each model API), `budget` (prices
-//! and the day's spending per person), `context` (estimates and compaction), `turn` (the main
+//! and the day's spending per person), `context` (estimates and compaction), `delegation` (roles
+//! and sub-agents), `turn` (the main
 //! loop and one turn's state machine), and `wasi_host`, which implements `host` for the component.
 //! The model's instructions are `prompt.md`.
 //!
@@ -26,6 +27,7 @@ mod budget;
 mod config;
 mod context;
 mod conversations;
+mod delegation;
 mod fairness;
 mod goals;
 mod history;

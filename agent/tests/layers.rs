@@ -27,6 +27,7 @@ const LAYERS: &[&str] = &[
     "mcp",
     "budget",
     "context",
+    "delegation",
     "turn",
     "wasi_host",
 ];

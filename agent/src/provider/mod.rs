@@ -562,6 +562,7 @@ fn test_config(api: Api) -> Config {
         guest_day_usd: crate::config::DEFAULT_GUEST_DAY_USD,
         member_day_usd: crate::config::DEFAULT_MEMBER_DAY_USD,
         context_window: crate::config::DEFAULT_CONTEXT_WINDOW,
+        max_subagents: crate::config::DEFAULT_MAX_SUBAGENTS,
         mcp_servers: Vec::new(),
         problems: Vec::new(),
     }

@@ -311,6 +311,24 @@ pub fn specs() -> Vec<ToolSpec> {
             }),
         },
         ToolSpec {
+            name: "delegate".into(),
+            description: "Hand a piece of work to a sub-agent in a role (the roles are listed \
+                in your instructions): it runs as an actor of its own, for the same person with \
+                at most their rights, with its own conversation, and answers with a report \
+                (what it did or found, files and actors it changed, its cost), which is this \
+                call's output. Several delegate calls in one step run at once. The brief is all \
+                it knows of this conversation: say what to do, where, and what to report."
+                .into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "role": {"type": "string", "description": "the role's name, such as scout, reviewer or worker"},
+                    "brief": {"type": "string", "description": "the work, whole: what to do, where, and what the report must say"},
+                },
+                "required": ["role", "brief"],
+            }),
+        },
+        ToolSpec {
             name: "goal_status".into(),
             description: "Only in a goal's rounds: say how the goal stands at the end of this \
                 round. continue: more rounds are needed; done: the goal is reached; blocked: it \
@@ -493,6 +511,7 @@ mod tests {
                 "ask",
                 "request_secret",
                 "request_grant",
+                "delegate",
                 "goal_status",
             ]
         );

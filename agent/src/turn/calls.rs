@@ -34,6 +34,14 @@ impl<H: Host> Agent<H> {
             ));
         }
         let who = turn.who();
+        if let Some(subagent) = &self.subagent
+            && !subagent.offers(name)
+        {
+            return Some(format!(
+                "error: `{name}` is not a tool of the {} role; use the tools you were given",
+                subagent.role.role
+            ));
+        }
         if name.starts_with(mcp::PREFIX) {
             return self.call_mcp(&who, name, arguments);
         }
@@ -290,9 +298,8 @@ impl<H: Host> Agent<H> {
         }
         // What the agent asks the broker, cargo or the scheduler for a person is that person's
         // request; no message to any other actor speaks for anyone.
-        let speaks_for = who
-            .person
-            .clone()
+        let speaks_for = self
+            .speaks_for(turn)
             .filter(|_| SPEAK_FOR_PERSON.contains(&to));
         self.remember_sent(&published, to);
         self.send(Outgoing {

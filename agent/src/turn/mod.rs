@@ -29,6 +29,7 @@ use crate::budget::{self, Payer, Spend};
 use crate::config::{self, Config};
 use crate::context;
 use crate::conversations::{self, Conversation, Room, Subscriptions, Surfaces};
+use crate::delegation::{self, SubAgent};
 use crate::fairness::{self, Starts};
 use crate::goals::{self, Goal, Goals};
 use crate::history::{self, Entry, History};
@@ -40,6 +41,7 @@ use crate::tools::{self, DEFAULT_WAIT_SECONDS, MAX_WAIT_SECONDS, card, cut_outpu
 
 mod arrived;
 mod calls;
+mod delegate;
 mod inbox;
 mod rewind;
 mod rounds;
@@ -542,6 +544,8 @@ pub struct Agent<H: Host> {
     /// The running turn's MCP servers (its configuration's) and the tools of theirs offered
     /// to its person; set when the turn's step loop begins.
     mcp_turn: (Vec<config::McpServer>, Vec<tools::ToolSpec>),
+    /// In a sub-agent (DESIGN §26), its role, parent and person (`/data/role.json`).
+    subagent: Option<SubAgent>,
 }
 
 impl<H: Host> Agent<H> {
@@ -553,6 +557,7 @@ impl<H: Host> Agent<H> {
         candidate: bool,
     ) -> Self {
         let data = data.into();
+        let subagent = SubAgent::load(&data);
         Agent {
             host,
             actor: actor.to_string(),
@@ -582,6 +587,32 @@ impl<H: Host> Agent<H> {
             trace: None,
             mcp: mcp::Sessions::default(),
             mcp_turn: (Vec::new(), Vec::new()),
+            subagent,
+        }
+    }
+
+    /// Whether the model is offered `tool`: every tool for the agent (goal_status in goals'
+    /// rounds only), a sub-agent's role's for a sub-agent.
+    fn offers(&self, tool: &str, turn: &SavedTurn) -> bool {
+        if tool == "goal_status" && turn.goal.is_none() {
+            return false;
+        }
+        self.subagent.as_ref().is_none_or(|s| s.offers(tool))
+    }
+
+    /// The most this turn may spend: `max_turn_usd`, and in a sub-agent its share of its
+    /// parent's turn too.
+    fn turn_budget(&self, config: &Config) -> f64 {
+        let share = self.subagent.as_ref().and_then(|s| s.role.budget_usd);
+        share.map_or(config.max_turn_usd, |share| share.min(config.max_turn_usd))
+    }
+
+    /// Whom the turn's requests to the broker, cargo and the scheduler speak for (`"as"`): its
+    /// person. A sub-agent's speak for its owner, who is that person, without it.
+    fn speaks_for(&self, turn: &SavedTurn) -> Option<String> {
+        match self.subagent {
+            Some(_) => None,
+            None => turn.who().person,
         }
     }
 
@@ -1107,6 +1138,8 @@ impl<H: Host> Agent<H> {
                     }
                 }
             }
+            // The reply's `delegate` calls run together, when the first of them comes.
+            let mut delegated: Option<HashMap<String, String>> = None;
             for entry in &reply.entries {
                 let Entry::ToolCall {
                     id,
@@ -1122,6 +1155,22 @@ impl<H: Host> Agent<H> {
                     history.entries.push(Entry::ToolResult {
                         id: id.clone(),
                         output: NOT_RUN.into(),
+                    });
+                    continue;
+                }
+                if name == "delegate" && self.offers(name, &turn) {
+                    if delegated.is_none() {
+                        let calls = delegate_calls(&reply.entries);
+                        match self.delegate_all(config, &mut history, &mut turn, &calls) {
+                            Some(outputs) => delegated = Some(outputs),
+                            None => return self.stop(&history, &turn),
+                        }
+                    }
+                    let output = (delegated.as_mut().and_then(|d| d.remove(id)))
+                        .unwrap_or_else(|| NOT_RUN.into());
+                    history.entries.push(Entry::ToolResult {
+                        id: id.clone(),
+                        output: cut_output(output),
                     });
                     continue;
                 }
@@ -1333,13 +1382,21 @@ impl<H: Host> Agent<H> {
             return Some((self.limit_words(turn), Some(Stopped::Steps)));
         }
         config.price?;
-        if turn.cost_usd >= config.max_turn_usd {
-            let words = format!(
-                "I stopped: this turn has cost {}, and a turn may cost at most {} (max_turn_usd \
-                 in /data/config.json). Ask me to go on if there is more to do.",
-                budget::usd_words(turn.cost_usd),
-                budget::usd_words(config.max_turn_usd)
-            );
+        let most = self.turn_budget(config);
+        if turn.cost_usd >= most {
+            let words = match self.subagent {
+                Some(_) => format!(
+                    "I stopped: I have spent {}, all the budget my parent gave me ({}).",
+                    budget::usd_words(turn.cost_usd),
+                    budget::usd_words(most)
+                ),
+                None => format!(
+                    "I stopped: this turn has cost {}, and a turn may cost at most {} \
+                     (max_turn_usd in /data/config.json). Ask me to go on if there is more to do.",
+                    budget::usd_words(turn.cost_usd),
+                    budget::usd_words(most)
+                ),
+            };
             return Some((self.failure_words(turn, words), Some(Stopped::Budget)));
         }
         let words = self.past_day_cap(config, turn)?;
@@ -1404,11 +1461,13 @@ impl<H: Host> Agent<H> {
             .rposition(|e| matches!(e, Entry::User { text } if text.starts_with(&opening)))
             .unwrap_or(0);
         let entries = context::view(&history.entries, turn_start);
-        // `goal_status` ends a goal's round: other turns are not offered it.
+        // `goal_status` ends a goal's round: other turns are not offered it; a sub-agent is
+        // offered its role's tools.
         let tools: Vec<tools::ToolSpec> = tools::specs()
             .into_iter()
-            .filter(|t| turn.goal.is_some() || t.name != "goal_status")
+            .filter(|t| self.offers(&t.name, turn))
             .chain(self.mcp_turn.1.iter().cloned())
+            .filter(|t| self.subagent.as_ref().is_none_or(|s| s.offers(&t.name)))
             .collect();
         provider::request(config, &self.system_prompt(&turn.who()), &entries, &tools)
     }
@@ -1746,6 +1805,14 @@ impl<H: Host> Agent<H> {
     /// surface they last spoke from), not to the scheduler.
     fn audience(&self, turn: &SavedTurn) -> Vec<Recipient> {
         let message = &turn.message;
+        // A sub-agent tells its parent alone, which passes it on nested under its call.
+        if self.subagent.is_some() && !message.from.is_empty() {
+            return vec![Recipient {
+                to: message.from.clone(),
+                reply_to: Some(message.id.clone()),
+                person: message.person.clone(),
+            }];
+        }
         let asker = match &message.person {
             Some(person) if !conversations::is_surface(&message.from) => Recipient {
                 to: self.surfaces.of(person).to_string(),
@@ -1816,7 +1883,16 @@ impl<H: Host> Agent<H> {
         let cost = (!turn.unpriced).then_some(turn.cost_usd);
         let mut body = answer_body(&turn.message, text, &turn.usage, cost, stopped);
         // A turn that changed an actor or a file has a checkpoint: it can be rewound.
-        body["rewindable"] = json!(rewind::load(&self.data, &turn.message.id).is_some());
+        let kept = rewind::load(&self.data, &turn.message.id);
+        body["rewindable"] = json!(kept.is_some());
+        if self.subagent.is_some() {
+            // The report says what changed, for the parent's person.
+            let (files, actors) = kept.map_or_else(Default::default, |kept| {
+                let files: Vec<String> = kept.paths.into_iter().map(|p| p.path).collect();
+                (files, kept.actors)
+            });
+            body["changed"] = json!({"files": files, "actors": actors});
+        }
         if let Some(trace) = &turn.trace {
             let (steps, dropped) = trace.waterfall(unix_ms(self.host.now()));
             body["steps"] = json!(steps);
@@ -1832,6 +1908,13 @@ impl<H: Host> Agent<H> {
     fn system_prompt(&self, who: &Who) -> String {
         let mut prompt = PROMPT.to_string() + &card::notes_section(&self.file("notes.md"));
         prompt.push_str(&who.prompt_section(&self.data));
+        if let Some(subagent) = &self.subagent {
+            prompt.push_str(&subagent.prompt_section());
+        }
+        if self.subagent.as_ref().is_none_or(|s| s.offers("delegate")) {
+            let roles = sausage_roles::load(&self.file("roles"));
+            prompt.push_str(&delegation::roles_section(&roles));
+        }
         if let (Conversation::Person(person), Some(_)) = (&who.conversation, &who.person) {
             prompt.push_str(&conversations::memory_section(&self.data, person));
         }
@@ -1911,6 +1994,21 @@ impl<H: Host> Agent<H> {
 /// Whether `message` asks to stop the turn `turn`: such a message drops the turn's model request
 /// before the agent weighs whether its sender may stop it (`obey_stop`); a refused one only costs
 /// the request again.
+/// The `delegate` calls of a reply: (call id, arguments).
+fn delegate_calls(entries: &[Entry]) -> Vec<(String, Value)> {
+    (entries.iter())
+        .filter_map(|entry| match entry {
+            Entry::ToolCall {
+                id,
+                name,
+                arguments,
+                ..
+            } if name == "delegate" => Some((id.clone(), arguments.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
 fn stops_turn(message: &Incoming, turn: &str) -> bool {
     message.kind() == "stop" && message.body["turn"].as_str() == Some(turn)
 }
