@@ -197,8 +197,26 @@ impl FakeLlm {
         self.shared.state.lock().unwrap().context_window = Some(tokens);
     }
 
+    /// [`FakeLlm::push_openai`] for a request whose body holds `text` only (such as a
+    /// sub-agent's brief): requests that run at once each get their own reply, whatever
+    /// order they come in. Such a reply is taken before the unmarked ones.
+    pub fn push_openai_for(&self, text: &str, body: Value) {
+        let reply = Reply::Stream {
+            api: Api::OpenAi,
+            body,
+            broken: false,
+        };
+        let only_for = Some(text.to_string());
+        let scripted = script::Scripted { reply, only_for };
+        self.shared.state.lock().unwrap().script.push_back(scripted);
+    }
+
     fn push(&self, reply: Reply) {
-        self.shared.state.lock().unwrap().script.push_back(reply);
+        let scripted = script::Scripted {
+            reply,
+            only_for: None,
+        };
+        self.shared.state.lock().unwrap().script.push_back(scripted);
     }
 
     /// Every request received so far, in order, rejected and refused ones included.

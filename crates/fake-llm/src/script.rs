@@ -52,9 +52,16 @@ pub(crate) struct Shared {
     pub(crate) state: Mutex<State>,
 }
 
+/// A reply the test pushed; one pushed `for` a text goes only to a request whose body holds
+/// that text (a sub-agent's, told apart by its brief), the others in order to any.
+pub(crate) struct Scripted {
+    pub(crate) reply: Reply,
+    pub(crate) only_for: Option<String>,
+}
+
 #[derive(Default)]
 pub(crate) struct State {
-    pub(crate) script: VecDeque<Reply>,
+    pub(crate) script: VecDeque<Scripted>,
     pub(crate) requests: Vec<Recorded>,
     pub(crate) violations: Vec<String>,
     sent: Sent,
@@ -212,7 +219,15 @@ impl State {
         if let Some(refusal) = refusal {
             return Answer::json(api, 400, refusal);
         }
-        let wrong_api = match self.script.front() {
+        let raw = String::from_utf8_lossy(&request.body);
+        let next = (self.script.iter())
+            .position(|s| {
+                s.only_for
+                    .as_ref()
+                    .is_some_and(|text| raw.contains(text.as_str()))
+            })
+            .or_else(|| self.script.iter().position(|s| s.only_for.is_none()));
+        let wrong_api = match next.map(|at| &self.script[at].reply) {
             None => {
                 let message = "the script is empty: the test pushed no reply for this request";
                 return Answer::reject(api, 500, message.to_string());
@@ -227,8 +242,12 @@ impl State {
             );
             return Answer::reject(api, 500, message);
         }
-        // The front of the script was just matched above.
-        let reply = self.script.pop_front().unwrap();
+        // The reply was just found above.
+        let reply = self
+            .script
+            .remove(next.expect("found"))
+            .expect("found")
+            .reply;
         self.serve(api, reply, body, &request.body)
     }
 
