@@ -915,7 +915,7 @@ impl<H: Host> Agent<H> {
             to: Some("broker".into()),
             id: Some(id),
             reply_to: None,
-            speaks_for: turn.who().person,
+            speaks_for: self.speaks_for(turn),
             trace: None,
             body,
         });

@@ -396,7 +396,8 @@ impl<H: Host> Agent<H> {
             to: Some("broker".into()),
             id: Some(id),
             reply_to: None,
-            speaks_for: person,
+            // A sub-agent's requests speak for its owner, that person, without `"as"`.
+            speaks_for: person.filter(|_| self.subagent.is_none()),
             trace: None,
             body,
         });

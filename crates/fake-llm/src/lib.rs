@@ -197,16 +197,16 @@ impl FakeLlm {
         self.shared.state.lock().unwrap().context_window = Some(tokens);
     }
 
-    /// [`FakeLlm::push_openai`] for a request whose body holds `text` only (such as a
-    /// sub-agent's brief): requests that run at once each get their own reply, whatever
-    /// order they come in. Such a reply is taken before the unmarked ones.
-    pub fn push_openai_for(&self, text: &str, body: Value) {
+    /// [`FakeLlm::push_openai`] for a request whose body holds every one of `texts` only
+    /// (such as a sub-agent's role and brief): requests that run at once each get their own
+    /// reply, whatever order they come in. Such a reply is taken before the unmarked ones.
+    pub fn push_openai_for(&self, texts: &[&str], body: Value) {
         let reply = Reply::Stream {
             api: Api::OpenAi,
             body,
             broken: false,
         };
-        let only_for = Some(text.to_string());
+        let only_for = Some(texts.iter().map(|t| t.to_string()).collect());
         let scripted = script::Scripted { reply, only_for };
         self.shared.state.lock().unwrap().script.push_back(scripted);
     }
@@ -217,6 +217,11 @@ impl FakeLlm {
             only_for: None,
         };
         self.shared.state.lock().unwrap().script.push_back(scripted);
+    }
+
+    /// The most answers that streamed at once so far: 2 or more when requests overlapped.
+    pub fn most_streams_at_once(&self) -> i64 {
+        self.shared.state.lock().unwrap().streaming.1
     }
 
     /// Every request received so far, in order, rejected and refused ones included.

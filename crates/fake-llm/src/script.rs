@@ -52,11 +52,11 @@ pub(crate) struct Shared {
     pub(crate) state: Mutex<State>,
 }
 
-/// A reply the test pushed; one pushed `for` a text goes only to a request whose body holds
-/// that text (a sub-agent's, told apart by its brief), the others in order to any.
+/// A reply the test pushed; one pushed `for` texts goes only to a request whose body holds
+/// them all (a sub-agent's, told apart by its brief), the others in order to any.
 pub(crate) struct Scripted {
     pub(crate) reply: Reply,
-    pub(crate) only_for: Option<String>,
+    pub(crate) only_for: Option<Vec<String>>,
 }
 
 #[derive(Default)]
@@ -70,6 +70,8 @@ pub(crate) struct State {
     pub(crate) event_delay: Duration,
     /// The model's context window in tokens, when the test set one.
     pub(crate) context_window: Option<u64>,
+    /// Streams being written now, and the most there were at once.
+    pub(crate) streaming: (i64, i64),
 }
 
 /// What the fake's served replies carried that the provider would later verify when passed back.
@@ -161,6 +163,14 @@ impl Answer {
 }
 
 impl Shared {
+    /// A stream began (`1`) or ended (`-1`).
+    pub(crate) fn streaming(&self, change: i64) {
+        let mut state = self.state.lock().unwrap();
+        let (now, most) = &mut state.streaming;
+        *now += change;
+        *most = (*most).max(*now);
+    }
+
     pub(crate) fn answer(&self, request: &HttpRequest) -> Answer {
         let mut state = self.state.lock().unwrap();
         let body = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
@@ -222,9 +232,8 @@ impl State {
         let raw = String::from_utf8_lossy(&request.body);
         let next = (self.script.iter())
             .position(|s| {
-                s.only_for
-                    .as_ref()
-                    .is_some_and(|text| raw.contains(text.as_str()))
+                (s.only_for.as_ref())
+                    .is_some_and(|texts| texts.iter().all(|t| raw.contains(t.as_str())))
             })
             .or_else(|| self.script.iter().position(|s| s.only_for.is_none()));
         let wrong_api = match next.map(|at| &self.script[at].reply) {

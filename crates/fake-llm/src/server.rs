@@ -97,10 +97,13 @@ fn serve_connection(shared: &Shared, stream: TcpStream) {
                 events,
                 broken,
                 delay,
-            } => (
-                write_events(&mut writer, &headers, events, *broken, *delay, keep_alive),
-                *broken,
-            ),
+            } => {
+                shared.streaming(1);
+                let written =
+                    write_events(&mut writer, &headers, events, *broken, *delay, keep_alive);
+                shared.streaming(-1);
+                (written, *broken)
+            }
         };
         // A broken stream ends by closing the connection: the chunked body never ends.
         if written.is_err() || broken || !keep_alive {

@@ -3,8 +3,28 @@
 
 mod support;
 
-use serde_json::Value;
+use sausage_fake_llm::{FakeLlm, openai};
+use serde_json::{Value, json};
+use support::agent::{config_with, final_reply, world_with_config};
 use support::*;
+
+/// What only a sub-agent's requests hold (its instructions say it).
+const SUB: &str = "You are a sub-agent";
+
+/// The tool outputs a request sent back, whichever request it is.
+fn outputs_of(request: &Value) -> Vec<String> {
+    (request["input"].as_array().into_iter().flatten())
+        .filter(|item| item["type"] == "function_call_output")
+        .map(|item| item["output"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// The names of the tools a request offered.
+fn tools_of(request: &Value) -> Vec<String> {
+    (request["tools"].as_array().into_iter().flatten())
+        .map(|tool| tool["name"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
 
 #[test]
 fn sausage_roles_lists_the_built_in_roles_the_owners_files_and_refuses_a_bad_one_where_it_is() {
@@ -78,4 +98,137 @@ fn sausage_roles_lists_the_built_in_roles_the_owners_files_and_refuses_a_bad_one
     let missing = sausage(&["roles", "/nonexistent/world"]);
     assert!(!missing.status.success());
     assert!(!text(&missing.stderr).is_empty());
+}
+
+#[test]
+fn two_scouts_run_at_once_in_their_role_and_their_reports_and_cost_come_back_to_the_turn() {
+    let fake = FakeLlm::start();
+    // Each stream takes a while, so the two scouts' requests overlap.
+    fake.set_event_delay(std::time::Duration::from_millis(30));
+    let prices = json!({"test-model": {"input": 1.0, "output": 2.0, "cache_read": 1.0,
+        "cache_write": 1.0}});
+    let config = config_with(&fake, "openai-responses", json!({"prices": prices}));
+    let world = world_with_config(&fake, "openai-responses", config);
+    let delegate =
+        |brief: &str| openai::function_call("delegate", json!({"role": "scout", "brief": brief}));
+    fake.push_openai(openai::reply(vec![
+        delegate("Find SCOUT-ALPHA's file and say what it holds."),
+        delegate("Look for SCOUT-BETA in the logs."),
+    ]));
+    // Alpha tries to write, which its role refuses, then reports; beta reads, then reports.
+    fake.push_openai_for(
+        &[SUB, "SCOUT-ALPHA"],
+        openai::reply(vec![openai::function_call(
+            "write_file",
+            json!({"path": "/data/stolen.txt", "content": "x"}),
+        )]),
+    );
+    fake.push_openai_for(
+        &[SUB, "SCOUT-ALPHA"],
+        openai::text_reply("ALPHA found nothing to change."),
+    );
+    fake.push_openai_for(
+        &[SUB, "SCOUT-BETA"],
+        openai::reply(vec![openai::function_call(
+            "list_dir",
+            json!({"path": "/data"}),
+        )]),
+    );
+    fake.push_openai_for(
+        &[SUB, "SCOUT-BETA"],
+        openai::text_reply("BETA found the logs quiet."),
+    );
+    fake.push_openai(openai::text_reply("Both scouts reported."));
+
+    let mut host = Host::start(&world.root);
+    host.send("send two scouts");
+    let answer = final_reply(&mut host);
+    assert_eq!(answer["text"], "Both scouts reported.", "{answer}");
+    fake.assert_clean();
+    assert!(
+        fake.most_streams_at_once() >= 2,
+        "the scouts' requests overlapped: {}",
+        fake.most_streams_at_once()
+    );
+
+    let requests: Vec<Value> = fake.requests().into_iter().map(|r| r.body).collect();
+    assert_eq!(
+        requests.len(),
+        6,
+        "two of the agent's, two of each scout: {:?}",
+        outputs_of(requests.last().unwrap())
+    );
+    let of = |marker: &str| -> Vec<&Value> {
+        (requests.iter())
+            .filter(|r| {
+                let text = r.to_string();
+                text.contains(marker) && text.contains(SUB)
+            })
+            .collect()
+    };
+    let (alpha, beta) = (of("SCOUT-ALPHA"), of("SCOUT-BETA"));
+    assert_eq!((alpha.len(), beta.len()), (2, 2));
+    // Each scout is told its role and offered its tools, nothing that writes.
+    let instructions = alpha[0]["instructions"].as_str().unwrap_or_default();
+    assert!(instructions.contains("the role `scout`"), "{instructions}");
+    assert!(instructions.contains("You are a scout"), "{instructions}");
+    assert_eq!(
+        tools_of(alpha[0]),
+        [
+            "read_file",
+            "list_dir",
+            "search",
+            "find_files",
+            "plan",
+            "note"
+        ]
+    );
+    let refused = outputs_of(alpha[1]);
+    assert!(
+        refused[0].contains("`write_file` is not a tool of the scout role"),
+        "{refused:?}"
+    );
+    assert!(!world.path("private/agent-s1/data/stolen.txt").exists());
+    assert!(!world.path("private/agent-s2/data/stolen.txt").exists());
+    assert!(
+        outputs_of(beta[1])[0].contains("config.json"),
+        "beta read its own /data"
+    );
+
+    // The agent's last request holds both reports; the turn's cost is all six requests'.
+    let reports = outputs_of(&requests[5]);
+    assert_eq!(reports.len(), 2, "{reports:?}");
+    let joined = reports.join("\n");
+    for said in [
+        "scout sub-agent agent-s",
+        "ALPHA found nothing to change.",
+        "BETA found the logs quiet.",
+    ] {
+        assert!(joined.contains(said), "{said}: {joined}");
+    }
+    let spent: f64 = (fake.usage_log().iter())
+        .map(|u| {
+            let tokens = |f: &str| u[f].as_f64().unwrap_or(0.0);
+            (tokens("input_tokens") + 2.0 * tokens("output_tokens")) / 1e6
+        })
+        .sum();
+    let cost = answer["usage"]["cost_usd"].as_f64().unwrap();
+    assert!((cost - spent).abs() < 1e-5, "{cost} against {spent}");
+
+    // The person saw the scouts' work nested under the calls, and both were dismissed.
+    let nested = host.wait_for("a sub-agent's line", |m| {
+        m.from == "agent" && m.body["type"] == "subagent"
+    });
+    assert!(
+        nested.body["actor"]
+            .as_str()
+            .unwrap()
+            .starts_with("agent-s"),
+        "{:?}",
+        nested.body
+    );
+    eventually("both sub-agents dismissed", || {
+        let registry = world.json("sausage.json");
+        registry["actors"].get("agent-s1").is_none() && registry["actors"].get("agent-s2").is_none()
+    });
 }

@@ -166,6 +166,8 @@ pub struct Broker {
     routes: std::sync::RwLock<Arc<crate::world::routes::RouteTable>>,
     /// Where this host serves the routes, once it does: what replies about routes name.
     public_address: std::sync::OnceLock<std::net::SocketAddr>,
+    /// Held while a sub-agent is made, so that two made at once get two names (`subagents`).
+    delegating: tokio::sync::Mutex<()>,
     /// The decided approvals this host is carrying out, each started once (`holds`).
     carrying: Mutex<std::collections::HashSet<String>>,
     /// `holds` → `serve`: approved requests, to answer again as if they had just come (at most
@@ -265,6 +267,7 @@ impl Broker {
             admissions: limits::Admissions::default(),
             routes: std::sync::RwLock::default(),
             public_address: std::sync::OnceLock::new(),
+            delegating: tokio::sync::Mutex::default(),
             carrying: Mutex::default(),
             resumed,
             resumed_requests: Mutex::new(Some(resumed_requests)),

@@ -54,6 +54,8 @@ impl Broker {
             .ok_or("a sub-agent works for a person, and this request speaks for none")?
             .clone();
         let parent = request.from.clone();
+        // One at a time, from choosing the name to the registry's entry.
+        let _making = self.delegating.lock().await;
         let registry = self.registry().await;
         let depth = match registry.actors.get(parent.as_str()) {
             _ if parent.as_str() == "agent" => 0,
