@@ -150,6 +150,8 @@ pub struct Renderer {
     block: Option<Block>,
     /// What each turn streamed so far, to tell whether its final reply was already seen.
     streamed: HashMap<String, Streamed>,
+    /// Each sub-agent's streamed text after its last whole line.
+    sub_partial: HashMap<String, String>,
 }
 
 /// Streamed text of one turn, printed line by line as it comes.
@@ -170,6 +172,8 @@ struct Streamed {
     since_tool: String,
     /// The tool running, as its start line named it (`write_file /data/x`).
     tool: Option<String>,
+    /// Calls that run together (`delegate`), by their call id, as their start lines named them.
+    calls: HashMap<String, String>,
 }
 
 impl Renderer {
@@ -178,6 +182,7 @@ impl Renderer {
             width,
             block: None,
             streamed: HashMap::new(),
+            sub_partial: HashMap::new(),
         }
     }
 
@@ -192,6 +197,11 @@ impl Renderer {
             (Some("tool"), Some(turn)) => {
                 let mut lines = self.end_block();
                 lines.extend(self.tool(&turn, &body));
+                lines
+            }
+            (Some("subagent"), Some(_)) => {
+                let mut lines = self.end_block();
+                lines.extend(self.subagent(&body, 2));
                 lines
             }
             (Some("question"), _) => {
@@ -296,11 +306,18 @@ impl Renderer {
                 let what = format!("{name} {}", body["preview"].as_str().unwrap_or(""));
                 let what = what.trim_end().to_string();
                 streamed.since_tool.clear();
-                streamed.tool = Some(what.clone());
+                match body["call"].as_str() {
+                    Some(call) => drop(streamed.calls.insert(call.to_string(), what.clone())),
+                    None => streamed.tool = Some(what.clone()),
+                }
                 vec![format!("  ⚙ {what}")]
             }
             Some("finished") => {
-                let what = streamed.tool.take().unwrap_or_else(|| name.to_string());
+                let what = match body["call"].as_str() {
+                    Some(call) => streamed.calls.remove(call),
+                    None => streamed.tool.take(),
+                };
+                let what = what.unwrap_or_else(|| name.to_string());
                 let seconds = body["seconds"].as_f64().unwrap_or(0.0);
                 if body["ok"] != true {
                     vec![format!("  ✗ {what} failed ({seconds:.1} s)")]
@@ -311,6 +328,65 @@ impl Renderer {
                 }
             }
             _ => vec![script_line("?", false, body.clone())],
+        }
+    }
+
+    /// What a sub-agent did, `indent` columns in, under the call that started it: its brief,
+    /// its tools, its streamed text line by line (each prefixed with its id), and a sub-agent's
+    /// own sub-agents further in.
+    fn subagent(&mut self, body: &Value, indent: usize) -> Vec<String> {
+        let pad = " ".repeat(indent);
+        let actor = body["actor"].as_str().unwrap_or("a sub-agent");
+        let event = &body["event"];
+        match event["type"].as_str() {
+            Some("started") => vec![format!(
+                "{pad}  ↳ {actor} ({}): {}",
+                body["role"].as_str().unwrap_or("?"),
+                event["brief"].as_str().unwrap_or("")
+            )],
+            Some("tool") => {
+                let name = event["tool"].as_str().unwrap_or("a tool");
+                match event["state"].as_str() {
+                    Some("started") => {
+                        let preview = event["preview"].as_str().unwrap_or("");
+                        vec![format!("{pad}  ⚙ {actor} {name} {preview}").trim_end().to_string()]
+                    }
+                    Some("finished") if event["ok"] != true => {
+                        vec![format!("{pad}  ✗ {actor} {name} failed")]
+                    }
+                    _ => Vec::new(),
+                }
+            }
+            Some("progress") => {
+                let partial = self.sub_partial.entry(actor.to_string()).or_default();
+                partial.push_str(event["text"].as_str().unwrap_or(""));
+                let mut lines = Vec::new();
+                while let Some(end) = partial.find('\n') {
+                    let line: String = partial.drain(..=end).collect();
+                    let line = line.trim_end();
+                    if !line.is_empty() {
+                        lines.push(format!("{pad}  │ {actor}: {line}"));
+                    }
+                }
+                lines
+            }
+            Some("subagent") => {
+                let mut lines = self.sub_end(actor, &pad);
+                lines.extend(self.subagent(event, indent + 2));
+                lines
+            }
+            // Its plan and the like stay with it; its report is the call's output.
+            _ => Vec::new(),
+        }
+    }
+
+    /// A sub-agent's unfinished line, printed whole before something else of it.
+    fn sub_end(&mut self, actor: &str, pad: &str) -> Vec<String> {
+        let rest = self.sub_partial.remove(actor).unwrap_or_default();
+        let rest = rest.trim();
+        match rest.is_empty() {
+            true => Vec::new(),
+            false => vec![format!("{pad}  │ {actor}: {rest}")],
         }
     }
 
@@ -617,6 +693,41 @@ mod tests {
              ✓ send_message cargo build (12.3 s)\n  ⚙ read_file /data/nothing\n  \
              ✗ read_file /data/nothing failed (0.0 s)\n[agent] The greeter runs.\n\
              \x1b[2m  12,345 in · 2,000 cached · 678 out · $0.0123\x1b[0m"
+        );
+    }
+
+    #[test]
+    fn sub_agents_show_nested_under_their_calls() {
+        let sub = |actor: &str, event: Value| {
+            json!({"type": "subagent", "turn": "m-1", "actor": actor, "role": "scout",
+                   "call": format!("c-{actor}"), "event": event})
+        };
+        let delegate = |call: &str, state: &str| {
+            json!({"type": "tool", "turn": "m-1", "tool": "delegate", "state": state,
+                   "call": call, "preview": format!("scout: look at {call}"), "ok": true,
+                   "seconds": 3.0})
+        };
+        let shown = screen(
+            80,
+            &[
+                delegate("c-a", "started"),
+                delegate("c-b", "started"),
+                sub("a", json!({"type": "started", "brief": "look at the logs"})),
+                sub("a", json!({"type": "progress", "text": "Reading the"})),
+                sub("b", json!({"type": "tool", "tool": "read_file", "state": "started",
+                                "preview": "/data/x"})),
+                sub("a", json!({"type": "progress", "text": " logs now.\nDone"})),
+                sub("a", json!({"type": "subagent", "actor": "a-s1", "role": "reviewer",
+                                "event": {"type": "started", "brief": "review it"}})),
+                delegate("c-a", "finished"),
+            ],
+        );
+        assert_eq!(
+            shown,
+            "  ⚙ delegate scout: look at c-a\n  ⚙ delegate scout: look at c-b\n    \
+             ↳ a (scout): look at the logs\n    ⚙ b read_file /data/x\n    \
+             │ a: Reading the logs now.\n    │ a: Done\n      ↳ a-s1 (reviewer): review it\n  \
+             ✓ delegate scout: look at c-a (3.0 s)"
         );
     }
 

@@ -421,7 +421,8 @@ function progress(turn, text) {
 function toolLine(turn, body) {
   if (body.state === 'started') {
     closeBubble(turn);
-    addToTurn(turn, el('div', { class: 'tool-line', 'data-tool': body.tool, 'data-state': 'started' },
+    addToTurn(turn, el('div', { class: 'tool-line', 'data-tool': body.tool, 'data-state': 'started',
+      'data-call': body.call || null },
       el('span', { class: 'icon', 'aria-hidden': 'true' }),
       el('span', { class: 'name' }, body.tool),
       el('span', { class: 'preview', title: body.preview || '' }, body.preview || '')));
@@ -429,11 +430,61 @@ function toolLine(turn, body) {
     return;
   }
   const lines = turn.el.querySelectorAll(`.tool-line[data-state="started"]`);
-  const line = [...lines].reverse().find((l) => l.dataset.tool === body.tool);
+  // Calls that run together (delegate) name their call; the others end the last one started.
+  const line = [...lines].reverse().find((l) =>
+    body.call ? l.dataset.call === body.call : l.dataset.tool === body.tool);
   if (!line) return;
   line.dataset.state = 'finished';
   line.dataset.ok = body.ok ? 'true' : 'false';
   line.append(el('span', { class: 'seconds' }, `${body.seconds ?? 0} s`));
+}
+
+/** What a sub-agent does, nested under the `delegate` call that started it (DESIGN §26): its
+ * brief, its tool lines and its streamed text; a sub-agent's own sub-agents nest further in. */
+function subagentLine(turn, body, within) {
+  const host = within || turn.el.querySelector(`.tool-line[data-call="${CSS.escape(body.call || '')}"]`);
+  if (!host) return;
+  let box = [...host.querySelectorAll(':scope > .subagent')].find((b) => b.dataset.actor === body.actor);
+  if (!box) {
+    box = el('div', { class: 'subagent', 'data-actor': body.actor },
+      el('div', { class: 'subagent-head' }, `${body.actor} (${body.role || '?'})`));
+    host.append(box);
+  }
+  const event = body.event || {};
+  switch (event.type) {
+    case 'started':
+      box.append(el('div', { class: 'subagent-brief' }, event.brief || ''));
+      break;
+    case 'tool':
+      if (event.state === 'started') {
+        box.append(el('div', { class: 'tool-line', 'data-tool': event.tool, 'data-state': 'started' },
+          el('span', { class: 'icon', 'aria-hidden': 'true' }),
+          el('span', { class: 'name' }, event.tool),
+          el('span', { class: 'preview', title: event.preview || '' }, event.preview || '')));
+      } else {
+        const lines = box.querySelectorAll(':scope > .tool-line[data-state="started"]');
+        const line = [...lines].reverse().find((l) => l.dataset.tool === event.tool);
+        if (line) {
+          line.dataset.state = 'finished';
+          line.dataset.ok = event.ok ? 'true' : 'false';
+        }
+      }
+      break;
+    case 'progress': {
+      let text = box.lastElementChild;
+      if (!text || !text.classList.contains('subagent-text')) {
+        text = box.appendChild(el('div', { class: 'subagent-text' }));
+      }
+      text.textContent += event.text || '';
+      break;
+    }
+    case 'subagent':
+      subagentLine(turn, event, box);
+      break;
+    default:
+      break;
+  }
+  setRunning(turn, true);
 }
 
 /** Shows a turn's to-do card (replacing its earlier one). */
@@ -628,6 +679,7 @@ function onAgentMessage(message) {
     switch (body.type) {
       case 'progress': return progress(turnOf(id), body.text || '');
       case 'tool': return toolLine(turnOf(id), body);
+      case 'subagent': return subagentLine(turnOf(id), body);
       case 'plan': return planCard(turnOf(id), body.items);
       case 'question': return questionCard(turnOf(id), message);
       case 'text':
