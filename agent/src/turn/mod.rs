@@ -176,6 +176,9 @@ pub struct SavedTurn {
     /// The turn's span and its steps so far, from its first step on (see `spans`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<TurnTrace>,
+    /// The `delegate` calls of the step being run, until each has its output (`delegate`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub delegations: Vec<delegate::SavedDelegation>,
 }
 
 /// Whom an actor acts for (DESIGN §18), as the broker answered `{"type":"principal"}`.
@@ -293,6 +296,7 @@ impl SavedTurn {
             round_end: None,
             principal: None,
             trace: None,
+            delegations: Vec::new(),
         }
     }
 
@@ -1028,7 +1032,19 @@ impl<H: Host> Agent<H> {
                 return self.conclude(history, turn, Outcome::Cut(words, None));
             }
         };
+        // A batch of sub-agents the restart cut off: the same ones report.
+        let mut delegated = HashMap::new();
+        if !turn.delegations.is_empty() {
+            match self.resume_delegations(&config, &mut history, &mut turn) {
+                Some(outputs) => delegated = outputs,
+                None => return self.stop(&history, &turn),
+            }
+        }
         for id in history.open_calls() {
+            if let Some(output) = delegated.remove(&id) {
+                history.entries.push(Entry::ToolResult { id, output });
+                continue;
+            }
             let output = match turn.waiting.clone().filter(|w| w.call_id == id) {
                 Some(waiting) if waiting.question => {
                     // The same question, waited for until its deadline, whatever the restarts.
