@@ -219,6 +219,12 @@ impl FakeLlm {
         self.shared.state.lock().unwrap().script.push_back(scripted);
     }
 
+    /// How many answers are streaming now (a dropped request ends its stream at the next event
+    /// the fake writes).
+    pub fn streams_now(&self) -> i64 {
+        self.shared.state.lock().unwrap().streaming.0
+    }
+
     /// The most answers that streamed at once so far: 2 or more when requests overlapped.
     pub fn most_streams_at_once(&self) -> i64 {
         self.shared.state.lock().unwrap().streaming.1

@@ -232,3 +232,144 @@ fn two_scouts_run_at_once_in_their_role_and_their_reports_and_cost_come_back_to_
         registry["actors"].get("agent-s1").is_none() && registry["actors"].get("agent-s2").is_none()
     });
 }
+
+/// The pause between two events of a slow answer: its words take some seconds to come.
+const SLOW_EVENT_DELAY: std::time::Duration = std::time::Duration::from_millis(150);
+
+/// Every file under `dir` named `name`.
+fn files_named(dir: &std::path::Path, name: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_named(&path, name));
+        } else if entry.file_name() == name {
+            found.push(path);
+        }
+    }
+    found
+}
+
+#[test]
+fn a_stop_ends_the_turn_and_its_sub_agents_model_request_within_a_second() {
+    let fake = FakeLlm::start();
+    let world = support::agent::world_with_agent(&fake, "openai-responses");
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "delegate",
+        json!({"role": "worker", "brief": "Deploy SLOW-WORK now."}),
+    )]));
+    let words = ["I will deploy it now, word by word."; 8].join(" ");
+    fake.push_openai_for(
+        &[SUB, "SLOW-WORK"],
+        openai::reply(vec![
+            openai::message(&words),
+            openai::function_call(
+                "write_file",
+                json!({"path": "/data/deployed.txt", "content": "deployed"}),
+            ),
+        ]),
+    );
+    let mut host = Host::start(&world.root);
+    fake.set_event_delay(SLOW_EVENT_DELAY);
+    host.send("deploy it through a worker");
+    let streaming = host.wait_for("the worker's first words", |m| {
+        m.body["type"] == "subagent" && m.body["event"]["type"] == "progress"
+    });
+    let turn = streaming.body["turn"].as_str().unwrap().to_string();
+    let asked = std::time::Instant::now();
+    host.tell("agent", json!({"type": "stop", "turn": turn}));
+    let reply = final_reply(&mut host);
+    let took = asked.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(1),
+        "the stop took {took:?}: {reply}"
+    );
+    assert_eq!(reply["stopped"], "stop", "{reply}");
+    // The worker's request is dropped with it, and the call that would have come never runs.
+    eventually("the worker's stream to end", || fake.streams_now() == 0);
+    assert!(
+        asked.elapsed() < std::time::Duration::from_secs(2),
+        "{:?}",
+        asked.elapsed()
+    );
+    std::thread::sleep(SLOW_EVENT_DELAY * 60);
+    assert!(files_named(&world.root, "deployed.txt").is_empty());
+    assert_eq!(
+        fake.requests().len(),
+        2,
+        "the agent's and the worker's, no more"
+    );
+    eventually("the worker dismissed", || {
+        world.json("sausage.json")["actors"]
+            .get("agent-s1")
+            .is_none()
+    });
+}
+
+#[test]
+fn a_host_killed_mid_tree_resumes_the_sub_agent_and_repeats_no_answered_request() {
+    let fake = FakeLlm::start();
+    let world = support::agent::world_with_agent(&fake, "openai-responses");
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "delegate",
+        json!({"role": "scout", "brief": "Count KILLED-TREE's files."}),
+    )]));
+    fake.push_openai_for(
+        &[SUB, "KILLED-TREE"],
+        openai::reply(vec![openai::function_call(
+            "list_dir",
+            json!({"path": "/data"}),
+        )]),
+    );
+    let words = ["Counting, slowly, one by one."; 8].join(" ");
+    fake.push_openai_for(&[SUB, "KILLED-TREE"], openai::text_reply(&words));
+    fake.set_event_delay(SLOW_EVENT_DELAY);
+    let mut host = Host::start(&world.root);
+    host.send("count them through a scout");
+    // Killed while the scout's second answer streams (its first is recorded).
+    eventually("the scout's second request", || fake.requests().len() == 3);
+    host.wait_for("the scout's words", |m| {
+        m.body["type"] == "subagent" && m.body["event"]["type"] == "progress"
+    });
+    host.kill();
+
+    fake.set_event_delay(std::time::Duration::ZERO);
+    fake.push_openai_for(
+        &[SUB, "KILLED-TREE"],
+        openai::text_reply("There are 3 files."),
+    );
+    fake.push_openai(openai::text_reply("The scout counted 3."));
+    let mut host = Host::start(&world.root);
+    let answer = final_reply(&mut host);
+    assert_eq!(answer["text"], "The scout counted 3.", "{answer}");
+    let requests: Vec<Value> = fake.requests().into_iter().map(|r| r.body).collect();
+    assert_eq!(requests.len(), 5, "one repeated: the one cut off");
+    let scouts: Vec<&Value> = requests
+        .iter()
+        .filter(|r| r.to_string().contains(SUB))
+        .collect();
+    assert_eq!(scouts.len(), 3);
+    assert!(outputs_of(scouts[0]).is_empty());
+    assert_eq!(
+        outputs_of(scouts[1]).len(),
+        1,
+        "the list_dir's output, once"
+    );
+    assert_eq!(
+        outputs_of(scouts[2]),
+        outputs_of(scouts[1]),
+        "the cut request, asked again"
+    );
+    let agents: Vec<&Value> = requests
+        .iter()
+        .filter(|r| !r.to_string().contains(SUB))
+        .collect();
+    assert_eq!(
+        agents.len(),
+        2,
+        "the agent's delegation was not asked again"
+    );
+    let report = outputs_of(agents[1]).join("\n");
+    assert!(report.contains("There are 3 files."), "{report}");
+    fake.assert_clean();
+}

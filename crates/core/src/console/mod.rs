@@ -363,7 +363,10 @@ impl Console {
                 }
                 // A turn's progress and tool notices (DESIGN §12) are shown, but a script's
                 // `/await agent` waits for what the turn comes to, as it did before they existed.
-                let notice = matches!(body["type"].as_str(), Some("progress" | "tool" | "subagent"));
+                let notice = matches!(
+                    body["type"].as_str(),
+                    Some("progress" | "tool" | "subagent")
+                );
                 console
                     .out
                     .message(&message.from, message.reply_to.is_some(), body);

@@ -349,7 +349,11 @@ impl Renderer {
                 match event["state"].as_str() {
                     Some("started") => {
                         let preview = event["preview"].as_str().unwrap_or("");
-                        vec![format!("{pad}  ⚙ {actor} {name} {preview}").trim_end().to_string()]
+                        vec![
+                            format!("{pad}  ⚙ {actor} {name} {preview}")
+                                .trim_end()
+                                .to_string(),
+                        ]
                     }
                     Some("finished") if event["ok"] != true => {
                         vec![format!("{pad}  ✗ {actor} {name} failed")]
@@ -714,11 +718,17 @@ mod tests {
                 delegate("c-b", "started"),
                 sub("a", json!({"type": "started", "brief": "look at the logs"})),
                 sub("a", json!({"type": "progress", "text": "Reading the"})),
-                sub("b", json!({"type": "tool", "tool": "read_file", "state": "started",
-                                "preview": "/data/x"})),
+                sub(
+                    "b",
+                    json!({"type": "tool", "tool": "read_file", "state": "started",
+                                "preview": "/data/x"}),
+                ),
                 sub("a", json!({"type": "progress", "text": " logs now.\nDone"})),
-                sub("a", json!({"type": "subagent", "actor": "a-s1", "role": "reviewer",
-                                "event": {"type": "started", "brief": "review it"}})),
+                sub(
+                    "a",
+                    json!({"type": "subagent", "actor": "a-s1", "role": "reviewer",
+                                "event": {"type": "started", "brief": "review it"}}),
+                ),
                 delegate("c-a", "finished"),
             ],
         );
