@@ -98,6 +98,9 @@ fn from_files(world: &World, running: bool) -> Result<Value> {
                 "id": id, "kind": "wasm", "version": entry.version, "owner": entry.owner,
                 "state": if running { json!(status.state) } else { json!("stopped") },
                 "restarts": status.restarts, "routes": routes(id),
+                "subagent": entry.subagent.as_ref().map(|s| {
+                    json!({"parent": s.parent, "role": s.role, "depth": s.depth})
+                }),
             })
         })
         .collect();

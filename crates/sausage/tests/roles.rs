@@ -276,6 +276,18 @@ fn a_stop_ends_the_turn_and_its_sub_agents_model_request_within_a_second() {
         m.body["type"] == "subagent" && m.body["event"]["type"] == "progress"
     });
     let turn = streaming.body["turn"].as_str().unwrap().to_string();
+    // `/list` shows the worker while it works: whose, in which role, how deep.
+    let list = host.request(json!({"type": "list"}));
+    let worker = (list["actors"].as_array().unwrap().iter())
+        .find(|a| a["id"] == "agent-s1")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        worker["subagent"],
+        json!({"parent": "agent", "role": "worker", "depth": 1}),
+        "{list}"
+    );
+    assert_eq!(worker["owner"], "owner", "{worker}");
     let asked = std::time::Instant::now();
     host.tell("agent", json!({"type": "stop", "turn": turn}));
     let reply = final_reply(&mut host);

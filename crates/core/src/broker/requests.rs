@@ -1339,6 +1339,9 @@ impl Broker {
                 "queued": self.router.mailbox(&actor).map_or(0, |m| m.len()),
                 "memory": memory.get(&actor).filter(|bytes| **bytes > 0),
                 "routes": routes.get(id.as_str()).cloned().unwrap_or_default(),
+                "subagent": entry.and_then(|e| e.subagent.as_ref()).map(|s| {
+                    json!({"parent": s.parent, "role": s.role, "depth": s.depth})
+                }),
             }));
             if let (Some(cluster), Some(row)) = (&self.cluster, actors.last_mut()) {
                 let here = cluster.placement.host().to_string();

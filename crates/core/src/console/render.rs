@@ -558,8 +558,18 @@ pub fn actors_table(list: &Value) -> Vec<String> {
                         (_, Some(state)) => state.to_string(),
                         _ => "—".to_string(),
                     };
+                    // A sub-agent says whose and in which role: `agent-s1 (scout of agent)`.
+                    let id = match actor["subagent"].as_object() {
+                        Some(sub) => format!(
+                            "{} ({} of {})",
+                            cell(&actor["id"]),
+                            cell(&sub["role"]),
+                            cell(&sub["parent"])
+                        ),
+                        None => cell(&actor["id"]),
+                    };
                     vec![
-                        cell(&actor["id"]),
+                        id,
                         state,
                         cell(&actor["version"]),
                         cell(&actor["owner"]),
