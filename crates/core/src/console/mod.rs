@@ -707,7 +707,7 @@ enum Output {
     /// A person's terminal: above the line being typed, the agent's turns rendered.
     Terminal {
         printer: Printer,
-        screen: Mutex<Screen>,
+        screen: Box<Mutex<Screen>>,
     },
 }
 
@@ -731,10 +731,10 @@ impl Output {
     fn terminal(printer: Printer) -> Output {
         Output::Terminal {
             printer,
-            screen: Mutex::new(Screen {
+            screen: Box::new(Mutex::new(Screen {
                 renderer: Renderer::new(DEFAULT_WIDTH),
                 live: None,
-            }),
+            })),
         }
     }
 
