@@ -382,6 +382,15 @@ impl<H: Host> Agent<H> {
         delegation.saved.actor = Some(actor.clone());
         if message.kind() == "text" && message.body.get("usage").is_some() {
             self.charge_report(turn, &message.body);
+            // What it changed, a rewind of this turn puts back.
+            let actors: Vec<String> = (message.body["changed"]["actors"].as_array())
+                .into_iter()
+                .flatten()
+                .filter_map(|a| a.as_str().map(str::to_owned))
+                .collect();
+            if let Err(e) = self.keep_delegated(turn, &reply_to, actors) {
+                eprintln!("agent: what sub-agent {actor} changed cannot be rewound: {e}");
+            }
             let output = delegation::report_words(&actor, &delegation.role.name, &message.body);
             self.dismiss(delegation);
             delegation.saved.output = Some(output);

@@ -49,6 +49,17 @@ pub struct Record {
     /// Messages the turn sent to other actors (`<to>: <type>`), which a rewind cannot recall.
     #[serde(default)]
     pub sent: Vec<String>,
+    /// What the turn's sub-agents changed (DESIGN §26): each one's turn (its brief's id), under
+    /// which the broker kept the actors it changed, in the order they reported.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub delegated: Vec<Delegated>,
+}
+
+/// The actors one sub-agent's turn changed, kept by the broker under that turn.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Delegated {
+    pub turn: String,
+    pub actors: Vec<String>,
 }
 
 /// A path the turn changed, as it was before.
@@ -155,6 +166,25 @@ impl<H: Host> Agent<H> {
                 ..Record::default()
             }
         })
+    }
+
+    /// A sub-agent of this turn reported that its turn `sub_turn` changed `actors`: a rewind
+    /// of this turn puts them back too.
+    pub(super) fn keep_delegated(
+        &mut self,
+        turn: &SavedTurn,
+        sub_turn: &str,
+        actors: Vec<String>,
+    ) -> Result<(), String> {
+        if self.candidate || actors.is_empty() {
+            return Ok(());
+        }
+        let mut record = self.record_of(turn);
+        record.delegated.push(Delegated {
+            turn: sub_turn.to_string(),
+            actors,
+        });
+        save(&self.data, &record)
     }
 
     /// Before a tool changes `path` (a file or folder of the agent's own): the first change of
@@ -303,7 +333,20 @@ impl<H: Host> Agent<H> {
         self.rewinding = true;
         let mut restored = Vec::new();
         let mut not_recalled: Vec<String> = Vec::new();
-        for actor in record.actors.iter().rev() {
+        // The sub-agents' changes came after the turn's own first changes: undone first, the
+        // last reported first.
+        let own = record
+            .actors
+            .iter()
+            .rev()
+            .map(|actor| (turn.as_str(), actor));
+        let delegated = (record.delegated.iter().rev()).flat_map(|d| {
+            d.actors
+                .iter()
+                .rev()
+                .map(move |actor| (d.turn.as_str(), actor))
+        });
+        for (turn, actor) in delegated.chain(own) {
             let body = json!({"type": "restore", "turn": turn, "actor": actor});
             match self.ask_broker(body, person.clone()) {
                 Some(reply) if reply["type"] == "restored" => restored.push(reply),
@@ -363,13 +406,16 @@ impl<H: Host> Agent<H> {
 
     /// For a member's rewind: every actor the turn changed is theirs (or gone).
     fn touched_only_own(&mut self, record: &Record, person: Option<&str>) -> Result<(), String> {
-        if record.actors.is_empty() {
+        let changed: Vec<&String> = (record.actors.iter())
+            .chain(record.delegated.iter().flat_map(|d| d.actors.iter()))
+            .collect();
+        if changed.is_empty() {
             return Ok(());
         }
         let Some(list) = self.ask_broker(json!({"type": "list"}), None) else {
             return Err("refused: the broker did not say who owns the actors".into());
         };
-        for actor in &record.actors {
+        for actor in changed {
             let owner = list["actors"]
                 .as_array()
                 .and_then(|all| all.iter().find(|a| a["id"] == actor.as_str()))

@@ -385,3 +385,51 @@ fn a_host_killed_mid_tree_resumes_the_sub_agent_and_repeats_no_answered_request(
     assert!(report.contains("There are 3 files."), "{report}");
     fake.assert_clean();
 }
+
+#[test]
+fn rewinding_the_turn_undoes_what_its_worker_changed() {
+    let fake = FakeLlm::start();
+    let world = support::agent::world_with_agent(&fake, "openai-responses");
+    world.install("echo", "echo");
+    // A build of echo in its public folder, for the worker to upgrade it to.
+    std::fs::copy(wasm("echo"), world.path("actor/echo/public/echo.wasm")).unwrap();
+    std::fs::create_dir_all(world.path("actor/echo/public/src")).unwrap();
+    std::fs::write(world.path("actor/echo/public/src/actor.json"), "{}").unwrap();
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "delegate",
+        json!({"role": "worker", "brief": "Upgrade REWIND-ECHO, the echo actor."}),
+    )]));
+    fake.push_openai_for(
+        &[SUB, "REWIND-ECHO"],
+        openai::reply(vec![openai::function_call(
+            "send_message",
+            json!({"to": "broker", "body": {"type": "upgrade", "actor": "echo",
+                   "wasm": "/actor/echo/public/echo.wasm", "source": "/actor/echo/public/src"},
+                   "wait_seconds": 120}),
+        )]),
+    );
+    fake.push_openai_for(&[SUB, "REWIND-ECHO"], openai::text_reply("Upgraded echo."));
+    fake.push_openai(openai::text_reply("The worker upgraded echo."));
+    let mut host = Host::start(&world.root);
+    host.send("upgrade echo through a worker");
+    let answer = final_reply(&mut host);
+    assert_eq!(answer["text"], "The worker upgraded echo.", "{answer}");
+    assert_eq!(answer["rewindable"], true, "{answer}");
+    let version = || world.json("sausage.json")["actors"]["echo"]["version"].clone();
+    assert_eq!(version(), 2);
+    let report = outputs_of(&fake.requests()[3].body).join("\n");
+    assert!(report.contains("actors changed: echo"), "{report}");
+
+    host.send("/rewind");
+    let rewound = host
+        .wait_for_within(
+            std::time::Duration::from_secs(120),
+            "the rewind's answer",
+            |m| m.from == "agent" && matches!(m.body["type"].as_str(), Some("rewound" | "error")),
+        )
+        .body;
+    assert_eq!(rewound["type"], "rewound", "{rewound}");
+    assert_eq!(rewound["actors"][0]["actor"], "echo", "{rewound}");
+    assert_eq!(rewound["not_recalled"], json!([]), "{rewound}");
+    assert_eq!(version(), 1, "echo's version before the worker's upgrade");
+}
