@@ -2118,6 +2118,8 @@ fn write_json(path: &std::path::Path, value: &impl Serialize) -> Result<(), Stri
 }
 
 #[cfg(test)]
+mod delegate_tests;
+#[cfg(test)]
 mod tests;
 
 #[cfg(test)]
