@@ -1,6 +1,7 @@
 //! The web console's page in a real browser (headless chromium over WebDriver): logging in, the
 //! chat with the agent on the fake model provider (streaming, tool lines, a plan, a question
-//! answered by a button, the stop button, a turn rewound), actions on an actor with their
+//! answered by a button, the stop button, a turn rewound, a sub-agent's work nested under its
+//! delegate line), actions on an actor with their
 //! confirmation, a rollback, an upgrade's shadow run side by side, a turn's waterfall, the
 //! graph, reconnecting after the world restarts, and a phone's screen. Each test leaves a screenshot in
 //! `target/browser/`.
@@ -940,4 +941,57 @@ fn the_agents_request_for_a_secret_is_answered_in_a_password_field_and_the_turn_
     assert!(!page.contains(VALUE), "the page holds the value");
     let stored = std::fs::read_to_string(world.path("broker/secrets/secrets.json")).unwrap();
     assert!(stored.contains(VALUE));
+}
+
+#[test]
+fn a_sub_agents_brief_tools_and_text_show_nested_under_the_delegate_line() {
+    const SUB: &str = "You are a sub-agent";
+    let fake = FakeLlm::start();
+    let world = world_with_agent(&fake, "openai-responses");
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "delegate",
+        json!({"role": "scout", "brief": "Look in NESTED-DATA for the config."}),
+    )]));
+    fake.push_openai_for(
+        &[SUB, "NESTED-DATA"],
+        openai::reply(vec![
+            openai::message("Listing the folder first."),
+            openai::function_call("list_dir", json!({"path": "/data"})),
+        ]),
+    );
+    fake.push_openai_for(
+        &[SUB, "NESTED-DATA"],
+        openai::text_reply("The config is /data/config.json."),
+    );
+    fake.push_openai(openai::text_reply("The scout found the config."));
+    let web = WebHost::start(&world);
+    let browser = logged_in(&web);
+    browser.type_into("#chat-input", &format!("where is the config?{ENTER}"));
+
+    let delegate = ".tool-line[data-tool=delegate]";
+    browser.wait_text(
+        &format!("{delegate} .preview"),
+        "scout: Look in NESTED-DATA",
+    );
+    browser.wait_text(
+        &format!("{delegate} .subagent .subagent-head"),
+        "agent-s1 (scout)",
+    );
+    browser.wait_text(
+        &format!("{delegate} .subagent .subagent-brief"),
+        "Look in NESTED-DATA for the config.",
+    );
+    browser.wait_text(
+        &format!("{delegate} .subagent .subagent-text"),
+        "Listing the folder",
+    );
+    browser.wait_shown(&format!(
+        "{delegate} .subagent .tool-line[data-tool=list_dir][data-state=finished]"
+    ));
+    browser.wait_text(
+        ".turn[data-done=true] .turn-answer",
+        "The scout found the config.",
+    );
+    browser.wait_shown(&format!("{delegate}[data-state=finished][data-ok=true]"));
+    fake.assert_clean();
 }

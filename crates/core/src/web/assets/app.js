@@ -429,14 +429,21 @@ function toolLine(turn, body) {
     setRunning(turn, true);
     return;
   }
-  const lines = turn.el.querySelectorAll(`.tool-line[data-state="started"]`);
+  const lines = [...turn.el.querySelectorAll(`.tool-line[data-state="started"]`)]
+    .filter((l) => !l.closest('.subagent'));
   // Calls that run together (delegate) name their call; the others end the last one started.
-  const line = [...lines].reverse().find((l) =>
+  const line = lines.reverse().find((l) =>
     body.call ? l.dataset.call === body.call : l.dataset.tool === body.tool);
   if (!line) return;
   line.dataset.state = 'finished';
   line.dataset.ok = body.ok ? 'true' : 'false';
-  line.append(el('span', { class: 'seconds' }, `${body.seconds ?? 0} s`));
+  setSeconds(line, `${body.seconds ?? 0} s`);
+}
+
+/** A tool line's time, on the line itself, before the sub-agents' work nested under it. */
+function setSeconds(line, text) {
+  line.querySelector(':scope > .seconds')?.remove();
+  line.insertBefore(el('span', { class: 'seconds' }, text), line.querySelector(':scope > .subagent'));
 }
 
 /** What a sub-agent does, nested under the `delegate` call that started it (DESIGN §26): its
@@ -630,15 +637,15 @@ function thousands(n) {
  * both ways: each tool line's outcome and time from the waterfall's steps, and the cost line
  * (`usage`, `stopped`). */
 function turnEnding(turn, ending) {
-  const lines = [...turn.el.querySelectorAll('.tool-line')];
+  // The turn's own tool lines, not those of its sub-agents nested under a delegate line.
+  const lines = [...turn.el.querySelectorAll('.tool-line')].filter((l) => !l.closest('.subagent'));
   const tools = (Array.isArray(ending.steps) ? ending.steps : []).filter((step) => step.kind === 'tool');
   tools.forEach((step, i) => {
     const line = lines[i];
     if (!line || line.dataset.tool !== step.name) return;
     line.dataset.state = 'finished';
     line.dataset.ok = step.ok === false ? 'false' : 'true';
-    $('.seconds', line)?.remove();
-    line.append(el('span', { class: 'seconds' }, `${(Math.max(0, step.ms || 0) / 1000).toFixed(1)} s`));
+    setSeconds(line, `${(Math.max(0, step.ms || 0) / 1000).toFixed(1)} s`);
   });
   if (!ending.usage) return;
   const usage = ending.usage;
