@@ -433,3 +433,58 @@ fn rewinding_the_turn_undoes_what_its_worker_changed() {
     assert_eq!(rewound["not_recalled"], json!([]), "{rewound}");
     assert_eq!(version(), 1, "echo's version before the worker's upgrade");
 }
+
+#[test]
+fn a_members_worker_has_the_members_rights_and_no_more() {
+    let fake = FakeLlm::start();
+    let world = support::agent::world_with_agent(&fake, "openai-responses");
+    world.install("echo", "echo");
+    std::fs::copy(wasm("echo"), world.path("actor/echo/public/echo.wasm")).unwrap();
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "delegate",
+        json!({"role": "worker", "brief": "Upgrade MEMBER-WORK, the owner's echo."}),
+    )]));
+    fake.push_openai_for(
+        &[SUB, "MEMBER-WORK"],
+        openai::reply(vec![openai::function_call(
+            "send_message",
+            json!({"to": "broker", "body": {"type": "upgrade", "actor": "echo",
+                   "wasm": "/actor/echo/public/echo.wasm"}, "wait_seconds": 60}),
+        )]),
+    );
+    fake.push_openai_for(&[SUB, "MEMBER-WORK"], openai::text_reply("I was refused."));
+    fake.push_openai(openai::text_reply("The worker could not."));
+    let web = support::web::WebHost::start(&world);
+    let dir = world.path("");
+    let out = sausage(&[
+        "people",
+        "add",
+        "ann",
+        "--tier",
+        "member",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ann = web.log_in_with(&text(&out.stdout));
+    let mut events = ann.events(None);
+    let sent = ann.post(
+        "/api/send",
+        &json!({"to": "agent", "body": {"type": "text", "text": "upgrade echo"}}),
+    );
+    assert_eq!(sent.status, 200, "{}", sent.text());
+    events.wait_for("message", support::web::EVENT_PATIENCE, |data| {
+        data["body"]["type"] == "text" && data["body"]["text"] == "The worker could not."
+    });
+    let requests: Vec<Value> = fake.requests().into_iter().map(|r| r.body).collect();
+    let worker = (requests.iter())
+        .filter(|r| r.to_string().contains(SUB))
+        .nth(1)
+        .expect("the worker's second request");
+    let refusal = outputs_of(worker).join("\n");
+    assert!(refusal.contains("refused"), "{refusal}");
+    assert!(refusal.contains("echo"), "{refusal}");
+    assert_eq!(world.json("sausage.json")["actors"]["echo"]["version"], 1);
+    eventually("the worker dismissed", || {
+        world.json("sausage.json")["actors"]["agent-s1"].is_null()
+    });
+}
