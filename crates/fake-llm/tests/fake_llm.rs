@@ -3208,3 +3208,38 @@ fn events_can_be_paced_so_progress_shows_while_a_step_streams() {
     );
     fake.assert_clean();
 }
+
+#[test]
+fn a_reply_for_texts_goes_to_the_request_holding_them_whatever_the_order() {
+    let fake = FakeLlm::start_expecting_violations();
+    fake.push_openai(openai::text_reply("for anyone"));
+    fake.push_openai_for(&["sub-agent", "ALPHA"], openai::text_reply("for alpha"));
+    fake.push_openai_for(&["sub-agent", "BETA"], openai::text_reply("for beta"));
+    let asking = |text: &str| {
+        let mut body = openai_request();
+        body["instructions"] = json!(text);
+        body
+    };
+    let answer = |response: Response| response.body["output"][0]["content"][0]["text"].clone();
+    // Beta asks first, then alpha, then someone else; each gets its own.
+    assert_eq!(
+        answer(send_openai(&fake, &asking("a sub-agent: BETA"))),
+        "for beta"
+    );
+    assert_eq!(
+        answer(send_openai(&fake, &asking("ALPHA, not one of them"))),
+        "for anyone"
+    );
+    assert_eq!(
+        answer(send_openai(&fake, &asking("a sub-agent: ALPHA"))),
+        "for alpha"
+    );
+    let empty = send_openai(&fake, &asking("a sub-agent: BETA"));
+    assert_eq!(
+        empty.status,
+        500,
+        "nothing is left for it: {}",
+        empty.text()
+    );
+    let _ = fake.violations();
+}
