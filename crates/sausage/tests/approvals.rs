@@ -568,17 +568,7 @@ fn on_a_cluster_any_host_decides_what_another_held_and_a_hold_outlives_its_host(
     list_until(&mut a.host, "ann-bot runs on a", |l| {
         placed(l, "ann-bot") == ("a".into(), "running".into())
     });
-    let dir = one.path("");
-    let out = sausage(&[
-        "people",
-        "add",
-        "ann",
-        "--tier",
-        "member",
-        dir.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let ann = a.log_in_with(&text(&out.stdout));
+    let ann = a.add_person(&one, "ann", "member");
     let args = on("b");
     let mut b = WebHost::start_with(&two, &args.iter().map(String::as_str).collect::<Vec<_>>());
     list_until(&mut b.host, "two hosts", |l| {

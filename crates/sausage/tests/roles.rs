@@ -455,17 +455,7 @@ fn a_members_worker_has_the_members_rights_and_no_more() {
     fake.push_openai_for(&[SUB, "MEMBER-WORK"], openai::text_reply("I was refused."));
     fake.push_openai(openai::text_reply("The worker could not."));
     let web = support::web::WebHost::start(&world);
-    let dir = world.path("");
-    let out = sausage(&[
-        "people",
-        "add",
-        "ann",
-        "--tier",
-        "member",
-        dir.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let ann = web.log_in_with(&text(&out.stdout));
+    let ann = web.add_person(&world, "ann", "member");
     let mut events = ann.events(None);
     let sent = ann.post(
         "/api/send",

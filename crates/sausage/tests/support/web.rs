@@ -58,6 +58,15 @@ impl WebHost {
             .unwrap()
     }
 
+    /// Adds person `id` of `tier` to `world` (`sausage people add`) and returns a client logged
+    /// in with the link it printed.
+    pub fn add_person(&self, world: &TestWorld, id: &str, tier: &str) -> Client {
+        let dir = world.path("");
+        let out = super::sausage(&["people", "add", id, "--tier", tier, dir.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", super::text(&out.stderr));
+        self.log_in_with(&super::text(&out.stdout))
+    }
+
     /// Logs in with the printed link and returns a client with the session.
     pub fn log_in(&self) -> Client {
         self.log_in_with(&self.login_link.clone())
