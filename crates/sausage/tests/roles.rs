@@ -478,3 +478,51 @@ fn a_members_worker_has_the_members_rights_and_no_more() {
         world.json("sausage.json")["actors"]["agent-s1"].is_null()
     });
 }
+
+#[test]
+fn a_sub_agents_turn_is_traced_under_the_delegate_call_that_started_it() {
+    let otlp = support::otlp::Otlp::start();
+    let fake = FakeLlm::start();
+    let world = support::agent::world_with_agent(&fake, "openai-responses");
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "delegate",
+        json!({"role": "scout", "brief": "Say hello, TRACED-SCOUT."}),
+    )]));
+    fake.push_openai_for(&[SUB, "TRACED-SCOUT"], openai::text_reply("Hello."));
+    fake.push_openai(openai::text_reply("The scout said hello."));
+    let mut host = Host::start_with(&world.root, &["--no-web", "--otlp", &otlp.endpoint()], &[]);
+    host.send("have a scout say hello");
+    assert_eq!(final_reply(&mut host)["text"], "The scout said hello.");
+    let named = |spans: &[Value], name: &str| -> Vec<Value> {
+        spans
+            .iter()
+            .filter(|s| s["name"] == name)
+            .cloned()
+            .collect()
+    };
+    let spans = otlp.wait_for(
+        "both turns' spans",
+        std::time::Duration::from_secs(30),
+        |spans| {
+            !named(spans, "invoke_agent agent-s1").is_empty()
+                && !named(spans, "execute_tool delegate").is_empty()
+                && !named(spans, "invoke_agent agent").is_empty()
+        },
+    );
+    let parent = |span: &Value| -> Value {
+        (spans.iter())
+            .find(|s| s["span_id"] == span["parent_span_id"] && s["trace_id"] == span["trace_id"])
+            .cloned()
+            .unwrap_or_else(|| panic!("no parent for {span}"))
+    };
+    let sub = &named(&spans, "invoke_agent agent-s1")[0];
+    let tool = &named(&spans, "execute_tool delegate")[0];
+    let turn = &named(&spans, "invoke_agent agent")[0];
+    // The sub-agent's turn → the broker's `delegate` request's delivery → the tool call → the turn.
+    let delivery = parent(sub);
+    assert_eq!(delivery["name"], "deliver broker", "{delivery}");
+    assert_eq!(parent(&delivery)["span_id"], tool["span_id"], "{delivery}");
+    assert_eq!(tool["parent_span_id"], turn["span_id"], "{tool}");
+    assert_eq!(sub["trace_id"], turn["trace_id"]);
+    host.quit();
+}
