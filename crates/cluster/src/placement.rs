@@ -495,13 +495,17 @@ impl Cluster {
         true
     }
 
-    /// Places a new actor on the least loaded live host; returns that host.
-    pub async fn place_new(&self, id: &ActorId) -> anyhow::Result<String> {
-        let host = self
-            .view
-            .lock()
-            .expect("view lock")
-            .least_loaded(&self.host);
+    /// Places a new actor on the least loaded live host (this one when `here`); returns that
+    /// host.
+    pub async fn place_new(&self, id: &ActorId, here: bool) -> anyhow::Result<String> {
+        let host = match here {
+            true => self.host.to_string(),
+            false => self
+                .view
+                .lock()
+                .expect("view lock")
+                .least_loaded(&self.host),
+        };
         let value = bytes::Bytes::copy_from_slice(host.as_bytes());
         let revision = self
             .registry

@@ -41,8 +41,8 @@ impl Placement for Cluster {
         self.hosts_view()
     }
 
-    fn place_new<'a>(&'a self, id: &'a ActorId) -> BoxFuture<'a, Result<String>> {
-        Box::pin(Cluster::place_new(self, id))
+    fn place_new<'a>(&'a self, id: &'a ActorId, here: bool) -> BoxFuture<'a, Result<String>> {
+        Box::pin(Cluster::place_new(self, id, here))
     }
 
     fn forward_request(&self, host: &str, request: Arc<Envelope>) {

@@ -526,3 +526,43 @@ fn a_sub_agents_turn_is_traced_under_the_delegate_call_that_started_it() {
     assert_eq!(sub["trace_id"], turn["trace_id"]);
     host.quit();
 }
+
+#[test]
+fn on_a_cluster_a_sub_agent_runs_beside_its_parent_and_reports() {
+    let nats = support::nats::Nats::start();
+    let fake = FakeLlm::start();
+    let world = support::agent::world_with_agent(&fake, "openai-responses");
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "delegate",
+        json!({"role": "scout", "brief": "Report CLUSTER-SCOUT."}),
+    )]));
+    fake.push_openai_for(&[SUB, "CLUSTER-SCOUT"], openai::text_reply("Reported."));
+    fake.push_openai(openai::text_reply("The scout reported."));
+    let on = |id: &str| ["--no-web", "--cluster", &nats.url(), "--host-id", id].map(str::to_owned);
+    let args = on("a");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut a = Host::start_with(&world.root, &args, &[]);
+    eventually("the agent running on a", || {
+        let list = a.request(json!({"type": "list"}));
+        (list["actors"].as_array().into_iter().flatten())
+            .any(|x| x["id"] == "agent" && x["host"] == "a" && x["state"] == "running")
+    });
+    let other = TestWorld::new();
+    let args = on("b");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let _b = Host::start_with(&other.root, &args, &[]);
+    eventually("two hosts", || {
+        let list = a.request(json!({"type": "list"}));
+        list["hosts"].as_array().is_some_and(|h| h.len() == 2)
+    });
+    a.send("have a scout report");
+    assert_eq!(final_reply(&mut a)["text"], "The scout reported.");
+    let scout = (fake.requests().into_iter())
+        .find(|r| r.body.to_string().contains(SUB))
+        .expect("the scout's request");
+    assert!(
+        scout.headers["authorization"].ends_with(sausage_fake_llm::TOKEN),
+        "the scout's request carries the model token the host added"
+    );
+    fake.assert_clean();
+}

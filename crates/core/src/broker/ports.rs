@@ -55,8 +55,9 @@ pub trait Placement: Send + Sync {
     /// The hosts this one knows of.
     fn hosts(&self) -> Vec<HostView>;
 
-    /// Chooses the host that runs the new actor `id` and gives it the lease.
-    fn place_new<'a>(&'a self, id: &'a ActorId) -> BoxFuture<'a, Result<String>>;
+    /// Chooses the host that runs the new actor `id` (this one when `here`) and gives it the
+    /// lease.
+    fn place_new<'a>(&'a self, id: &'a ActorId, here: bool) -> BoxFuture<'a, Result<String>>;
 
     /// Hands `request` (to the broker) to the broker of `host`, which runs the actor it is about
     /// and answers its sender.

@@ -370,6 +370,8 @@ impl Broker {
         program: Program,
         subagent: Option<crate::world::SubAgent>,
     ) -> Result<(), String> {
+        // A sub-agent runs beside its parent, where its grant of the model token was made.
+        let here = subagent.is_some();
         self.update_registry(|registry| {
             registry.actors.insert(
                 id.to_string(),
@@ -389,7 +391,7 @@ impl Broker {
             Some(cluster) => Some(
                 cluster
                     .placement
-                    .place_new(id)
+                    .place_new(id, here)
                     .await
                     .map_err(|e| format!("{e:#}"))?,
             ),
