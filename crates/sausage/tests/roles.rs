@@ -566,3 +566,77 @@ fn on_a_cluster_a_sub_agent_runs_beside_its_parent_and_reports() {
     );
     fake.assert_clean();
 }
+
+#[test]
+fn a_worker_delegates_once_more_to_an_owners_role_and_no_deeper() {
+    let fake = FakeLlm::start();
+    let world = support::agent::world_with_agent(&fake, "openai-responses");
+    let roles = world.path("private/agent/data/roles");
+    std::fs::create_dir_all(&roles).unwrap();
+    std::fs::write(
+        roles.join("finder.md"),
+        "---\ndescription: Finds one thing.\ntools: [list_dir, delegate]\n---\nFind it.\n",
+    )
+    .unwrap();
+    fake.push_openai(openai::reply(vec![openai::function_call(
+        "delegate",
+        json!({"role": "worker", "brief": "Organise DEPTH-ONE."}),
+    )]));
+    // The worker (depth 1) hands part of it to a finder (depth 2), which reports.
+    fake.push_openai_for(
+        &[SUB, "DEPTH-ONE"],
+        openai::reply(vec![openai::function_call(
+            "delegate",
+            json!({"role": "finder", "brief": "Find DEPTH-TWO."}),
+        )]),
+    );
+    fake.push_openai_for(
+        &[SUB, "DEPTH-TWO"],
+        openai::text_reply("Found it at /data."),
+    );
+    fake.push_openai_for(
+        &[SUB, "DEPTH-ONE"],
+        openai::text_reply("Organised, with the finder's help."),
+    );
+    fake.push_openai(openai::text_reply("All organised."));
+    let mut host = Host::start(&world.root);
+    host.send("organise it");
+    assert_eq!(final_reply(&mut host)["text"], "All organised.");
+    let requests: Vec<Value> = fake.requests().into_iter().map(|r| r.body).collect();
+    assert_eq!(requests.len(), 5);
+    let of = |marker: &str| -> Vec<Value> {
+        (requests.iter())
+            .filter(|r| {
+                let text = r["instructions"].as_str().unwrap_or_default();
+                text.contains(SUB) && r.to_string().contains(marker)
+            })
+            .cloned()
+            .collect()
+    };
+    let (worker, finder) = (of("Organise DEPTH-ONE"), of("Find DEPTH-TWO"));
+    assert!(tools_of(&worker[0]).contains(&"delegate".to_string()));
+    assert!(
+        finder[0]["instructions"]
+            .as_str()
+            .unwrap()
+            .contains("the role `finder`"),
+        "the owner's role reached the worker"
+    );
+    assert_eq!(tools_of(&finder[0]), ["list_dir"], "two deep: no delegate");
+    let worker_saw = outputs_of(&worker[1]).join("\n");
+    assert!(
+        worker_saw.contains("finder sub-agent agent-s1-s1 reported"),
+        "{worker_saw}"
+    );
+    let agent_saw = outputs_of(requests.last().unwrap()).join("\n");
+    assert!(
+        agent_saw.contains("Organised, with the finder's help."),
+        "{agent_saw}"
+    );
+    // The person saw the finder's start nested two deep.
+    host.wait_for("the finder, nested under the worker", |m| {
+        m.body["type"] == "subagent"
+            && m.body["event"]["type"] == "subagent"
+            && m.body["event"]["actor"] == "agent-s1-s1"
+    });
+}

@@ -138,6 +138,11 @@ impl Broker {
             .and_then(|()| {
                 let data = self.world.data_dir(&id);
                 crate::fs::write_atomically(&data.join("config.json"), &config)?;
+                // The owners' roles, for a sub-agent that delegates in turn.
+                let roles = self.world.data_dir(&parent).join("roles");
+                if roles.is_dir() {
+                    crate::fs::copy_tree(&roles, &data.join("roles"))?;
+                }
                 let settings = serde_json::to_vec_pretty(&settings).expect("settings serialise");
                 crate::fs::write_atomically(&data.join("role.json"), &settings)?;
                 Ok(())
