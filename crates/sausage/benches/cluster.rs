@@ -7,6 +7,9 @@
 //! between `ping` (on a) and `pong` (on b), a flood from `producer` to `consumer`, what a
 //! SIGKILL of `b` costs (the time until `pong` answers again from `a`, and the notes committed
 //! on `b` since its last snapshot that are gone), and prints the markdown table for `docs/benchmarks.md`.
+//! It runs twice, with the server's JetStream default (a sync to disk every two minutes) and
+//! with `sync_interval: always` (each write synced before it is acknowledged, as the README's
+//! and the tests' servers run), side by side: what durability costs.
 
 mod common;
 use common::{Host, build_actors, repo, world};
@@ -25,7 +28,21 @@ struct Figure {
 
 fn main() {
     let actors = build_actors();
-    let nats = NatsServer::start();
+    let default = measure(&actors, false);
+    let synced = measure(&actors, true);
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!("\nSausage on several hosts — 2 hosts and NATS on one machine, {cores} cores\n");
+    println!("| figure | JetStream's default (sync every 2 min) | `sync_interval: always` |");
+    println!("| --- | --- | --- |");
+    for (default, synced) in default.into_iter().zip(synced) {
+        println!("| {} | {} | {} |", default.what, default.value, synced.value);
+    }
+}
+
+/// Every figure, on a NATS server that syncs each write before it acknowledges it when `sync`.
+fn measure(actors: &Path, sync: bool) -> Vec<Figure> {
+    let actors = actors.to_path_buf();
+    let nats = NatsServer::start(sync);
     let url = nats.url();
     let mut figures = Vec::new();
 
@@ -163,14 +180,7 @@ fn main() {
         ),
     });
     a.quit();
-
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    println!("\nSausage on several hosts — 2 hosts and NATS on one machine, {cores} cores\n");
-    println!("| figure | measured |");
-    println!("| --- | --- |");
-    for f in figures {
-        println!("| {} | {} |", f.what, f.value);
-    }
+    figures
 }
 
 /// The round trip of `rounds` messages between two JetStream clients, each reading its own
@@ -286,7 +296,8 @@ struct NatsServer {
 }
 
 impl NatsServer {
-    fn start() -> NatsServer {
+    /// A server; one that syncs every write to disk before it acknowledges it when `sync`.
+    fn start(sync: bool) -> NatsServer {
         let binary = repo().join("target/nats-venv/bin/nats-server");
         assert!(
             Path::new(&binary).exists(),
@@ -298,9 +309,17 @@ impl NatsServer {
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
+        let config = store.path().join("sync.conf");
+        let written = match sync {
+            true => "jetstream {\n  sync_interval: always\n}\n",
+            false => "",
+        };
+        std::fs::write(&config, written).expect("the server's configuration");
         let child = Command::new(&binary)
+            .arg("-c")
+            .arg(&config)
             .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
-            .arg(store.path())
+            .arg(store.path().join("store"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -159,6 +159,17 @@ impl NatsCluster {
         wait_healthy(&[(node.monitor, &node.store)], "/healthz");
     }
 
+    /// Starts every killed node again with its store, all at once (one alone has no majority to
+    /// elect a leader with), and waits until each is healthy.
+    pub fn restart_all(&mut self) {
+        for n in 0..Self::SIZE {
+            if self.nodes[n].child.is_none() {
+                self.spawn(n);
+            }
+        }
+        self.wait_healthy();
+    }
+
     /// A monitoring report of node `n`: `/jsz?streams=true`, `/connz`, ….
     pub fn monitoring(&self, n: usize, path: &str) -> Value {
         monitoring(self.nodes[n].monitor, path)
@@ -207,13 +218,22 @@ impl Drop for NatsCluster {
     }
 }
 
-/// Starts `nats-server` with JetStream on loopback ports, its store in `store` and its log
-/// beside it ([`log_of`]).
+/// The configuration every test server runs with, as the README's do: JetStream syncs every
+/// write to disk before it acknowledges it (its default syncs every two minutes, and loses
+/// acknowledged writes when every node dies at once).
+pub const SYNC_EVERY_WRITE: &str = "jetstream {\n  sync_interval: always\n}\n";
+
+/// Starts `nats-server` with JetStream on loopback ports, its store in `store`, its
+/// configuration ([`SYNC_EVERY_WRITE`]) and its log beside it ([`log_of`]).
 fn spawn_server(port: u16, monitor: u16, store: &Path, name: &str, extra: &[&str]) -> Child {
     let binary = server_binary();
     std::fs::create_dir_all(store).unwrap();
     let log = std::fs::File::create(log_of(store)).unwrap();
+    let config = store.with_extension("conf");
+    std::fs::write(&config, SYNC_EVERY_WRITE).unwrap();
     Command::new(&binary)
+        .arg("-c")
+        .arg(&config)
         .args(["-a", "127.0.0.1", "-p", &port.to_string()])
         .args(["-m", &monitor.to_string()])
         .args(["-js", "-sd"])
