@@ -209,6 +209,21 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_new_actor_is_placed_once_and_a_second_placing_takes_no_lease() {
+        let server = Server::start();
+        let (a, b) = (server.join("a").await, server.join("b").await);
+        let id = sausage_core::message::ActorId::parse("fresh").unwrap();
+        assert_eq!(a.place_new(&id, true).await.unwrap(), "a");
+        let refused = b.place_new(&id, true).await.unwrap_err().to_string();
+        assert!(
+            refused.contains("another host holds its lease"),
+            "{refused}"
+        );
+        let lease = a.registry.get(lease_key("fresh")).await.unwrap().unwrap();
+        assert_eq!(&lease[..], b"a", "a's lease stays a's");
+    }
+
+    #[tokio::test]
     async fn a_write_under_a_lease_revision_another_host_replaced_is_refused() {
         let server = Server::start();
         let (a, b) = (server.join("a").await, server.join("b").await);

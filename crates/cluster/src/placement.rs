@@ -507,11 +507,16 @@ impl Cluster {
                 .least_loaded(&self.host),
         };
         let value = bytes::Bytes::copy_from_slice(host.as_bytes());
-        let revision = self
-            .registry
-            .put(lease_key(id.as_str()), value)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot place actor {id}: {e}"))?;
+        // Made, never replaced: a lease another host holds already stays its own.
+        let revision =
+            (self.registry.create(lease_key(id.as_str()), value).await).map_err(|e| {
+                match e.kind() {
+                    kv::CreateErrorKind::AlreadyExists => {
+                        anyhow::anyhow!("cannot place actor {id}: another host holds its lease")
+                    }
+                    _ => anyhow::anyhow!("cannot place actor {id}: {e}"),
+                }
+            })?;
         let mut view = self.view.lock().expect("view lock");
         view.saw_lease(id.as_str(), revision, Some(host.clone()));
         if host == *self.host {

@@ -35,7 +35,10 @@ fn main() {
     println!("| figure | JetStream's default (sync every 2 min) | `sync_interval: always` |");
     println!("| --- | --- | --- |");
     for (default, synced) in default.into_iter().zip(synced) {
-        println!("| {} | {} | {} |", default.what, default.value, synced.value);
+        println!(
+            "| {} | {} | {} |",
+            default.what, default.value, synced.value
+        );
     }
 }
 
