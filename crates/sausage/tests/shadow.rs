@@ -380,3 +380,44 @@ fn a_shadow_run_reaches_no_network_and_no_host_file() {
     assert!(!reply.to_string().contains("sk-secret"), "{reply}");
     host.quit();
 }
+
+#[test]
+fn a_rollback_keeps_the_window_so_the_next_candidate_is_still_tried_on_real_traffic() {
+    let world = TestWorld::new();
+    world.install("s", "shadowy");
+    let mut host = world.run();
+    for text in ["a", "b", "c"] {
+        ask(
+            &mut host,
+            json!({"type": "record", "text": text}),
+            "recorded",
+        );
+    }
+    let source = shadowy_source(&world, "v2", None);
+    assert_eq!(upgrade(&mut host, &source, None)["type"], "upgraded");
+    assert_eq!(
+        ask(&mut host, json!({"type": "count"}), "count")["count"],
+        3
+    );
+    let rolled = host.request(json!({"type": "rollback", "actor": "s"}));
+    assert_eq!(rolled["type"], "rolled_back", "{rolled}");
+    assert_eq!(installed_version(&world), 1);
+    let window = host.request(json!({"type": "window", "actor": "s"}));
+    let kept = window["messages"].as_array().unwrap().len();
+    assert!(
+        kept >= 4,
+        "the rollback kept the window's messages: {window}"
+    );
+
+    // Version 3 panics on a record without "v", which the restored files hold; the count in
+    // the window, read before the rollback, shows it.
+    let source = shadowy_source(&world, "v3", None);
+    let reply = upgrade(&mut host, &source, None);
+    assert_eq!(reply["type"], "error", "{reply}");
+    assert_eq!(
+        reply["shadow"]["crashed"]["message"]["body"]["type"], "count",
+        "{reply}"
+    );
+    assert_eq!(installed_version(&world), 1);
+    host.quit();
+}

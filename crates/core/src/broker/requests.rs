@@ -836,9 +836,11 @@ impl Broker {
             }
             return Err(format!("{e}; version {current} keeps running"));
         }
-        // The window's messages no longer lead to the files restored.
-        if let Some(window) = self.router.mailbox(id).and_then(|m| m.window().cloned()) {
-            window.forget();
+        // The window keeps its messages, from the files restored (DESIGN §21): the next
+        // candidate's shadow run still replays the actor's own traffic.
+        if restored && let Some(window) = self.router.mailbox(id).and_then(|m| m.window().cloned())
+        {
+            window.rebase();
         }
         handle
             .install(Install {

@@ -169,6 +169,34 @@ impl Window {
         self.owed.store(true, Ordering::Release);
     }
 
+    /// The host put back older files (a rollback): the messages stay, and they start from the
+    /// files as they are now, which a snapshot taken before the guest's next change keeps. So a
+    /// shadow run after a rollback still tries the next candidate on the actor's own traffic,
+    /// from the files the rollback restored.
+    pub fn rebase(&self) {
+        let mut state = self.lock();
+        let first = state.next_read - state.reads.len() as u64;
+        let gone: Vec<PathBuf> = (state.generations.drain(..))
+            .filter(|g| g.taken)
+            .map(|g| g.dir)
+            .collect();
+        state.doomed.extend(gone);
+        if !state.reads.is_empty() {
+            let dir = self
+                .world
+                .window_dir(&self.id)
+                .join(state.next_generation.to_string());
+            state.next_generation += 1;
+            state.generations.push_back(Generation {
+                first,
+                dir,
+                taken: false,
+            });
+        }
+        drop(state);
+        self.owed.store(true, Ordering::Release);
+    }
+
     /// What the window holds now, with a copy of its files from before the first message
     /// linked into `data` and `public` (on the blocking pool). `None` when it holds nothing.
     pub fn copy(&self, data: &Path, public: &Path) -> std::io::Result<Option<Recent>> {
