@@ -139,6 +139,10 @@ fn a_build_publishes_the_wasm_and_reports_warnings() {
             .path("actor/cargo/public/builds/1/warned.wasm")
             .is_file()
     );
+    // Compiled into the component cache as soon as it is built, before anyone asks for it.
+    eventually("the build compiled ahead", || {
+        std::fs::read_dir(world.path("broker/cache")).is_ok_and(|d| d.count() > 0)
+    });
     let spawned = host.request(json!({
         "type": "spawn", "actor": "warned", "wasm": built["wasm"], "source": "/data/warned",
     }));

@@ -94,6 +94,30 @@ const PROGRESS_WORDS: [&str; 14] = [
     "Removing",
 ];
 
+/// Compiles a build into the component cache as soon as it is published, on the blocking pool
+/// and without waiting for it, so an `upgrade` or `/deploy` of it finds it compiled (one that
+/// comes first waits for this compile rather than making its own). A build that does not
+/// compile is refused when it is used, with why.
+fn precompile(broker: &Broker, built: &Value) {
+    let Some(rest) = built["wasm"]
+        .as_str()
+        .and_then(|w| w.strip_prefix("/actor/cargo/public/"))
+    else {
+        return;
+    };
+    let cargo = ActorId::parse("cargo").expect("valid id");
+    let path = broker.world.public_dir(&cargo).join(rest);
+    let runtime = broker.runtime.clone();
+    tokio::task::spawn_blocking(move || {
+        let compiled = std::fs::read(&path)
+            .map_err(anyhow::Error::from)
+            .and_then(|bytes| runtime.compile(&bytes));
+        if let Err(e) = compiled {
+            tracing::debug!("cargo: {} is not compiled ahead: {e:#}", path.display());
+        }
+    });
+}
+
 /// Runs the `cargo` actor until the host stops: one request at a time, in order.
 pub async fn serve(broker: Arc<Broker>) {
     let me = ActorId::parse("cargo").expect("valid id");
@@ -137,6 +161,7 @@ pub async fn serve(broker: Arc<Broker>) {
                     if ok {
                         let seconds = started.elapsed().as_secs_f64();
                         broker.counters.durations.builds.observe(seconds);
+                        precompile(&broker, &built);
                     }
                     if !ok {
                         span.fail(built["type"].as_str().unwrap_or("error").to_string());
