@@ -168,8 +168,8 @@ impl<H: Host> Agent<H> {
                 break;
             }
             if self.stop_asked {
-                for mut delegation in running.drain(..) {
-                    self.dismiss(&mut delegation);
+                for delegation in running.drain(..) {
+                    self.dismiss(&delegation.saved);
                     let output = "stopped: the person stopped the turn; the sub-agent was \
                                   dismissed before it reported"
                         .to_string();
@@ -199,7 +199,7 @@ impl<H: Host> Agent<H> {
                                      try again"
                                 .into(),
                         };
-                        self.dismiss(delegation);
+                        self.dismiss(&delegation.saved);
                         delegation.saved.output = Some(output);
                     }
                 }
@@ -392,7 +392,7 @@ impl<H: Host> Agent<H> {
                 eprintln!("agent: what sub-agent {actor} changed cannot be rewound: {e}");
             }
             let output = delegation::report_words(&actor, &delegation.role.name, &message.body);
-            self.dismiss(delegation);
+            self.dismiss(&delegation.saved);
             delegation.saved.output = Some(output);
             return;
         }
@@ -409,10 +409,20 @@ impl<H: Host> Agent<H> {
         );
     }
 
+    /// Dismisses every sub-agent of the saved batch still without an output: the turn ends
+    /// without waiting for them (a restart loop ended it, say).
+    pub(super) fn dismiss_left(&mut self, turn: &mut SavedTurn) {
+        for saved in std::mem::take(&mut turn.delegations) {
+            if saved.output.is_some() {
+                continue;
+            }
+            self.dismiss(&saved);
+        }
+    }
+
     /// Asks the broker to remove the sub-agent (when it made one); its answer is dropped.
-    fn dismiss(&mut self, delegation: &mut Delegation) {
-        let (Some(actor), Some(request)) = (&delegation.saved.actor, &delegation.saved.request)
-        else {
+    fn dismiss(&mut self, saved: &SavedDelegation) {
+        let (Some(actor), Some(request)) = (&saved.actor, &saved.request) else {
             return;
         };
         // One dismissal a delegation: its request's own id, marked.

@@ -128,3 +128,46 @@ fn a_delegation_asks_the_broker_for_the_role_with_the_turns_budget_and_the_perso
         .unwrap();
     assert_eq!(sent.speaks_for.as_deref(), Some("olga"));
 }
+
+#[test]
+fn a_turn_that_ends_without_waiting_dismisses_the_sub_agents_it_left() {
+    use super::delegate::SavedDelegation;
+    use super::*;
+    let data = world(CONFIG);
+    let message = Incoming {
+        id: "m-1".into(),
+        from: "web".into(),
+        person: Some("olga".into()),
+        tier: Some("owner".into()),
+        body: json!({"type": "text", "text": "go"}),
+        ..Incoming::default()
+    };
+    let conversation = Conversation::of_text(&message, &data).unwrap();
+    let saved = SavedDelegation {
+        call_id: "c1".into(),
+        role: "scout".into(),
+        brief: "look".into(),
+        request: Some("agent/person.olga.d1".into()),
+        message: Some("agent/person.olga.d1.brief".into()),
+        actor: Some("agent-s1".into()),
+        sent_at: 1,
+        output: None,
+    };
+    let turn = SavedTurn {
+        steps: 1,
+        resumes: MAX_RESUMES - 1,
+        delegations: vec![saved],
+        ..SavedTurn::new(message, conversation)
+    };
+    write_json(&data.join("turn.json"), &turn).unwrap();
+    // Restarted once too often: the turn ends in words, and its scout is dismissed.
+    let host = run(&data, vec![], vec![]);
+    let dismissed: Vec<&Value> = (host.sent.iter())
+        .filter(|m| m.body["type"] == "dismiss")
+        .map(|m| &m.body)
+        .collect();
+    assert_eq!(
+        dismissed,
+        [&json!({"type": "dismiss", "actor": "agent-s1"})]
+    );
+}

@@ -1282,6 +1282,8 @@ impl<H: Host> Agent<H> {
     /// spans go to the broker.
     fn conclude(&mut self, mut history: History, mut turn: SavedTurn, outcome: Outcome) -> Flow {
         self.close_open_calls(&mut history, NOT_RUN);
+        // Sub-agents a turn that ends early leaves behind are dismissed with it.
+        self.dismiss_left(&mut turn);
         if let Outcome::Cut(words, _) = &outcome {
             // Words the model did not write still reached the person; the next turn should
             // know them.
