@@ -269,7 +269,9 @@ fn a_stop_ends_the_turn_and_its_sub_agents_model_request_within_a_second() {
             ),
         ]),
     );
-    let mut host = Host::start(&world.root);
+    let mut web = support::web::WebHost::start(&world);
+    let owner = web.log_in();
+    let host = &mut web.host;
     fake.set_event_delay(SLOW_EVENT_DELAY);
     host.send("deploy it through a worker");
     let streaming = host.wait_for("the worker's first words", |m| {
@@ -288,9 +290,18 @@ fn a_stop_ends_the_turn_and_its_sub_agents_model_request_within_a_second() {
         "{list}"
     );
     assert_eq!(worker["owner"], "owner", "{worker}");
+    let page = owner.get("/api/actors").json();
+    let row = (page["actors"].as_array().unwrap().iter())
+        .find(|a| a["id"] == "agent-s1")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        row["subagent"]["role"], "worker",
+        "the page's table: {page}"
+    );
     let asked = std::time::Instant::now();
     host.tell("agent", json!({"type": "stop", "turn": turn}));
-    let reply = final_reply(&mut host);
+    let reply = final_reply(host);
     let took = asked.elapsed();
     assert!(
         took < std::time::Duration::from_secs(1),

@@ -28,7 +28,7 @@ pub(super) async fn actors(State(app): State<Arc<App>>) -> Json<Value> {
 }
 
 /// Every actor: `{"actors": [{"id","kind","state","version","restarts","last_exit","queued",
-/// "in_per_sec","out_per_sec"}]}`, WASM actors from the registry and their `status.json` (read
+/// "in_per_sec","out_per_sec","subagent"?}]}`, WASM actors from the registry and their `status.json` (read
 /// on the blocking pool), natives as running.
 pub async fn actors_table(app: &App) -> Value {
     let known = app.broker.known_actors().await;
@@ -67,6 +67,11 @@ pub async fn actors_table(app: &App) -> Value {
                 row["version"] = json!(status.version);
                 row["restarts"] = json!(status.restarts);
                 row["last_exit"] = json!(status.last_exit);
+            }
+            // A sub-agent says whose and in which role (DESIGN §26).
+            if let Some(sub) = registry.actors.get(&id).and_then(|e| e.subagent.as_ref()) {
+                row["subagent"] =
+                    json!({"parent": sub.parent, "role": sub.role, "depth": sub.depth});
             }
             if let Some(cluster) = &app.broker.cluster {
                 // Another host's actor: what that host's heartbeat said of it.

@@ -925,7 +925,8 @@ function renderActors() {
   $('#actors-table tbody').replaceChildren(...rows.map((a) =>
     el('tr', { 'data-actor': a.id, class: a.kind === 'native' ? 'native' : null },
       el('td', { class: 'id' }, el('a', { href: `#/actor/${encodeURIComponent(a.id)}` }, a.id)),
-      el('td', { class: 'kind' }, a.kind),
+      // A sub-agent says whose and in which role: `scout of agent`.
+      el('td', { class: 'kind' }, a.subagent ? `${a.subagent.role} of ${a.subagent.parent}` : a.kind),
       ...(hosts ? [el('td', { class: 'host' }, a.host || '—')] : []),
       el('td', {}, el('span', { class: 'state', 'data-state': a.state }, a.state)),
       el('td', { class: 'version num' }, a.version ?? '—'),
