@@ -507,16 +507,23 @@ impl Cluster {
                 .least_loaded(&self.host),
         };
         let value = bytes::Bytes::copy_from_slice(host.as_bytes());
-        // Made, never replaced: a lease another host holds already stays its own.
-        let revision =
-            (self.registry.create(lease_key(id.as_str()), value).await).map_err(|e| {
-                match e.kind() {
-                    kv::CreateErrorKind::AlreadyExists => {
-                        anyhow::anyhow!("cannot place actor {id}: another host holds its lease")
-                    }
-                    _ => anyhow::anyhow!("cannot place actor {id}: {e}"),
-                }
-            })?;
+        // Made, never replaced: a lease another host took already (it saw the new actor in the
+        // registry first) stays its own, and the actor runs there.
+        let key = lease_key(id.as_str());
+        let revision = match self.registry.create(&key, value).await {
+            Ok(revision) => revision,
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
+                let entry = (self.registry.entry(&key).await)
+                    .map_err(|e| anyhow::anyhow!("cannot place actor {id}: {e}"))?
+                    .filter(|entry| entry.operation == kv::Operation::Put)
+                    .ok_or_else(|| anyhow::anyhow!("cannot place actor {id}: its lease went"))?;
+                let holder = String::from_utf8_lossy(&entry.value).into_owned();
+                let mut view = self.view.lock().expect("view lock");
+                view.saw_lease(id.as_str(), entry.revision, Some(holder.clone()));
+                return Ok(holder);
+            }
+            Err(e) => return Err(anyhow::anyhow!("cannot place actor {id}: {e}")),
+        };
         let mut view = self.view.lock().expect("view lock");
         view.saw_lease(id.as_str(), revision, Some(host.clone()));
         if host == *self.host {
