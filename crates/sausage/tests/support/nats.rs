@@ -34,7 +34,8 @@ impl Nats {
         let store = folder.path().join("store");
         let ports = free_ports(2);
         let (port, monitor) = (ports[0], ports[1]);
-        let child = spawn_server(port, monitor, &store, &format!("test-{port}"), &[]);
+        let name = format!("test-{port}");
+        let child = spawn_server(port, monitor, &store, &name, &[], SYNC_EVERY_WRITE);
         let nats = Nats {
             child,
             port,
@@ -79,6 +80,8 @@ impl Drop for Nats {
 /// and store, and catches up from the others.
 pub struct NatsCluster {
     nodes: Vec<Node>,
+    /// Whether its nodes sync every write ([`SYNC_EVERY_WRITE`]).
+    sync: bool,
     /// Every node's store and log.
     _stores: tempfile::TempDir,
 }
@@ -97,9 +100,14 @@ impl NatsCluster {
     /// The number of nodes.
     pub const SIZE: usize = 3;
 
-    /// Starts the three nodes and waits until every one is healthy: routes up, a JetStream meta
-    /// leader elected and known to all.
+    /// Starts the three nodes, syncing every write, and waits until every one is healthy:
+    /// routes up, a JetStream meta leader elected and known to all.
     pub fn start() -> NatsCluster {
+        NatsCluster::start_with(true)
+    }
+
+    /// [`NatsCluster::start`] with JetStream's default sync (every two minutes) unless `sync`.
+    pub fn start_with(sync: bool) -> NatsCluster {
         let stores = tempfile::tempdir().unwrap();
         let mut ports = free_ports(3 * Self::SIZE).into_iter();
         let mut port = || ports.next().expect("a port for each");
@@ -115,6 +123,7 @@ impl NatsCluster {
             .collect();
         let mut cluster = NatsCluster {
             nodes,
+            sync,
             _stores: stores,
         };
         for n in 0..Self::SIZE {
@@ -192,7 +201,15 @@ impl NatsCluster {
             "--routes",
             &routes.join(","),
         ];
-        let child = spawn_server(node.port, node.monitor, &node.store, &node.name, &cluster);
+        let config = if self.sync { SYNC_EVERY_WRITE } else { "" };
+        let child = spawn_server(
+            node.port,
+            node.monitor,
+            &node.store,
+            &node.name,
+            &cluster,
+            config,
+        );
         self.nodes[n].child = Some(child);
     }
 
@@ -224,13 +241,21 @@ impl Drop for NatsCluster {
 pub const SYNC_EVERY_WRITE: &str = "jetstream {\n  sync_interval: always\n}\n";
 
 /// Starts `nats-server` with JetStream on loopback ports, its store in `store`, its
-/// configuration ([`SYNC_EVERY_WRITE`]) and its log beside it ([`log_of`]).
-fn spawn_server(port: u16, monitor: u16, store: &Path, name: &str, extra: &[&str]) -> Child {
+/// configuration (`config`, such as [`SYNC_EVERY_WRITE`]) and its log beside it ([`log_of`]).
+fn spawn_server(
+    port: u16,
+    monitor: u16,
+    store: &Path,
+    name: &str,
+    extra: &[&str],
+    config: &str,
+) -> Child {
     let binary = server_binary();
     std::fs::create_dir_all(store).unwrap();
     let log = std::fs::File::create(log_of(store)).unwrap();
+    let written = config;
     let config = store.with_extension("conf");
-    std::fs::write(&config, SYNC_EVERY_WRITE).unwrap();
+    std::fs::write(&config, written).unwrap();
     Command::new(&binary)
         .arg("-c")
         .arg(&config)
