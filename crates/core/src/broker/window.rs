@@ -138,16 +138,7 @@ impl Window {
             .back()
             .is_none_or(|newest| number - newest.first >= step)
         {
-            let dir = self
-                .world
-                .window_dir(&self.id)
-                .join(state.next_generation.to_string());
-            state.next_generation += 1;
-            state.generations.push_back(Generation {
-                first: number,
-                dir,
-                taken: false,
-            });
+            state.begin_generation(&self.world.window_dir(&self.id), number);
             self.owed.store(true, Ordering::Release);
         }
         state.trim(limit);
@@ -182,16 +173,7 @@ impl Window {
             .collect();
         state.doomed.extend(gone);
         if !state.reads.is_empty() {
-            let dir = self
-                .world
-                .window_dir(&self.id)
-                .join(state.next_generation.to_string());
-            state.next_generation += 1;
-            state.generations.push_back(Generation {
-                first,
-                dir,
-                taken: false,
-            });
+            state.begin_generation(&self.world.window_dir(&self.id), first);
         }
         drop(state);
         self.owed.store(true, Ordering::Release);
@@ -292,6 +274,18 @@ impl DerefMut for Locked<'_> {
 }
 
 impl State {
+    /// A new generation beginning at read `first`, its snapshot owed, in a new folder of
+    /// `windows` (the actor's window folder).
+    fn begin_generation(&mut self, windows: &Path, first: u64) {
+        let dir = windows.join(self.next_generation.to_string());
+        self.next_generation += 1;
+        self.generations.push_back(Generation {
+            first,
+            dir,
+            taken: false,
+        });
+    }
+
     /// Drops the oldest generation while the next alone still covers the window's length, or
     /// the window holds more than [`WINDOW_BYTES`] and a younger generation remains.
     fn trim(&mut self, limit: usize) {
