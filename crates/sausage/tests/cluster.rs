@@ -216,6 +216,39 @@ fn actors_spread_over_three_hosts_answer_each_other_and_a_killed_host_loses_no_m
     );
 }
 
+/// The ticks `notes` on `host` stores once it stores as many as were `sent` (asked again until
+/// then, up to [`FAILOVER_PATIENCE`]), checked: after every tick `committed` before, whole, in
+/// order, none twice, and none of those sent missing.
+fn ticks_kept(host: &mut Host, committed: &[u64], sent: impl Fn() -> u64) -> Vec<u64> {
+    let deadline = std::time::Instant::now() + FAILOVER_PATIENCE;
+    let stored = loop {
+        host.tell("notes", json!({"type": "list"}));
+        let stored = support::ticks(&host.wait_type("notes", "notes"));
+        if stored.len() as u64 >= sent() || std::time::Instant::now() > deadline {
+            break stored;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        stored.starts_with(committed),
+        "every tick committed before is kept: {} then, {} now",
+        committed.len(),
+        stored.len()
+    );
+    assert_eq!(
+        stored,
+        (1..=stored.len() as u64).collect::<Vec<_>>(),
+        "whole, in order, none twice"
+    );
+    assert!(
+        stored.len() as u64 >= sent(),
+        "the {} ticks recorded as sent all arrived: {}",
+        sent(),
+        stored.len()
+    );
+    stored
+}
+
 /// The ticks notes committed in `world`'s folder, in file order.
 fn committed_ticks(world: &std::path::Path) -> Vec<u64> {
     let text =
@@ -271,31 +304,7 @@ fn a_killed_host_loses_no_committed_file_and_no_handled_message_comes_again() {
     });
     // Every tick the ticker recorded as sent was accepted: notes on b stores it, after those a
     // committed.
-    let deadline = std::time::Instant::now() + FAILOVER_PATIENCE;
-    let stored = loop {
-        b.tell("notes", json!({"type": "list"}));
-        let stored = support::ticks(&b.wait_type("notes", "notes"));
-        if stored.len() as u64 >= sent || std::time::Instant::now() > deadline {
-            break stored;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    assert!(
-        stored.starts_with(&on_a),
-        "every tick committed on a is on b: {} on a, {} on b",
-        on_a.len(),
-        stored.len()
-    );
-    assert_eq!(
-        stored,
-        (1..=stored.len() as u64).collect::<Vec<_>>(),
-        "whole, in order, none twice"
-    );
-    assert!(
-        stored.len() as u64 >= sent,
-        "the {sent} ticks recorded as sent all arrived: {}",
-        stored.len()
-    );
+    let stored = ticks_kept(&mut b, &on_a, || sent);
     eprintln!(
         "replicated commits: {} ticks committed on a before its kill, {} stored on b after",
         on_a.len(),
@@ -1601,32 +1610,7 @@ fn all_three_nats_nodes_dying_at_once_lose_no_acknowledged_message_or_commit() {
         let sent = std::fs::read_to_string(one.path("private/ticker/data/sent.jsonl")).unwrap();
         sent.lines().count() as u64 - 1
     };
-    let deadline = std::time::Instant::now() + FAILOVER_PATIENCE;
-    let stored = loop {
-        a.tell("notes", json!({"type": "list"}));
-        let stored = support::ticks(&a.wait_type("notes", "notes"));
-        if stored.len() as u64 >= sent() || std::time::Instant::now() > deadline {
-            break stored;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    assert!(
-        stored.starts_with(&committed),
-        "every commit made before the nodes died stays: {} then, {} now",
-        committed.len(),
-        stored.len()
-    );
-    assert_eq!(
-        stored,
-        (1..=stored.len() as u64).collect::<Vec<_>>(),
-        "whole, in order, none twice"
-    );
-    assert!(
-        stored.len() as u64 >= sent(),
-        "the {} ticks recorded as sent all arrived: {}",
-        sent(),
-        stored.len()
-    );
+    ticks_kept(&mut a, &committed, sent);
     // And the world takes new work through the restarted nodes.
     a.tell("notes", json!({"type": "add", "text": "after"}));
     a.wait_type("notes", "added");
