@@ -651,3 +651,36 @@ fn a_worker_delegates_once_more_to_an_owners_role_and_no_deeper() {
             && m.body["event"]["actor"] == "agent-s1-s1"
     });
 }
+
+#[test]
+fn only_the_agent_delegates_and_only_a_parent_dismisses_and_bad_requests_change_nothing() {
+    let world = TestWorld::new();
+    world.install("echo", "echo");
+    let mut host = Host::start(&world.root);
+    let role = json!({"role": "scout", "prompt": "Look."});
+    let refused = host.request(json!({"type": "delegate", "role": role, "brief": "look",
+        "message": "console/x"}));
+    assert_eq!(refused["type"], "error", "{refused}");
+    assert!(
+        refused["reason"]
+            .as_str()
+            .unwrap()
+            .contains("only the agent and its sub-agents delegate"),
+        "{refused}"
+    );
+    let not_one = host.request(json!({"type": "dismiss", "actor": "echo"}));
+    assert!(
+        not_one["reason"]
+            .as_str()
+            .unwrap()
+            .contains("`echo` is no sub-agent"),
+        "{not_one}"
+    );
+    let registry = world.json("sausage.json");
+    assert!(registry["actors"].get("echo").is_some(), "nothing removed");
+    assert_eq!(
+        registry["actors"].as_object().unwrap().len(),
+        1,
+        "nothing made"
+    );
+}

@@ -269,3 +269,51 @@ fn role_settings(body: &Value) -> Answer {
     }
     Ok(role.clone())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_role_of_the_wrong_shape_is_refused_with_what_it_must_be() {
+        let good = json!({"role": {"role": "scout", "prompt": "Look.", "tools": ["read_file"],
+            "budget_usd": 0.5, "max_minutes": 3, "model": null}});
+        assert_eq!(role_settings(&good).unwrap()["role"], "scout");
+        let cases = [
+            (json!({}), "`role` must be the role's settings"),
+            (
+                json!({"role": "scout"}),
+                "`role` must be the role's settings",
+            ),
+            (
+                json!({"role": {"prompt": "x"}}),
+                "`role.role` must be the role's name",
+            ),
+            (json!({"role": {"role": "scout"}}), "`role.prompt` must be"),
+            (
+                json!({"role": {"role": "scout", "prompt": "x", "tools": "read_file"}}),
+                "`role.tools` must be a list",
+            ),
+            (
+                json!({"role": {"role": "scout", "prompt": "x", "deny_tools": [1]}}),
+                "`role.deny_tools` must be a list",
+            ),
+            (
+                json!({"role": {"role": "scout", "prompt": "x", "budget_usd": -1}}),
+                "dollars above 0",
+            ),
+            (
+                json!({"role": {"role": "scout", "prompt": "x", "max_minutes": 0}}),
+                "whole minutes",
+            ),
+            (
+                json!({"role": {"role": "scout", "prompt": "x", "model": 3}}),
+                "a model's name",
+            ),
+        ];
+        for (body, said) in cases {
+            let refused = role_settings(&body).unwrap_err();
+            assert!(refused.contains(said), "{body}: {refused}");
+        }
+    }
+}
