@@ -150,8 +150,8 @@ pub struct Renderer {
     block: Option<Block>,
     /// What each turn streamed so far, to tell whether its final reply was already seen.
     streamed: HashMap<String, Streamed>,
-    /// Each sub-agent's streamed text after its last whole line.
-    sub_partial: HashMap<String, String>,
+    /// Each sub-agent's streamed text after its last whole line, with the indent it prints at.
+    sub_partial: HashMap<String, (String, String)>,
 }
 
 /// Streamed text of one turn, printed line by line as it comes.
@@ -319,13 +319,17 @@ impl Renderer {
                 };
                 let what = what.unwrap_or_else(|| name.to_string());
                 let seconds = body["seconds"].as_f64().unwrap_or(0.0);
+                // A call's sub-agents have reported: the last words they streamed are whole.
+                let mut lines = match body["call"].is_string() {
+                    true => self.sub_end_all(),
+                    false => Vec::new(),
+                };
                 if body["ok"] != true {
-                    vec![format!("  ✗ {what} failed ({seconds:.1} s)")]
+                    lines.push(format!("  ✗ {what} failed ({seconds:.1} s)"));
                 } else if seconds >= SLOW_TOOL_SECONDS {
-                    vec![format!("  ✓ {what} ({seconds:.1} s)")]
-                } else {
-                    Vec::new()
+                    lines.push(format!("  ✓ {what} ({seconds:.1} s)"));
                 }
+                lines
             }
             _ => vec![script_line("?", false, body.clone())],
         }
@@ -346,23 +350,24 @@ impl Renderer {
             )],
             Some("tool") => {
                 let name = event["tool"].as_str().unwrap_or("a tool");
+                let mut lines = self.sub_end(actor);
                 match event["state"].as_str() {
                     Some("started") => {
                         let preview = event["preview"].as_str().unwrap_or("");
-                        vec![
-                            format!("{pad}  ⚙ {actor} {name} {preview}")
-                                .trim_end()
-                                .to_string(),
-                        ]
+                        let line = format!("{pad}  ⚙ {actor} {name} {preview}");
+                        lines.push(line.trim_end().to_string());
                     }
                     Some("finished") if event["ok"] != true => {
-                        vec![format!("{pad}  ✗ {actor} {name} failed")]
+                        lines.push(format!("{pad}  ✗ {actor} {name} failed"));
                     }
-                    _ => Vec::new(),
+                    _ => {}
                 }
+                lines
             }
             Some("progress") => {
-                let partial = self.sub_partial.entry(actor.to_string()).or_default();
+                let (_, partial) = (self.sub_partial)
+                    .entry(actor.to_string())
+                    .or_insert_with(|| (pad.clone(), String::new()));
                 partial.push_str(event["text"].as_str().unwrap_or(""));
                 let mut lines = Vec::new();
                 while let Some(end) = partial.find('\n') {
@@ -375,7 +380,7 @@ impl Renderer {
                 lines
             }
             Some("subagent") => {
-                let mut lines = self.sub_end(actor, &pad);
+                let mut lines = self.sub_end(actor);
                 lines.extend(self.subagent(event, indent + 2));
                 lines
             }
@@ -385,13 +390,25 @@ impl Renderer {
     }
 
     /// A sub-agent's unfinished line, printed whole before something else of it.
-    fn sub_end(&mut self, actor: &str, pad: &str) -> Vec<String> {
-        let rest = self.sub_partial.remove(actor).unwrap_or_default();
+    fn sub_end(&mut self, actor: &str) -> Vec<String> {
+        let Some((pad, rest)) = self.sub_partial.remove(actor) else {
+            return Vec::new();
+        };
         let rest = rest.trim();
         match rest.is_empty() {
             true => Vec::new(),
             false => vec![format!("{pad}  │ {actor}: {rest}")],
         }
+    }
+
+    /// Every sub-agent's unfinished line, in the order of their ids.
+    fn sub_end_all(&mut self) -> Vec<String> {
+        let mut actors: Vec<String> = self.sub_partial.keys().cloned().collect();
+        actors.sort();
+        actors
+            .iter()
+            .flat_map(|actor| self.sub_end(actor))
+            .collect()
     }
 
     /// The final reply of a turn: printed unless its text was streamed already, then its usage
@@ -739,6 +756,7 @@ mod tests {
                     json!({"type": "subagent", "actor": "a-s1", "role": "reviewer",
                                 "event": {"type": "started", "brief": "review it"}}),
                 ),
+                sub("b", json!({"type": "progress", "text": "Reported."})),
                 delegate("c-a", "finished"),
             ],
         );
@@ -746,8 +764,8 @@ mod tests {
             shown,
             "  ⚙ delegate scout: look at c-a\n  ⚙ delegate scout: look at c-b\n    \
              ↳ a (scout): look at the logs\n    ⚙ b read_file /data/x\n    \
-             │ a: Reading the logs now.\n    │ a: Done\n      ↳ a-s1 (reviewer): review it\n  \
-             ✓ delegate scout: look at c-a (3.0 s)"
+             │ a: Reading the logs now.\n    │ a: Done\n      ↳ a-s1 (reviewer): review it\n    \
+             │ b: Reported.\n  ✓ delegate scout: look at c-a (3.0 s)"
         );
     }
 
