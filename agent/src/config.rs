@@ -513,6 +513,23 @@ mod tests {
     }
 
     #[test]
+    fn max_subagents_is_four_unless_named_and_a_wrong_one_says_what_to_write() {
+        let base = json!({"api": "openai-chat", "base_url": "u", "model": "m"});
+        assert_eq!(parse(&base).unwrap().max_subagents, DEFAULT_MAX_SUBAGENTS);
+        let mut named = base.clone();
+        named["max_subagents"] = json!(2);
+        assert_eq!(parse(&named).unwrap().max_subagents, 2);
+        for wrong in [json!(0), json!(9), json!("many"), json!(1.5)] {
+            named["max_subagents"] = wrong.clone();
+            let error = parse(&named).unwrap_err();
+            assert!(
+                error.contains("a whole number from 1 to 8"),
+                "{wrong}: {error}"
+            );
+        }
+    }
+
+    #[test]
     fn missing_fields_are_named() {
         let error = parse(&json!({"api": "openai-responses", "model": "m"})).unwrap_err();
         assert!(error.starts_with("I am not configured yet"), "{error}");
