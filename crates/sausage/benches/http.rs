@@ -7,7 +7,8 @@
 //! a fixed rate for the latency a steady load sees, a standard `wasi:http` component (`greeter`)
 //! beside the same file under `wasmtime serve` (the CLI of the same wasmtime), and the JSON
 //! route again on a second host that holds 10,000 more routes. Prints one table with the
-//! targets beside the figures. `DURATION=s` changes each load's length (10 s);
+//! targets beside the figures. `DURATION=s` changes each load's length (10 s); `HOLD=1` sets up
+//! the first host and keeps it serving until ended, for `perf` or a `wrk` of one's own;
 //! `scripts/install-bench-tools` installs `wrk`, `nginx` and `wasmtime`.
 
 mod common;
@@ -79,6 +80,15 @@ fn main() {
     one.wait("shop", "written");
     check(&one_addr, JSON_PATH, r#"{"hello":"world"}"#);
     check(&one_addr, FILE_PATH, &file);
+    if std::env::var_os("HOLD").is_some() {
+        // For a profiler: the host stays up, loaded by whoever likes, until the bench is ended.
+        eprintln!(
+            "serving http://{one_addr}{JSON_PATH} and http://{one_addr}{FILE_PATH}; Ctrl-C ends"
+        );
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
 
     eprintln!("wrk on the JSON route, {seconds} s");
     let json_one = tools.wrk(&one_addr, JSON_PATH, load);

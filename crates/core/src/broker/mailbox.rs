@@ -91,7 +91,14 @@ pub struct Mailbox {
     /// The messages a WASM actor read last, for shadow runs and forks (DESIGN §21); made at
     /// its first start.
     window: OnceLock<Arc<Window>>,
+    /// A native actor's hand that takes the messages it wants as they are pushed, before the
+    /// queue (see [`Mailbox::tap`]).
+    tap: OnceLock<Tap>,
 }
+
+/// Takes a message pushed into a native actor's mailbox on the pusher's thread, or leaves it
+/// (false) to be queued as any other.
+pub type Tap = Box<dyn Fn(&Arc<Envelope>) -> bool + Send + Sync>;
 
 enum Store {
     /// A candidate's scratch mailbox, which must not outlive its test.
@@ -282,6 +289,7 @@ impl Mailbox {
             space: Notify::new(),
             store,
             window: OnceLock::new(),
+            tap: OnceLock::new(),
         }
     }
 
@@ -291,8 +299,23 @@ impl Mailbox {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Has `tap` take the messages it wants of those pushed from now on, as they are pushed:
+    /// they are counted as accepted but never queued nor journalled, and the reader never
+    /// sees them. For a native actor whose messages are handed on at once and mean nothing
+    /// after a restart (the public address's answers, whose clients a restart cuts off). A
+    /// mailbox is tapped once; a later tap is ignored.
+    pub fn tap(&self, tap: Tap) {
+        let _ = self.tap.set(tap);
+    }
+
     /// Appends a message unless the mailbox is full or the journal cannot record it.
     pub fn try_push(&self, envelope: Arc<Envelope>) -> Result<(), Refused> {
+        if let Some(tap) = self.tap.get()
+            && tap(&envelope)
+        {
+            self.lock().count_accepted(&envelope);
+            return Ok(());
+        }
         if let Store::Stream { stream, actor } = &self.store {
             if !stream.publish(actor, &envelope) {
                 return Err(Refused::Full(envelope));

@@ -51,6 +51,9 @@ const MAX_HEAD_BYTES: usize = 32 << 10;
 /// A request to an actor that restarts after a crash at least this far off is answered 503
 /// with `Retry-After` rather than kept waiting; a nearer restart is waited for.
 const CRASHING: Duration = Duration::from_secs(1);
+/// How often the access lines waiting are appended to actors' logs: a batch a tenth of a
+/// second rather than a file write (and a hop to a file thread) every few requests.
+const ACCESS_LINES_EVERY: Duration = Duration::from_millis(100);
 /// How often the rate limiters forget the clients they have not seen for a while.
 const FORGET_CLIENTS_EVERY: Duration = Duration::from_secs(60);
 
@@ -177,6 +180,12 @@ pub async fn start(broker: Arc<Broker>, addr: SocketAddr) -> Result<Http> {
         limiters: Mutex::default(),
         access,
     });
+    let answers = Arc::downgrade(&app);
+    broker
+        .native_mailbox(app.me.as_str())
+        .tap(Box::new(move |message| {
+            answers.upgrade().is_some_and(|app| app.hand_over(message))
+        }));
     runtime.spawn(accept(listener, app.clone()));
     runtime.spawn(read_mailbox(app.clone()));
     runtime.spawn(write_access_lines(broker.world.clone(), lines));
@@ -532,21 +541,33 @@ impl Drop for Pending {
     }
 }
 
-/// Reads `http`'s mailbox: each answer goes to the request waiting for it, when it comes from
-/// the actor the request went to (or is the broker's notice that it could not go). Anything
-/// else (an answer after its request gave up) is dropped.
+/// Reads what of `http`'s mailbox its tap left ([`App::hand_over`]): another host's asks for a
+/// static answer, and answers that came before the tap was set.
 async fn read_mailbox(app: Arc<App>) {
     let mailbox = app.broker.native_mailbox(app.me.as_str());
     loop {
         let message = mailbox.recv().await;
-        let Some(id) = message.reply_to.as_deref() else {
+        if message.reply_to.is_some() {
+            app.hand_over(&message);
+        } else if message.from == app.me && message.body_value()["type"] == peers::ASK {
             // Another host of the cluster asks for a static answer of an actor this one runs.
-            if message.from == app.me && message.body_value()["type"] == peers::ASK {
-                tokio::spawn(peers::answer_peer(app.clone(), message));
-            }
-            continue;
+            tokio::spawn(peers::answer_peer(app.clone(), message));
+        }
+    }
+}
+
+impl App {
+    /// Gives an answer to the request waiting for it, when it comes from the actor the request
+    /// went to (or is the broker's notice that it could not go); anything else with a
+    /// `reply_to` (an answer after its request gave up) is dropped. Runs on the thread that
+    /// delivers the answer (the world's, mostly), as `http`'s mailbox's tap: an answer is
+    /// handed on without a hop through the mailbox, and never journalled (its client does not
+    /// outlive the host). False for what is no answer, which the mailbox keeps.
+    fn hand_over(&self, message: &Arc<Envelope>) -> bool {
+        let Some(id) = message.reply_to.as_deref() else {
+            return false;
         };
-        let waiting = app.lock_waiting();
+        let waiting = self.lock_waiting();
         if let Some(waiter) = waiting.get(id)
             && (message.from == waiter.to || message.from == ActorId::broker())
             && let Err(mpsc::error::TrySendError::Full(_)) =
@@ -557,21 +578,23 @@ async fn read_mailbox(app: Arc<App>) {
                 "a streamed answer was cut off: its client read slower than {STREAM_BACKLOG} \
                  messages could wait"
             );
-            app.broker.world.log_note(&waiter.to, &note);
+            let actor = waiter.to.clone();
             drop(waiting);
-            app.lock_waiting().remove(id);
+            self.lock_waiting().remove(id);
+            self.broker.world.log_note(&actor, &note);
         }
+        true
     }
 }
 
 /// Appends each answer's line (`GET /path 200 3 ms`) to its actor's log, off the world's
-/// thread, a batch at a time.
+/// thread, a batch at most every [`ACCESS_LINES_EVERY`].
 async fn write_access_lines(
     world: crate::world::World,
     mut lines: mpsc::UnboundedReceiver<(ActorId, String)>,
 ) {
     let mut batch = Vec::new();
-    while lines.recv_many(&mut batch, 1024).await > 0 {
+    while lines.recv_many(&mut batch, usize::MAX).await > 0 {
         let (world, lines) = (world.clone(), std::mem::take(&mut batch));
         let written = tokio::task::spawn_blocking(move || {
             let mut by_actor: HashMap<ActorId, String> = HashMap::new();
@@ -592,6 +615,7 @@ async fn write_access_lines(
         if written.is_err() {
             return;
         }
+        tokio::time::sleep(ACCESS_LINES_EVERY).await;
     }
 }
 
