@@ -260,6 +260,40 @@ fn an_actors_routes_answer_over_http_and_every_failure_has_its_status() {
         (200, "<h1>new</h1>".into())
     );
 
+    // A file past what is read whole is served a chunk at a time, whole or in ranges; an
+    // unchanged one is 304 by its date too; a folder's page without its `/` is redirected.
+    let big: String = (0..40_000).map(|n| format!("{n:07}\n")).collect();
+    let docs = [
+        ("/public/site/docs/big.txt", big.as_str()),
+        ("/public/site/docs/index.html", "<h1>docs</h1>"),
+    ];
+    for (path, text) in docs {
+        host.tell("shop", json!({"type": "write", "path": path, "text": text}));
+        host.wait_for("the file written", |m| m.body["type"] == "written");
+    }
+    let whole = get(addr, "/docs/big.txt");
+    assert_eq!((whole.status, whole.body.len()), (200, big.len()));
+    assert!(whole.body == big.as_bytes(), "the big file whole");
+    assert_eq!(whole.header("content-type"), Some("text/plain"));
+    let range = [("Range", "bytes=300000-300015")];
+    let part = request(addr, "GET", "/docs/big.txt", &range, b"");
+    assert_eq!(
+        (part.status, part.text()),
+        (206, big[300_000..300_016].into())
+    );
+    let modified = whole.header("last-modified").expect("a Last-Modified");
+    let since = [("If-Modified-Since", modified)];
+    assert_eq!(
+        request(addr, "GET", "/docs/big.txt", &since, b"").status,
+        304
+    );
+    let folder = get(addr, "/docs?x=1");
+    assert_eq!(
+        (folder.status, folder.header("location")),
+        (307, Some("/docs/?x=1"))
+    );
+    assert_eq!(get(addr, "/docs/").text(), "<h1>docs</h1>");
+
     // Each answer is a line in the actor's log.
     eventually("the access lines in the actor's log", || {
         world.log("shop").contains("http: GET /api/echo 200")

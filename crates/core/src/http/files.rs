@@ -1,22 +1,33 @@
 //! Static routes (DESIGN §24): an actor's committed `/public` files served by the host, without
-//! waking the actor. `tower-http`'s `ServeDir` does the serving, in its one-file form
-//! `ServeFile` once the file is found (content types, `Range`, `If-Modified-Since`,
-//! `index.html`, no listings); this module decides first what may be
-//! served (no dot-files, nothing outside the folder, through `..`, an encoded dot or a
-//! symlink) and adds what `ServeDir` lacks: an `ETag` and `If-None-Match`.
+//! waking the actor. This module decides what may be served (no dot-files, no listings, nothing
+//! outside the folder, through `..`, an encoded dot or a symlink; a folder's `index.html`) and
+//! reads it on the public address's own thread; `http-serve` answers the request from it:
+//! `ETag` and `If-None-Match`, `Last-Modified` and `If-Modified-Since`, `Range`, `HEAD`.
+//! A file up to [`READ_WHOLE`] is read at once and served from memory (a copy from the page
+//! cache, cheaper than any hop to a file thread); a larger one is read a chunk at a time as the
+//! client takes it (`ChunkedReadFile`).
 
+use std::io::Read;
+use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
-use http::{HeaderValue, Request, Response, StatusCode, header};
+use bytes::Bytes;
+use futures_util::Stream;
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
+use http_serve::{BoxError, ChunkedReadFile, Entity};
 use percent_encoding::percent_decode_str;
-use tower::ServiceExt;
-use tower_http::services::{ServeDir, ServeFile};
 
 use crate::message::ActorId;
 use crate::world::World;
 use crate::world::routes::stem;
+
+/// Files at most this large are read whole and served from memory; larger ones a chunk at a
+/// time.
+const READ_WHOLE: u64 = 256 << 10;
 
 /// Refuses a request path no route may see: one with a `.` or `..` segment, or an encoded
 /// `/`, `\`, `.` or NUL, which could name another path than the one routed.
@@ -43,97 +54,130 @@ pub async fn serve<B: Send + 'static>(
     at: &str,
     request: Request<B>,
 ) -> Response<Body> {
-    let path = request.uri().path().to_string();
+    let path = request.uri().path();
     let rest = match stem(at) {
-        "/" => path.as_str(),
+        "/" => path,
         stem => &path[stem.len()..],
     };
-    let rest = if rest.is_empty() { "/" } else { rest }.to_string();
+    let rest = if rest.is_empty() { "/" } else { rest };
     let root = world
         .public_dir(actor)
         .join(dir.trim_start_matches("/public").trim_start_matches('/'));
-    // A few `stat`s on this thread, one of the public address's and not the world's: cheaper
-    // than a hop to the blocking pool and back, which cost more than the file's serving.
-    let Some(found) = find(&root, &rest) else {
-        return not_found(&path);
+    // A few `stat`s and a read on this thread, one of the public address's and not the
+    // world's: cheaper than hops to a file thread and back, which cost more than the serving.
+    let Some(found) = find(&root, rest) else {
+        return not_found(path);
     };
-    let etag = etag(&found.meta);
-    let matches = request
-        .headers()
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|tags| {
-            tags.split(',')
-                .map(|t| t.trim().trim_start_matches("W/"))
-                .any(|t| t == etag || t == "*")
-        });
-    if matches {
+    if found.folder && !rest.ends_with('/') {
+        // A folder's page is asked for with its `/`, so that its relative links resolve.
+        let mut location = format!("{path}/");
+        if let Some(query) = request.uri().query() {
+            location.push('?');
+            location.push_str(query);
+        }
         let mut response = Response::new(Body::empty());
-        *response.status_mut() = StatusCode::NOT_MODIFIED;
-        if let Ok(value) = HeaderValue::from_str(&etag) {
-            response.headers_mut().insert(header::ETAG, value);
+        *response.status_mut() = StatusCode::TEMPORARY_REDIRECT;
+        if let Ok(value) = HeaderValue::from_str(&location) {
+            response.headers_mut().insert(header::LOCATION, value);
         }
         return response;
     }
-    let (mut parts, body) = request.into_parts();
-    let mut uri = rest.clone();
-    if let Some(query) = parts.uri.query() {
-        uri.push('?');
-        uri.push_str(query);
-    }
-    let Ok(uri) = uri.parse() else {
-        return not_found(&path);
+    let mut headers = HeaderMap::new();
+    let kind = mime_guess::from_path(&found.path).first_raw();
+    let kind = kind.unwrap_or("application/octet-stream");
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
+    let Ok(mut file) = std::fs::File::open(&found.path) else {
+        return not_found(path);
     };
-    parts.uri = uri;
-    let request = Request::from_parts(parts, body);
-    // The file found is handed to `ServeFile` (`ServeDir` for one file): `ServeDir` would look
-    // again whether the path is a folder, one more hop to the blocking pool. A folder's path
-    // without its `/` still goes to `ServeDir`, which redirects it.
-    let served = match found.folder && !rest.ends_with('/') {
-        true => {
-            ServeDir::new(&root)
-                .append_index_html_on_directories(true)
-                .oneshot(request)
-                .await
+    // The file opened, not the path found: a commit may have replaced it since.
+    let Ok(meta) = file.metadata() else {
+        return not_found(path);
+    };
+    let content = if meta.len() <= READ_WHOLE {
+        let mut data = Vec::with_capacity(meta.len() as usize);
+        if file.read_to_end(&mut data).is_err() || data.len() as u64 != meta.len() {
+            return not_found(path);
         }
-        false => ServeFile::new(&found.path).oneshot(request).await,
+        Content::Whole(Bytes::from(data))
+    } else {
+        match ChunkedReadFile::new_with_metadata(file, &meta, HeaderMap::new()) {
+            Ok(chunked) => Content::Chunked(chunked),
+            Err(_) => return not_found(path),
+        }
     };
-    let Ok(served) = served;
-    let status = served.status();
-    if status == StatusCode::NOT_FOUND {
-        return not_found(&path);
-    }
+    let committed = Committed {
+        content,
+        etag: HeaderValue::from_str(&etag(&meta)).ok(),
+        // To the second, as `Last-Modified` and `If-Modified-Since` say it.
+        modified: (meta.mtime() >= 0)
+            .then(|| SystemTime::UNIX_EPOCH + Duration::from_secs(meta.mtime() as u64)),
+        headers,
+    };
+    let served = http_serve::serve(committed, &request);
     let (mut parts, body) = served.into_parts();
-    if status.is_redirection() {
-        // `ServeDir` adds the / a folder's path lacks, from the path it saw: give back the
-        // route's part.
-        let location = parts
-            .headers
-            .get(header::LOCATION)
-            .and_then(|l| l.to_str().ok());
-        if let Some(location) = location {
-            let full = format!("{}{location}", stem(at).trim_end_matches('/'));
-            if let Ok(value) = HeaderValue::from_str(&full) {
-                parts.headers.insert(header::LOCATION, value);
-            }
-        }
-    }
-    if status.is_success()
-        && let Ok(value) = HeaderValue::from_str(&etag)
-    {
-        parts.headers.insert(header::ETAG, value);
-        parts
-            .headers
-            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if parts.status.is_success() {
+        (parts.headers).insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     }
     Response::from_parts(parts, Body::new(body))
+}
+
+/// A committed file as `http-serve` sees it: its bytes and the host's validators.
+struct Committed {
+    content: Content,
+    etag: Option<HeaderValue>,
+    modified: Option<SystemTime>,
+    /// Its `Content-Type`.
+    headers: HeaderMap,
+}
+
+enum Content {
+    /// Read whole, served from memory.
+    Whole(Bytes),
+    /// Read a chunk at a time as the client takes it.
+    Chunked(ChunkedReadFile<Bytes, BoxError>),
+}
+
+impl Entity for Committed {
+    type Error = BoxError;
+    type Data = Bytes;
+
+    fn len(&self) -> u64 {
+        match &self.content {
+            Content::Whole(data) => data.len() as u64,
+            Content::Chunked(file) => file.len(),
+        }
+    }
+
+    fn get_range(
+        &self,
+        range: Range<u64>,
+    ) -> Pin<Box<dyn Stream<Item = Result<Bytes, BoxError>> + Send + Sync>> {
+        match &self.content {
+            Content::Whole(data) => {
+                let part = data.slice(range.start as usize..range.end as usize);
+                Box::pin(futures_util::stream::once(async move { Ok(part) }))
+            }
+            Content::Chunked(file) => file.get_range(range),
+        }
+    }
+
+    fn add_headers(&self, headers: &mut HeaderMap) {
+        headers.extend(self.headers.clone());
+    }
+
+    fn etag(&self) -> Option<HeaderValue> {
+        self.etag.clone()
+    }
+
+    fn last_modified(&self) -> Option<SystemTime> {
+        self.modified
+    }
 }
 
 /// A file a static route may serve.
 struct Found {
     /// The path `ServeDir` would open (a folder's `index.html`), its type guessed from it.
     path: PathBuf,
-    meta: std::fs::Metadata,
     /// Whether the request named a folder.
     folder: bool,
 }
@@ -175,7 +219,7 @@ fn find(root: &Path, rest: &str) -> Option<Found> {
     {
         return None;
     }
-    Some(Found { path, meta, folder })
+    Some(Found { path, folder })
 }
 
 /// A validator of a file's content as committed: a commit replaces a file by a rename, so a
