@@ -176,13 +176,13 @@ impl Entity for Committed {
 
 /// A file a static route may serve.
 struct Found {
-    /// The path `ServeDir` would open (a folder's `index.html`), its type guessed from it.
+    /// The file to open (a folder's `index.html`), its type guessed from its name.
     path: PathBuf,
     /// Whether the request named a folder.
     folder: bool,
 }
 
-/// The file `rest` names under `root`, as `ServeDir` would find it (a folder's `index.html`),
+/// The file `rest` names under `root` (a folder's `index.html`),
 /// if it may be served: no segment hidden (a dot-file, or the host's temporaries), and its
 /// real path, symlinks followed, inside `root`'s. Without a symlink below `root` the file is
 /// inside it, so only a path through one is resolved (`canonicalize` reads every link of the

@@ -62,12 +62,11 @@ const FORGET_CLIENTS_EVERY: Duration = Duration::from_secs(60);
 /// actors (two: this host's bench machine has two cores, and the world's thread takes one when
 /// actors are busy).
 const HTTP_THREADS: usize = 2;
-/// The public address's threads for file work (`tower-http`'s reads and `stat`s, the access
-/// lines): each is a hop to one of them and back. Few, so that under load they find the next
-/// job queued instead of sleeping and being woken for each: with tokio's default of 512, a
-/// 1 KB file cost about 15 thread switches and was served about 4,800 times a second on the
-/// bench's 2 cores, with 2 about 6,000. At the limit, file work waits in the queue; 2 rather
-/// than 1, so that one slow read does not hold every static answer.
+/// The public address's threads for blocking work: the access lines' appends, and the worker
+/// a chunked read of a large static file hands over while it reads (`block_in_place`). Few,
+/// so that under load they find the next job queued instead of sleeping and being woken for
+/// each (with tokio's default of 512, a hop to one cost about 15 thread switches a request);
+/// 2 rather than 1, so that one slow read does not hold the others.
 const HTTP_BLOCKING_THREADS: usize = 2;
 /// How long [`Http::stop`] waits for the public address's threads to end.
 const STOP_PATIENCE: Duration = Duration::from_secs(5);
