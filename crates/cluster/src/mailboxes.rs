@@ -60,8 +60,14 @@ const REPLACES_HEADER: &str = "Sausage-Replaces";
 /// Publications that may wait for the stream's acknowledgement at once; past it, senders wait.
 pub const PUBLISH_IN_FLIGHT: usize = 4096;
 /// How long a request about the mailboxes (a consumer deleted or made) waits for JetStream's
-/// answer: one sent while JetStream elects a leader gets none, and is sent again sooner.
+/// answer at first: one sent while JetStream elects a leader gets none, and is sent again
+/// sooner.
 const MAILBOX_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest a consumer's making waits: each attempt that fails waits twice as long as the
+/// one before, up to this. A JetStream that syncs every write to disk under load can take
+/// longer than [`MAILBOX_REQUEST_TIMEOUT`] to make a replicated consumer; were every attempt
+/// cut off at it, each would delete the consumer the one before had made, forever.
+const MAILBOX_REQUEST_PATIENCE: Duration = Duration::from_secs(16);
 /// Native actors' message ids remembered with the host they came from.
 const ORIGINS_KEPT: usize = 65_536;
 /// How long the consumer of a mailbox leaves a message unacknowledged before the stream offers
@@ -354,12 +360,22 @@ impl Streams {
                 ),
             }
         }
+        let mut patience = MAILBOX_REQUEST_TIMEOUT;
         while self.run_until.settled(term).await {
-            match self.consume(&actor, &mailbox, &mut reading, term).await {
+            match self
+                .consume(&actor, &mailbox, &mut reading, term, patience)
+                .await
+            {
                 Ok(why) => {
-                    tracing::debug!("actor {actor}: its mailbox's consumer is made again: {why}")
+                    tracing::debug!("actor {actor}: its mailbox's consumer is made again: {why}");
+                    patience = MAILBOX_REQUEST_TIMEOUT;
                 }
-                Err(e) => tracing::warn!("actor {actor}: {e:#}"),
+                Err(e) => {
+                    tracing::warn!(
+                        "actor {actor}: {e:#} (waited {patience:?}; tried again, waiting longer)"
+                    );
+                    patience = (patience * 2).min(MAILBOX_REQUEST_PATIENCE);
+                }
             }
             tokio::time::sleep(CONSUMER_RETRY).await;
         }
@@ -377,12 +393,14 @@ impl Streams {
         mailbox: &Mailbox,
         reading: &mut Reading,
         term: Term,
+        patience: Duration,
     ) -> Result<&'static str> {
         let mut connections = self.connections.clone();
         connections.borrow_and_update();
         let name = consumer_name(actor);
-        match self
-            .js
+        let mut js = self.js.clone();
+        js.set_timeout(patience);
+        match js
             .delete_consumer_from_stream(&name, super::MAILBOX_STREAM)
             .await
         {
@@ -400,8 +418,7 @@ impl Streams {
             max_ack_pending: MAILBOX_CAPACITY as i64,
             ..Default::default()
         };
-        let mut consumer = self
-            .js
+        let mut consumer = js
             .create_consumer_strict_on_stream(config, super::MAILBOX_STREAM)
             .await
             .context("cannot make its mailbox's consumer")?;
