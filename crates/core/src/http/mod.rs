@@ -382,17 +382,14 @@ impl App {
             return too_large(max_body);
         }
         let timeout = Duration::from_secs(u64::from(route.timeout_s()));
-        let limited = http_body_util::Limited::new(body, max_body as usize);
-        let body = match tokio::time::timeout(timeout, limited.collect()).await {
-            Err(_) => {
-                return plain(
-                    StatusCode::REQUEST_TIMEOUT,
-                    "the request's body did not arrive in time",
-                );
+        // A request without a body (most GETs) has nothing to wait for: no timer is set.
+        let body = if hyper::body::Body::is_end_stream(&body) {
+            Bytes::new()
+        } else {
+            match read_body(body, max_body, timeout).await {
+                Ok(body) => body,
+                Err(refused) => return refused,
             }
-            Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return too_large(max_body),
-            Ok(Err(_)) => return plain(StatusCode::BAD_REQUEST, "the request's body was cut off"),
-            Ok(Ok(collected)) => collected.to_bytes(),
         };
         if !self.broker.runs(actor).await {
             return unavailable(&format!("actor `{actor}` is stopped"));
@@ -631,6 +628,27 @@ async fn forget_clients(app: Arc<App>) {
             limiter.retain_recent();
             limiter.shrink_to_fit();
         }
+    }
+}
+
+/// Reads a request's body whole, within `timeout` and `max_body` bytes, or says why not.
+async fn read_body(
+    body: Incoming,
+    max_body: u64,
+    timeout: Duration,
+) -> Result<Bytes, Response<Body>> {
+    let limited = http_body_util::Limited::new(body, max_body as usize);
+    match tokio::time::timeout(timeout, limited.collect()).await {
+        Err(_) => Err(plain(
+            StatusCode::REQUEST_TIMEOUT,
+            "the request's body did not arrive in time",
+        )),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large(max_body)),
+        Ok(Err(_)) => Err(plain(
+            StatusCode::BAD_REQUEST,
+            "the request's body was cut off",
+        )),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
     }
 }
 
