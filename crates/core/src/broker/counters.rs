@@ -52,6 +52,16 @@ pub type RouteLabels = Vec<(&'static str, String)>;
 pub struct HttpCounts {
     pub answers: Family<RouteLabels, Counter>,
     pub durations: Family<RouteLabels, Histogram, fn() -> Histogram>,
+    /// Each route's metrics as the families hold them (they share their counts), found by the
+    /// route's path alone: no labels are made for an answer once its route and status were
+    /// counted before.
+    seen: Mutex<FxHashMap<String, RouteCounts>>,
+}
+
+/// One route's metrics, handles to those of [`HttpCounts`]' families.
+struct RouteCounts {
+    duration: Histogram,
+    by_status: Vec<(u16, Counter)>,
 }
 
 impl Default for HttpCounts {
@@ -63,6 +73,7 @@ impl Default for HttpCounts {
         HttpCounts {
             answers: Family::default(),
             durations: Family::new_with_constructor(histogram),
+            seen: Mutex::default(),
         }
     }
 }
@@ -70,12 +81,29 @@ impl Default for HttpCounts {
 impl HttpCounts {
     /// Counts an answer of `route` with `status`, `seconds` after the request came.
     pub fn answered(&self, route: &str, status: u16, seconds: f64) {
-        let route = route.to_string();
-        let labels = vec![("route", route.clone()), ("status", status.to_string())];
-        self.answers.get_or_create(&labels).inc();
-        self.durations
-            .get_or_create(&vec![("route", route)])
-            .observe(seconds);
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if !seen.contains_key(route) {
+            let labels = vec![("route", route.to_string())];
+            let duration = self.durations.get_or_create(&labels).clone();
+            let counts = RouteCounts {
+                duration,
+                by_status: Vec::new(),
+            };
+            seen.insert(route.to_string(), counts);
+        }
+        let counts = seen.get_mut(route).expect("inserted above");
+        counts.duration.observe(seconds);
+        match counts.by_status.iter().find(|(s, _)| *s == status) {
+            Some((_, counter)) => {
+                counter.inc();
+            }
+            None => {
+                let labels = vec![("route", route.to_string()), ("status", status.to_string())];
+                let counter = self.answers.get_or_create(&labels).clone();
+                counter.inc();
+                counts.by_status.push((status, counter));
+            }
+        }
     }
 }
 

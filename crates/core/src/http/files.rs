@@ -32,10 +32,13 @@ const READ_WHOLE: u64 = 256 << 10;
 /// Refuses a request path no route may see: one with a `.` or `..` segment, or an encoded
 /// `/`, `\`, `.` or NUL, which could name another path than the one routed.
 pub fn check_request_path(path: &str) -> Result<(), String> {
-    let lower = path.to_ascii_lowercase();
-    let encoded = ["%2f", "%5c", "%00", "%2e"]
-        .iter()
-        .any(|e| lower.contains(e));
+    let encoded = path.as_bytes().windows(3).any(|w| {
+        w[0] == b'%'
+            && matches!(
+                (w[1], w[2].to_ascii_lowercase()),
+                (b'2', b'f') | (b'5', b'c') | (b'0', b'0') | (b'2', b'e')
+            )
+    });
     let dotted = path.split('/').any(|segment| matches!(segment, "." | ".."));
     match encoded || dotted || path.contains('\\') {
         true => Err(format!(

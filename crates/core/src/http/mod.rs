@@ -289,8 +289,8 @@ async fn route_request(
         );
         return (None, refused);
     };
-    let (at, route) = (at.to_string(), route.clone());
-    drop(table);
+    // The table is a snapshot: held for the request rather than the route copied out of it.
+    let at = at.to_string();
     let Ok(actor) = ActorId::parse(&route.actor) else {
         let refused = plain(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -316,7 +316,7 @@ async fn route_request(
             refused.headers_mut().insert(header::ALLOW, allow);
         }
         refused
-    } else if !app.admit(&at, &route, remote.ip()) {
+    } else if !app.admit(&at, route, remote.ip()) {
         let mut refused = plain(
             StatusCode::TOO_MANY_REQUESTS,
             &format!(
@@ -336,7 +336,7 @@ async fn route_request(
                     None => files::serve(&app.broker.world, &actor, dir, &at, request).await,
                 }
             }
-            None => app.ask(&actor, &route, remote, request, trace).await,
+            None => app.ask(&actor, route, remote, request, trace).await,
         }
     };
     (Some((at, actor)), response)
