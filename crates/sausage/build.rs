@@ -8,6 +8,7 @@ use std::process::Command;
 
 fn main() {
     commit();
+    pack_relocations();
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let mut code = String::new();
     for (constant, folder, what) in [
@@ -106,4 +107,15 @@ fn commit() {
         println!("cargo:rerun-if-changed={common}/{head}");
     }
     println!("cargo:rerun-if-changed=build.rs");
+}
+
+/// Links the binary with its relative relocations packed (`DT_RELR`, binutils 2.38 and glibc
+/// 2.36 on): the loader reads a few kilobytes instead of a 2.5 MB table at each start, which
+/// stayed in the host's memory (about a tenth of a host's resident size). Only for GNU/Linux
+/// on x86-64, where Sausage is built and its figures are taken.
+fn pack_relocations() {
+    let target = std::env::var("TARGET").unwrap_or_default();
+    if target == "x86_64-unknown-linux-gnu" {
+        println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
+    }
 }
