@@ -109,13 +109,29 @@ fn commit() {
     println!("cargo:rerun-if-changed=build.rs");
 }
 
-/// Links the binary with its relative relocations packed (`DT_RELR`, binutils 2.38 and glibc
-/// 2.36 on): the loader reads a few kilobytes instead of a 2.5 MB table at each start, which
-/// stayed in the host's memory (about a tenth of a host's resident size). Only for GNU/Linux
-/// on x86-64, where Sausage is built and its figures are taken.
+/// Links the binary with its relative relocations packed (`DT_RELR`): the loader reads a few
+/// kilobytes instead of a 2.5 MB table at each start, which stayed in the host's memory. Only
+/// for GNU/Linux on x86-64 built on itself, with glibc 2.36 or later (the linker, binutils 2.38
+/// on, makes the binary ask for it: it would not start on an older glibc); elsewhere the table
+/// stays as it was.
 fn pack_relocations() {
     let target = std::env::var("TARGET").unwrap_or_default();
-    if target == "x86_64-unknown-linux-gnu" {
+    let host = std::env::var("HOST").unwrap_or_default();
+    if target != "x86_64-unknown-linux-gnu" || host != target {
+        return;
+    }
+    // "glibc 2.36"
+    let version = Command::new("getconf")
+        .arg("GNU_LIBC_VERSION")
+        .output()
+        .ok()
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .and_then(|text| {
+            let (major, minor) = text.trim().strip_prefix("glibc ")?.split_once('.')?;
+            let minor = minor.split('.').next()?;
+            Some((major.parse::<u32>().ok()?, minor.parse::<u32>().ok()?))
+        });
+    if version.is_some_and(|version| version >= (2, 36)) {
         println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
     }
 }
