@@ -882,6 +882,50 @@ mod tests {
         }
     }
 
+    /// A tapped mailbox: what its tap takes is counted as accepted but neither queued nor
+    /// journalled (a restart finds none of it); what it leaves is queued and journalled as
+    /// any other message.
+    #[test]
+    fn what_a_tap_takes_is_counted_but_never_queued_nor_journalled() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = ActorId::parse("http").unwrap();
+        let taken = Arc::new(std::sync::Mutex::new(Vec::new()));
+        {
+            let journal = Arc::new(Journal::open(dir.path()).unwrap());
+            let mailbox = Mailbox::durable(id.clone(), journal);
+            let into = taken.clone();
+            mailbox.tap(Box::new(move |envelope| {
+                let even = envelope
+                    .id
+                    .trim_start_matches("m-")
+                    .parse::<usize>()
+                    .unwrap()
+                    % 2
+                    == 0;
+                if even {
+                    into.lock().unwrap().push(envelope.id.clone());
+                }
+                even
+            }));
+            for n in 0..4 {
+                assert!(mailbox.try_push(message(n)).is_ok());
+            }
+            assert_eq!(*taken.lock().unwrap(), ["m-0", "m-2"]);
+            let traffic = mailbox.traffic(id.clone());
+            assert_eq!(traffic.queued, 2);
+            assert_eq!(
+                traffic.accepted_from,
+                [(ActorId::parse("test").unwrap(), 4)]
+            );
+            assert_eq!(mailbox.take_now().unwrap().id, "m-1");
+        }
+        let journal = Arc::new(Journal::open(dir.path()).unwrap());
+        let kept: Vec<String> = (journal.claim(&id).into_iter())
+            .map(|(_, e)| e.id.clone())
+            .collect();
+        assert_eq!(kept, ["m-3"]);
+    }
+
     /// Reads that never settle by a commit or a wait: past [`MAX_UNSETTLED`] the oldest settle,
     /// so a kill gives back only the last ones read, and those in order before the rest.
     #[test]

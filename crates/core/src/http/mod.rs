@@ -519,6 +519,35 @@ impl App {
         response
     }
 
+    /// Gives an answer to the request waiting for it, when it comes from the actor the request
+    /// went to (or is the broker's notice that it could not go); anything else with a
+    /// `reply_to` (an answer after its request gave up) is dropped. Runs on the thread that
+    /// delivers the answer (the world's, mostly), as `http`'s mailbox's tap: an answer is
+    /// handed on without a hop through the mailbox, and never journalled (its client does not
+    /// outlive the host). False for what is no answer, which the mailbox keeps.
+    fn hand_over(&self, message: &Arc<Envelope>) -> bool {
+        let Some(id) = message.reply_to.as_deref() else {
+            return false;
+        };
+        let waiting = self.lock_waiting();
+        if let Some(waiter) = waiting.get(id)
+            && (message.from == waiter.to || message.from == ActorId::broker())
+            && let Err(mpsc::error::TrySendError::Full(_)) =
+                waiter.answers.try_send(message.clone())
+        {
+            // The client reads slower than the actor streams: its answer ends here.
+            let note = format!(
+                "a streamed answer was cut off: its client read slower than {STREAM_BACKLOG} \
+                 messages could wait"
+            );
+            let actor = waiter.to.clone();
+            drop(waiting);
+            self.lock_waiting().remove(id);
+            self.broker.world.log_note(&actor, &note);
+        }
+        true
+    }
+
     fn lock_waiting(&self) -> std::sync::MutexGuard<'_, HashMap<String, Waiter>> {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -549,37 +578,6 @@ async fn read_mailbox(app: Arc<App>) {
             // Another host of the cluster asks for a static answer of an actor this one runs.
             tokio::spawn(peers::answer_peer(app.clone(), message));
         }
-    }
-}
-
-impl App {
-    /// Gives an answer to the request waiting for it, when it comes from the actor the request
-    /// went to (or is the broker's notice that it could not go); anything else with a
-    /// `reply_to` (an answer after its request gave up) is dropped. Runs on the thread that
-    /// delivers the answer (the world's, mostly), as `http`'s mailbox's tap: an answer is
-    /// handed on without a hop through the mailbox, and never journalled (its client does not
-    /// outlive the host). False for what is no answer, which the mailbox keeps.
-    fn hand_over(&self, message: &Arc<Envelope>) -> bool {
-        let Some(id) = message.reply_to.as_deref() else {
-            return false;
-        };
-        let waiting = self.lock_waiting();
-        if let Some(waiter) = waiting.get(id)
-            && (message.from == waiter.to || message.from == ActorId::broker())
-            && let Err(mpsc::error::TrySendError::Full(_)) =
-                waiter.answers.try_send(message.clone())
-        {
-            // The client reads slower than the actor streams: its answer ends here.
-            let note = format!(
-                "a streamed answer was cut off: its client read slower than {STREAM_BACKLOG} \
-                 messages could wait"
-            );
-            let actor = waiter.to.clone();
-            drop(waiting);
-            self.lock_waiting().remove(id);
-            self.broker.world.log_note(&actor, &note);
-        }
-        true
     }
 }
 
