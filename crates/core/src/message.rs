@@ -223,8 +223,9 @@ impl Outgoing {
         Ok(out)
     }
 
-    /// A message whose body is built by the host.
-    pub fn new(to: &ActorId, body: &serde_json::Value) -> Outgoing {
+    /// A message whose body is built by the host (a `Value`, or anything that serialises as
+    /// a JSON object).
+    pub fn new(to: &ActorId, body: &(impl serde::Serialize + ?Sized)) -> Outgoing {
         Outgoing {
             to: Some(to.to_string()),
             id: None,
@@ -610,8 +611,8 @@ pub fn unix_nanos() -> u64 {
 }
 
 /// Serialises a host-built body once, for routing.
-pub fn raw(body: &serde_json::Value) -> Box<RawValue> {
-    // Serialising a `Value` cannot fail: its keys are strings.
+pub fn raw(body: &(impl serde::Serialize + ?Sized)) -> Box<RawValue> {
+    // What the host serialises has string keys only, so it cannot fail.
     serde_json::value::to_raw_value(body).expect("a JSON value serialises")
 }
 

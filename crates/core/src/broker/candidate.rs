@@ -250,7 +250,7 @@ impl Instance {
     ) -> Result<Answered, String> {
         let wrong = |e: String| format!("{at}: expected {wanted}, but {e}");
         let first = self.next_answer(id, aside, at, wanted).await?;
-        let answer = answer(&first).map_err(wrong)?;
+        let answer = answer(&crate::message::raw(&first)).map_err(wrong)?;
         let mut body = answer.body;
         if answer.stream {
             loop {

@@ -672,7 +672,7 @@ fn said(message: &Value) -> Value {
         return message.clone();
     }
     let body = &message["body"];
-    let response = match (answer(body), chunk(body)) {
+    let response = match (answer(&crate::message::raw(body)), chunk(body)) {
         (Ok(answer), _) => {
             let mut headers: Vec<(String, Vec<u8>)> = (answer.headers.iter())
                 .map(|(name, value)| (name.to_string(), value.as_bytes().to_vec()))

@@ -70,7 +70,7 @@ impl HttpRequest {
     /// The body of the message the public address sends for this request, with the headers
     /// `pass` names kept (those of the route its `actor.json` gives the path).
     pub fn to_body(&self, pass: &[String]) -> Value {
-        Request {
+        let request = Request {
             method: &self.method,
             path: &self.path,
             query: self.query.as_deref(),
@@ -78,8 +78,8 @@ impl HttpRequest {
             remote: HTTP_REMOTE.to_string(),
             body: &self.body,
             pass,
-        }
-        .to_body()
+        };
+        serde_json::to_value(&request).expect("a request serialises")
     }
 }
 

@@ -417,8 +417,7 @@ impl App {
             remote: remote.to_string(),
             body: &body,
             pass: &route.pass,
-        }
-        .to_body();
+        };
         let own = self.broker.router.next_id();
         let id = format!("{}/{own}", self.me);
         let (answers, mut answered) = mpsc::channel(STREAM_BACKLOG);
@@ -452,8 +451,8 @@ impl App {
                 );
             }
         };
-        let reply = first.body_value();
         if first.from == ActorId::broker() {
+            let reply = first.body_value();
             let reason = reply["reason"]
                 .as_str()
                 .unwrap_or("the request did not reach it");
@@ -463,7 +462,7 @@ impl App {
             }
             return unavailable(&why);
         }
-        let answer = match message::answer(&reply) {
+        let answer = match message::answer(&first.body) {
             Ok(answer) => answer,
             Err(why) => {
                 self.broker.world.log_note(

@@ -74,7 +74,7 @@ impl App {
             ));
         }
         let reply = match tokio::time::timeout(PEER_TIMEOUT, answered.recv()).await {
-            Ok(Some(reply)) => reply.body_value(),
+            Ok(Some(reply)) => reply,
             Ok(None) | Err(_) => {
                 return plain(
                     StatusCode::GATEWAY_TIMEOUT,
@@ -82,7 +82,7 @@ impl App {
                 );
             }
         };
-        match message::answer(&reply) {
+        match message::answer(&reply.body) {
             Ok(answer) => {
                 let mut response = Response::new(Body::from(answer.body));
                 *response.status_mut() = answer.status;

@@ -5,7 +5,9 @@
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use serde_json::{Map, Value, json};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// Request headers that belong to the connection or to the console's logins: dropped before
 /// an actor sees the request, unless its route passes them (`cookie`, `authorization`; the
@@ -36,53 +38,70 @@ pub struct Request<'a> {
 }
 
 impl Request<'_> {
-    /// `{"type": "http", "method", "path", "query", "headers", "remote", "body" |
-    /// "body_base64"}`: headers by lower-case name (repeated ones joined with `, `, cookies
-    /// with `; `), a body that is UTF-8 as text, any other in base64.
-    pub fn to_body(&self) -> Value {
-        let named_by_connection: Vec<String> = self
-            .headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(|name| name.trim().to_ascii_lowercase())
-            .collect();
-        let mut headers = Map::new();
-        for (name, value) in self.headers {
+    /// Whether the header `name` (lower case) stays out of the actor's message: the
+    /// connection's own headers, those the `connection` header names, and the private ones
+    /// unless the route passes them.
+    fn drops(&self, name: &str) -> bool {
+        let named_by_connection = || {
+            (self.headers.get_all(header::CONNECTION).iter())
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(','))
+                .any(|named| named.trim().eq_ignore_ascii_case(name))
+        };
+        CONNECTION.contains(&name)
+            || (PRIVATE.contains(&name) && !self.pass.iter().any(|p| p == name))
+            || named_by_connection()
+    }
+}
+
+/// `{"type": "http", "method", "path", "query", "headers", "remote", "body" |
+/// "body_base64"}`: headers by lower-case name (repeated ones joined with `, `, cookies with
+/// `; `), a body that is UTF-8 as text, any other in base64. Written straight as JSON, with no
+/// tree of values made on the way (`Outgoing::new` takes it as it is).
+impl Serialize for Request<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("type", "http")?;
+        map.serialize_entry("method", self.method)?;
+        map.serialize_entry("path", self.path)?;
+        map.serialize_entry("query", self.query.unwrap_or(""))?;
+        map.serialize_entry("headers", &KeptHeaders(self))?;
+        map.serialize_entry("remote", &self.remote)?;
+        match std::str::from_utf8(self.body) {
+            Ok(text) => map.serialize_entry("body", text)?,
+            Err(_) => map.serialize_entry("body_base64", &BASE64.encode(self.body))?,
+        }
+        map.end()
+    }
+}
+
+/// The headers of a [`Request`] its actor sees, by name.
+struct KeptHeaders<'a>(&'a Request<'a>);
+
+impl Serialize for KeptHeaders<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let headers = self.0.headers;
+        let mut map = serializer.serialize_map(None)?;
+        for name in headers.keys() {
             let name = name.as_str();
-            let passed = self.pass.iter().any(|p| p == name);
-            let dropped = CONNECTION.contains(&name)
-                || named_by_connection.iter().any(|n| n == name)
-                || (PRIVATE.contains(&name) && !passed);
-            if dropped {
+            if self.0.drops(name) {
                 continue;
             }
-            let value = String::from_utf8_lossy(value.as_bytes());
+            let mut values = headers.get_all(name).iter();
+            let first = String::from_utf8_lossy(values.next().map_or(&[], |v| v.as_bytes()));
+            let Some(second) = values.next() else {
+                map.serialize_entry(name, &first)?;
+                continue;
+            };
             let joiner = if name == "cookie" { "; " } else { ", " };
-            match headers.get_mut(name) {
-                Some(Value::String(seen)) => {
-                    seen.push_str(joiner);
-                    seen.push_str(&value);
-                }
-                _ => {
-                    headers.insert(name.to_string(), Value::from(value.into_owned()));
-                }
+            let mut joined = first.into_owned();
+            for value in std::iter::once(second).chain(values) {
+                joined.push_str(joiner);
+                joined.push_str(&String::from_utf8_lossy(value.as_bytes()));
             }
+            map.serialize_entry(name, &joined)?;
         }
-        let mut body = json!({
-            "type": "http",
-            "method": self.method,
-            "path": self.path,
-            "query": self.query.unwrap_or(""),
-            "headers": headers,
-            "remote": self.remote,
-        });
-        match std::str::from_utf8(self.body) {
-            Ok(text) => body["body"] = Value::from(text),
-            Err(_) => body["body_base64"] = Value::from(BASE64.encode(self.body)),
-        }
-        body
+        map.end()
     }
 }
 
@@ -104,83 +123,107 @@ const FRAMING: [&str; 4] = [
     "keep-alive",
 ];
 
+/// An `http_response` as its actor wrote it: each field as written, `null` taken as absent.
+/// Read as it is rather than as a tree of values: an answer is read for every request.
+#[derive(serde::Deserialize)]
+struct Written<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    status: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    headers: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    body: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    body_base64: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    stream: Option<&'a RawValue>,
+}
+
+/// The text of a JSON string as written, unescaped; `None` for anything else.
+fn text(raw: &RawValue) -> Option<String> {
+    serde_json::from_str(raw.get()).ok()
+}
+
 /// Reads an `http_response` body an actor sent; `Err` says what is wrong, in words for its
 /// log.
-pub fn answer(reply: &Value) -> Result<Answer, String> {
-    if reply["type"] != "http_response" {
+pub fn answer(reply: &RawValue) -> Result<Answer, String> {
+    let reply: Written =
+        serde_json::from_str(reply.get()).map_err(|e| format!("its answer cannot be read: {e}"))?;
+    let kind = reply.kind.and_then(text);
+    if kind.as_deref() != Some("http_response") {
         return Err(format!(
             "it answered a request with a `{}` message, not `http_response`",
-            reply["type"].as_str().unwrap_or("(untyped)")
+            kind.as_deref().unwrap_or("(untyped)")
         ));
     }
-    let status = match &reply["status"] {
-        Value::Null => http::StatusCode::OK,
-        value => value
-            .as_u64()
-            .and_then(|s| u16::try_from(s).ok())
+    let status = match reply.status {
+        None => http::StatusCode::OK,
+        Some(value) => serde_json::from_str::<u16>(value.get())
+            .ok()
             .and_then(|s| http::StatusCode::from_u16(s).ok())
             .filter(|s| s.as_u16() >= 200)
             .ok_or_else(|| format!("its `status` is {value}, not a number from 200 to 999"))?,
     };
     let mut headers = HeaderMap::new();
-    match &reply["headers"] {
-        Value::Null => {}
-        Value::Object(fields) => {
-            for (name, value) in fields {
-                let name = HeaderName::from_bytes(name.as_bytes())
-                    .map_err(|_| format!("its header name {name:?} is not a valid one"))?;
-                if FRAMING.contains(&name.as_str()) {
-                    continue;
-                }
-                let values = match value {
-                    Value::Array(values) => values.iter().collect(),
-                    value => vec![value],
+    if let Some(written) = reply.headers {
+        let fields: serde_json::Map<String, Value> = serde_json::from_str(written.get())
+            .map_err(|_| format!("its `headers` is {written}, not an object"))?;
+        for (name, value) in fields {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| format!("its header name {name:?} is not a valid one"))?;
+            if FRAMING.contains(&name.as_str()) {
+                continue;
+            }
+            let values = match value {
+                Value::Array(values) => values,
+                value => vec![value],
+            };
+            for value in values {
+                let text = match value {
+                    Value::String(text) => text,
+                    Value::Number(n) => n.to_string(),
+                    other => {
+                        return Err(format!(
+                            "its header `{name}` is {other}, not a string (or a list of them)"
+                        ));
+                    }
                 };
-                for value in values {
-                    let text = match value {
-                        Value::String(text) => text.clone(),
-                        Value::Number(n) => n.to_string(),
-                        other => {
-                            return Err(format!(
-                                "its header `{name}` is {other}, not a string (or a list of them)"
-                            ));
-                        }
-                    };
-                    let value = HeaderValue::from_str(&text).map_err(|_| {
-                        format!("its header `{name}` holds a character a header cannot")
-                    })?;
-                    headers.append(name.clone(), value);
-                }
+                let value = HeaderValue::from_str(&text).map_err(|_| {
+                    format!("its header `{name}` holds a character a header cannot")
+                })?;
+                headers.append(name.clone(), value);
             }
         }
-        other => return Err(format!("its `headers` is {other}, not an object")),
     }
-    let body = match (&reply["body"], &reply["body_base64"]) {
-        (Value::Null, Value::Null) => Vec::new(),
-        (Value::String(text), Value::Null) => {
-            default_type(&mut headers, "text/plain; charset=utf-8");
-            text.clone().into_bytes()
-        }
-        (Value::Null, Value::String(encoded)) => {
+    let body = match (reply.body, reply.body_base64) {
+        (None, None) => Vec::new(),
+        (Some(body), None) => match text(body) {
+            Some(text) => {
+                default_type(&mut headers, "text/plain; charset=utf-8");
+                text.into_bytes()
+            }
+            None => {
+                // A JSON API's answer written as JSON rather than as text: sent as written.
+                default_type(&mut headers, "application/json");
+                body.get().as_bytes().to_vec()
+            }
+        },
+        (None, Some(encoded)) => {
+            let encoded = text(encoded)
+                .ok_or_else(|| format!("its `body_base64` is {encoded}, not a string"))?;
             default_type(&mut headers, "application/octet-stream");
             BASE64
                 .decode(encoded)
                 .map_err(|e| format!("its `body_base64` is not base64 ({e})"))?
         }
-        (Value::Null, other) => {
-            return Err(format!("its `body_base64` is {other}, not a string"));
-        }
-        (value, Value::Null) => {
-            // A JSON API's answer written as JSON rather than as text.
-            default_type(&mut headers, "application/json");
-            value.to_string().into_bytes()
-        }
-        _ => return Err("it has both `body` and `body_base64`; send one".into()),
+        (Some(_), Some(_)) => return Err("it has both `body` and `body_base64`; send one".into()),
     };
-    let stream = match &reply["stream"] {
-        Value::Null | Value::Bool(false) => false,
-        Value::Bool(true) => true,
-        other => return Err(format!("its `stream` is {other}, not true or false")),
+    let stream = match reply.stream.map(RawValue::get) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => return Err(format!("its `stream` is {other}, not true or false")),
     };
     Ok(Answer {
         status,
@@ -225,6 +268,17 @@ pub fn chunk(body: &Value) -> Result<Chunk, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    /// A request's message as its actor reads it.
+    fn to_body(request: &Request) -> Value {
+        serde_json::to_value(request).unwrap()
+    }
+
+    /// An answer written as `reply`.
+    fn answer(reply: &Value) -> Result<Answer, String> {
+        super::answer(&crate::message::raw(reply))
+    }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
@@ -252,7 +306,7 @@ mod tests {
             ("te", "trailers"),
         ]);
         let request = |pass: &[String]| {
-            Request {
+            to_body(&Request {
                 method: "POST",
                 path: "/p",
                 query: Some("q=1"),
@@ -260,8 +314,7 @@ mod tests {
                 remote: "1.2.3.4:5".into(),
                 body: b"hi",
                 pass,
-            }
-            .to_body()
+            })
         };
         let body = request(&[]);
         assert_eq!(
@@ -281,7 +334,7 @@ mod tests {
     #[test]
     fn a_body_that_is_not_utf8_goes_in_base64_and_never_both() {
         let h = HeaderMap::new();
-        let body = Request {
+        let body = to_body(&Request {
             method: "PUT",
             path: "/",
             query: None,
@@ -289,8 +342,7 @@ mod tests {
             remote: String::new(),
             body: &[0xff, 0, 1],
             pass: &[],
-        }
-        .to_body();
+        });
         assert_eq!(body["body_base64"], "/wAB");
         assert!(body.get("body").is_none());
         assert_eq!(body["query"], "");
@@ -317,6 +369,13 @@ mod tests {
             .unwrap();
         assert_eq!((a.body, a.stream), (vec![0xff, 0, 1], true));
         assert_eq!(a.headers["content-type"], "application/octet-stream");
+        // A JSON body goes out as its actor wrote it; `null` is as good as absent.
+        let written = r#"{"type":"http_response","status":null,"body": {"b": 1, "a": [2]}}"#;
+        let a = super::answer(&RawValue::from_string(written.into()).unwrap()).unwrap();
+        assert_eq!(
+            (a.status.as_u16(), a.body),
+            (200, br#"{"b": 1, "a": [2]}"#.to_vec())
+        );
     }
 
     #[test]
