@@ -10,7 +10,7 @@ mod floor;
 use common::{Host, build_actors, build_agent, repo, world};
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -52,8 +52,9 @@ fn main() {
     }
     if wanted("upgrade") {
         for megabytes in [1, 1024] {
-            upgrade(&actors, megabytes, &mut figures);
+            upgrade(&actors, megabytes, Build::New, &mut figures);
         }
+        upgrade(&actors, 1024, Build::CompiledAhead, &mut figures);
     }
     if wanted("shadow") {
         shadow(&actors, &mut figures);
@@ -340,10 +341,21 @@ fn peak_memory(pid: u32) -> String {
     format!("{:.1} MB", kb / 1024.0)
 }
 
-/// An upgrade as the agent makes one: to a different build (so it is compiled), of an actor
-/// whose `/data` holds 1,000 small files and one big file; the request until `upgraded`, and
-/// that build's compile on its own, for the part of the upgrade that is not compiling.
-fn upgrade(actors: &Path, megabytes: u64, figures: &mut Vec<Figure>) {
+/// Whether the build an upgrade takes is compiled when the upgrade comes.
+#[derive(Clone, Copy, PartialEq)]
+enum Build {
+    /// Never seen: the upgrade compiles it.
+    New,
+    /// Compiled into the world's component cache before the upgrade is asked for, as `cargo`
+    /// compiles each build it publishes (so an agent's upgrade finds it compiled).
+    CompiledAhead,
+}
+
+/// An upgrade as the agent makes one: to a different build, of an actor whose `/data` holds
+/// 1,000 small files and one big file; the request until `upgraded`, and that build's compile
+/// on its own: for a new build the part of the upgrade that is not compiling, for one compiled
+/// ahead the compile `cargo` made before.
+fn upgrade(actors: &Path, megabytes: u64, build: Build, figures: &mut Vec<Figure>) {
     let (dir, world) = world(actors, &[("notes", "notes")]);
     let notes = ActorId::parse("notes").expect("valid");
     let data = world.data_dir(&notes);
@@ -366,6 +378,13 @@ fn upgrade(actors: &Path, megabytes: u64, figures: &mut Vec<Figure>) {
     let mut host = Host::start(&world);
     host.tell("notes", json!({"type": "count"}));
     host.wait("notes", "count");
+    let compile_in = |cache: Option<PathBuf>| {
+        let compiling = Instant::now();
+        (Runtime::new(cache).expect("an engine").compile(&bytes)).expect("it compiles");
+        compiling.elapsed()
+    };
+    // What `cargo` does as it publishes a build: compile it into the world's cache.
+    let ahead = (build == Build::CompiledAhead).then(|| compile_in(Some(world.cache_dir())));
     let source = repo().join("actors/notes");
     let started = Instant::now();
     host.tell(
@@ -376,23 +395,28 @@ fn upgrade(actors: &Path, megabytes: u64, figures: &mut Vec<Figure>) {
     let took = started.elapsed();
     host.quit();
     assert_eq!(reply["version"], 2);
-    let compiling = Instant::now();
-    Runtime::new(None)
-        .expect("an engine")
-        .compile(&bytes)
-        .expect("it compiles");
-    let compile = compiling.elapsed();
-    figures.push(Figure {
-        what: format!(
-            "upgrade to another build until `upgraded` (no shadow run), /data of 1,000 files \
-             and {megabytes} MB: all / without its compile ({})",
-            ms(compile)
-        ),
-        value: format!("{} / {}", ms(took), ms(took.saturating_sub(compile))),
-        target: if megabytes == 1024 {
-            "≤ 150 ms plus its compile"
-        } else {
-            ""
+    let files = format!("/data of 1,000 files and {megabytes} MB");
+    figures.push(match ahead {
+        None => {
+            let compile = compile_in(None);
+            Figure {
+                what: format!(
+                    "upgrade to a new build until `upgraded` (no shadow run), {files}: all / \
+                     without its compile ({})",
+                    ms(compile)
+                ),
+                value: format!("{} / {}", ms(took), ms(took.saturating_sub(compile))),
+                target: "",
+            }
+        }
+        Some(compile) => Figure {
+            what: format!(
+                "upgrade to a build `cargo` compiled as it published it ({} before), until \
+                 `upgraded` (no shadow run), {files}",
+                ms(compile)
+            ),
+            value: ms(took),
+            target: "≤ 0.05× the seed's spike (2,746 ms): ≤ 137 ms",
         },
     });
 }
