@@ -62,7 +62,7 @@ fn main() {
     println!("\nSausage at scale — {cores} cores; idle `echo` actors plus a `pingpong` pair\n");
     println!(
         "| actors | first run until all run | warm start until all run | host memory per actor \
-         when all run / idle | maps / fds per actor | round trip p50 / p99 (pair alone: {}) | \
+         at its peak while starting / when all run / idle | maps / fds per actor | round trip p50 / p99 (pair alone: {}) | \
          round trips a second / flood of {FLOOD} a second (pair alone: {}) |",
         pair.round_trip
             .as_ref()
@@ -93,9 +93,10 @@ fn main() {
 struct Measured {
     cold: Result<Duration, String>,
     warm: Result<Duration, String>,
-    /// The host's resident memory once every actor runs, and once it stops falling (idle
-    /// instances are packed after a second without a poll).
-    rss_kb: Result<(u64, u64), String>,
+    /// The host's resident memory at its peak until every actor ran (`VmHWM`), once every
+    /// actor runs, and once it stops falling (idle instances are packed after
+    /// `HIBERNATE_AFTER` without a poll).
+    rss_kb: Result<(u64, u64, u64), String>,
     maps: u64,
     fds: u64,
     round_trip: Result<(u64, u64), String>,
@@ -138,9 +139,10 @@ impl Measured {
         let mut host = Host::start(&world);
         measured.warm = host.until_all_run(&world, &ids);
         if measured.warm.is_ok() {
-            measured.rss_kb = host
-                .rss_kb()
-                .and_then(|started| Ok((started, host.settled_rss_kb()?)));
+            measured.rss_kb = host.rss_kb("VmHWM").and_then(|peak| {
+                let started = host.rss_kb("VmRSS")?;
+                Ok((peak, started, host.settled_rss_kb()?))
+            });
             measured.maps = host.count_lines("maps");
             measured.fds = host.count_fds();
             measured.woken = host.round_trip_to_packed();
@@ -163,10 +165,12 @@ impl Measured {
     fn row(&self, n: usize, pair: &Measured) -> String {
         let per_actor = |figure: u64, base: u64| (figure.saturating_sub(base)) as f64 / n as f64;
         let memory = match (&self.rss_kb, &pair.rss_kb) {
-            (Ok((started, idle)), Ok((base_started, base_idle))) => format!(
-                "{:.1} KB / {:.1} KB ({:.0} MB / {:.0} MB in all)",
+            (Ok((peak, started, idle)), Ok((base_peak, base_started, base_idle))) => format!(
+                "{:.1} KB / {:.1} KB / {:.1} KB ({:.0} MB / {:.0} MB / {:.0} MB in all)",
+                per_actor(*peak, *base_peak),
                 per_actor(*started, *base_started),
                 per_actor(*idle, *base_idle),
+                *peak as f64 / 1024.0,
                 *started as f64 / 1024.0,
                 *idle as f64 / 1024.0
             ),
@@ -387,13 +391,15 @@ impl Host {
         PathBuf::from(format!("/proc/{}/{what}", self.child.id()))
     }
 
-    fn rss_kb(&self) -> Result<u64, String> {
+    /// A figure of the host's `/proc/PID/status` in KB: `VmRSS` (resident now) or `VmHWM`
+    /// (resident at its peak).
+    fn rss_kb(&self, field: &str) -> Result<u64, String> {
         let status = std::fs::read_to_string(self.proc("status")).map_err(|e| e.to_string())?;
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .ok_or_else(|| "no VmRSS".into())
+            .ok_or_else(|| format!("no {field}"))
     }
 
     /// The resident memory once it stops falling. After a start, the sweep that follows the
@@ -403,11 +409,11 @@ impl Host {
     fn settled_rss_kb(&self) -> Result<u64, String> {
         std::thread::sleep(HIBERNATE_AFTER * 3);
         let deadline = Instant::now() + Duration::from_secs(60);
-        let mut last = self.rss_kb()?;
+        let mut last = self.rss_kb("VmRSS")?;
         let mut steady = 0;
         while steady < 3 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(500));
-            let now = self.rss_kb()?;
+            let now = self.rss_kb("VmRSS")?;
             steady = if now as f64 > last as f64 * 0.99 {
                 steady + 1
             } else {

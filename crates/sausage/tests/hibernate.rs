@@ -86,7 +86,8 @@ struct Guest {
 }
 
 impl Guest {
-    fn start(runtime: &Arc<Runtime>, program: &Program) -> Guest {
+    /// Starts a guest; with `pack_at_first_wait`, as an actor of a world that starts many.
+    fn start(runtime: &Arc<Runtime>, program: &Program, pack_at_first_wait: bool) -> Guest {
         let input = Arc::new(Input::default());
         let (out, output) = mpsc::unbounded_channel();
         let (err, _) = mpsc::unbounded_channel();
@@ -100,6 +101,7 @@ impl Guest {
             replica: None,
             replay: None,
             memory_in_use: None,
+            pack_at_first_wait,
         };
         let (runtime, program) = (runtime.clone(), program.clone());
         let run = tokio::task::spawn_local(async move { runtime.run(&program, config).await });
@@ -155,7 +157,9 @@ fn idle_guests_are_packed_and_answer_as_before_then_end_or_are_killed_while_pack
     let world = sausage_core::scheduler().unwrap();
     let local = tokio::task::LocalSet::new();
     local.block_on(&world, async {
-        let mut guests: Vec<Guest> = (0..3).map(|_| Guest::start(&runtime, &echo)).collect();
+        let mut guests: Vec<Guest> = (0..3)
+            .map(|_| Guest::start(&runtime, &echo, false))
+            .collect();
         for round in 0..3 {
             // Every guest answers each message whole (a body that spans several pages of its
             // heap), so its heap, stack and statics came back as they were.
@@ -199,5 +203,47 @@ fn idle_guests_are_packed_and_answer_as_before_then_end_or_are_killed_while_pack
         last.input.close();
         assert_eq!(last.run.await.unwrap(), Exit::Clean);
         assert_eq!(runtime.hibernated().instances, 0);
+    });
+}
+
+#[test]
+fn a_guest_started_among_many_is_packed_as_soon_as_it_waits_and_only_that_once() {
+    let runtime = Runtime::new(None).unwrap();
+    let echo = runtime
+        .compile(&std::fs::read(support::wasm("echo")).unwrap())
+        .unwrap();
+    let world = sausage_core::scheduler().unwrap();
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&world, async {
+        let mut guests: Vec<Guest> = (0..2)
+            .map(|_| Guest::start(&runtime, &echo, true))
+            .collect();
+        let mut alone = Guest::start(&runtime, &echo, false);
+        // No sweep: the two are packed as they reach their first read.
+        let deadline = Instant::now() + support::PATIENCE;
+        while runtime.hibernated().instances != 2 {
+            assert!(Instant::now() < deadline, "{:?}", runtime.hibernated());
+            tokio::time::sleep(SWEEP_PAUSE).await;
+        }
+        let packed = runtime.hibernated();
+        assert!(packed.kept_bytes * 4 < packed.resident_bytes, "{packed:?}");
+        // The third, started alone, waits with its pages until a sweep finds it idle.
+        tokio::time::sleep(SWEEP_PAUSE).await;
+        assert_eq!(runtime.hibernated().instances, 2);
+
+        // Each answers as before, and waits again awake: packed at its first wait only.
+        for (n, guest) in guests.iter_mut().chain([&mut alone]).enumerate() {
+            let body = json!({"type": "check", "guest": n});
+            guest
+                .input
+                .push(&json!({"id": format!("m-{n}"), "from": "test", "body": body}));
+            assert_eq!(guest.line().await["body"], body, "guest {n}");
+        }
+        tokio::time::sleep(SWEEP_PAUSE).await;
+        assert_eq!(runtime.hibernated().instances, 0);
+        for guest in guests.into_iter().chain([alone]) {
+            guest.input.close();
+            assert_eq!(guest.run.await.unwrap(), Exit::Clean);
+        }
     });
 }

@@ -162,6 +162,7 @@ impl Instance {
             replica: None,
             replay: None,
             memory_in_use: None,
+            pack_at_first_wait: false,
         };
         let (runtime, program) = (runtime.clone(), program.clone());
         let run =

@@ -63,6 +63,11 @@ struct Batch {
 /// Actors handed to the world's thread at once: a batch costs it one wake, and the first
 /// instances are created while the files of later actors are still being read.
 const START_BATCH: usize = 64;
+/// A world that starts at least this many actors at once packs each actor's first instance as
+/// soon as it waits for its first message (`runtime::hibernate`), rather than keeping every
+/// instance's pages until the sweeps after the start pack the idle ones: its peak while it
+/// starts stays near what its actors take once idle.
+const PACK_AT_START_FROM: usize = 256;
 
 /// Instances created before an actor's own at a start past which its `status.json` says
 /// `starting` at once. Each takes about 100 µs to create, so an actor queued behind more than
@@ -611,6 +616,7 @@ impl Broker {
     /// later actors are still being read.
     async fn start_all(self: &Arc<Self>, groups: Vec<Vec<Starting>>) -> Result<()> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let many = groups.iter().map(Vec::len).sum::<usize>() >= PACK_AT_START_FROM;
         let queue = Arc::new(Mutex::new(groups));
         let workers = cores.min(queue.lock().expect("start queue").len());
         let placed = Arc::new(AtomicUsize::new(0));
@@ -630,6 +636,10 @@ impl Broker {
         drop(ready);
         while let Some(Batch { program, actors }) = batches.recv().await {
             for (actor, preread) in actors {
+                let preread = match many {
+                    true => preread.packed_at_first_wait(),
+                    false => preread,
+                };
                 match &program {
                     Ok(program) => self.supervise(
                         &actor.id,

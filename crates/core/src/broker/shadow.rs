@@ -324,6 +324,7 @@ impl<'a> Run<'a> {
                 seed: self.seed,
             }),
             memory_in_use: None,
+            pack_at_first_wait: false,
         };
         let (runtime, program, memory_mb) =
             (self.runtime.clone(), self.program.clone(), self.memory_mb);

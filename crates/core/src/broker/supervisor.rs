@@ -200,6 +200,7 @@ impl Supervisor {
                 status,
                 parked,
                 next_start: Some(preread.start),
+                pack_at_first_wait: preread.pack_at_first_wait,
                 watch: None,
             }
             .run(),
@@ -219,6 +220,8 @@ pub struct Preread {
     /// The message its last crashed instance took, kept for the upgrade that fixes it.
     parked: Option<Envelope>,
     start: StartFiles,
+    /// Its first instance is packed as soon as it waits for its first message.
+    pack_at_first_wait: bool,
 }
 
 impl Preread {
@@ -226,6 +229,16 @@ impl Preread {
         Preread {
             parked: world.read_parked(id),
             start: StartFiles::read(world, id),
+            pack_at_first_wait: false,
+        }
+    }
+
+    /// The actor starts among many (see `Broker::start_all`): its first instance gives its
+    /// pages back as soon as it waits for its first message.
+    pub fn packed_at_first_wait(self) -> Preread {
+        Preread {
+            pack_at_first_wait: true,
+            ..self
         }
     }
 }
@@ -255,6 +268,9 @@ struct Task {
     parked: Option<Arc<Envelope>>,
     /// The files the next start reads, when they were read before it (the first start).
     next_start: Option<StartFiles>,
+    /// The next instance is packed as soon as it first waits for input (the first, in a world
+    /// that starts many actors).
+    pack_at_first_wait: bool,
     /// After an upgrade: the upgrade, when the watch ends, and the crashes counted so far.
     watch: Option<(Upgraded, Instant, u32)>,
 }
@@ -435,6 +451,7 @@ impl Task {
             replica: sup.replica.clone(),
             replay: None,
             memory_in_use: Some(sup.memory.clone()),
+            pack_at_first_wait: std::mem::take(&mut self.pack_at_first_wait),
         };
         // The instance task says when its code starts to run; dropping the sender unsent
         // means it was never created.

@@ -122,6 +122,11 @@ pub struct Sleeper {
     /// How many times the instance has been polled: the epoch callback tells a slice that began
     /// in this poll from a deadline left by an earlier one.
     polls: AtomicU64,
+    /// Set by [`waiting_for_input`] during a poll, cleared as each poll begins.
+    waits_for_input: AtomicBool,
+    /// Pack the instance as soon as a poll leaves it waiting for input, once (see
+    /// [`Sleepers::new_sleeper`]).
+    pack_at_first_wait: AtomicBool,
     packing: Mutex<Packing>,
     totals: Arc<Totals>,
 }
@@ -237,6 +242,25 @@ impl Sleeper {
         let Ok(mut packing) = self.packing.try_lock() else {
             return;
         };
+        if self
+            .state
+            .compare_exchange(AWAKE, PACKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        match packing.pack() {
+            Some(packed) => {
+                self.totals.add(&packed);
+                packing.packed = Some(packed);
+            }
+            None => self.state.store(AWAKE, Ordering::Release),
+        }
+    }
+
+    /// Packs the instance now, from the thread that polls it, just after a poll.
+    fn pack_now(&self) {
+        let mut packing = self.lock();
         if self
             .state
             .compare_exchange(AWAKE, PACKED, Ordering::Acquire, Ordering::Relaxed)
@@ -407,12 +431,17 @@ impl Sleepers {
             .map(drop)
     }
 
-    /// A new instance's sleeper, swept from now on.
-    pub fn new_sleeper(&self) -> Arc<Sleeper> {
+    /// A new instance's sleeper, swept from now on. With `pack_at_first_wait`, the instance
+    /// is also packed as soon as it first waits for input ([`waiting_for_input`]), rather than
+    /// after a sweep finds it idle: for the actors of a world starting many at once, whose
+    /// pages would otherwise all be resident together until the sweeps after the start.
+    pub fn new_sleeper(&self, pack_at_first_wait: bool) -> Arc<Sleeper> {
         let sleeper = Arc::new(Sleeper {
             state: AtomicU8::new(AWAKE),
             polled: AtomicBool::new(true),
             polls: AtomicU64::new(0),
+            waits_for_input: AtomicBool::new(false),
+            pack_at_first_wait: AtomicBool::new(pack_at_first_wait),
             packing: Mutex::default(),
             totals: self.totals.clone(),
         });
@@ -470,13 +499,33 @@ impl<F: Future> Future for Awake<F> {
         this.sleeper.wake(POLLED);
         this.sleeper.polled.store(true, Ordering::Relaxed);
         this.sleeper.polls.fetch_add(1, Ordering::Relaxed);
+        this.sleeper.waits_for_input.store(false, Ordering::Relaxed);
         let result = {
             let _polling = Polling::enter(&this.sleeper);
             this.inner.as_mut().poll(cx)
         };
         this.sleeper.state.store(AWAKE, Ordering::Release);
+        if result.is_pending()
+            && this.sleeper.waits_for_input.load(Ordering::Relaxed)
+            && this
+                .sleeper
+                .pack_at_first_wait
+                .swap(false, Ordering::Relaxed)
+        {
+            this.sleeper.pack_now();
+        }
         result
     }
+}
+
+/// The instance being polled on this thread is about to wait for input (its stdin has nothing
+/// to read): if the poll ends waiting, it may be packed at once.
+pub fn waiting_for_input() {
+    POLLING.with(|polling| {
+        if let Some(sleeper) = polling.borrow().as_ref() {
+            sleeper.waits_for_input.store(true, Ordering::Relaxed);
+        }
+    });
 }
 
 /// Makes a sleeper the one being polled on this thread until dropped (a panic included).
@@ -603,7 +652,7 @@ mod tests {
     #[test]
     fn an_idle_instance_keeps_only_what_differs_from_its_image_and_gets_every_page_back() {
         let sleepers = Sleepers::default();
-        let sleeper = sleepers.new_sleeper();
+        let sleeper = sleepers.new_sleeper(false);
         let page = page_size();
         let (memory, stack) = (mapping(64), mapping(16));
         // What instantiation leaves: data segments in pages 0 to 7.
@@ -656,7 +705,7 @@ mod tests {
     #[test]
     fn a_polled_instance_is_never_packed_and_a_dropped_one_is_unpacked_for_good() {
         let sleepers = Arc::new(Sleepers::default());
-        let sleeper = sleepers.new_sleeper();
+        let sleeper = sleepers.new_sleeper(false);
         let memory = mapping(4);
         noise(7, page_bytes_mut(memory, 1));
         let region = track(&sleeper, Kind::Memory, memory, 4);
@@ -678,7 +727,7 @@ mod tests {
         assert!(contents(memory, 4) == before);
 
         // Packed, then dropped without a poll (a killed instance): unpacked first.
-        let sleeper = sleepers.new_sleeper();
+        let sleeper = sleepers.new_sleeper(false);
         let region_two = track(&sleeper, Kind::Memory, memory, 4);
         let awake = Awake::new(sleeper.clone(), std::future::pending::<()>());
         sleepers.sweep();
@@ -689,7 +738,7 @@ mod tests {
         assert!(contents(memory, 4) == before);
 
         // A forgotten region (its mapping about to go) is never touched.
-        let sleeper = sleepers.new_sleeper();
+        let sleeper = sleepers.new_sleeper(false);
         let region_three = track(&sleeper, Kind::Memory, memory, 4);
         region_three.forget();
         sleepers.sweep();
@@ -707,7 +756,7 @@ mod tests {
     #[test]
     fn an_instance_with_more_resident_than_the_limit_stays_awake() {
         let sleepers = Sleepers::default();
-        let sleeper = sleepers.new_sleeper();
+        let sleeper = sleepers.new_sleeper(false);
         let pages = MAX_PACKED_RESIDENT / page_size() + 1;
         let memory = mapping(pages);
         for p in 0..pages {
@@ -732,7 +781,7 @@ mod tests {
         let memory = mapping(1);
         page_bytes_mut(memory, 0)[0] = 1;
         let all: Vec<Arc<Sleeper>> = (0..=CREATED_PER_SWEEP)
-            .map(|_| sleepers.new_sleeper())
+            .map(|_| sleepers.new_sleeper(false))
             .collect();
         let region = track(&all[0], Kind::Memory, memory, 1);
         all[0].polled.store(false, Ordering::Relaxed);

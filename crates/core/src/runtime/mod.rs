@@ -92,6 +92,9 @@ pub struct InstanceConfig {
     /// Where the instance's linear memory size (bytes) is kept while it runs, for `status`
     /// and the metrics (DESIGN §22); set to 0 when it ends.
     pub memory_in_use: Option<Arc<AtomicUsize>>,
+    /// Pack the instance's pages as soon as it first waits for input (see `hibernate`): an
+    /// actor of a world that starts many, which may wait long for its first message.
+    pub pack_at_first_wait: bool,
 }
 
 impl InstanceConfig {
@@ -310,7 +313,7 @@ impl Runtime {
         let mut store = Store::new(&self.engine, guest);
         store.limiter(|guest| &mut guest.memory);
         // Between polls an idle instance may be packed; `Awake` unpacks it before each.
-        let sleeper = self.sleepers.new_sleeper();
+        let sleeper = self.sleepers.new_sleeper(config.pack_at_first_wait);
         // An instance lives in the term it was made in: after a lapse it never runs again.
         let term = self.run_until.term();
         store.epoch_deadline_callback(slices(sleeper.clone(), self.run_until.clone(), term));

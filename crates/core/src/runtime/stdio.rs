@@ -88,6 +88,7 @@ impl InputStream for Stdin {
 impl Pollable for Stdin {
     async fn ready(&mut self) {
         if !self.0.ready_now() {
+            super::hibernate::waiting_for_input();
             self.0.readable().await
         }
     }

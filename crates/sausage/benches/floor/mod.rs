@@ -186,6 +186,7 @@ impl Guest {
                     replica: None,
                     replay: None,
                     memory_in_use: None,
+                    pack_at_first_wait: false,
                 };
                 let exit = runtime.run(&program, config).await;
                 assert!(exit.is_clean(), "{id} {exit}");
