@@ -241,6 +241,19 @@ fn a_guest_started_among_many_is_packed_as_soon_as_it_waits_and_only_that_once()
         }
         tokio::time::sleep(SWEEP_PAUSE).await;
         assert_eq!(runtime.hibernated().instances, 0);
+        // Their pages went back to the kernel before they were woken, never after: a sweep
+        // (which gives back whatever still waits) leaves them whole, heap and stack.
+        runtime.hibernate_idle();
+        for (n, guest) in guests.iter_mut().enumerate() {
+            let blob: String = (0..20_000)
+                .map(|i| char::from(b'a' + ((i * 7 + n) % 26) as u8))
+                .collect();
+            let body = json!({"type": "check", "guest": n, "blob": blob});
+            guest
+                .input
+                .push(&json!({"id": "again", "from": "test", "body": body}));
+            assert_eq!(guest.line().await["body"], body, "guest {n}");
+        }
         for guest in guests.into_iter().chain([alone]) {
             guest.input.close();
             assert_eq!(guest.run.await.unwrap(), Exit::Clean);
