@@ -4,9 +4,10 @@
 //! arguments: `cargo bench --bench scale -- 1000 10000`) it makes a world with that many echo
 //! actors and a `pingpong` pair, runs it once to fill the component cache, then measures a warm
 //! start of the whole process (`sausage run WORLD`, as a person launches it) until every
-//! actor's `status.json` says `running`, the host's resident memory per actor (beside a world
-//! of the pair alone), and the pair's round trips (beside the pair alone). A size that fails
-//! says what failed and where in its row, and the next size goes on. `SAUSAGE_BIN=path` runs
+//! actor's `status.json` says `running`, the host's resident memory per actor at its peak until
+//! then and after (beside a world of the pair alone), and the pair's round trips (beside the
+//! pair alone). A size that fails says what failed and where in its row, and the next size goes
+//! on. `SAUSAGE_BIN=path` runs
 //! another build of the host (to compare before and after a change).
 
 mod common;
