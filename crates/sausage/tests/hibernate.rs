@@ -148,12 +148,18 @@ async fn until_packed(runtime: &Runtime, n: usize) {
 /// read (a sweep while it runs leaves it awake, and the loop sweeps again).
 const SWEEP_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 
-#[test]
-fn idle_guests_are_packed_and_answer_as_before_then_end_or_are_killed_while_packed() {
+/// A runtime of its own and the `echo` actor compiled for it.
+fn echo_runtime() -> (Arc<Runtime>, Program) {
     let runtime = Runtime::new(None).unwrap();
     let echo = runtime
         .compile(&std::fs::read(support::wasm("echo")).unwrap())
         .unwrap();
+    (runtime, echo)
+}
+
+#[test]
+fn idle_guests_are_packed_and_answer_as_before_then_end_or_are_killed_while_packed() {
+    let (runtime, echo) = echo_runtime();
     let world = sausage_core::scheduler().unwrap();
     let local = tokio::task::LocalSet::new();
     local.block_on(&world, async {
@@ -208,10 +214,7 @@ fn idle_guests_are_packed_and_answer_as_before_then_end_or_are_killed_while_pack
 
 #[test]
 fn a_guest_started_among_many_is_packed_as_soon_as_it_waits_and_only_that_once() {
-    let runtime = Runtime::new(None).unwrap();
-    let echo = runtime
-        .compile(&std::fs::read(support::wasm("echo")).unwrap())
-        .unwrap();
+    let (runtime, echo) = echo_runtime();
     let world = sausage_core::scheduler().unwrap();
     let local = tokio::task::LocalSet::new();
     local.block_on(&world, async {
