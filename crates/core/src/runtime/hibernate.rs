@@ -416,7 +416,7 @@ const ZAP_BATCH: usize = 128;
 /// Invariant: a range waits here only while its instance is packed, and is given back before
 /// the instance is woken (or dropped, which wakes it first): every wake flushes.
 #[derive(Default)]
-pub struct Zaps {
+struct Zaps {
     pending: Mutex<Vec<(usize, usize)>>,
 }
 
@@ -431,7 +431,7 @@ impl Zaps {
 
     /// Gives back every page waiting, before returning (the lock is held while the kernel
     /// takes them, so a wake that flushes finds them gone).
-    pub fn flush(&self) {
+    fn flush(&self) {
         Self::give_back(&mut self.lock());
     }
 
