@@ -568,13 +568,24 @@ fn on_a_cluster_any_host_decides_what_another_held_and_a_hold_outlives_its_host(
     list_until(&mut a.host, "ann-bot runs on a", |l| {
         placed(l, "ann-bot") == ("a".into(), "running".into())
     });
-    let ann = a.add_person(&one, "ann", "member");
     let args = on("b");
     let mut b = WebHost::start_with(&two, &args.iter().map(String::as_str).collect::<Vec<_>>());
     list_until(&mut b.host, "two hosts", |l| {
         l["hosts"].as_array().is_some_and(|h| h.len() == 2)
     });
-    let owner = b.log_in();
+    // People are shared as a whole file, the last change winning: two changes on two hosts
+    // within a heartbeat keep one (b's joining and a's new session, say). So each change
+    // below is made once the two hosts' files agree, and the next waits for it to reach the
+    // other: ann is added and logs in on a, the owner logs in on b with a link made there.
+    let people = |world: &TestWorld| std::fs::read(world.path("broker/people.json")).ok();
+    let people_alike = || people(&one).is_some() && people(&one) == people(&two);
+    eventually("the two hosts' people alike", people_alike);
+    let ann = a.add_person(&one, "ann", "member");
+    eventually("ann's login on b", people_alike);
+    let link = sausage(&["people", "link", "owner", two.path("").to_str().unwrap()]);
+    assert!(link.status.success(), "{}", support::text(&link.stderr));
+    let owner = b.log_in_with(&support::text(&link.stdout));
+    eventually("b's login on a", people_alike);
     let version = |host: &mut Host| {
         let list = host.request(json!({"type": "list"}));
         (list["actors"].as_array().unwrap().iter())
