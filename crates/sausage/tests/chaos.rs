@@ -1,20 +1,23 @@
 //! The chaos test (DESIGN §20): three hosts on a three-node NATS cluster through a seeded run of
 //! random SIGKILLs of hosts, SIGSTOP/SIGCONT of hosts past their lease, and kills and restarts of
-//! NATS nodes, while `ticker` floods `notes` and two `counter`s commit steps asked of them.
-//! Checks, once everything is back: never two hosts ran one actor at once (each instance of a
-//! counter draws a run id, and the counts of two runs never interleave), no committed step lost
-//! (the final count is at least every count reported), no step handled twice by a committed
-//! effect (no request answered twice), no accepted message lost (every tick the ticker recorded
-//! as sent is stored by notes) or handled twice (no tick stored twice), order per sender kept
-//! (each ticker run's ticks are stored in order).
+//! NATS nodes, while `ticker` floods `notes` and two `counter`s commit steps asked of them. The
+//! run records a history of every operation (`history.rs`) and, once everything is back, its
+//! checker proves: never two hosts ran one actor at once (each instance of a counter draws a run
+//! id, and the counts of two runs never interleave), no committed step lost (the final count is at
+//! least every count reported), no step handled twice by a committed effect (no step answered
+//! twice, no count above the steps asked), no accepted message lost (every tick the ticker
+//! recorded as sent is stored by notes) or handled twice (no tick stored twice), order per sender
+//! kept (each ticker run's ticks are stored in order).
 //!
-//! `SAUSAGE_CHAOS_SEED=<n>` repeats a run (a failure prints its seed); `SAUSAGE_CHAOS_SECS`
-//! sets how long the chaos lasts: 40 s by default (the short run of `scripts/test`), 600 for the
-//! long one (`SAUSAGE_CHAOS_SECS=600 cargo test -p sausage --test chaos -- --nocapture`).
+//! `SAUSAGE_CHAOS_SEED=<n>` repeats a run (a failure prints its seed and a shortened history);
+//! `SAUSAGE_CHAOS_SECS` sets how long the chaos lasts: 40 s by default (the short run of
+//! `scripts/test`); `scripts/chaos --minutes M --seeds N` runs long ones.
 
+#[path = "chaos/history.rs"]
+mod history;
 mod support;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -23,8 +26,8 @@ use support::nats::NatsCluster;
 use support::random::Random;
 use support::*;
 
-/// Ticks of ticker run `r` are numbered from `r * RUN + 1`.
-const RUN: u64 = 1_000_000;
+use history::{History, Op, RUN};
+
 const COUNTERS: [&str; 2] = ["c1", "c2"];
 /// How long the end waits for the world to settle and every check to come true.
 const SETTLE: Duration = Duration::from_secs(120);
@@ -58,16 +61,6 @@ impl Member {
     }
 }
 
-/// A counter's answer to a step: which instance (run) counted what, for which request (tag).
-#[derive(Debug, Clone)]
-struct Count {
-    n: u64,
-    run: String,
-    tag: u64,
-    /// The host whose console asked, and heard it.
-    console: &'static str,
-}
-
 #[test]
 fn hosts_and_nats_nodes_dying_and_pausing_lose_nothing_and_never_run_an_actor_twice() {
     let (random, seed) = Random::from_env("SAUSAGE_CHAOS_SEED");
@@ -77,13 +70,18 @@ fn hosts_and_nats_nodes_dying_and_pausing_lose_nothing_and_never_run_an_actor_tw
         .unwrap_or(40);
     eprintln!("chaos seed: {seed} (SAUSAGE_CHAOS_SEED={seed} repeats it), {secs} s");
     let outcome = std::panic::catch_unwind(|| chaos(random, Duration::from_secs(secs)));
-    if let Err(panic) = outcome {
-        eprintln!("chaos failed with seed {seed}: repeat with SAUSAGE_CHAOS_SEED={seed}");
-        std::panic::resume_unwind(panic);
+    match outcome {
+        // One line that `scripts/chaos` reads.
+        Ok(counts) => eprintln!("chaos summary: seed {seed}, {secs} s, passed: {counts}"),
+        Err(panic) => {
+            eprintln!("chaos summary: seed {seed}, {secs} s, FAILED");
+            eprintln!("chaos failed with seed {seed}: repeat with SAUSAGE_CHAOS_SEED={seed}");
+            std::panic::resume_unwind(panic);
+        }
     }
 }
 
-fn chaos(mut random: Random, length: Duration) {
+fn chaos(mut random: Random, length: Duration) -> history::Counts {
     let mut nats = NatsCluster::start();
     let first = TestWorld::new();
     first.install("ticker", "ticker");
@@ -128,14 +126,14 @@ fn chaos(mut random: Random, length: Duration) {
     members[2].start(&nats);
     until(&mut members, "three hosts", |list| alive_hosts(list) == 3);
 
-    let mut counts: BTreeMap<&str, Vec<Count>> = BTreeMap::new();
+    let mut history = History::default();
     let mut tag = 0u64;
     let mut ticker_runs = 0u64;
     let mut node_down: Option<(usize, Instant)> = None;
     let started = Instant::now();
+    let clock = || started.elapsed().as_secs_f64();
     let mut next_event = started + random.between(secs(3), secs(6));
     let mut next_run = started;
-    let mut events = Vec::new();
     while started.elapsed() < length {
         let now = Instant::now();
         // What the chaos undoes: paused hosts go on, killed ones and the NATS node come back.
@@ -143,10 +141,12 @@ fn chaos(mut random: Random, length: Duration) {
             if member.paused_until.is_some_and(|t| now >= t) {
                 member.host.as_ref().unwrap().signal("CONT");
                 member.paused_until = None;
+                history.record(clock(), Op::Fault(format!("host {} goes on", member.id)));
             }
             if member.down_until.is_some_and(|t| now >= t) {
                 member.down_until = None;
                 member.start(&nats);
+                history.record(clock(), Op::Fault(format!("host {} started", member.id)));
             }
         }
         if let Some((node, at)) = node_down
@@ -154,11 +154,12 @@ fn chaos(mut random: Random, length: Duration) {
         {
             nats.restart(node);
             node_down = None;
+            history.record(clock(), Op::Fault(format!("NATS node {node} started")));
         }
         if now >= next_event {
             let event = choose(&mut random, &mut members, &mut nats, &mut node_down);
-            eprintln!("chaos at {:.1} s: {event}", started.elapsed().as_secs_f64());
-            events.push(event);
+            eprintln!("chaos at {:.1} s: {event}", clock());
+            history.record(clock(), Op::Fault(event));
             next_event = now + random.between(secs(3), secs(7));
         }
         // The load: a step asked of each counter every 100 ms, a new ticker run every 8 s.
@@ -166,10 +167,11 @@ fn chaos(mut random: Random, length: Duration) {
             std::thread::sleep(Duration::from_millis(100));
             continue;
         };
-        let host = driver.host.as_mut().unwrap();
-        for id in COUNTERS {
+        let (via, host) = (driver.id, driver.host.as_mut().unwrap());
+        for counter in COUNTERS {
             tag += 1;
-            host.tell(id, json!({"type": "step", "tag": tag}));
+            host.tell(counter, json!({"type": "step", "tag": tag}));
+            history.record(clock(), Op::Asked { counter, tag, via });
         }
         if now >= next_run {
             ticker_runs += 1;
@@ -181,7 +183,7 @@ fn chaos(mut random: Random, length: Duration) {
             next_run = now + secs(8);
         }
         std::thread::sleep(Duration::from_millis(100));
-        collect(&mut members, &mut counts);
+        collect(&mut members, &mut history, clock());
     }
 
     // Everything back: no host paused or down, every NATS node up, three hosts alive.
@@ -196,7 +198,7 @@ fn chaos(mut random: Random, length: Duration) {
     if let Some((node, _)) = node_down.take() {
         nats.restart(node);
     }
-    eprintln!("chaos done after {} events: {events:?}", events.len());
+    history.record(clock(), Op::Fault("every host and NATS node back".into()));
     until(&mut members, "three hosts after the chaos", |list| {
         alive_hosts(list) == 3
             && ["ticker", "notes", "c1", "c2"]
@@ -204,8 +206,32 @@ fn chaos(mut random: Random, length: Duration) {
                 .all(|id| actor_state(list, id) == "running")
     });
 
-    check_counters(&mut members, &mut counts);
-    check_ticks(&mut members, &first, &others);
+    collect(&mut members, &mut history, clock());
+    read_counts(&mut members, &mut history, clock());
+    read_ticks(&mut members, &first, &others, &mut history, clock());
+
+    let (violations, counts) = history.check();
+    eprintln!(
+        "chaos history: {} operations; {counts}",
+        history.events.len()
+    );
+    if let Some(first) = violations.first() {
+        for violation in &violations {
+            eprintln!("{}\n", history.shortened(violation));
+        }
+        dump_logs(&members);
+        panic!(
+            "{} violations in the history, the first: {}",
+            violations.len(),
+            first.what
+        );
+    }
+    assert!(
+        counts.answered > 20,
+        "only {} steps were answered: the chaos left the counters no time to work",
+        counts.answered
+    );
+    counts
 }
 
 /// One random event: a host killed (started again 2–5 s later), a host paused past its lease
@@ -245,102 +271,64 @@ fn choose(
     }
 }
 
-/// Takes every counter's answer each usable host printed.
-fn collect(members: &mut [Member], counts: &mut BTreeMap<&'static str, Vec<Count>>) {
+/// Records every counter's answer, and every notice of a message to a counter that was not
+/// delivered, that each usable host's console printed.
+fn collect(members: &mut [Member], history: &mut History, at: f64) {
     for member in members.iter_mut().filter(|m| m.usable()) {
         let console = member.id;
         for printed in member.host.as_mut().unwrap().take_all() {
-            let Some(id) = COUNTERS.iter().find(|id| **id == printed.from) else {
+            if printed.from == "broker" && printed.body["type"] == "undeliverable" {
+                history.record(
+                    at,
+                    Op::Undeliverable {
+                        counter: printed.body["to"].as_str().unwrap_or("").to_string(),
+                        console,
+                        lost: printed.body["lost"] == true,
+                    },
+                );
+                continue;
+            }
+            let Some(counter) = COUNTERS.into_iter().find(|id| *id == printed.from) else {
                 continue;
             };
             if printed.body["type"] != "count" {
                 continue;
             }
-            counts.entry(id).or_default().push(Count {
+            let op = Op::Counted {
+                counter,
+                tag: printed.body["tag"].as_u64().unwrap_or(0),
                 n: printed.body["n"].as_u64().unwrap(),
                 run: printed.body["run"].as_str().unwrap().to_string(),
-                tag: printed.body["tag"].as_u64().unwrap_or(0),
                 console,
-            });
+            };
+            history.record(at, op);
         }
     }
 }
 
-/// Never two instances at once, no committed step lost, no request handled twice.
-fn check_counters(members: &mut [Member], counts: &mut BTreeMap<&'static str, Vec<Count>>) {
-    for id in COUNTERS {
-        let reported = counts.get(id).cloned().unwrap_or_default();
-        assert!(
-            reported.len() > 10,
-            "{id} answered only {} steps",
-            reported.len()
-        );
-        let mut tags = BTreeSet::new();
-        let mut ns = BTreeSet::new();
-        for count in &reported {
-            assert!(
-                tags.insert(count.tag),
-                "{id}: request {} answered twice",
-                count.tag
-            );
-            assert!(ns.insert(count.n), "{id}: count {} reached twice", count.n);
-        }
-        // The counts one run sent one console only grow (order per sender); two runs' ranges
-        // do not interleave: one instance ran at a time.
-        let mut heard: HashMap<(&str, &str), Vec<u64>> = HashMap::new();
-        let mut runs: HashMap<&str, (u64, u64)> = HashMap::new();
-        for count in &reported {
-            heard
-                .entry((&count.run, count.console))
-                .or_default()
-                .push(count.n);
-            let range = runs.entry(&count.run).or_insert((count.n, count.n));
-            *range = (range.0.min(count.n), range.1.max(count.n));
-        }
-        for ((run, console), ns) in &heard {
-            assert!(
-                ns.is_sorted_by(|a, b| a < b),
-                "{id}: run {run} told host {console}'s console {ns:?}, out of order"
-            );
-        }
-        let mut ranges: Vec<(u64, u64, &str)> = (runs.iter())
-            .map(|(run, (low, high))| (*low, *high, *run))
-            .collect();
-        ranges.sort();
-        for pair in ranges.windows(2) {
-            assert!(
-                pair[0].1 < pair[1].0,
-                "{id}: runs {} ({}..={}) and {} ({}..={}) counted at once",
-                pair[0].2,
-                pair[0].0,
-                pair[0].1,
-                pair[1].2,
-                pair[1].0,
-                pair[1].1
-            );
-        }
-        let highest = *ns.last().unwrap();
+/// Records each counter's committed count, read once the chaos is over.
+fn read_counts(members: &mut [Member], history: &mut History, at: f64) {
+    for counter in COUNTERS {
         let driver = members.iter_mut().find(|m| m.usable()).unwrap();
         let host = driver.host.as_mut().unwrap();
-        host.tell(id, json!({"type": "get"}));
+        host.tell(counter, json!({"type": "get"}));
         let fin = host.wait_for_within(SETTLE, "the final count", |m| {
-            m.from == id && m.body["type"] == "count" && m.body["tag"].is_null()
+            m.from == counter && m.body["type"] == "count" && m.body["tag"].is_null()
         });
-        let fin = fin.body["n"].as_u64().unwrap();
-        assert!(
-            fin >= highest,
-            "{id}: a committed step was lost: {highest} was reported, the count is {fin}"
-        );
-        eprintln!(
-            "{id}: {} steps answered by {} instances, final count {fin}",
-            reported.len(),
-            runs.len()
-        );
+        let n = fin.body["n"].as_u64().unwrap();
+        history.record(at, Op::Final { counter, n });
     }
 }
 
-/// No accepted tick lost or stored twice, each run's ticks in order.
-fn check_ticks(members: &mut [Member], first: &TestWorld, others: &tempfile::TempDir) {
+/// Records every tick the ticker committed as sent, then every tick notes stored, in its
+/// list's order, once every tick sent is there or [`SETTLE`] has passed.
+fn read_ticks(
+    members: &mut [Member],
+    first: &TestWorld,
+    others: &tempfile::TempDir,
+    history: &mut History,
+    at: f64,
+) {
     let driver = members.iter_mut().find(|m| m.usable()).unwrap();
     let host = driver.host.as_mut().unwrap();
     let list = host.request(json!({"type": "list"}));
@@ -385,38 +373,12 @@ fn check_ticks(members: &mut [Member], first: &TestWorld, others: &tempfile::Tem
         }
         std::thread::sleep(Duration::from_millis(500));
     };
-    let mut seen = BTreeSet::new();
-    for n in &stored {
-        assert!(seen.insert(*n), "tick {n} stored twice");
+    for tick in sent {
+        history.record(at, Op::Sent { tick });
     }
-    let missing: Vec<u64> = sent.difference(&seen).copied().collect();
-    if !missing.is_empty() {
-        dump_logs(members);
+    for tick in stored {
+        history.record(at, Op::Stored { tick });
     }
-    assert!(
-        missing.is_empty(),
-        "{} ticks recorded as sent were never stored: {}; stored: {}; recorded as sent: {}",
-        missing.len(),
-        ranges(&missing),
-        ranges(&seen.iter().copied().collect::<Vec<_>>()),
-        ranges(&sent.iter().copied().collect::<Vec<_>>()),
-    );
-    let mut by_run: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-    for n in &stored {
-        by_run.entry(n / RUN).or_default().push(*n);
-    }
-    for (run, ns) in &by_run {
-        assert!(
-            ns.is_sorted_by(|a, b| a < b),
-            "ticker run {run}: ticks stored out of order"
-        );
-    }
-    eprintln!(
-        "ticks: {} recorded as sent, {} stored, in {} runs",
-        sent.len(),
-        stored.len(),
-        by_run.len()
-    );
 }
 
 fn secs(n: u64) -> Duration {
@@ -457,24 +419,6 @@ fn alive_hosts(list: &Value) -> usize {
     list["hosts"].as_array().map_or(0, |hosts| {
         hosts.iter().filter(|h| h["alive"] == true).count()
     })
-}
-
-/// `numbers` (ascending) as runs: `1-5, 7, 9-12`.
-fn ranges(numbers: &[u64]) -> String {
-    let mut runs: Vec<(u64, u64)> = Vec::new();
-    for &n in numbers {
-        match runs.last_mut() {
-            Some((_, end)) if *end + 1 == n => *end = n,
-            _ => runs.push((n, n)),
-        }
-    }
-    runs.iter()
-        .map(|(start, end)| match start == end {
-            true => start.to_string(),
-            false => format!("{start}-{end}"),
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// Writes each running host's log to `target/tmp/chaos-<host>.log`, to read after a failure
