@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use support::nats::{Nats, NatsCluster};
+use support::partition::Proxy;
 use support::web::WebHost;
 use support::{Host, TestWorld};
 
@@ -868,6 +869,114 @@ fn a_paused_host_that_resumes_never_runs_or_writes_for_the_actor_another_host_to
         1,
         "z started the counter once, before its pause:\n{said}"
     );
+}
+
+#[test]
+fn a_host_cut_off_from_nats_stops_its_actors_and_writes_nothing_for_them_once_healed() {
+    let nats = Nats::start();
+    let (zw, aw, bw) = (TestWorld::new(), TestWorld::new(), TestWorld::new());
+    zw.install("counter", "counter");
+    let often = [("SAUSAGE_TEST_SNAPSHOT_EVERY_MS", "200")];
+    // z and a reach NATS only through proxies the test cuts; b directly, and drives the counter.
+    let (to_z, to_a) = (Proxy::start(&nats.url()), Proxy::start(&nats.url()));
+    let mut z = host_on_with(&zw.root, &to_z.url(), "z", &often);
+    list_until(&mut z, "counter runs on z", |l| {
+        actor(l, "counter")["host"] == "z" && actor(l, "counter")["state"] == "running"
+    });
+    let a = host_on_with(&aw.root, &to_a.url(), "a", &often);
+    let mut b = host_with(&bw.root, &nats, "b", &often);
+    list_until(&mut b, "three hosts", |l| alive_hosts(l).len() == 3);
+    b.tell("counter", json!({"type": "run", "every_ms": 300}));
+    let ticked = |b: &mut Host| {
+        let m = b.wait_for("a step of counter on its own", |m| {
+            m.from == "counter" && m.body["type"] == "ticked"
+        });
+        let n = m.body["n"].as_u64().expect("a count");
+        (n, m.body["run"].as_str().expect("a run").to_string())
+    };
+    let (_, on_z) = ticked(&mut b);
+
+    // z is cut off while it runs, its counter stepping: every byte either way is held, the
+    // writes it was making among them. It stops its actors on its own; a takes the counter
+    // over from z's last snapshot and commits.
+    to_z.stall();
+    let cut = std::time::Instant::now();
+    z.wait_stderr("no lease renewal completed");
+    eprintln!(
+        "z stopped its actors {:?} after it was cut off",
+        cut.elapsed()
+    );
+    let (n, taken_over) = step(&mut b);
+    assert_ne!(taken_over, on_z, "z is cut off: another host answered");
+    list_until(&mut b, "counter running on a without z", |l| {
+        actor(l, "counter")["host"] == "a"
+            && actor(l, "counter")["state"] == "running"
+            && !alive_hosts(l).contains(&"z".to_string())
+    });
+    let mut last = n;
+    for _ in 0..5 {
+        let (n, run) = step(&mut b);
+        assert_eq!((n, run.as_str()), (last + 1, taken_over.as_str()));
+        last = n;
+    }
+
+    // Healed, what z held back reaches NATS late: none of it counts. z rejoins, sees the
+    // counter on a and never runs it; the count goes on from a's commits alone.
+    let stale = |b: &mut Host, from_run: &str| {
+        let heard: Vec<_> = b.take_all();
+        let wrong: Vec<_> = heard
+            .iter()
+            .filter(|m| m.from == "counter" && m.body["run"] != from_run)
+            .collect();
+        assert!(wrong.is_empty(), "another instance counted: {wrong:?}");
+    };
+    stale(&mut b, &taken_over);
+    to_z.heal();
+    list_until(&mut z, "z back, the counter on a", |l| {
+        alive_hosts(l).contains(&"z".to_string()) && actor(l, "counter")["host"] == "a"
+    });
+    for _ in 0..5 {
+        let (n, run) = step(&mut b);
+        assert_eq!(
+            (n, run.as_str()),
+            (last + 1, taken_over.as_str()),
+            "no step by z"
+        );
+        last = n;
+    }
+    stale(&mut b, &taken_over);
+    let said = z.stderr();
+    for line in said.lines().filter(|l| l.contains("was not written")) {
+        assert!(
+            line.contains("(host a does)") || line.contains("has not renewed its leases"),
+            "a refusal names the owner or z's lapsed lease:\n{said}"
+        );
+    }
+    assert_eq!(
+        said.matches("runs actor counter").count(),
+        1,
+        "z started the counter once, before it was cut off:\n{said}"
+    );
+
+    // a, which now runs it, is severed: its connections reset, new ones refused. b takes the
+    // counter over from a's last commit; healed, a rejoins and runs it no more.
+    to_a.sever();
+    let (n, run) = step(&mut b);
+    assert_eq!(n, last + 1, "the count continues from a's last commit");
+    assert!(run != on_z && run != taken_over, "a new instance: {run}");
+    last = n;
+    to_a.heal();
+    list_until(&mut b, "a back, the counter elsewhere", |l| {
+        alive_hosts(l).len() == 3 && actor(l, "counter")["host"] != "a"
+    });
+    let (n, again) = step(&mut b);
+    assert_eq!(
+        (n, again.as_str()),
+        (last + 1, run.as_str()),
+        "no step by a"
+    );
+    stale(&mut b, &run);
+    drop(a);
 }
 
 #[test]

@@ -13,6 +13,7 @@ pub mod http;
 pub mod mcp;
 pub mod nats;
 pub mod otlp;
+pub mod partition;
 pub mod prometheus;
 pub mod random;
 pub mod service;
