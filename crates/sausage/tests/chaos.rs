@@ -1,6 +1,7 @@
 //! The chaos test (DESIGN §20): three hosts on a three-node NATS cluster through a seeded run of
-//! random SIGKILLs of hosts, SIGSTOP/SIGCONT of hosts past their lease, and kills and restarts of
-//! NATS nodes, while `ticker` floods `notes` and two `counter`s commit steps asked of them. The
+//! random SIGKILLs of hosts, SIGSTOP/SIGCONT of hosts past their lease, hosts cut off from NATS
+//! past their lease while they run (each reaches the nodes through proxies the test stalls or
+//! severs, then heals), and kills and restarts of NATS nodes, while `ticker` floods `notes` and two `counter`s commit steps asked of them. The
 //! run records a history of every operation (`history.rs`) and, once everything is back, its
 //! checker proves: never two hosts ran one actor at once (each instance of a counter draws a run
 //! id, and the counts of two runs never interleave), no committed step lost (the final count is at
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::nats::NatsCluster;
+use support::partition::Proxy;
 use support::random::Random;
 use support::*;
 
@@ -36,18 +38,21 @@ const SETTLE: Duration = Duration::from_secs(120);
 struct Member {
     id: &'static str,
     folder: PathBuf,
-    /// The index of the NATS node it prefers (its URL comes first in its list).
-    node: usize,
     host: Option<Host>,
     /// Stopped with SIGSTOP until then.
     paused_until: Option<Instant>,
+    /// Cut off from NATS (its proxies stalled or severed); healed at that moment.
+    cut_until: Option<Instant>,
+    /// Its way to each NATS node, the one it prefers first.
+    proxies: Vec<Proxy>,
     /// Killed; started again at that moment.
     down_until: Option<Instant>,
 }
 
 impl Member {
-    fn start(&mut self, nats: &NatsCluster) {
-        let urls = nats.urls_from(self.node);
+    fn start(&mut self) {
+        let urls: Vec<String> = self.proxies.iter().map(Proxy::url).collect();
+        let urls = urls.join(",");
         self.host = Some(Host::start_with(
             &self.folder,
             &["--no-web", "--cluster", &urls, "--host-id", self.id],
@@ -55,9 +60,25 @@ impl Member {
         ));
     }
 
-    /// Whether its console can be used now: running and not paused.
+    /// Whether its console can be used now: running, not paused and not cut off.
     fn usable(&self) -> bool {
-        self.host.is_some() && self.paused_until.is_none()
+        self.host.is_some() && self.paused_until.is_none() && self.cut_until.is_none()
+    }
+
+    /// Cuts it off from every NATS node: every byte held, or every connection reset.
+    fn cut(&mut self, sever: bool, until: Instant) {
+        for proxy in &self.proxies {
+            match sever {
+                true => proxy.sever(),
+                false => proxy.stall(),
+            }
+        }
+        self.cut_until = Some(until);
+    }
+
+    fn heal(&mut self) {
+        self.proxies.iter().for_each(Proxy::heal);
+        self.cut_until = None;
     }
 }
 
@@ -94,36 +115,39 @@ fn chaos(mut random: Random, length: Duration) -> history::Counts {
         Member {
             id: "a",
             folder: first.root.clone(),
-            node: 0,
             host: None,
             paused_until: None,
+            cut_until: None,
+            proxies: proxies_from(&nats, 0),
             down_until: None,
         },
         Member {
             id: "b",
             folder: others.path().join("b"),
-            node: 1,
             host: None,
             paused_until: None,
+            cut_until: None,
+            proxies: proxies_from(&nats, 1),
             down_until: None,
         },
         Member {
             id: "c",
             folder: others.path().join("c"),
-            node: 2,
             host: None,
             paused_until: None,
+            cut_until: None,
+            proxies: proxies_from(&nats, 2),
             down_until: None,
         },
     ];
-    members[0].start(&nats);
+    members[0].start();
     until(&mut members, "every actor running on a", |list| {
         ["ticker", "notes", "c1", "c2"]
             .iter()
             .all(|id| actor_state(list, id) == "running")
     });
-    members[1].start(&nats);
-    members[2].start(&nats);
+    members[1].start();
+    members[2].start();
     until(&mut members, "three hosts", |list| alive_hosts(list) == 3);
 
     let mut history = History::default();
@@ -143,9 +167,13 @@ fn chaos(mut random: Random, length: Duration) -> history::Counts {
                 member.paused_until = None;
                 history.record(clock(), Op::Fault(format!("host {} goes on", member.id)));
             }
+            if member.cut_until.is_some_and(|t| now >= t) {
+                member.heal();
+                history.record(clock(), Op::Fault(format!("host {} healed", member.id)));
+            }
             if member.down_until.is_some_and(|t| now >= t) {
                 member.down_until = None;
-                member.start(&nats);
+                member.start();
                 history.record(clock(), Op::Fault(format!("host {} started", member.id)));
             }
         }
@@ -191,8 +219,11 @@ fn chaos(mut random: Random, length: Duration) -> history::Counts {
         if member.paused_until.take().is_some() {
             member.host.as_ref().unwrap().signal("CONT");
         }
+        if member.cut_until.is_some() {
+            member.heal();
+        }
         if member.down_until.take().is_some() {
-            member.start(&nats);
+            member.start();
         }
     }
     if let Some((node, _)) = node_down.take() {
@@ -235,8 +266,9 @@ fn chaos(mut random: Random, length: Duration) -> history::Counts {
 }
 
 /// One random event: a host killed (started again 2–5 s later), a host paused past its lease
-/// (7–10 s), or a NATS node killed (started again 3–6 s later). At least one host stays usable
-/// and at most one NATS node is down, so the world can always go on.
+/// (7–10 s), a host cut off from NATS past its lease (7–10 s, every byte held or every
+/// connection reset), or a NATS node killed (started again 3–6 s later). At least one host
+/// stays usable and at most one NATS node is down, so the world can always go on.
 fn choose(
     random: &mut Random,
     members: &mut [Member],
@@ -246,8 +278,8 @@ fn choose(
     let usable: Vec<usize> = (0..members.len())
         .filter(|&m| members[m].usable())
         .collect();
-    let kind = random.below(3);
-    if kind == 2 && node_down.is_none() {
+    let kind = random.below(4);
+    if kind == 3 && node_down.is_none() {
         let node = random.below(3) as usize;
         nats.kill(node);
         let back = random.between(secs(3), secs(6));
@@ -258,17 +290,34 @@ fn choose(
         return "nothing (one usable host left)".into();
     }
     let member = &mut members[usable[random.below(usable.len() as u64) as usize]];
-    if kind == 0 {
-        member.host.take().unwrap().kill();
-        let back = random.between(secs(2), secs(5));
-        member.down_until = Some(Instant::now() + back);
-        format!("host {} killed for {back:?}", member.id)
-    } else {
-        member.host.as_ref().unwrap().signal("STOP");
-        let pause = random.between(secs(7), secs(10));
-        member.paused_until = Some(Instant::now() + pause);
-        format!("host {} paused for {pause:?}", member.id)
+    match kind {
+        0 => {
+            member.host.take().unwrap().kill();
+            let back = random.between(secs(2), secs(5));
+            member.down_until = Some(Instant::now() + back);
+            format!("host {} killed for {back:?}", member.id)
+        }
+        1 => {
+            member.host.as_ref().unwrap().signal("STOP");
+            let pause = random.between(secs(7), secs(10));
+            member.paused_until = Some(Instant::now() + pause);
+            format!("host {} paused for {pause:?}", member.id)
+        }
+        _ => {
+            let sever = random.below(2) == 1;
+            let cut = random.between(secs(7), secs(10));
+            member.cut(sever, Instant::now() + cut);
+            let how = if sever { "severed" } else { "stalled" };
+            format!("host {} cut off from NATS ({how}) for {cut:?}", member.id)
+        }
     }
+}
+
+/// A proxy to each NATS node, node `first`'s first: what a host is given instead of the nodes.
+fn proxies_from(nats: &NatsCluster, first: usize) -> Vec<Proxy> {
+    (0..3)
+        .map(|i| Proxy::start(&nats.url((first + i) % 3)))
+        .collect()
 }
 
 /// Records every counter's answer, and every notice of a message to a counter that was not
