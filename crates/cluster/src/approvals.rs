@@ -69,10 +69,12 @@ impl Cluster {
     /// copy), and has the broker carry out what was decided on another host for this one.
     pub async fn follow_approvals(self: Arc<Self>, broker: Arc<Broker>) {
         let here = Approvals::new(&broker.world);
+        let mut outage = super::Outage::default();
         loop {
             // Made again a moment after it fails (its node died, say).
             match self.registry.watch_with_history(APPROVALS).await {
                 Ok(mut shared) => {
+                    outage.ended(|| "the cluster's approvals are followed".into());
                     while let Some(Ok(entry)) = shared.next().await {
                         if entry.operation != kv::Operation::Put {
                             continue;
@@ -86,7 +88,8 @@ impl Cluster {
                         broker.carry_out_decided().await;
                     }
                 }
-                Err(e) => tracing::warn!("the cluster's approvals are not followed for now: {e}"),
+                Err(e) => outage
+                    .failed(|| format!("the cluster's approvals are not followed for now: {e}")),
             }
             tokio::time::sleep(super::HEARTBEAT).await;
         }

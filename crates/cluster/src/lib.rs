@@ -28,7 +28,7 @@ pub mod status;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use async_nats::jetstream::{self, kv, object_store, stream};
@@ -72,6 +72,70 @@ fn mailbox_stream_limit() -> i64 {
         .and_then(|limit| limit.parse().ok())
         .unwrap_or(MAILBOX_STREAM_LIMIT)
 }
+/// While something the host retries every [`HEARTBEAT`] keeps failing (a watch, a heartbeat,
+/// while its NATS node is cut off, say), its log says so again this often, with how long and
+/// how many tries: two lines a second per watch would bury everything else.
+const OUTAGE_REMINDER: Duration = Duration::from_secs(30);
+
+/// One thing the host keeps trying, said in its log when it first fails, every
+/// [`OUTAGE_REMINDER`] while it goes on failing, and once when it works again.
+#[derive(Default)]
+struct Outage {
+    /// When the current run of failures began, and when the log last said so.
+    since: Option<(Instant, Instant)>,
+    tries: u32,
+}
+
+impl Outage {
+    /// A failure: `what` (for example "the cluster's approvals are not followed: timed out") is
+    /// logged at the first and then at most every [`OUTAGE_REMINDER`].
+    fn failed(&mut self, what: impl FnOnce() -> String) {
+        self.failed_at(Instant::now(), what);
+    }
+
+    /// [`Outage::failed`] at `now`; whether it was logged.
+    fn failed_at(&mut self, now: Instant, what: impl FnOnce() -> String) -> bool {
+        self.tries += 1;
+        match &mut self.since {
+            None => {
+                tracing::warn!(
+                    "{}; trying again every {} ms",
+                    what(),
+                    HEARTBEAT.as_millis()
+                );
+                self.since = Some((now, now));
+                true
+            }
+            Some((began, said)) if now - *said >= OUTAGE_REMINDER => {
+                tracing::warn!(
+                    "{} (still, for {} s, {} tries)",
+                    what(),
+                    (now - *began).as_secs(),
+                    self.tries
+                );
+                *said = now;
+                true
+            }
+            Some(_) => false,
+        }
+    }
+
+    /// A success: after failures, `what` (for example "the cluster's approvals are followed")
+    /// is logged with how long it took; whether it was.
+    fn ended(&mut self, what: impl FnOnce() -> String) -> bool {
+        let tries = std::mem::take(&mut self.tries);
+        let Some((began, _)) = self.since.take() else {
+            return false;
+        };
+        tracing::info!(
+            "{} again, after {} s and {tries} tries",
+            what(),
+            began.elapsed().as_secs()
+        );
+        true
+    }
+}
+
 /// How often a host writes its heartbeat (and so renews its leases) and looks at placement.
 /// Half a second keeps a fail-over within [`LEASE_TIMEOUT`] plus half a second (the last
 /// heartbeat of a killed host is at most that old, and the others look that often).
@@ -649,6 +713,26 @@ async fn refuse_a_host_id_in_use(hosts: &kv::Store, host: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_outage_is_said_at_its_start_every_reminder_and_its_end_not_at_every_try() {
+        let mut outage = Outage::default();
+        let start = Instant::now();
+        let at = |s: u64| start + Duration::from_secs(s);
+        let what = || "cannot watch".to_string();
+        let said: Vec<bool> = [0, 1, 29, 30, 31, 59, 60]
+            .into_iter()
+            .map(|s| outage.failed_at(at(s), what))
+            .collect();
+        assert_eq!(said, [true, false, false, true, false, false, true]);
+        assert_eq!(outage.tries, 7);
+        assert!(outage.ended(what), "its end is said");
+        assert!(!outage.ended(what), "once");
+        assert!(
+            outage.failed_at(at(61), what),
+            "a new outage is said at once"
+        );
+    }
 
     #[test]
     fn a_list_of_nats_servers_keeps_its_order_and_a_bad_one_says_how_to_write_it() {

@@ -335,6 +335,7 @@ impl Cluster {
         let mut ticks = tokio::time::interval(HEARTBEAT);
         // After a pause (a stopped process) the next beat is a tick away, not a burst of them.
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut outage = super::Outage::default();
         loop {
             ticks.tick().await;
             if self.run_until.lapsed() {
@@ -346,21 +347,25 @@ impl Cluster {
             let beat = self.hosts.put(&*self.host, value.into());
             match tokio::time::timeout(SELF_STOP_AFTER, beat).await {
                 Ok(Ok(revision)) => {
+                    outage.ended(|| format!("host {}: its heartbeat is written", self.host));
                     if !self.run_until.renewed(term, sent, sent + SELF_STOP_AFTER) {
                         continue;
                     }
                     self.own_beat_seen(revision).await;
                 }
                 Ok(Err(e)) => {
-                    tracing::warn!("host {}: cannot write its heartbeat: {e}", self.host);
+                    outage
+                        .failed(|| format!("host {}: cannot write its heartbeat: {e}", self.host));
                     continue;
                 }
                 Err(_) => {
-                    tracing::warn!(
-                        "host {}: its heartbeat was not acknowledged within {} s",
-                        self.host,
-                        SELF_STOP_AFTER.as_secs()
-                    );
+                    outage.failed(|| {
+                        format!(
+                            "host {}: its heartbeat was not acknowledged within {} s",
+                            self.host,
+                            SELF_STOP_AFTER.as_secs()
+                        )
+                    });
                     continue;
                 }
             }
@@ -809,9 +814,11 @@ async fn follow<F, Done>(
     F: FnMut(kv::Entry) -> Done,
     Done: std::future::Future<Output = ()>,
 {
+    let mut outage = super::Outage::default();
     loop {
         match store.watch_with_history(keys.as_ref()).await {
             Ok(mut watch) => loop {
+                outage.ended(|| format!("the cluster's {} is watched", store.name));
                 let next = match quiet {
                     Some(quiet) => tokio::time::timeout(quiet, watch.next()).await,
                     None => Ok(watch.next().await),
@@ -833,7 +840,7 @@ async fn follow<F, Done>(
                     }
                 }
             },
-            Err(e) => tracing::error!("cannot watch the cluster's {}: {e}", store.name),
+            Err(e) => outage.failed(|| format!("cannot watch the cluster's {}: {e}", store.name)),
         }
         tokio::time::sleep(HEARTBEAT).await;
     }

@@ -177,19 +177,23 @@ impl Cluster {
     /// host is written here as it comes. The last change wins.
     async fn keep_in_step(&self, file: SharedFile, mut last: Vec<u8>) {
         let mut ticks = tokio::time::interval(super::HEARTBEAT);
+        let mut outage = super::Outage::default();
         loop {
             // Made again, from the last value, a moment after it fails (its node died, say).
             let mut shared = match self.registry.watch_with_history(file.key).await {
                 Ok(watch) => watch,
                 Err(e) => {
-                    tracing::warn!(
-                        "{} are not shared with the other hosts for now: {e}",
-                        file.what
-                    );
+                    outage.failed(|| {
+                        format!(
+                            "{} are not shared with the other hosts for now: {e}",
+                            file.what
+                        )
+                    });
                     tokio::time::sleep(super::HEARTBEAT).await;
                     continue;
                 }
             };
+            outage.ended(|| format!("{} are shared with the other hosts", file.what));
             loop {
                 tokio::select! {
                     entry = shared.next() => {

@@ -22,6 +22,15 @@ const FAILOVER_PATIENCE: Duration = Duration::from_secs(20);
 /// target is 6 s).
 const FAILOVER_LIMIT: Duration = Duration::from_secs(8);
 
+/// How long a step may wait when a NATS node is cut off from the other two while it runs: they
+/// elect new leaders for what it led once they stop hearing it.
+const CUT_OFF_PATIENCE: Duration = Duration::from_secs(90);
+
+/// Lines a host's log may hold after two partitions of its cluster: each thing it keeps retrying
+/// (its watches, its heartbeat) says so when it fails, every 30 s while it fails, and when it
+/// works again; every half second was hundreds of lines.
+const LOG_LINES_THROUGH_PARTITIONS: usize = 80;
+
 /// How long the world may stall when a NATS node dies: the streams and consumers it led elect
 /// new leaders, which nats-server does 4 to 9 s after it last heard the old one, and then what
 /// was in flight is sent again.
@@ -756,8 +765,13 @@ fn a_model_token_the_cluster_holds_unsealed_becomes_the_sealed_secret_and_leaves
 /// One step of the `counter` actor asked through `console`: the committed count and the run
 /// (the instance) that committed it.
 fn step(console: &mut Host) -> (u64, String) {
+    step_within(console, FAILOVER_PATIENCE)
+}
+
+/// [`step`], waiting for its answer at most `patience`.
+fn step_within(console: &mut Host, patience: Duration) -> (u64, String) {
     console.tell("counter", json!({"type": "step"}));
-    let reply = console.wait_for_within(FAILOVER_PATIENCE, "a step of counter", |m| {
+    let reply = console.wait_for_within(patience, "a step of counter", |m| {
         m.from == "counter" && m.body["type"] == "count"
     });
     let n = reply.body["n"].as_u64().expect("a count");
@@ -977,6 +991,84 @@ fn a_host_cut_off_from_nats_stops_its_actors_and_writes_nothing_for_them_once_he
     );
     stale(&mut b, &run);
     drop(a);
+}
+
+#[test]
+fn a_nats_node_cut_off_from_the_other_two_takes_its_hosts_actors_with_it_and_loses_no_step() {
+    let nats = NatsCluster::start_partitionable();
+    let (aw, bw) = (TestWorld::new(), TestWorld::new());
+    aw.install("counter", "counter");
+    // a reaches NATS through node 0 first, b through node 1; b's console drives the counter.
+    let mut a = host_on(&aw.root, &nats.urls_from(0), "a");
+    list_until(&mut a, "counter runs on a", |l| {
+        actor(l, "counter")["host"] == "a" && actor(l, "counter")["state"] == "running"
+    });
+    let mut b = host_on(&bw.root, &nats.urls_from(1), "b");
+    list_until(&mut b, "two hosts", |l| alive_hosts(l).len() == 2);
+    let (mut last, on_a) = step(&mut b);
+
+    // Node 0 is cut off from the other two, every byte between them held, while a stays
+    // connected to it: the two keep the majority, a's leases lapse, a stops the counter on its
+    // own and b takes it over from a's last commit.
+    nats.cut_off(0, false);
+    let cut = std::time::Instant::now();
+    a.wait_stderr("no lease renewal completed");
+    let (n, on_b) = step_within(&mut b, CUT_OFF_PATIENCE);
+    eprintln!(
+        "the counter answered on b {:?} after node 0 was cut off",
+        cut.elapsed()
+    );
+    assert_eq!(n, last + 1, "the count goes on from a's last commit");
+    assert_ne!(on_b, on_a, "another instance, on b");
+    last = n;
+    nats.heal(0);
+    list_until(&mut b, "a back beside b, which runs the counter", |l| {
+        alive_hosts(l).len() == 2 && actor(l, "counter")["host"] == "b"
+    });
+    for _ in 0..3 {
+        let (n, run) = step(&mut b);
+        assert_eq!((n, run.as_str()), (last + 1, on_b.as_str()), "no step by a");
+        last = n;
+    }
+
+    // Node 1, b's, is severed from the others: a takes the counter back, and again loses
+    // nothing; healed, b runs it no more.
+    nats.cut_off(1, true);
+    let cut = std::time::Instant::now();
+    b.wait_stderr("no lease renewal completed");
+    let (n, again) = step_within(&mut a, CUT_OFF_PATIENCE);
+    eprintln!(
+        "the counter answered on a {:?} after node 1 was severed",
+        cut.elapsed()
+    );
+    assert_eq!(n, last + 1, "the count goes on from b's last commit");
+    assert!(
+        again != on_a && again != on_b,
+        "a new instance, on a: {again}"
+    );
+    last = n;
+    nats.heal(1);
+    list_until(&mut a, "b back beside a, which runs the counter", |l| {
+        alive_hosts(l).len() == 2 && actor(l, "counter")["host"] == "a"
+    });
+    // a's instance answers, or a newer one of a's if a lost its own lease while node 1 was
+    // away (a's node led less then): never b's, fenced since.
+    let (n, run) = step(&mut b);
+    assert_eq!(n, last + 1, "the count goes on from a's commits");
+    assert!(
+        run != on_b && run != on_a,
+        "no step by b's or a's first instance"
+    );
+    let stale: Vec<_> = (a.take_all().into_iter().chain(b.take_all()))
+        .filter(|m| m.from == "counter")
+        .collect();
+    assert!(stale.is_empty(), "a step answered twice or late: {stale:?}");
+    // What kept failing while a's node was away is said once, not at every try.
+    let said = a.stderr();
+    assert!(
+        said.lines().count() < LOG_LINES_THROUGH_PARTITIONS,
+        "a's log, too long:\n{said}"
+    );
 }
 
 #[test]

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::http::try_request;
+use super::partition::Proxy;
 use super::repo;
 
 /// How long a server (or a cluster, with its JetStream meta leader elected) may take to say it
@@ -80,6 +81,9 @@ impl Drop for Nats {
 /// and store, and catches up from the others.
 pub struct NatsCluster {
     nodes: Vec<Node>,
+    /// With [`NatsCluster::start_partitionable`], the way from each node to each other node's
+    /// route port: `links[n][m]` is the proxy node `n` dials to reach node `m`.
+    links: Option<Vec<Vec<Option<Proxy>>>>,
     /// Whether its nodes sync every write ([`SYNC_EVERY_WRITE`]).
     sync: bool,
     /// Every node's store and log.
@@ -108,8 +112,27 @@ impl NatsCluster {
 
     /// [`NatsCluster::start`] with JetStream's default sync (every two minutes) unless `sync`.
     pub fn start_with(sync: bool) -> NatsCluster {
+        NatsCluster::make(sync, false)
+    }
+
+    /// [`NatsCluster::start`] with every route between two nodes through a proxy of the test's,
+    /// so that [`NatsCluster::cut_off`] can cut one node off from the other two while everything
+    /// keeps running. Each node advertises a route address nobody listens on, so the others
+    /// never dial it directly, around the proxies, when they learn of it from a third.
+    pub fn start_partitionable() -> NatsCluster {
+        NatsCluster::make(true, true)
+    }
+
+    fn make(sync: bool, partitionable: bool) -> NatsCluster {
         let stores = tempfile::tempdir().unwrap();
-        let mut ports = free_ports(3 * Self::SIZE).into_iter();
+        // Each node's three ports, and the ports of the proxies between nodes: chosen at once,
+        // so that no proxy takes a port a node is about to listen on.
+        let proxies = if partitionable {
+            Self::SIZE * (Self::SIZE - 1)
+        } else {
+            0
+        };
+        let mut ports = free_ports(3 * Self::SIZE + proxies).into_iter();
         let mut port = || ports.next().expect("a port for each");
         let nodes: Vec<Node> = (0..Self::SIZE)
             .map(|n| Node {
@@ -121,8 +144,21 @@ impl NatsCluster {
                 child: None,
             })
             .collect();
+        let links = partitionable.then(|| {
+            (0..Self::SIZE)
+                .map(|n| {
+                    (0..Self::SIZE)
+                        .map(|m| {
+                            let route = format!("127.0.0.1:{}", nodes[m].route);
+                            (n != m).then(|| Proxy::start_at(port(), &route))
+                        })
+                        .collect()
+                })
+                .collect()
+        });
         let mut cluster = NatsCluster {
             nodes,
+            links,
             sync,
             _stores: stores,
         };
@@ -184,23 +220,56 @@ impl NatsCluster {
         monitoring(self.nodes[n].monitor, path)
     }
 
+    /// Cuts node `n` off from the other two, every route between them stalled (every byte
+    /// held) or severed (every connection reset, new ones refused), until
+    /// [`NatsCluster::heal`]; its clients stay connected to it.
+    pub fn cut_off(&self, n: usize, sever: bool) {
+        for proxy in self.links_of(n) {
+            match sever {
+                true => proxy.sever(),
+                false => proxy.stall(),
+            }
+        }
+    }
+
+    /// Joins node `n` to the other two again.
+    pub fn heal(&self, n: usize) {
+        self.links_of(n).for_each(Proxy::heal);
+    }
+
+    /// The proxies between node `n` and the others, both ways.
+    fn links_of(&self, n: usize) -> impl Iterator<Item = &Proxy> {
+        let links = self
+            .links
+            .as_ref()
+            .expect("a cluster started partitionable");
+        (0..Self::SIZE)
+            .filter(move |&m| m != n)
+            .flat_map(move |m| [links[n][m].as_ref(), links[m][n].as_ref()])
+            .flatten()
+    }
+
     fn spawn(&mut self, n: usize) {
-        let routes: Vec<String> = self
-            .nodes
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != n)
-            .map(|(_, node)| format!("nats://127.0.0.1:{}", node.route))
+        let routes: Vec<String> = (0..Self::SIZE)
+            .filter(|&m| m != n)
+            .map(|m| match &self.links {
+                Some(links) => links[n][m].as_ref().expect("a link to another node").url(),
+                None => format!("nats://127.0.0.1:{}", self.nodes[m].route),
+            })
             .collect();
         let node = &self.nodes[n];
-        let cluster = [
-            "--cluster_name",
-            "sausage-test",
-            "--cluster",
-            &format!("nats://127.0.0.1:{}", node.route),
-            "--routes",
-            &routes.join(","),
+        let mut cluster = vec![
+            "--cluster_name".to_string(),
+            "sausage-test".into(),
+            "--cluster".into(),
+            format!("nats://127.0.0.1:{}", node.route),
+            "--routes".into(),
+            routes.join(","),
         ];
+        if self.links.is_some() {
+            cluster.extend(["--cluster_advertise".into(), NOBODY.into()]);
+        }
+        let cluster: Vec<&str> = cluster.iter().map(String::as_str).collect();
         let config = if self.sync { SYNC_EVERY_WRITE } else { "" };
         let child = spawn_server(
             node.port,
@@ -234,6 +303,10 @@ impl Drop for NatsCluster {
         }
     }
 }
+
+/// The route address a partitionable cluster's nodes advertise: port 1 of loopback, where
+/// nothing listens, so a node dialling it fails at once.
+const NOBODY: &str = "127.0.0.1:1";
 
 /// The configuration every test server runs with, as the README's do: JetStream syncs every
 /// write to disk before it acknowledges it (its default syncs every two minutes, and loses

@@ -64,8 +64,13 @@ impl Proxy {
     /// Listens on a free port and passes every connection on to `upstream` (`nats://host:port`
     /// or `host:port`).
     pub fn start(upstream: &str) -> Proxy {
+        Proxy::start_at(0, upstream)
+    }
+
+    /// [`Proxy::start`] on loopback port `port` (0: any free one).
+    pub fn start_at(port: u16, upstream: &str) -> Proxy {
         let upstream = upstream.trim_start_matches("nats://").to_string();
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
         let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Shared::default());
         let accepting = shared.clone();
