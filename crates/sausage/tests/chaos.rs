@@ -1,14 +1,15 @@
 //! The chaos test (DESIGN §20): three hosts on a three-node NATS cluster through a seeded run of
 //! random SIGKILLs of hosts, SIGSTOP/SIGCONT of hosts past their lease, hosts cut off from NATS
 //! past their lease while they run (each reaches the nodes through proxies the test stalls or
-//! severs, then heals), and kills and restarts of NATS nodes, while `ticker` floods `notes` and two `counter`s commit steps asked of them. The
-//! run records a history of every operation (`history.rs`) and, once everything is back, its
-//! checker proves: never two hosts ran one actor at once (each instance of a counter draws a run
-//! id, and the counts of two runs never interleave), no committed step lost (the final count is at
-//! least every count reported), no step handled twice by a committed effect (no step answered
-//! twice, no count above the steps asked), no accepted message lost (every tick the ticker
-//! recorded as sent is stored by notes) or handled twice (no tick stored twice), order per sender
-//! kept (each ticker run's ticks are stored in order).
+//! severs, then heals), kills and restarts of NATS nodes and cuts of one node from the other two
+//! (their routes run through proxies too), while `ticker` floods `notes` and two `counter`s
+//! commit steps asked of them. The run records a history of every operation (`history.rs`) and,
+//! once everything is back, its checker proves: never two hosts ran one actor at once (each
+//! instance of a counter draws a run id, and the counts of two runs never interleave), no
+//! committed step lost (the final count is at least every count reported), no step handled twice
+//! by a committed effect (no step answered twice, no count above the steps asked), no accepted
+//! message lost (every tick the ticker recorded as sent is stored by notes) or handled twice (no
+//! tick stored twice), order per sender kept (each ticker run's ticks are stored in order).
 //!
 //! `SAUSAGE_CHAOS_SEED=<n>` repeats a run (a failure prints its seed and a shortened history);
 //! `SAUSAGE_CHAOS_SECS` sets how long the chaos lasts: 40 s by default (the short run of
@@ -103,7 +104,7 @@ fn hosts_and_nats_nodes_dying_and_pausing_lose_nothing_and_never_run_an_actor_tw
 }
 
 fn chaos(mut random: Random, length: Duration) -> history::Counts {
-    let mut nats = NatsCluster::start();
+    let mut nats = NatsCluster::start_partitionable();
     let first = TestWorld::new();
     first.install("ticker", "ticker");
     first.install("notes", "notes");
@@ -153,7 +154,7 @@ fn chaos(mut random: Random, length: Duration) -> history::Counts {
     let mut history = History::default();
     let mut tag = 0u64;
     let mut ticker_runs = 0u64;
-    let mut node_down: Option<(usize, Instant)> = None;
+    let mut node_down: Option<NodeDown> = None;
     let started = Instant::now();
     let clock = || started.elapsed().as_secs_f64();
     let mut next_event = started + random.between(secs(3), secs(6));
@@ -177,12 +178,9 @@ fn chaos(mut random: Random, length: Duration) -> history::Counts {
                 history.record(clock(), Op::Fault(format!("host {} started", member.id)));
             }
         }
-        if let Some((node, at)) = node_down
-            && now >= at
-        {
-            nats.restart(node);
-            node_down = None;
-            history.record(clock(), Op::Fault(format!("NATS node {node} started")));
+        if let Some(down) = node_down.take_if(|down| now >= down.until) {
+            let back = down.end(&mut nats);
+            history.record(clock(), Op::Fault(back));
         }
         if now >= next_event {
             let event = choose(&mut random, &mut members, &mut nats, &mut node_down);
@@ -226,8 +224,8 @@ fn chaos(mut random: Random, length: Duration) -> history::Counts {
             member.start();
         }
     }
-    if let Some((node, _)) = node_down.take() {
-        nats.restart(node);
+    if let Some(down) = node_down.take() {
+        down.end(&mut nats);
     }
     history.record(clock(), Op::Fault("every host and NATS node back".into()));
     until(&mut members, "three hosts after the chaos", |list| {
@@ -267,13 +265,14 @@ fn chaos(mut random: Random, length: Duration) -> history::Counts {
 
 /// One random event: a host killed (started again 2–5 s later), a host paused past its lease
 /// (7–10 s), a host cut off from NATS past its lease (7–10 s, every byte held or every
-/// connection reset), or a NATS node killed (started again 3–6 s later). At least one host
-/// stays usable and at most one NATS node is down, so the world can always go on.
+/// connection reset), or a NATS node killed (started again 3–6 s later) or cut off from the
+/// other two (healed 3–6 s later, its routes stalled or severed). At least one host stays usable
+/// and at most one NATS node is down or cut off, so the world can always go on.
 fn choose(
     random: &mut Random,
     members: &mut [Member],
     nats: &mut NatsCluster,
-    node_down: &mut Option<(usize, Instant)>,
+    node_down: &mut Option<NodeDown>,
 ) -> String {
     let usable: Vec<usize> = (0..members.len())
         .filter(|&m| members[m].usable())
@@ -281,10 +280,18 @@ fn choose(
     let kind = random.below(4);
     if kind == 3 && node_down.is_none() {
         let node = random.below(3) as usize;
-        nats.kill(node);
+        let (cut, sever) = (random.below(2) == 1, random.below(2) == 1);
         let back = random.between(secs(3), secs(6));
-        *node_down = Some((node, Instant::now() + back));
-        return format!("NATS node {node} killed for {back:?}");
+        let until = Instant::now() + back;
+        if !cut {
+            nats.kill(node);
+            *node_down = Some(NodeDown { node, cut, until });
+            return format!("NATS node {node} killed for {back:?}");
+        }
+        nats.cut_off(node, sever);
+        *node_down = Some(NodeDown { node, cut, until });
+        let how = if sever { "severed" } else { "stalled" };
+        return format!("NATS node {node} cut off from the other two ({how}) for {back:?}");
     }
     if usable.len() < 2 {
         return "nothing (one usable host left)".into();
@@ -309,6 +316,30 @@ fn choose(
             member.cut(sever, Instant::now() + cut);
             let how = if sever { "severed" } else { "stalled" };
             format!("host {} cut off from NATS ({how}) for {cut:?}", member.id)
+        }
+    }
+}
+
+/// A NATS node killed, or cut off from the other two, until a moment.
+struct NodeDown {
+    node: usize,
+    cut: bool,
+    until: Instant,
+}
+
+impl NodeDown {
+    /// Starts the node again, or heals its routes; says which.
+    fn end(self, nats: &mut NatsCluster) -> String {
+        let node = self.node;
+        match self.cut {
+            true => {
+                nats.heal(node);
+                format!("NATS node {node} healed")
+            }
+            false => {
+                nats.restart(node);
+                format!("NATS node {node} started")
+            }
         }
     }
 }
