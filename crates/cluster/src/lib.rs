@@ -20,6 +20,7 @@ mod approvals;
 mod commits;
 mod fence;
 mod mailboxes;
+mod merge;
 pub use mailboxes::GROUP_MAX;
 mod placement;
 mod ports;

@@ -65,6 +65,21 @@ struct SharedFile {
     open: Transform,
 }
 
+/// Writes `theirs`, another host's value, into this host's file, which held `last` when both
+/// were last the same: merged with this host's change, if it has one not shared yet (the next
+/// tick shares the merge).
+fn take_theirs(file: &SharedFile, last: &[u8], theirs: &[u8]) -> Result<()> {
+    if theirs == last {
+        return Ok(());
+    }
+    let now = (file.read)();
+    let merged = match now != last && !now.is_empty() {
+        true => super::merge::merge_bytes(last, &now, theirs),
+        false => None,
+    };
+    (file.write)(merged.as_deref().unwrap_or(theirs))
+}
+
 /// Writes bytes another host shared into this host's file.
 type Write = Box<dyn Fn(&[u8]) -> Result<()> + Send + Sync>;
 /// Bytes made into other bytes: sealed, opened, or left as they are.
@@ -154,7 +169,7 @@ impl Cluster {
 
     /// Keeps this host's `people.json` and the shared copy the same, both ways: a change made
     /// here (`sausage people …`, the People page) is shared within a [`super::HEARTBEAT`], one
-    /// made on another host is written here as it comes. The last change wins.
+    /// made on another host is written here as it comes; two at once are merged.
     pub async fn sync_people(self: std::sync::Arc<Self>, world: World) {
         let people = sausage_core::people::People::new(&world);
         let file = SharedFile {
@@ -174,10 +189,16 @@ impl Cluster {
 
     /// Keeps `file` and its shared value the same, both ways, from `last` (what both held when
     /// it began): a change here is shared within a [`super::HEARTBEAT`], one made on another
-    /// host is written here as it comes. The last change wins.
+    /// host is written here as it comes. Two changes at once are merged ([`super::merge`]), not
+    /// one lost: a change here is shared only over the value it started from (compare-and-set on
+    /// the key's revision), else merged with the one that won and shared again; another host's
+    /// value that comes while a change here is not shared yet is merged with it before it is
+    /// written here.
     async fn keep_in_step(&self, file: SharedFile, mut last: Vec<u8>) {
         let mut ticks = tokio::time::interval(super::HEARTBEAT);
         let mut outage = super::Outage::default();
+        // The revision of the shared value `last` is (`None`: nothing shared yet).
+        let mut revision: Option<u64> = None;
         loop {
             // Made again, from the last value, a moment after it fails (its node died, say).
             let mut shared = match self.registry.watch_with_history(file.key).await {
@@ -201,27 +222,23 @@ impl Cluster {
                         if entry.operation != kv::Operation::Put {
                             continue;
                         }
-                        let taken = (file.open)(&entry.value).and_then(|bytes| {
-                            if bytes != last {
-                                (file.write)(&bytes)?;
+                        match (file.open)(&entry.value) {
+                            Ok(theirs) => {
+                                if let Err(e) = take_theirs(&file, &last, &theirs) {
+                                    tracing::warn!("the cluster's {}: {e:#}", file.what);
+                                    continue;
+                                }
+                                (last, revision) = (theirs, Some(entry.revision));
                             }
-                            Ok(bytes)
-                        });
-                        match taken {
-                            Ok(bytes) => last = bytes,
                             Err(e) => tracing::warn!("the cluster's {}: {e:#}", file.what),
                         }
                     }
                     _ = ticks.tick() => {
                         let now = (file.read)();
                         if now != last && !now.is_empty() {
-                            let put = match (file.seal)(&now) {
-                                Ok(value) => self.registry.put(file.key, value.into()).await
-                                    .map_err(anyhow::Error::from),
-                                Err(e) => Err(e),
-                            };
-                            match put {
-                                Ok(_) => last = now,
+                            match self.share(&file, &last, &now, revision).await {
+                                Ok(Some((shared, at))) => (last, revision) = (shared, Some(at)),
+                                Ok(None) => {}
                                 Err(e) => tracing::warn!("cannot share the {}: {e:#}", file.what),
                             }
                         }
@@ -230,6 +247,59 @@ impl Cluster {
             }
             tokio::time::sleep(super::HEARTBEAT).await;
         }
+    }
+
+    /// Shares `now`, this host's file, changed from `last` (the shared value at `revision`):
+    /// over `revision` only; if another host's value won meanwhile, the two merged, written
+    /// here and shared over that one's revision. What was shared and its revision; `None` when
+    /// the file changed here again meanwhile (the next tick shares it).
+    async fn share(
+        &self,
+        file: &SharedFile,
+        last: &[u8],
+        now: &[u8],
+        revision: Option<u64>,
+    ) -> Result<Option<(Vec<u8>, u64)>> {
+        let value = bytes::Bytes::from((file.seal)(now)?);
+        let stored = match revision {
+            Some(revision) => self
+                .registry
+                .update(file.key, value, revision)
+                .await
+                .map_err(|e| match e.kind() {
+                    kv::UpdateErrorKind::WrongLastRevision => None,
+                    _ => Some(anyhow::Error::from(e)),
+                }),
+            None => self
+                .registry
+                .create(file.key, value)
+                .await
+                .map_err(|e| match e.kind() {
+                    kv::CreateErrorKind::AlreadyExists => None,
+                    _ => Some(anyhow::Error::from(e)),
+                }),
+        };
+        match stored {
+            Ok(at) => return Ok(Some((now.to_vec(), at))),
+            Err(Some(e)) => return Err(e),
+            Err(None) => {}
+        }
+        // Another host's change won: merge with it, here first, then share over it.
+        let entry = (self.registry.entry(file.key).await?)
+            .filter(|entry| entry.operation == kv::Operation::Put)
+            .context("the shared value went")?;
+        let theirs = (file.open)(&entry.value)?;
+        let merged = super::merge::merge_bytes(last, now, &theirs).unwrap_or_else(|| now.to_vec());
+        if (file.read)() != now {
+            return Ok(None);
+        }
+        (file.write)(&merged)?;
+        let value = bytes::Bytes::from((file.seal)(&merged)?);
+        let at = self
+            .registry
+            .update(file.key, value, entry.revision)
+            .await?;
+        Ok(Some((merged, at)))
     }
 
     /// Keeps this host's secrets file and the cluster's sealed copy the same, both ways, as

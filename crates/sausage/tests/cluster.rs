@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use support::nats::{Nats, NatsCluster};
 use support::partition::Proxy;
 use support::web::WebHost;
-use support::{Host, TestWorld};
+use support::{Host, TestWorld, sausage, text};
 
 /// Longer than a fail-over takes by design (5.5 s without a heartbeat, then a start).
 const FAILOVER_PATIENCE: Duration = Duration::from_secs(20);
@@ -1069,6 +1069,63 @@ fn a_nats_node_cut_off_from_the_other_two_takes_its_hosts_actors_with_it_and_los
         said.lines().count() < LOG_LINES_THROUGH_PARTITIONS,
         "a's log, too long:\n{said}"
     );
+}
+
+#[test]
+fn people_changed_on_two_hosts_at_once_keep_both_changes() {
+    let nats = Nats::start();
+    let (aw, bw) = (TestWorld::new(), TestWorld::new());
+    let mut a = host(&aw, &nats, "a");
+    list_until(&mut a, "a runs", |l| alive_hosts(l).len() == 1);
+    let mut b = host(&bw, &nats, "b");
+    list_until(&mut b, "two hosts", |l| alive_hosts(l).len() == 2);
+    // The people this test adds that a host's file holds (the world's owner aside).
+    let ids_in = |world: &TestWorld| -> Vec<String> {
+        let people = std::fs::read(world.path("broker/people.json")).unwrap_or_default();
+        let people: Value = serde_json::from_slice(&people).unwrap_or_default();
+        let mut ids: Vec<String> = (people["people"].as_array().into_iter().flatten())
+            .filter_map(|p| p["id"].as_str())
+            .filter(|id| id.starts_with(['x', 'y']))
+            .map(str::to_string)
+            .collect();
+        ids.sort();
+        ids
+    };
+    // Each round adds one person on each host at the same moment: within one heartbeat, so
+    // both hosts share a change over the same value.
+    let mut expected = Vec::new();
+    for round in 0..5 {
+        let (x, y) = (format!("x{round}"), format!("y{round}"));
+        let (da, db) = (aw.path(""), bw.path(""));
+        std::thread::scope(|scope| {
+            for (id, dir) in [(&x, &da), (&y, &db)] {
+                scope.spawn(move || {
+                    let out = sausage(&[
+                        "people",
+                        "add",
+                        id,
+                        "--tier",
+                        "member",
+                        dir.to_str().unwrap(),
+                    ]);
+                    assert!(out.status.success(), "{}", text(&out.stderr));
+                });
+            }
+        });
+        expected.extend([x, y]);
+    }
+    expected.sort();
+    let deadline = std::time::Instant::now() + FAILOVER_PATIENCE;
+    while ids_in(&aw) != expected || ids_in(&bw) != expected {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a change was lost: a has {:?}, b has {:?}, both should have {expected:?}",
+            ids_in(&aw),
+            ids_in(&bw)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop((a, b));
 }
 
 #[test]
