@@ -1,6 +1,7 @@
 //! Hibernation with real guests, at the runtime's boundary (lines in, lines out, the runtime's
 //! count of packed instances): idle instances are packed by the sweep thread, and a packed
-//! guest answers as before, ends cleanly or is killed, its memory whole.
+//! guest answers as before, ends cleanly or is killed, its memory whole; and through a whole host
+//! (its `/metrics`), a world starting 256 actors or more packs each at its first wait.
 
 mod support;
 
@@ -262,4 +263,74 @@ fn a_guest_started_among_many_is_packed_as_soon_as_it_waits_and_only_that_once()
             assert_eq!(guest.run.await.unwrap(), Exit::Clean);
         }
     });
+}
+
+/// The host's count of packed instances, from its `/metrics`.
+fn hibernated_instances(web: &support::web::WebHost, token: &str) -> u64 {
+    let auth = format!("Bearer {token}");
+    let metrics = support::http::request(
+        &web.addr,
+        "GET",
+        "/metrics",
+        &[("Authorization", &auth)],
+        b"",
+    );
+    assert_eq!(metrics.status, 200, "{}", metrics.text());
+    let text = metrics.text();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("sausage_hibernated_instances "))
+        .unwrap_or_else(|| panic!("no sausage_hibernated_instances in:\n{text}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_world_starting_256_actors_packs_each_at_its_first_wait_and_one_of_255_waits_for_the_sweep() {
+    use sausage_core::runtime::hibernate::HIBERNATE_AFTER;
+    for (count, packed_at_start) in [(256, true), (255, false)] {
+        let world = support::TestWorld::new();
+        for n in 0..count {
+            world.install(&format!("e{n}"), "echo");
+        }
+        let token =
+            support::sausage(&["metrics", "token", "--world", world.root.to_str().unwrap()]);
+        let token = support::text(&token.stdout).trim().to_string();
+        let started = Instant::now();
+        let mut web = support::web::WebHost::start(&world);
+        // A sweep packs only instances idle for HIBERNATE_AFTER: whatever is packed sooner was
+        // packed at its first wait.
+        let before_a_sweep = started + HIBERNATE_AFTER;
+        if packed_at_start {
+            while hibernated_instances(&web, &token) < count {
+                assert!(
+                    Instant::now() < before_a_sweep,
+                    "{count} actors started: {} packed after {HIBERNATE_AFTER:?}",
+                    hibernated_instances(&web, &token)
+                );
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        } else {
+            support::eventually("every actor running", || {
+                let list = web.host.request(json!({"type": "list"}));
+                (list["actors"].as_array().unwrap().iter())
+                    .filter(|a| a["state"] == "running" && a["kind"] == "wasm")
+                    .count()
+                    == count as usize
+            });
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            assert_eq!(
+                hibernated_instances(&web, &token),
+                0,
+                "{count} actors started"
+            );
+            assert!(
+                Instant::now() < before_a_sweep,
+                "the machine took {HIBERNATE_AFTER:?} to start {count} actors: a sweep may have \
+                 run, so this says nothing"
+            );
+        }
+        // Each answers as before.
+        web.host.tell("e7", json!({"type": "ping"}));
+        assert_eq!(web.host.wait_type("e7", "ping")["type"], "ping");
+    }
 }
