@@ -45,6 +45,8 @@ pub enum Op {
     },
     /// The counter's committed count once the chaos was over.
     Final { counter: &'static str, n: u64 },
+    /// The ticker was asked to send run `run`'s ticks (numbered from `run * RUN + 1`).
+    TickerStarted { run: u64 },
     /// The ticker committed that it sent this tick (its output is accepted before its commit).
     Sent { tick: u64 },
     /// `notes`' list holds this tick, at this place in the list.
@@ -118,7 +120,7 @@ impl History {
                 Op::Undeliverable { .. } => counts.undeliverable += 1,
                 Op::Sent { .. } => counts.sent += 1,
                 Op::Stored { .. } => counts.stored += 1,
-                Op::Final { .. } => {}
+                Op::Final { .. } | Op::TickerStarted { .. } => {}
             }
         }
         let counters: BTreeSet<&str> = (self.events.iter())
@@ -263,11 +265,15 @@ impl History {
 
     /// `notes`' list: every tick sent is stored, once, each ticker run's in order.
     fn check_ticks(&self, violations: &mut Vec<Violation>) {
+        let mut started: BTreeMap<u64, usize> = BTreeMap::new();
         let mut sent: BTreeMap<u64, usize> = BTreeMap::new();
         let mut stored: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
         let mut by_run: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
         for (i, event) in self.events.iter().enumerate() {
             match event.op {
+                Op::TickerStarted { run } => {
+                    started.insert(run, i);
+                }
                 Op::Sent { tick } => {
                     sent.insert(tick, i);
                 }
@@ -297,7 +303,14 @@ impl History {
                     lost.len(),
                     ranges(&lost)
                 ),
-                events: lost.iter().map(|tick| sent[tick]).collect(),
+                // With the start of each run they belong to, so that the shortened history
+                // shows the faults from then on.
+                events: (lost.iter().map(|tick| tick / RUN))
+                    .collect::<BTreeSet<u64>>()
+                    .iter()
+                    .filter_map(|run| started.get(run).copied())
+                    .chain(lost.iter().map(|tick| sent[tick]))
+                    .collect(),
             });
         }
         for (run, at) in &by_run {
