@@ -10,6 +10,6 @@ pub mod mount;
 pub mod states;
 pub mod tree;
 
-pub use mount::Mount;
-pub use states::{CrashState, Durability, crash_states};
+pub use mount::{Mount, Served};
+pub use states::{Counts, CrashState, Durability, Kept, crash_states};
 pub use tree::{Ino, Node, Op, Tree};

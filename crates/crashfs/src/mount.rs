@@ -5,11 +5,13 @@
 //! shared mapping reaches it only when the kernel writes the page back (`msync`, `fsync`, the
 //! flusher, [`Mount::sync`]).
 //! Invariant: the tree changes only through `Tree::apply` of the op that is logged, or wholesale
-//! by [`Mount::serve`], which makes the kernel forget every inode it knew (a new generation).
+//! by serving a crash state, which makes the kernel forget every inode it knew (a new
+//! generation).
 
 use std::ffi::OsStr;
-use std::io;
+use std::io::{self, BufRead, BufReader, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
@@ -20,32 +22,43 @@ use fuser::{
     ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 
+use crate::states::{Counts, Kept, crash_states};
 use crate::tree::{Ino, Kind, Op, Tree};
 
 /// How long the kernel may trust a name or an attribute without asking again: not at all, so a
-/// state served by [`Mount::serve`] is seen at once and sizes are always the tree's.
+/// crash state served in place of another is seen at once and sizes are always the tree's.
 const TTL: Duration = Duration::ZERO;
 
-/// A mounted recording file system; unmounted when dropped.
+/// A recording file system mounted by a child process; unmounted when dropped. The file system
+/// is served by another process than the caller's because a process that faults in pages of a
+/// mapped file from its own FUSE server can deadlock on its own address space (the fault holds
+/// it while the server thread waits to change it): the caller may map files of the mount.
 pub struct Mount {
     path: PathBuf,
-    disk: Arc<Mutex<Disk>>,
-    /// The thread answering the kernel; `None` once unmounted.
-    session: Option<fuser::BackgroundSession>,
+    /// Caller → server: one command a line; server → caller: one answer a line. Closing it
+    /// makes the server unmount and exit.
+    commands: UnixStream,
+    answers: BufReader<UnixStream>,
+    server: libc::pid_t,
 }
 
-struct Disk {
-    tree: Tree,
-    /// Changes since [`Mount::record`], in arrival order; `None` while not recording.
-    log: Option<Vec<Op>>,
-    /// Given with every inode; a new one at each [`Mount::serve`] makes the kernel drop the
-    /// inodes (and cached pages) of the state before.
-    generation: u64,
+/// A crash state the server now serves, as [`Mount::next_state`] reports it.
+#[derive(Clone, Debug)]
+pub struct Served {
+    pub point: usize,
+    pub kept: Kept,
+    /// False for a prefix state whose tree was served before (served again so that every
+    /// prefix can be read; nothing new to check there).
+    pub fresh: bool,
+    /// The folder whose `fsync` arrived last before the crash, when that was the last op: from
+    /// this state on, its names are durable.
+    pub synced_dir: Option<Ino>,
 }
 
 impl Mount {
-    /// Mounts `tree` at the existing, empty folder `path`. Needs `/dev/fuse` and root (the mount
-    /// system call; there is no `fusermount` here), and says so when either is missing.
+    /// Mounts `tree` at the existing, empty folder `path`, served by a child process. Needs
+    /// `/dev/fuse` and root (the mount system call; there is no `fusermount` here), and says
+    /// so when either is missing.
     pub fn new(path: &Path, tree: Tree) -> io::Result<Mount> {
         if !Path::new("/dev/fuse").exists() {
             return Err(io::Error::other(
@@ -58,31 +71,39 @@ impl Mount {
                 "mounting a FUSE file system without fusermount needs root: run the test as root",
             ));
         }
-        let disk = Arc::new(Mutex::new(Disk {
-            tree,
-            log: None,
-            generation: 1,
-        }));
-        let mut config = Config::default();
-        config.mount_options = vec![
-            fuser::MountOption::FSName("sausage-crashfs".into()),
-            fuser::MountOption::RW,
-        ];
-        let session = fuser::spawn_mount(Recorder(disk.clone()), path, &config)
-            .map_err(|e| io::Error::other(format!("{}: cannot mount: {e}", path.display())))?;
-        Ok(Mount {
-            path: path.to_path_buf(),
-            disk,
-            session: Some(session),
-        })
+        let (ours, theirs) = UnixStream::pair()?;
+        // SAFETY: the child only runs `serve` (which allocates and starts threads, as glibc
+        // allows after a fork) and leaves by `_exit`, never returning into the caller's code.
+        match unsafe { libc::fork() } {
+            -1 => Err(io::Error::last_os_error()),
+            0 => {
+                drop(ours);
+                let code = match serve(path, tree, theirs) {
+                    Ok(()) => 0,
+                    Err(e) => {
+                        eprintln!("crashfs {}: {e}", path.display());
+                        1
+                    }
+                };
+                // SAFETY: ends the child without running the parent's exit handlers.
+                unsafe { libc::_exit(code) }
+            }
+            server => {
+                drop(theirs);
+                let mut mount = Mount {
+                    path: path.to_path_buf(),
+                    answers: BufReader::new(ours.try_clone()?),
+                    commands: ours,
+                    server,
+                };
+                mount.answer()?;
+                Ok(mount)
+            }
+        }
     }
 
     pub fn path(&self) -> &Path {
         &self.path
-    }
-
-    fn disk(&self) -> MutexGuard<'_, Disk> {
-        lock(&self.disk)
     }
 
     /// Writes back every dirty page of the mount (`syncfs`), as the kernel's flusher would.
@@ -95,48 +116,206 @@ impl Mount {
         Ok(())
     }
 
-    /// Writes back what is dirty, then starts logging changes; returns the tree as it is now,
-    /// the state every replay of the log starts from.
-    pub fn record(&self) -> io::Result<Tree> {
+    fn ask(&mut self, command: &str) -> io::Result<String> {
+        writeln!(self.commands, "{command}")?;
+        self.answer()
+    }
+
+    fn answer(&mut self) -> io::Result<String> {
+        let mut line = String::new();
+        if self.answers.read_line(&mut line)? == 0 {
+            return Err(io::Error::other(format!(
+                "{}: the file system's server ended",
+                self.path.display()
+            )));
+        }
+        match line.trim_end().strip_prefix("error ") {
+            Some(error) => Err(io::Error::other(error.to_string())),
+            None => Ok(line.trim_end().to_string()),
+        }
+    }
+
+    /// Writes back what is dirty, then starts logging changes: the tree as it is now is the
+    /// state every crash state starts from.
+    pub fn record(&mut self) -> io::Result<()> {
         self.sync()?;
-        let mut disk = self.disk();
-        disk.log = Some(Vec::new());
-        Ok(disk.tree.clone())
+        self.ask("record").map(drop)
     }
 
     /// Writes back what is dirty (a killed program's stores into shared mappings included),
-    /// then stops logging and returns the log.
-    pub fn stop(&self) -> io::Result<Vec<Op>> {
+    /// then stops logging; returns how many ops were logged. From then on, [`Mount::next_state`]
+    /// walks the crash states of the log.
+    pub fn stop(&mut self) -> io::Result<usize> {
         self.sync()?;
-        Ok(self.disk().log.take().unwrap_or_default())
+        let answer = self.ask("stop")?;
+        answer
+            .parse()
+            .map_err(|_| io::Error::other(format!("stop: {answer}")))
     }
 
-    /// The tree as it is now.
-    pub fn tree(&self) -> Tree {
-        self.disk().tree.clone()
-    }
-
-    /// Serves `tree` from now on, in place of what was there. Dirty pages of the state before
-    /// are written back to it first, and new inodes never take a number either tree used.
-    pub fn serve(&self, mut tree: Tree) -> io::Result<()> {
+    /// Serves the next crash state and says which it is; `None` after the last, with the counts.
+    /// What the caller's checks left dirty in the state before is written back to it first.
+    pub fn next_state(&mut self) -> io::Result<Result<Served, Counts>> {
         self.sync()?;
-        let mut disk = self.disk();
-        tree.next_ino = tree.next_ino.max(disk.tree.next_ino);
-        disk.tree = tree;
-        disk.generation += 1;
-        Ok(())
+        let answer = self.ask("next")?;
+        let parsed = match answer.strip_prefix("done ") {
+            Some(counts) => parse_counts(counts).map(Err),
+            None => parse_served(&answer).map(Ok),
+        };
+        parsed.ok_or_else(|| io::Error::other(format!("next: cannot read {answer:?}")))
     }
 }
 
 impl Drop for Mount {
     fn drop(&mut self) {
-        if let Some(session) = self.session.take()
-            && let Err(e) = session.umount_and_join()
-        {
-            // Nothing else to do in a drop: the test that made it reports its own failure.
-            eprintln!("{}: cannot unmount: {e}", self.path.display());
+        // The server unmounts and exits at the end of its commands.
+        let _ = self.commands.shutdown(std::net::Shutdown::Both);
+        let mut status = 0;
+        // SAFETY: waits for the child this value forked; `status` outlives the call.
+        unsafe { libc::waitpid(self.server, &mut status, 0) };
+    }
+}
+
+/// The server's files and its log.
+struct Disk {
+    tree: Tree,
+    /// Changes since `record`, in arrival order; `None` while not recording.
+    log: Option<Vec<Op>>,
+    /// Given with every inode; a new one at each crash state served makes the kernel drop the
+    /// inodes (and cached pages) of the state before.
+    generation: u64,
+}
+
+/// The server's side: mounts `tree` at `path` and answers commands until they end.
+fn serve(path: &Path, tree: Tree, commands: UnixStream) -> io::Result<()> {
+    let disk = Arc::new(Mutex::new(Disk {
+        tree,
+        log: None,
+        generation: 1,
+    }));
+    let mut config = Config::default();
+    config.mount_options = vec![
+        fuser::MountOption::FSName("sausage-crashfs".into()),
+        fuser::MountOption::RW,
+    ];
+    let mut answers = commands.try_clone()?;
+    let session = match fuser::spawn_mount(Recorder(disk.clone()), path, &config) {
+        Ok(session) => session,
+        Err(e) => {
+            writeln!(answers, "error {}: cannot mount: {e}", path.display())?;
+            return Err(e);
+        }
+    };
+    writeln!(answers, "ready")?;
+    let mut lines = BufReader::new(commands).lines();
+    let mut base = None;
+    while let Some(command) = lines.next().transpose()? {
+        match command.as_str() {
+            "record" => {
+                let mut disk = lock(&disk);
+                disk.log = Some(Vec::new());
+                base = Some(disk.tree.clone());
+                writeln!(answers, "ok")?;
+            }
+            "stop" => {
+                let log = lock(&disk).log.take().unwrap_or_default();
+                let Some(base) = base.take() else {
+                    writeln!(answers, "error stop: not recording")?;
+                    continue;
+                };
+                writeln!(answers, "{}", log.len())?;
+                let counts = crash_states(&base, &log, |state, fresh| {
+                    {
+                        let mut disk = lock(&disk);
+                        let mut tree = state.tree.clone();
+                        tree.next_ino = tree.next_ino.max(disk.tree.next_ino);
+                        disk.tree = tree;
+                        disk.generation += 1;
+                    }
+                    // The caller asks for each state; a closed connection ends the walk.
+                    if !matches!(lines.next(), Some(Ok(ref next)) if next == "next") {
+                        return false;
+                    }
+                    let synced_dir = match state.point.checked_sub(1).map(|at| &log[at]) {
+                        Some(&Op::FsyncDir { ino }) => ino,
+                        _ => 0,
+                    };
+                    let (point, kept) = (state.point, describe(&state.kept));
+                    let fresh = u8::from(fresh);
+                    writeln!(answers, "{point} {fresh} {synced_dir} {kept}").is_ok()
+                });
+                if matches!(lines.next(), Some(Ok(ref next)) if next == "next") {
+                    let Counts {
+                        ops,
+                        points,
+                        generated,
+                        distinct,
+                    } = counts;
+                    writeln!(answers, "done {ops} {points} {generated} {distinct}")?;
+                }
+            }
+            other => writeln!(answers, "error unknown command {other:?}")?,
         }
     }
+    session.umount_and_join()
+}
+
+/// `prefix`, `lost 3,5` or `torn 7 512`, as [`parse_served`] reads it.
+fn describe(kept: &Kept) -> String {
+    match kept {
+        Kept::Prefix => "prefix".into(),
+        Kept::Lost(ops) => {
+            let ops: Vec<String> = ops.iter().map(usize::to_string).collect();
+            format!("lost {}", ops.join(","))
+        }
+        Kept::Torn { op, bytes } => format!("torn {op} {bytes}"),
+    }
+}
+
+/// A state's line: its point, whether it is fresh, the folder synced last (0: none), and what
+/// it kept.
+fn parse_served(line: &str) -> Option<Served> {
+    let mut words = line.split(' ');
+    let point = words.next()?.parse().ok()?;
+    let fresh = words.next()? == "1";
+    let synced_dir = Some(words.next()?.parse().ok()?).filter(|&ino| ino != 0);
+    let kept = match words.next()? {
+        "prefix" => Kept::Prefix,
+        "lost" => Kept::Lost(
+            words
+                .next()?
+                .split(',')
+                .map(|op| op.parse().ok())
+                .collect::<Option<_>>()?,
+        ),
+        "torn" => Kept::Torn {
+            op: words.next()?.parse().ok()?,
+            bytes: words.next()?.parse().ok()?,
+        },
+        _ => return None,
+    };
+    Some(Served {
+        point,
+        kept,
+        fresh,
+        synced_dir,
+    })
+}
+
+fn parse_counts(line: &str) -> Option<Counts> {
+    let numbers: Vec<usize> = line
+        .split(' ')
+        .map(|n| n.parse().ok())
+        .collect::<Option<_>>()?;
+    let [ops, points, generated, distinct] = numbers[..] else {
+        return None;
+    };
+    Some(Counts {
+        ops,
+        points,
+        generated,
+        distinct,
+    })
 }
 
 fn lock(disk: &Mutex<Disk>) -> MutexGuard<'_, Disk> {

@@ -65,7 +65,10 @@ impl Durability {
             first(from, &|op| matches!(op, Op::Fsync { ino } if *ino == file))
         };
         let dir_synced = |from: usize, dir: u64| {
-            first(from, &|op| matches!(op, Op::FsyncDir { ino } if *ino == dir))
+            first(
+                from,
+                &|op| matches!(op, Op::FsyncDir { ino } if *ino == dir),
+            )
         };
         let durable = log
             .iter()
@@ -99,9 +102,15 @@ pub struct Counts {
     pub distinct: usize,
 }
 
-/// Calls `visit` once for every distinct crash state of `log` run on `base` (the first state
-/// with a given tree stands for the others), and returns the counts.
-pub fn crash_states(base: &Tree, log: &[Op], mut visit: impl FnMut(&CrashState)) -> Counts {
+/// Calls `visit` for every distinct crash state of `log` run on `base` (the first state with a
+/// given tree stands for the others), point by point, and for every prefix state (with `false`
+/// when its tree was visited before), so a caller sees the file versions each point had.
+/// `visit` returns false to stop the walk. Returns the counts.
+pub fn crash_states(
+    base: &Tree,
+    log: &[Op],
+    mut visit: impl FnMut(&CrashState, bool) -> bool,
+) -> Counts {
     let durability = Durability::of(log);
     let known = base.content_hashes();
     let mut seen = HashSet::new();
@@ -110,11 +119,16 @@ pub fn crash_states(base: &Tree, log: &[Op], mut visit: impl FnMut(&CrashState))
         points: log.len() + 1,
         ..Counts::default()
     };
+    let mut going = true;
     let mut offer = |state: CrashState| {
+        if !going {
+            return;
+        }
         counts.generated += 1;
-        if seen.insert(state.tree.hash(&known)) {
-            counts.distinct += 1;
-            visit(&state);
+        let fresh = seen.insert(state.tree.hash(&known));
+        counts.distinct += usize::from(fresh);
+        if fresh || state.kept.is_prefix() {
+            going = visit(&state, fresh);
         }
     };
     for point in 0..=log.len() {
@@ -232,8 +246,9 @@ mod tests {
     fn a_synced_write_is_never_lost_and_an_unsynced_rename_may_be() {
         let (base, log) = atomic_replace();
         let mut seen = Vec::new();
-        let counts = crash_states(&base, &log, |state| {
+        let counts = crash_states(&base, &log, |state, _| {
             seen.push(state.tree.read(Path::new("f")).unwrap().to_vec());
+            true
         });
         assert_eq!(counts.points, 5);
         assert!(seen.contains(&b"old".to_vec()));
@@ -241,8 +256,7 @@ mod tests {
         // Before the sync, the write may be torn or lost, but only under the temporary's name;
         // after it, the rename moves the whole file or nothing.
         assert!(
-            seen.iter()
-                .all(|f| f == b"old" || *f == vec![b'n'; 1000]),
+            seen.iter().all(|f| f == b"old" || *f == vec![b'n'; 1000]),
             "{seen:?}"
         );
     }
@@ -252,8 +266,9 @@ mod tests {
         let (base, mut log) = atomic_replace();
         log.remove(2);
         let mut contents = HashSet::new();
-        crash_states(&base, &log, |state| {
+        crash_states(&base, &log, |state, _| {
             contents.insert(state.tree.read(Path::new("f")).unwrap().len());
+            true
         });
         assert!(contents.contains(&0), "the write lost: {contents:?}");
         assert!(contents.contains(&SECTOR), "the write torn: {contents:?}");

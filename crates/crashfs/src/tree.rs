@@ -51,7 +51,10 @@ pub enum Op {
         data: Vec<u8>,
     },
     /// A truncate, or an allocation that grew the file.
-    SetSize { ino: Ino, size: u64 },
+    SetSize {
+        ino: Ino,
+        size: u64,
+    },
     /// `rename` or, with `exchange`, `RENAME_EXCHANGE`: `moved` goes from one name to the other;
     /// `displaced` is what the target name held (swapped back to the source by an exchange).
     Rename {
@@ -73,8 +76,12 @@ pub enum Op {
         ino: Ino,
     },
     /// The barriers: `fsync` (or `fdatasync`) of a file, `fsync` of a folder.
-    Fsync { ino: Ino },
-    FsyncDir { ino: Ino },
+    Fsync {
+        ino: Ino,
+    },
+    FsyncDir {
+        ino: Ino,
+    },
 }
 
 impl Op {
@@ -257,9 +264,7 @@ impl Tree {
                 exchange,
             } => {
                 let present = |ino: &Ino| self.nodes.contains_key(ino);
-                if !present(moved)
-                    || self.entries(from.0).is_none()
-                    || self.entries(to.0).is_none()
+                if !present(moved) || self.entries(from.0).is_none() || self.entries(to.0).is_none()
                 {
                     return;
                 }
