@@ -84,7 +84,7 @@ impl Noting {
             replica.record(changing)?;
         }
         if let Some(stdin) = &self.stdin {
-            stdin.before_change(&changing.landing);
+            stdin.before_change(&changing.landing, changing.durable);
         }
         Ok(())
     }
@@ -1090,7 +1090,7 @@ mod tests {
             Box::pin(std::future::pending())
         }
 
-        fn before_change(&self, change: &fs::Change) {
+        fn before_change(&self, change: &fs::Change, _durable: bool) {
             self.noted.lock().unwrap().push(change.clone());
         }
 
