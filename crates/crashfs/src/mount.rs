@@ -264,7 +264,11 @@ fn serve(path: &Path, tree: Tree, commands: UnixStream) -> io::Result<()> {
             other => writeln!(answers, "error unknown command {other:?}")?,
         }
     }
-    session.umount_and_join()
+    match session.umount_and_join() {
+        // Not mounted any more: the caller detached it (see `Drop for Mount`).
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(()),
+        ended => ended,
+    }
 }
 
 /// `prefix`, `lost 3,5` or `torn 7 512`, as [`parse_served`] reads it.

@@ -62,6 +62,8 @@ struct Workload {
     /// The operations, on the running host, while changes are recorded.
     run: fn(&mut Host, &Mount),
     targets: &'static [(&'static str, Promise)],
+    /// The targets it commits at least once (the others keep their original).
+    commits: &'static [&'static str],
     tallies: &'static [Tally],
 }
 
@@ -78,6 +80,7 @@ const WORKLOADS: &[Workload] = &[
             }
         },
         targets: &[REGISTRY, ("private/counter/data/count", Promise::Closed)],
+        commits: &["private/counter/data/count"],
         tallies: &[Tally::Steps {
             actor: "counter",
             file: "private/counter/data/count",
@@ -101,6 +104,7 @@ const WORKLOADS: &[Workload] = &[
             host.wait_type("kv", "appended");
         },
         targets: &[REGISTRY, ("private/kv/data/log.txt", Promise::Synced)],
+        commits: &["private/kv/data/log.txt"],
         tallies: &[Tally::Lines {
             actor: "kv",
             file: "private/kv/data/log.txt",
@@ -117,6 +121,7 @@ const WORKLOADS: &[Workload] = &[
             host.wait_type("counter", "count");
         },
         targets: &[REGISTRY, ("private/counter/data/count", Promise::Closed)],
+        commits: &["sausage.json", "private/counter/data/count"],
         tallies: &[Tally::Steps {
             actor: "counter",
             file: "private/counter/data/count",
@@ -152,7 +157,10 @@ fn violations(workload: &Workload, history: &History, found: &Found) -> Vec<Stri
         broken.push(format!("the journal does not open: {e}"));
     }
     for path in &found.temporaries {
-        broken.push(format!("{}: a temporary is left after the start", path.display()));
+        broken.push(format!(
+            "{}: a temporary is left after the start",
+            path.display()
+        ));
     }
     for &(target, promise) in workload.targets {
         let content = &found.files[target];
@@ -205,11 +213,7 @@ fn violations(workload: &Workload, history: &History, found: &Found) -> Vec<Stri
                     ));
                 }
             }
-            Tally::Lines {
-                actor,
-                file,
-                lines,
-            } => {
+            Tally::Lines { actor, file, lines } => {
                 let text = found.files[file].as_deref().unwrap_or_default();
                 let text = String::from_utf8_lossy(text);
                 for line in lines {
@@ -271,6 +275,8 @@ fn recover(workload: &Workload, world: &Path, served: &Served) -> Found {
 /// The counts of one workload, as printed.
 struct Row {
     name: &'static str,
+    commits: &'static [&'static str],
+    history: History,
     counts: Counts,
     checked: usize,
     violations: Vec<String>,
@@ -297,9 +303,10 @@ fn explore(workload: &Workload) -> Row {
     host.kill();
     mount.stop().unwrap();
 
-    let mut history = History::default();
     let mut row = Row {
         name: workload.name,
+        commits: workload.commits,
+        history: History::default(),
         counts: Counts::default(),
         checked: 0,
         violations: Vec::new(),
@@ -312,6 +319,7 @@ fn explore(workload: &Workload) -> Row {
                 return row;
             }
         };
+        let history = &mut row.history;
         if served.kept.is_prefix() {
             for &(target, _) in workload.targets {
                 let content = std::fs::read(at.join(target)).ok();
@@ -331,9 +339,11 @@ fn explore(workload: &Workload) -> Row {
         }
         let found = recover(workload, &at, &served);
         row.checked += 1;
-        for violation in violations(workload, &history, &found) {
-            row.violations
-                .push(format!("point {} {:?}: {violation}", served.point, served.kept));
+        for violation in violations(workload, history, &found) {
+            row.violations.push(format!(
+                "point {} {:?}: {violation}",
+                served.point, served.kept
+            ));
         }
     }
 }
@@ -345,7 +355,9 @@ fn explore(workload: &Workload) -> Row {
 #[test]
 fn every_crash_state_of_close_fsync_and_registry_commits_recovers_whole_and_delivers_once() {
     let rows: Vec<Row> = WORKLOADS.iter().map(explore).collect();
-    println!("| workload | ops recorded | crash points | states generated | distinct | checked | violations |");
+    println!(
+        "| workload | ops recorded | crash points | states generated | distinct | checked | violations |"
+    );
     println!("| --- | --- | --- | --- | --- | --- | --- |");
     for row in &rows {
         let Counts {
@@ -362,9 +374,29 @@ fn every_crash_state_of_close_fsync_and_registry_commits_recovers_whole_and_deli
         );
     }
     let broken: Vec<&String> = rows.iter().flat_map(|row| &row.violations).collect();
-    assert!(broken.is_empty(), "{} violations: {broken:#?}", broken.len());
     for row in &rows {
-        assert!(row.checked > row.counts.points, "{}: too few states", row.name);
+        // Each target the workload commits took more than one version along the prefixes.
+        for (target, versions) in &row.history.versions {
+            let changed = versions.len() > 1;
+            assert_eq!(
+                changed,
+                row.commits.contains(target),
+                "{}: {target}",
+                row.name
+            );
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "{} violations: {broken:#?}",
+        broken.len()
+    );
+    for row in &rows {
+        assert!(
+            row.checked > row.counts.points,
+            "{}: too few states",
+            row.name
+        );
     }
 }
 
@@ -390,7 +422,14 @@ fn a_torn_registry_a_lost_sync_and_a_doubled_message_are_violations() {
         journal: Ok(BTreeMap::from([("kv", waiting)])),
         temporaries: Vec::new(),
     };
-    assert!(violations(workload, &history, &whole(old.clone(), Some("one\n"), vec![])).is_empty());
+    assert!(
+        violations(
+            workload,
+            &history,
+            &whole(old.clone(), Some("one\n"), vec![])
+        )
+        .is_empty()
+    );
 
     let torn = whole(Some(b"{\"act".to_vec()), Some("one\n"), vec![]);
     let found = violations(workload, &history, &torn);
