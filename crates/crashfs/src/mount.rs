@@ -1,5 +1,6 @@
-//! The recording file system: a [`Tree`] served over FUSE at a folder, every change logged as
-//! an [`Op`] in the order the kernel sent it. FUSE is the disk here: the kernel's page cache sits
+//! The recording file system: a [`Tree`] served over FUSE at a folder by a child process, every
+//! change logged as an [`Op`] in the order the kernel sent it; then the log's crash states,
+//! served one at a time at the same folder. FUSE is the disk here: the kernel's page cache sits
 //! above it, so what reaches the log is what a power loss could keep. Writes go straight through
 //! (no writeback cache), so a `write` reaches the log before the call returns; a store into a
 //! shared mapping reaches it only when the kernel writes the page back (`msync`, `fsync`, the
