@@ -26,7 +26,7 @@ const HOLD: Duration = Duration::from_millis(400);
 /// Every this many checked states, the real host also starts on the state and the messages are
 /// counted from the actors' own answers (each start costs about a second, which bounds the
 /// test's time; the in-process recovery runs on every state).
-const HOST_START_EVERY: usize = 75;
+const HOST_START_EVERY: usize = 120;
 
 /// What is promised of a file after a crash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -294,9 +294,13 @@ fn start_on(workload: &Workload, world: &Path) -> Vec<String> {
     }
     for tally in workload.tallies {
         if let Tally::Lines { actor, lines, .. } = *tally {
-            // Answered after every message that waited, in mailbox order.
+            // Answered after every message that waited, in mailbox order; an error when no
+            // line was ever committed (no file).
             host.tell(actor, json!({"type": "lines"}));
-            let listed = host.wait_type(actor, "lines")["lines"].clone();
+            let answer = host.wait_for(&format!("{actor}'s lines"), |m| {
+                m.from == actor && (m.body["type"] == "lines" || m.body["type"] == "error")
+            });
+            let listed = answer.body["lines"].clone();
             for line in lines {
                 let times = listed
                     .as_array()
