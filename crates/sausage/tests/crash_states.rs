@@ -391,7 +391,7 @@ fn explore(workload: &Workload) -> Row {
         let found = recover(workload, &at, &served);
         row.checked += 1;
         let mut broken = violations(workload, history, &found);
-        if row.checked % HOST_START_EVERY == 0 {
+        if row.checked.is_multiple_of(HOST_START_EVERY) {
             row.started += 1;
             broken.extend(start_on(workload, &at));
         }
