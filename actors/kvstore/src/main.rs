@@ -5,7 +5,9 @@
 //!   `/data/kv.redb`, replies `{"type":"stored","key":K}`.
 //! - `{"type":"get","key":K}` → `{"type":"value","key":K,"value":V}` (`null` when absent).
 //! - `{"type":"append","line":L}` appends `L` and a newline to `/data/log.txt` and calls
-//!   `sync_all`, replies `{"type":"appended","bytes":N}` (the file's size).
+//!   `sync_all`, replies `{"type":"appended","bytes":N}` (the file's size). With
+//!   `"after_ms":T` it first works on something else for T ms, the message read and not yet
+//!   handled (a crash test writes the host's pages back meanwhile).
 //! - `{"type":"lines"}` → `{"type":"lines","lines":[every line of /data/log.txt]}`.
 //! - anything else → `{"type":"error","reason":..}`. Exits 0 on shutdown or EOF.
 
@@ -42,9 +44,14 @@ fn main() {
                 None => Err("get needs a string field `key`".to_string()),
             },
             "append" => match msg.body["line"].as_str() {
-                Some(line) => append(&mut log, line)
-                    .map(|bytes| json!({"type": "appended", "bytes": bytes}))
-                    .map_err(|e| format!("{LOG}: {e}")),
+                Some(line) => {
+                    if let Some(ms) = msg.body["after_ms"].as_u64() {
+                        std::thread::sleep(std::time::Duration::from_millis(ms));
+                    }
+                    append(&mut log, line)
+                        .map(|bytes| json!({"type": "appended", "bytes": bytes}))
+                        .map_err(|e| format!("{LOG}: {e}"))
+                }
                 None => Err("append needs a string field `line`".to_string()),
             },
             "lines" => fs::read_to_string(LOG)

@@ -102,6 +102,9 @@ struct Log {
     waiting_bytes: u64,
     /// Bytes of every segment file, the current one included.
     disk_bytes: u64,
+    /// Sealed segments whose last records may not be on disk yet: synced by the next
+    /// [`Journal::sync`].
+    unsynced: Vec<u64>,
     /// Log → the prefaulter thread: a chunk of the current segment to fault in before the writer
     /// gets there. Dropping it (with the journal) ends the thread.
     prefault: mpsc::Sender<(Arc<MmapRaw>, usize)>,
@@ -114,6 +117,8 @@ struct Current {
     map: Arc<MmapRaw>,
     /// Bytes written, the magic included: the next record goes here.
     used: usize,
+    /// Bytes known to be on disk ([`Journal::sync`]); 0 until the segment's name is too.
+    synced: usize,
     waiting_bytes: u64,
 }
 
@@ -217,6 +222,7 @@ impl Journal {
             waiting,
             waiting_bytes,
             disk_bytes,
+            unsynced: Vec::new(),
             prefault,
         };
         log.disk_bytes += log.current.map.len() as u64;
@@ -362,6 +368,30 @@ impl Journal {
         Ok(())
     }
 
+    /// Makes every record so far survive a power loss, not only a kill of the host: the pages
+    /// written since the last sync go to disk (`msync` of the current segment, `fdatasync` of
+    /// segments sealed since), and a new segment's name with a sync of the folder. The journal
+    /// is otherwise never synced; this is for a guest's fsync, whose commit must not survive
+    /// without the record of the messages it settled (they would be handled twice).
+    pub fn sync(&self) -> io::Result<()> {
+        let mut log = self.log();
+        for number in std::mem::take(&mut log.unsynced) {
+            match File::open(segment_path(&log.dir, number)) {
+                Ok(segment) => segment.sync_data()?,
+                // Removed meanwhile: it held nothing that waits.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let (synced, used) = (log.current.synced, log.current.used);
+        log.current.map.flush_range(synced, used - synced)?;
+        if synced == 0 {
+            File::open(&log.dir)?.sync_all()?;
+        }
+        log.current.synced = used;
+        Ok(())
+    }
+
     /// Records that the message at `pos` left `actor`'s mailbox (taken by its reader, drained or
     /// dropped), so it is never delivered again. An error means the log could not record it:
     /// the message would come back after a kill.
@@ -416,6 +446,9 @@ impl Log {
         let size = SEGMENT_BYTES.max((MAGIC.len() + record).next_multiple_of(4096));
         let next = Current::create(&self.dir, self.current.number + 1, size)?;
         let old = std::mem::replace(&mut self.current, next);
+        if old.synced < old.used {
+            self.unsynced.push(old.number);
+        }
         self.disk_bytes += size as u64;
         self.sealed.insert(
             old.number,
@@ -563,6 +596,7 @@ impl Current {
             number,
             map: Arc::new(map),
             used: MAGIC.len(),
+            synced: 0,
             waiting_bytes: 0,
         };
         current.bytes(0, MAGIC.len()).copy_from_slice(MAGIC);
@@ -578,15 +612,15 @@ impl Current {
     }
 }
 
-/// Applies a segment's records, in order, to the waiting messages. Reading stops at the end of
-/// the records or at a torn one; a record with a good checksum that cannot be decoded (a bug)
-/// is skipped with a note.
 /// The last intent of an actor found in the log, with the positions no take followed yet.
 struct Intent {
     positions: Vec<i64>,
     change: Change,
 }
 
+/// Applies a segment's records, in order, to the waiting messages. Reading stops at the end of
+/// the records or at a torn one; a record with a good checksum that cannot be decoded (a bug)
+/// is skipped with a note.
 fn replay(
     number: u64,
     map: &[u8],

@@ -478,8 +478,10 @@ impl Mailbox {
     }
 
     /// The instance is about to make `change`: should the host die before its reads settle,
-    /// they count as handled exactly when `change` happened (the journal records it).
-    pub fn intend(&self, change: &crate::fs::Change) {
+    /// they count as handled exactly when `change` happened (the journal records it). For a
+    /// `durable` change (a guest's fsync) the journal is synced first: a power loss that keeps
+    /// the change keeps this record too, so its messages are not handled twice.
+    pub fn intend(&self, change: &crate::fs::Change, durable: bool) {
         let inner = self.lock();
         let Store::Journal { journal, actor } = &self.store else {
             return;
@@ -492,6 +494,11 @@ impl Mailbox {
             tracing::warn!(
                 "actor {actor}: which change settles its reads cannot be recorded on disk ({e}); \
                  after a kill of the host they may come again"
+            );
+        } else if durable && let Err(e) = journal.sync() {
+            tracing::warn!(
+                "actor {actor}: the mailbox journal cannot be synced ({e}); after a power loss \
+                 the messages its fsync settled may come again"
             );
         }
     }
@@ -814,11 +821,11 @@ impl GuestInput for MailboxInput {
         Some(chunk)
     }
 
-    fn before_change(&self, change: &crate::fs::Change) {
+    fn before_change(&self, change: &crate::fs::Change, durable: bool) {
         if let Some(window) = self.0.window.get() {
             window.before_change();
         }
-        self.0.intend(change);
+        self.0.intend(change, durable);
     }
 
     fn settle(&self) -> BoxFuture<'_> {

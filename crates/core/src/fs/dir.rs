@@ -325,6 +325,7 @@ impl Dir {
                 path: target.host.clone(),
             },
             edit: Edit::MakeDir { path: &target.host },
+            durable: false,
         })?;
         Ok(std::fs::create_dir(&target.host)?)
     }
@@ -344,6 +345,7 @@ impl Dir {
                 path: target.host.clone(),
             },
             edit: Edit::Remove { path: &target.host },
+            durable: false,
         })?;
         Ok(std::fs::remove_dir(&target.host)?)
     }
@@ -369,6 +371,7 @@ impl Dir {
                 path: target.host.clone(),
             },
             edit: Edit::Remove { path: &target.host },
+            durable: false,
         })?;
         Ok(std::fs::remove_file(&target.host)?)
     }
@@ -406,6 +409,7 @@ impl Dir {
                 from: &from.host,
                 to: &to.host,
             },
+            durable: false,
         })?;
         Ok(std::fs::rename(&from.host, &to.host)?)
     }

@@ -163,15 +163,16 @@ impl File {
     /// refuses, the write is discarded, as after a crash: the guest's close has no way to hear
     /// of it (wasi-libc ignores a close's errors).
     pub fn close_noting(self, before: BeforeChange<'_>) {
-        if Arc::strong_count(&self.inner) == 1 && self.announce(before).is_err() {
+        if Arc::strong_count(&self.inner) == 1 && self.announce(before, false).is_err() {
             // Dropped without the guest's close: the temporary goes.
             return;
         }
         self.close();
     }
 
-    /// Calls `before` with the commit this writer is about to make, if it has one to make.
-    fn announce(&self, before: BeforeChange<'_>) -> FsResult<()> {
+    /// Calls `before` with the commit this writer is about to make, if it has one to make;
+    /// `durable` for a sync.
+    fn announce(&self, before: BeforeChange<'_>, durable: bool) -> FsResult<()> {
         let state = self.lock();
         let Some(pending) = state.pending.as_ref() else {
             return Ok(());
@@ -183,6 +184,7 @@ impl File {
                 path: &path,
                 file: &state.file,
             },
+            durable,
         })
     }
 
@@ -312,7 +314,7 @@ impl File {
         if !self.writable() {
             return Ok(());
         }
-        self.announce(before)?;
+        self.announce(before, true)?;
         let mut state = self.lock();
         let State { file, pending } = &mut *state;
         let Some(writer) = pending else {

@@ -59,6 +59,9 @@ impl Change {
 pub struct Changing<'a> {
     pub landing: Change,
     pub edit: Edit<'a>,
+    /// The change is made durable (a writer's sync: its data and the folder are synced), so
+    /// what it settles must survive a power loss with it.
+    pub durable: bool,
 }
 
 /// What a change does.

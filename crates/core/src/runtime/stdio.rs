@@ -29,9 +29,10 @@ pub trait GuestInput: Send + Sync + 'static {
     }
     /// Called on the blocking pool just before the guest changes its files by `change`: should
     /// the host die before [`GuestInput::settle`], what the guest read so far counts as
-    /// handled exactly when `change` happened (DESIGN §20).
-    fn before_change(&self, change: &crate::fs::Change) {
-        let _ = change;
+    /// handled exactly when `change` happened (DESIGN §20). A `durable` change (a guest's
+    /// fsync) survives a power loss, so that record must too, before the change is made.
+    fn before_change(&self, change: &crate::fs::Change, durable: bool) {
+        let _ = (change, durable);
     }
     /// The guest changed its files (or waits, or ended): what it read so far counts as handled
     /// from now on, and is not given again after a kill of the host.

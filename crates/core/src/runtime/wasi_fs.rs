@@ -84,7 +84,7 @@ impl Noting {
             replica.record(changing)?;
         }
         if let Some(stdin) = &self.stdin {
-            stdin.before_change(&changing.landing);
+            stdin.before_change(&changing.landing, changing.durable);
         }
         Ok(())
     }
@@ -1062,7 +1062,8 @@ mod tests {
     struct Held {
         accepted: Arc<tokio::sync::Notify>,
         settled: Arc<std::sync::atomic::AtomicUsize>,
-        noted: Arc<std::sync::Mutex<Vec<fs::Change>>>,
+        /// Each change announced, and whether it was durable.
+        noted: Arc<std::sync::Mutex<Vec<(fs::Change, bool)>>>,
     }
 
     impl super::super::stdio::GuestOutput for Held {
@@ -1090,8 +1091,8 @@ mod tests {
             Box::pin(std::future::pending())
         }
 
-        fn before_change(&self, change: &fs::Change) {
-            self.noted.lock().unwrap().push(change.clone());
+        fn before_change(&self, change: &fs::Change, durable: bool) {
+            self.noted.lock().unwrap().push((change.clone(), durable));
         }
 
         fn settle(&self) -> super::super::stdio::BoxFuture<'_> {
@@ -1181,23 +1182,35 @@ mod tests {
         assert!(unlinked.is_ok());
         assert_eq!(settled.load(std::sync::atomic::Ordering::SeqCst), 3);
         assert_eq!(host.names_on_disk("data"), Vec::<String>::new());
+
+        // A sync commits durably, and says so: the journal is synced before it (DESIGN §20).
+        let fd = open(&mut host, &data, "synced.txt", write_flags())
+            .await
+            .ok()
+            .unwrap();
+        accepted.notify_one();
+        let synced = host.view().sync(Resource::new_borrow(fd.rep())).await;
+        assert!(synced.is_ok());
+        assert_eq!(settled.load(std::sync::atomic::Ordering::SeqCst), 4);
+
         // Each change was named just before it was made, as the disk shows it once made.
         let noted = noted.lock().unwrap().clone();
-        let kinds: Vec<(&str, std::path::PathBuf)> = noted
+        let kinds: Vec<(&str, std::path::PathBuf, bool)> = noted
             .iter()
-            .map(|change| match change {
-                fs::Change::Holds { path, .. } => ("holds", path.clone()),
-                fs::Change::Absent { path } => ("absent", path.clone()),
-                fs::Change::Present { path } => ("present", path.clone()),
+            .map(|(change, durable)| match change {
+                fs::Change::Holds { path, .. } => ("holds", path.clone(), *durable),
+                fs::Change::Absent { path } => ("absent", path.clone(), *durable),
+                fs::Change::Present { path } => ("present", path.clone(), *durable),
             })
             .collect();
         let data = std::fs::canonicalize(host.root.join("data")).unwrap();
         assert_eq!(
             kinds,
             [
-                ("holds", data.join("sent.txt")),
-                ("holds", host.root.join("data/kept.txt")),
-                ("absent", host.root.join("data/kept.txt")),
+                ("holds", data.join("sent.txt"), false),
+                ("holds", host.root.join("data/kept.txt"), false),
+                ("absent", host.root.join("data/kept.txt"), false),
+                ("holds", data.join("synced.txt"), true),
             ]
         );
     }
