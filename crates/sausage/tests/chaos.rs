@@ -317,7 +317,9 @@ fn choose(
     let member = &mut members[usable[random.below(usable.len() as u64) as usize]];
     match kind {
         0 => {
-            member.host.take().unwrap().kill();
+            let host = member.host.take().unwrap();
+            keep_log(member.id, &host);
+            host.kill();
             let back = random.between(secs(2), secs(5));
             member.down_until = Some(Instant::now() + back);
             format!("host {} killed for {back:?}", member.id)
@@ -517,6 +519,18 @@ fn alive_hosts(list: &Value) -> usize {
     list["hosts"].as_array().map_or(0, |hosts| {
         hosts.iter().filter(|h| h["alive"] == true).count()
     })
+}
+
+/// Keeps what host `id` said before it is killed, in `target/tmp/chaos-<id>-killed-<n>.log`,
+/// to read after a failure.
+fn keep_log(id: &str, host: &Host) {
+    let dir = env!("CARGO_TARGET_TMPDIR");
+    let n =
+        (1..).find(|n| !std::path::Path::new(&format!("{dir}/chaos-{id}-killed-{n}.log")).exists());
+    let _ = std::fs::write(
+        format!("{dir}/chaos-{id}-killed-{}.log", n.unwrap()),
+        host.stderr(),
+    );
 }
 
 /// Writes each running host's log to `target/tmp/chaos-<host>.log`, to read after a failure
